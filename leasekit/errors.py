@@ -1,0 +1,133 @@
+"""Every error leasekit raises: one root, ``LeasekitError``.
+
+Argument errors also subclass ``ValueError`` or ``TypeError`` so callers that
+catch the builtin families keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LeasekitError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "InvalidLeaseIdError",
+    "InvalidDurationError",
+    "TableNotFoundError",
+    "TableExistsError",
+    "BucketNotFoundError",
+    "SnapshotNotFoundError",
+    "LeaseNotFoundError",
+    "LeaseExpiredError",
+    "NotPinnedError",
+    "IllegalStateError",
+    "IllegalOperationError",
+    "CommitFailedError",
+    "NoOffsetForBucketError",
+    "OffsetOutOfRangeError",
+    "GroupNotEmptyError",
+    "CorruptMetadataError",
+    "MetadataTooLargeError",
+    "ZooKeeperUnavailableError",
+    "PermissionDeniedError",
+    "JavaNotFoundError",
+]
+
+
+class LeasekitError(Exception):
+    """Root of every leasekit error."""
+
+    retriable = False
+
+
+class InvalidArgumentError(LeasekitError, ValueError):
+    """An argument has a bad value."""
+
+
+class InvalidTypeError(LeasekitError, TypeError):
+    """An argument has the wrong type."""
+
+
+class InvalidLeaseIdError(InvalidArgumentError):
+    """A lease or group id breaks the id rule (1-128 of [A-Za-z0-9._-], not . or ..)."""
+
+
+class InvalidDurationError(InvalidArgumentError):
+    """A duration cannot be parsed or is out of the allowed range."""
+
+
+class TableNotFoundError(LeasekitError):
+    """The named table does not exist."""
+
+
+class TableExistsError(LeasekitError):
+    """A table with that name exists already."""
+
+
+class BucketNotFoundError(LeasekitError):
+    """The bucket number is outside the table's bucket range."""
+
+
+class SnapshotNotFoundError(LeasekitError):
+    """The snapshot does not exist (never taken, or deleted by retention)."""
+
+
+class LeaseNotFoundError(LeasekitError):
+    """The lease does not exist."""
+
+
+class LeaseExpiredError(LeasekitError):
+    """The lease expired (or was dropped) before the call."""
+
+
+class NotPinnedError(LeasekitError):
+    """The lease does not pin every bucket the call needs."""
+
+
+class IllegalStateError(LeasekitError):
+    """The call is not allowed in the current state."""
+
+
+class IllegalOperationError(LeasekitError):
+    """The call is never allowed for this object (for example commit without a group)."""
+
+
+class CommitFailedError(LeasekitError):
+    """An offset commit was rejected (the member no longer owns the bucket)."""
+
+
+class NoOffsetForBucketError(LeasekitError):
+    """No committed offset and auto_offset_reset is "none"."""
+
+
+class OffsetOutOfRangeError(LeasekitError):
+    """An offset lies outside [beginning, end] of its bucket."""
+
+
+class GroupNotEmptyError(LeasekitError):
+    """The consumer group still has live members."""
+
+
+class CorruptMetadataError(LeasekitError):
+    """A metadata value cannot be decoded; ``path`` names the znode."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class MetadataTooLargeError(LeasekitError):
+    """A metadata value would exceed what ZooKeeper can store."""
+
+
+class ZooKeeperUnavailableError(LeasekitError):
+    """ZooKeeper could not be reached in time; the call may be retried."""
+
+    retriable = True
+
+
+class PermissionDeniedError(LeasekitError):
+    """ZooKeeper refused the call for lack of credentials (ACL)."""
+
+
+class JavaNotFoundError(LeasekitError):
+    """No Java runtime was found for the embedded ZooKeeper or Spark."""

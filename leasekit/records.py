@@ -1,0 +1,68 @@
+"""Typed value records that cross module boundaries and reach users.
+
+Every record is an immutable NamedTuple; each field is documented.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import NamedTuple
+
+__all__ = ["TableBucket", "OffsetRange", "Snapshot", "LogSegment"]
+
+
+class TableBucket(NamedTuple):
+    """One bucket of one table."""
+
+    table: str
+    """Table name."""
+    bucket: int
+    """Bucket number, 0 <= bucket < the table's bucket count."""
+
+
+class OffsetRange(NamedTuple):
+    """A half-open range of log offsets ``[start, end)``."""
+
+    start: int
+    """First offset in the range."""
+    end: int
+    """One past the last offset in the range."""
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return self.end - self.start
+
+
+class Snapshot(NamedTuple):
+    """A KV snapshot of one bucket: the state after log records ``[0, log_offset)``."""
+
+    table_bucket: TableBucket
+    """The bucket the snapshot belongs to."""
+    snapshot_id: int
+    """Per-bucket id, 1, 2, 3, ... strictly increasing."""
+    log_offset: int
+    """The snapshot holds the state after applying records before this offset."""
+    row_count: int
+    """Live keys in the snapshot."""
+    size_bytes: int
+    """Total size of the snapshot's files."""
+    created_at: datetime
+    """When the snapshot was registered (ZooKeeper clock, UTC)."""
+    files: tuple[str, ...]
+    """Absolute paths (local warehouse) or full URIs of the Parquet files."""
+
+
+class LogSegment(NamedTuple):
+    """An immutable Parquet file holding log records ``[base_offset, end_offset)`` of a bucket."""
+
+    table_bucket: TableBucket
+    """The bucket the segment belongs to."""
+    base_offset: int
+    """Offset of the segment's first record."""
+    end_offset: int
+    """One past the offset of the segment's last record."""
+    timestamp_ms: int
+    """Commit time of the segment (ZooKeeper clock, ms); every record carries it."""
+    size_bytes: int
+    """Size of the segment file."""
+    file: str
+    """Absolute path or full URI of the segment file."""

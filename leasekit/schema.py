@@ -1,0 +1,616 @@
+"""Table schemas: Spark DDL parsing and printing, normalization, primary keys,
+the stored (Arrow IPC) form, and conforming user rows to a schema.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, NamedTuple, NoReturn
+
+import pyarrow as pa
+
+from .errors import CorruptMetadataError, InvalidArgumentError, InvalidTypeError
+
+__all__ = [
+    "RESERVED_COLUMNS",
+    "parse_schema",
+    "to_ddl",
+    "check_primary_key",
+    "with_primary_key",
+    "serialize_schema",
+    "deserialize_schema",
+    "conform",
+]
+
+RESERVED_COLUMNS = ("_offset", "_timestamp", "_op", "_bucket")
+"""Column names the change log adds; user schemas may not use them (in any case)."""
+
+_MAX_DEPTH = 32
+_COMMENT = b"comment"
+_SIMPLE = (  # Spark names (the first is the one printed) and their arrow types
+    ("BOOLEAN", pa.bool_()), ("TINYINT BYTE", pa.int8()), ("SMALLINT SHORT", pa.int16()),
+    ("INT INTEGER", pa.int32()), ("BIGINT LONG", pa.int64()), ("FLOAT REAL", pa.float32()),
+    ("DOUBLE", pa.float64()), ("STRING", pa.string()), ("BINARY", pa.binary()),
+    ("DATE", pa.date32()), ("TIMESTAMP_LTZ TIMESTAMP", pa.timestamp("us", tz="UTC")),
+    ("TIMESTAMP_NTZ", pa.timestamp("us")),
+)  # fmt: skip
+_TYPE_BY_NAME = {name: arrow for names, arrow in _SIMPLE for name in names.split()}
+_NAME_BY_TYPE = {arrow: names.split()[0] for names, arrow in _SIMPLE}
+_SUPPORTED = (
+    "BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, DECIMAL(p,s), STRING, VARCHAR(n), "
+    "CHAR(n), BINARY, DATE, TIMESTAMP, TIMESTAMP_LTZ, TIMESTAMP_NTZ, ARRAY, MAP, STRUCT"
+)
+_KEY_TYPES = "TINYINT, SMALLINT, INT, BIGINT, STRING, BINARY, BOOLEAN, DATE or TIMESTAMP"
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "0": "\0", "Z": "\x1a"}
+_TOKEN = re.compile(
+    r"(?P<ws>[ \t\r\n]+)|(?P<word>[A-Za-z0-9_]+)|(?P<quoted>`(?:[^`]|``)*`)"
+    r"|(?P<string>'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\")|(?P<punct>[<>(),:])",
+    re.DOTALL,
+)
+# What pyarrow, or a Python value it converts, raises for bad data.
+_DATA_ERRORS = (pa.ArrowException, ValueError, TypeError, ArithmeticError)
+
+
+def _type_error(what: str, expected: str, value: object) -> InvalidTypeError:
+    return InvalidTypeError(f"{what} must be {expected}, not {type(value).__name__}")
+
+
+# --- DDL parsing -----------------------------------------------------------------------
+
+
+class _Token(NamedTuple):
+    kind: str  # word, number, quoted, string, eof, or the punctuation character itself
+    text: str
+    pos: int
+
+
+def _syntax_error(text: str, pos: int, message: str) -> InvalidArgumentError:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    col = pos - start
+    cut = max(0, col - 40)
+    snippet = text[start : len(text) if end < 0 else end][cut : col + 40]
+    caret = " " * (col - cut) + "^"
+    where = f"invalid schema at character {pos + 1}"
+    return InvalidArgumentError(f"{where}: {message}\n  {snippet}\n  {caret}")
+
+
+def _tokenize(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    pos = 0
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            problem = {"`": "unterminated `name` (write a backtick inside a name as ``)",
+                       "'": "unterminated string", '"': "unterminated string"}  # fmt: skip
+            raise _syntax_error(text, pos, problem.get(text[pos], f"unexpected {text[pos]!r}"))
+        kind, value = match.lastgroup or "", match.group()
+        if kind != "ws":
+            kind = {"punct": value, "word": "number" if value.isdigit() else kind}.get(kind, kind)
+            tokens.append(_Token(kind, value, pos))
+        pos = match.end()
+    return [*tokens, _Token("eof", "", len(text))]
+
+
+class _DdlParser:
+    """Recursive descent over ``column (',' column)*``, building arrow fields directly."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.index = 0
+
+    def peek(self) -> _Token:
+        return self.tokens[self.index]
+
+    def advance(self) -> _Token:
+        token = self.tokens[self.index]
+        self.index = min(self.index + 1, len(self.tokens) - 1)
+        return token
+
+    def fail(self, message: str, token: _Token | None = None) -> NoReturn:
+        raise _syntax_error(self.text, (token or self.peek()).pos, message)
+
+    def expected(self, what: str, token: _Token | None = None) -> NoReturn:
+        token = token or self.peek()
+        found = "the end of the schema" if token.kind == "eof" else repr(token.text)
+        self.fail(f"expected {what}, found {found}", token)
+
+    def accept(self, kind: str) -> bool:
+        if self.peek().kind == kind:
+            self.advance()
+            return True
+        return False
+
+    def expect(self, kind: str, what: str) -> _Token:
+        if self.peek().kind != kind:
+            self.expected(what)
+        return self.advance()
+
+    def keyword(self, word: str) -> bool:
+        token = self.peek()
+        return token.kind == "word" and token.text.upper() == word and bool(self.advance())
+
+    def fields(self, depth: int, end: str, what: str) -> list[pa.Field]:
+        fields = [self.field(depth)]
+        while self.accept(","):
+            fields.append(self.field(depth))
+        self.expect(end, what)
+        return fields
+
+    def field(self, depth: int) -> pa.Field:
+        token = self.advance()
+        if token.kind not in ("word", "quoted"):
+            self.expected("a column name", token)
+        name = token.text[1:-1].replace("``", "`") if token.kind == "quoted" else token.text
+        self.accept(":")
+        data_type = self.data_type(depth)
+        nullable, comment = True, None
+        while True:
+            token = self.peek()
+            if self.keyword("NOT"):
+                if not self.keyword("NULL"):
+                    self.expected("NULL after NOT")
+                if not nullable:
+                    self.fail("NOT NULL is given twice", token)
+                nullable = False
+            elif self.keyword("COMMENT"):
+                if comment is not None:
+                    self.fail("COMMENT is given twice", token)
+                comment = self.string_literal()
+            else:
+                break
+        metadata = None if comment is None else {_COMMENT: comment.encode("utf-8")}
+        return pa.field(name, data_type, nullable, metadata)
+
+    def string_literal(self) -> str:
+        token = self.expect("string", "a quoted string after COMMENT")
+
+        def unescape(match: re.Match[str]) -> str:
+            code = match.group(1)
+            if code is None:  # a doubled quote
+                return quote
+            if len(code) == 1:
+                return _ESCAPES.get(code, code)
+            if 0xD800 <= int(code[1:], 16) <= 0xDFFF:
+                self.fail(f"\\{code} is not a character", token)
+            return chr(int(code[1:], 16))
+
+        quote = token.text[0]
+        escape = r"\\(u[0-9a-fA-F]{4}|.)|" + quote * 2
+        return re.sub(escape, unescape, token.text[1:-1], flags=re.DOTALL)
+
+    def number(self, what: str) -> int:
+        return int(self.expect("number", what).text)
+
+    def data_type(self, depth: int) -> pa.DataType:
+        token = self.peek()
+        if depth >= _MAX_DEPTH:
+            self.fail(f"types may nest at most {_MAX_DEPTH} levels deep")
+        if token.kind != "word":
+            self.expected("a data type")
+        self.advance()
+        name = token.text.upper()
+        if name in ("ARRAY", "MAP", "STRUCT"):
+            self.expect("<", f"'<' after {name}")
+        if name == "ARRAY":
+            item = self.data_type(depth + 1)
+            self.expect(">", "'>' to close ARRAY<")
+            return pa.list_(item)
+        if name == "MAP":
+            key = self.data_type(depth + 1)
+            self.expect(",", "',' between the MAP key and value types")
+            value = self.data_type(depth + 1)
+            self.expect(">", "'>' to close MAP<")
+            return pa.map_(key, value)
+        if name == "STRUCT":
+            if self.peek().kind == ">":
+                self.fail("STRUCT needs at least one field")
+            return pa.struct(self.fields(depth + 1, ">", "',' or '>' to close STRUCT<"))
+        if name in ("DECIMAL", "DEC", "NUMERIC"):
+            precision, scale = 10, 0
+            if self.accept("("):
+                precision = self.number("the DECIMAL precision")
+                scale = self.number("the DECIMAL scale") if self.accept(",") else 0
+                self.expect(")", "')' to close DECIMAL(")
+            if not 1 <= precision <= 38 or scale > precision:
+                rule = "needs 1 <= precision <= 38 and scale <= precision"
+                self.fail(f"DECIMAL({precision},{scale}) {rule}", token)
+            return pa.decimal128(precision, scale)
+        if name in ("VARCHAR", "CHAR"):
+            self.expect("(", f"'(' and a length after {name}")
+            if self.number(f"the {name} length") < 1:
+                self.fail(f"{name} length must be at least 1", token)
+            self.expect(")", f"')' to close {name}(")
+            return pa.string()
+        if name not in _TYPE_BY_NAME:
+            self.fail(f"unsupported data type {token.text!r}; supported: {_SUPPORTED}", token)
+        if self.peek().kind == "(":
+            self.fail(f"{name} takes no parameters")
+        return _TYPE_BY_NAME[name]
+
+
+# --- validation and normalization ---------------------------------------------------------
+
+
+def _check_names(names: Sequence[str], where: str) -> None:
+    seen: dict[str, str] = {}
+    for name in names:
+        if not name:
+            raise InvalidArgumentError(f"{where}: column names must not be empty")
+        other = seen.setdefault(name.lower(), name)
+        if other is not name:
+            raise InvalidArgumentError(
+                f"{where}: duplicate column name {name!r} "
+                f"(names are case-insensitive; {other!r} exists)"
+            )
+
+
+def _normalize_type(data_type: pa.DataType, path: str, depth: int) -> pa.DataType:
+    t = pa.types
+    if depth >= _MAX_DEPTH:
+        raise InvalidArgumentError(f"column {path!r}: types may nest at most {_MAX_DEPTH} levels")
+    if data_type in _NAME_BY_TYPE:
+        return data_type
+    if t.is_string(data_type) or t.is_large_string(data_type):
+        return pa.string()
+    if t.is_binary(data_type) or t.is_large_binary(data_type):
+        return pa.binary()
+    if t.is_date64(data_type):
+        return pa.date32()
+    if t.is_timestamp(data_type):  # a zoned timestamp is an instant, kept in UTC
+        return pa.timestamp("us", tz="UTC" if data_type.tz else None)
+    if t.is_decimal(data_type) and 1 <= data_type.precision <= 38 and data_type.scale >= 0:
+        return pa.decimal128(data_type.precision, data_type.scale)
+    if t.is_list(data_type) or t.is_large_list(data_type):
+        item = data_type.value_field
+        item_type = _normalize_type(item.type, f"{path}.element", depth + 1)
+        return pa.list_(pa.field("item", item_type, item.nullable))
+    if t.is_map(data_type):
+        key = _normalize_type(data_type.key_type, f"{path}.key", depth + 1)
+        item = data_type.item_field
+        value = _normalize_type(item.type, f"{path}.value", depth + 1)
+        return pa.map_(pa.field("key", key, False), pa.field("value", value, item.nullable))
+    if t.is_struct(data_type) and data_type.num_fields:
+        fields = list(data_type)
+        _check_names([f.name for f in fields], f"struct column {path!r}")
+        return pa.struct([_normalize_field(f, f"{path}.{f.name}", depth + 1) for f in fields])
+    hint = " (use a signed type)" if t.is_unsigned_integer(data_type) else ""
+    raise InvalidArgumentError(
+        f"column {path!r} has unsupported type {data_type}{hint}; supported: {_SUPPORTED}"
+    )
+
+
+def _normalize_field(field: pa.Field, path: str, depth: int = 0) -> pa.Field:
+    comment = (field.metadata or {}).get(_COMMENT)
+    metadata = None if comment is None else {_COMMENT: comment}
+    return pa.field(field.name, _normalize_type(field.type, path, depth), field.nullable, metadata)
+
+
+def parse_schema(schema: str | pa.Schema) -> pa.Schema:
+    """A validated, normalized arrow schema from Spark DDL text or an arrow schema.
+
+    Normalized: timestamps in microseconds (zoned ones in UTC), plain string and binary,
+    decimal128, date32; no schema metadata and only the ``comment`` field metadata.
+    """
+    if isinstance(schema, str):
+        try:
+            schema.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(f"schema text is not valid Unicode: {exc}") from None
+        parser = _DdlParser(schema)
+        if parser.peek().kind == "eof":
+            parser.fail("a schema needs at least one column, like 'id BIGINT NOT NULL'")
+        fields = parser.fields(0, "eof", "',' or the end of the schema")
+    elif isinstance(schema, pa.Schema):
+        fields = list(schema)
+    else:
+        raise _type_error("schema", "a DDL str or a pyarrow.Schema", schema)
+    if not fields:
+        raise InvalidArgumentError("a schema needs at least one column")
+    _check_names([f.name for f in fields], "schema")
+    for field in fields:
+        if field.name.lower() in RESERVED_COLUMNS:
+            raise InvalidArgumentError(
+                f"column name {field.name!r} is reserved ({', '.join(RESERVED_COLUMNS)} are "
+                "added by the change log); rename the column"
+            )
+    return pa.schema([_normalize_field(f, f.name) for f in fields])
+
+
+# --- DDL printing ------------------------------------------------------------------------
+
+
+def _field_ddl(field: pa.Field, separator: str) -> str:
+    name = field.name
+    if not _PLAIN_NAME.fullmatch(name):
+        name = "`" + name.replace("`", "``") + "`"
+    text = name + separator + _type_ddl(field.type) + ("" if field.nullable else " NOT NULL")
+    comment = (field.metadata or {}).get(_COMMENT)
+    if comment is not None:
+        escaped = comment.decode("utf-8", errors="replace").replace("\\", "\\\\")
+        escaped = escaped.replace("'", "\\'")
+        escaped = escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        text += f" COMMENT '{escaped}'"
+    return text
+
+
+def _type_ddl(data_type: pa.DataType) -> str:
+    if pa.types.is_decimal(data_type):
+        return f"DECIMAL({data_type.precision},{data_type.scale})"
+    if pa.types.is_list(data_type):
+        return f"ARRAY<{_type_ddl(data_type.value_type)}>"
+    if pa.types.is_map(data_type):
+        return f"MAP<{_type_ddl(data_type.key_type)}, {_type_ddl(data_type.item_type)}>"
+    if pa.types.is_struct(data_type):
+        return "STRUCT<" + ", ".join(_field_ddl(f, ": ") for f in data_type) + ">"
+    return _NAME_BY_TYPE[data_type]
+
+
+def to_ddl(schema: pa.Schema) -> str:
+    """The Spark DDL column list for ``schema``, its types normalized as by ``parse_schema``.
+
+    Zoned timestamps print as TIMESTAMP_LTZ, which means the same whatever
+    ``spark.sql.timestampType`` is. Reserved column names are allowed here.
+    """
+    if not isinstance(schema, pa.Schema):
+        raise _type_error("schema", "a pyarrow.Schema", schema)
+    if not len(schema):
+        raise InvalidArgumentError("a schema needs at least one column")
+    return ", ".join(_field_ddl(_normalize_field(f, f.name), " ") for f in schema)
+
+
+# --- primary keys ------------------------------------------------------------------------
+
+
+def _is_key_type(data_type: pa.DataType) -> bool:
+    t = pa.types
+    checks = (t.is_signed_integer, t.is_string, t.is_large_string, t.is_binary,
+              t.is_large_binary, t.is_boolean, t.is_date32, t.is_timestamp)  # fmt: skip
+    return any(check(data_type) for check in checks)
+
+
+def check_primary_key(schema: pa.Schema, primary_key: str | Sequence[str]) -> tuple[str, ...]:
+    """The key's column names as spelled in ``schema``; the str ``"a,b"`` names two columns."""
+    if not isinstance(schema, pa.Schema):
+        raise _type_error("schema", "a pyarrow.Schema", schema)
+    if isinstance(primary_key, str):
+        names = [part.strip() for part in primary_key.split(",")] if primary_key.strip() else []
+    elif isinstance(primary_key, Sequence) and not isinstance(primary_key, (bytes, bytearray)):
+        names = list(primary_key)
+        for name in names:
+            if not isinstance(name, str):
+                raise _type_error("a primary key column name", "a str", name)
+    else:
+        raise _type_error("primary key", "a str or a sequence of str", primary_key)
+    if not names:
+        raise InvalidArgumentError("primary key must name at least one column")
+    resolved: list[str] = []
+    for name in names:
+        if not name:
+            raise InvalidArgumentError(f"primary key {primary_key!r} has an empty column name")
+        matches = [c for c in schema.names if c.lower() == name.lower()]
+        column = name if name in schema.names else matches[0] if len(matches) == 1 else None
+        if column is None:
+            columns = ", ".join(schema.names)
+            raise InvalidArgumentError(
+                f"primary key column {name!r} is not in the schema (columns: {columns})"
+            )
+        if column in resolved:
+            raise InvalidArgumentError(f"column {column!r} appears twice in the primary key")
+        data_type = schema.field(column).type
+        if not _is_key_type(data_type):
+            raise InvalidArgumentError(
+                f"primary key column {column!r} has type {data_type}; "
+                f"key columns must be {_KEY_TYPES}"
+            )
+        resolved.append(column)
+    return tuple(resolved)
+
+
+def with_primary_key(schema: pa.Schema, primary_key: str | Sequence[str]) -> pa.Schema:
+    """``schema`` with the (checked) primary key columns made NOT NULL."""
+    key = set(check_primary_key(schema, primary_key))
+    fields = [f.with_nullable(False) if f.name in key else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+# --- stored form -------------------------------------------------------------------------
+
+
+def serialize_schema(schema: pa.Schema) -> bytes:
+    """``schema`` as Arrow IPC bytes, field metadata included."""
+    if not isinstance(schema, pa.Schema):
+        raise _type_error("schema", "a pyarrow.Schema", schema)
+    return schema.serialize().to_pybytes()
+
+
+def deserialize_schema(data: bytes) -> pa.Schema:
+    """The schema stored by ``serialize_schema``; ``CorruptMetadataError`` if unreadable."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise _type_error("schema data", "bytes", data)
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(bytes(data)))
+    except (pa.ArrowException, ValueError, TypeError, OSError, EOFError) as exc:
+        raise CorruptMetadataError(f"stored schema cannot be decoded: {exc}") from None
+
+
+# --- conforming rows ---------------------------------------------------------------------
+
+_KIND_CHANGES = {
+    ("integer", "floating"), ("integer", "decimal"), ("floating", "integer"),
+    ("floating", "decimal"), ("decimal", "integer"), ("decimal", "floating"),
+    ("binary", "string"), ("string", "binary"), ("date", "timestamp"),
+}  # fmt: skip
+
+
+def _kind(data_type: pa.DataType) -> str:
+    t = pa.types
+    kinds = (("null", t.is_null), ("boolean", t.is_boolean), ("integer", t.is_integer),
+             ("floating", t.is_floating), ("decimal", t.is_decimal), ("date", t.is_date),
+             ("timestamp", t.is_timestamp), ("map", t.is_map), ("struct", t.is_struct),
+             ("string", t.is_string), ("string", t.is_large_string), ("binary", t.is_binary),
+             ("binary", t.is_large_binary), ("list", t.is_list),
+             ("list", t.is_large_list))  # fmt: skip
+    return next((kind for kind, check in kinds if check(data_type)), str(data_type))
+
+
+def _cast_problem(source: pa.DataType, target: pa.DataType) -> str | None:
+    """Why ``source`` values may not become ``target`` ones (None: a safe cast decides)."""
+    if pa.types.is_dictionary(source):
+        source = source.value_type
+    have, want = _kind(source), _kind(target)
+    if have == "null" or source == target:
+        return None
+    if have != want and (have, want) not in _KIND_CHANGES:
+        return f"{have} values cannot be stored as {want}"
+    if have == "timestamp" and source.tz and not target.tz:
+        return "zoned timestamps cannot go into a TIMESTAMP_NTZ column; drop the zone first"
+    if have == "list":
+        return _cast_problem(source.value_type, target.value_type)
+    if have == "map":
+        keys = _cast_problem(source.key_type, target.key_type)
+        return keys or _cast_problem(source.item_type, target.item_type)
+    if have == "struct":
+        wanted = {field.name: field.type for field in target}
+        for field in source:
+            if field.name not in wanted:
+                return f"struct field {field.name!r} is not in the column's type"
+            problem = _cast_problem(field.type, wanted[field.name])
+            if problem:
+                return problem
+    return None
+
+
+def _has_map(data_type: pa.DataType) -> bool:
+    return pa.types.is_map(data_type) or any(
+        _has_map(data_type.field(i).type) for i in range(data_type.num_fields)
+    )
+
+
+def _conversion_error(name: str, source: object, target: object, detail: object) -> Exception:
+    origin = "" if source is None else f" from {source}"
+    return InvalidArgumentError(f"column {name!r} cannot become{origin} {target}: {detail}")
+
+
+def _convert(name: str, target: pa.DataType, data: Any) -> Any:
+    """Column ``name`` as ``target``. ``data`` is an arrow column, or a ``pa.array`` partial over
+    Python/pandas values: called bare to infer a type that is then cast safely, or with the
+    target type for what inference cannot type (mixed values, dicts meant as maps)."""
+    import pyarrow.compute as pc
+
+    typed = None if isinstance(data, pa.ChunkedArray) else data
+    try:
+        source = data if typed is None else typed()
+    except _DATA_ERRORS:
+        source = None
+    problem = None if source is None else _cast_problem(source.type, target)
+    if typed is not None and (source is None or (problem and _has_map(target))):
+        try:
+            return typed(type=target)
+        except _DATA_ERRORS as exc:
+            raise _conversion_error(name, None, target, exc) from None
+    if problem:
+        raise _conversion_error(name, source.type, target, problem)
+    try:
+        result = source.cast(target, safe=True)
+    except _DATA_ERRORS as exc:
+        raise _conversion_error(name, source.type, target, exc) from None
+    # Safe casts still round floats into decimals and overflow doubles into FLOAT.
+    if pa.types.is_floating(source.type) and pa.types.is_decimal(target):
+        exact = pc.all(pc.equal(result.cast(pa.float64()), source.cast(pa.float64())))
+        if exact.as_py() is False:
+            detail = f"values have more than {target.scale} decimal places"
+            raise _conversion_error(name, source.type, target, detail)
+    if pa.types.is_floating(source.type) and pa.types.is_float32(target):
+        if pc.any(pc.and_(pc.is_finite(source), pc.is_inf(result))).as_py():
+            raise _conversion_error(name, source.type, target, "values are outside the FLOAT range")
+    return result
+
+
+def _match_columns(names: Sequence[Any], target: pa.Schema, keys_only: bool) -> dict[str, Any]:
+    """The input column that gives each target column (names match case-insensitively)."""
+    lower = {field.name.lower(): field.name for field in target}
+    matched: dict[str, Any] = {}
+    extra = []
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"column names must be str, got {name!r}")
+        column = name if name in target.names else lower.get(name.lower())
+        if column is None:
+            extra.append(repr(name))
+        elif column in matched:
+            other = matched[column]
+            raise InvalidArgumentError(f"columns {other!r} and {name!r} both match {column!r}")
+        else:
+            matched[column] = name
+    if extra:
+        allowed = "the key columns" if keys_only else "the schema's columns"
+        raise InvalidArgumentError(
+            f"columns not in the schema: {', '.join(extra)}; rows may hold only {allowed} "
+            f"({', '.join(target.names)})"
+        )
+    return matched
+
+
+def conform(
+    rows: Any, schema: pa.Schema, *, key_columns: Sequence[str], keys_only: bool = False
+) -> pa.Table:
+    """``rows`` (pandas DataFrame, arrow Table/RecordBatch or list of dicts) as ``schema``.
+
+    With ``keys_only`` the table holds only the key columns. Values are cast safely by Arrow
+    rules plus type checks (no str to number, no bool to int); naive datetimes into a zoned
+    column count as UTC. Only a list of dicts may leave out a non-key column (all null).
+    """
+    if not isinstance(schema, pa.Schema):
+        raise _type_error("schema", "a pyarrow.Schema", schema)
+    if isinstance(key_columns, str) or not all(isinstance(k, str) for k in key_columns):
+        raise InvalidTypeError("key_columns must be a sequence of column names")
+    keys = tuple(key_columns)
+    for key in keys:
+        if key not in schema.names:
+            raise InvalidArgumentError(f"key column {key!r} is not in the schema")
+    if keys_only and not keys:
+        raise InvalidArgumentError("keys_only needs at least one key column")
+    target = pa.schema([f for f in schema if f.name in keys]) if keys_only else schema
+
+    pandas = sys.modules.get("pandas")  # a DataFrame implies pandas is imported already
+    if pandas is not None and isinstance(rows, pandas.DataFrame):
+        names, length = list(rows.columns), len(rows)
+        data = {name: partial(pa.array, s, from_pandas=True) for name, s in rows.items()}
+    elif isinstance(rows, (pa.Table, pa.RecordBatch)):
+        names, length = rows.column_names, rows.num_rows
+        table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
+        data = {name: table.column(i) for i, name in enumerate(names)}
+    elif isinstance(rows, list):
+        if not rows:
+            return target.empty_table()
+        names, length = [], len(rows)
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise InvalidTypeError(f"rows[{i}] is a {type(row).__name__}, not a dict")
+            names.extend(name for name in row if name not in names)
+        data = {name: partial(pa.array, [row.get(name) for row in rows]) for name in names}
+    else:
+        raise _type_error("rows", "a pandas DataFrame, a pyarrow Table or a list of dicts", rows)
+
+    matched = _match_columns(names, target, keys_only)
+    columns = []
+    for field in target:
+        is_key = field.name in keys
+        if field.name in matched:
+            column = _convert(field.name, field.type, data[matched[field.name]])
+        elif is_key or not isinstance(rows, list):
+            raise InvalidArgumentError(f"missing {'key ' if is_key else ''}column {field.name!r}")
+        else:
+            column = pa.nulls(length, field.type)
+        if column.null_count and (is_key or not field.nullable):
+            kind = "key column" if is_key else "NOT NULL column"
+            count = column.null_count
+            raise InvalidArgumentError(f"{kind} {field.name!r} has {count} null value(s)")
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=target)

@@ -1,0 +1,456 @@
+"""The ZooKeeper layer: the only module that imports kazoo.
+
+Owns the session, the msgpack codec with its format version, transactions,
+compare-and-set, pipelined reads, the server clock and error translation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any, NamedTuple, TypeVar
+
+import msgpack
+from kazoo import exceptions as kx
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import make_digest_acl
+
+from .errors import (
+    CorruptMetadataError,
+    IllegalStateError,
+    InvalidArgumentError,
+    LeasekitError,
+    MetadataTooLargeError,
+    PermissionDeniedError,
+    ZooKeeperUnavailableError,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "encode",
+    "decode",
+    "Stat",
+    "Node",
+    "Create",
+    "SetData",
+    "Delete",
+    "Check",
+    "TxnConflict",
+    "ZkStore",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+"""Version of every stored value; bump when the storage format changes."""
+
+MAX_TXN_BYTES = 512 * 1024
+"""Largest transaction we send; ZooKeeper's request limit (jute.maxbuffer) is 1 MB."""
+MAX_TXN_OPS = 1000
+MAX_VALUE_BYTES = 900 * 1024
+
+T = TypeVar("T")
+
+
+def encode(value: dict[str, Any]) -> bytes:
+    """msgpack bytes of ``value`` with the format version under key ``"v"``."""
+    data = msgpack.packb({"v": FORMAT_VERSION, **value}, use_bin_type=True)
+    if len(data) > MAX_VALUE_BYTES:
+        raise MetadataTooLargeError(f"metadata value of {len(data)} bytes exceeds {MAX_VALUE_BYTES}")
+    return data
+
+
+def decode(data: bytes, path: str) -> dict[str, Any]:
+    """The value stored at ``path``; ``CorruptMetadataError`` for garbage or unknown versions."""
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise CorruptMetadataError(f"cannot decode metadata at {path}: {exc}", path) from None
+    if not isinstance(value, dict) or "v" not in value:
+        raise CorruptMetadataError(f"metadata at {path} is not a versioned record", path)
+    if value["v"] != FORMAT_VERSION:
+        raise CorruptMetadataError(
+            f"metadata at {path} has format version {value['v']!r}; this leasekit reads {FORMAT_VERSION}",
+            path,
+        )
+    return value
+
+
+def to_datetime(ms: int) -> datetime:
+    """UTC datetime of epoch milliseconds."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+class Stat(NamedTuple):
+    """The parts of a znode's stat that leasekit uses."""
+
+    version: int
+    """Data version, for compare-and-set."""
+    ctime_ms: int
+    """Creation time, ZooKeeper clock."""
+    mtime_ms: int
+    """Last modification time, ZooKeeper clock."""
+    num_children: int
+    """Number of children."""
+    cversion: int
+    """Child version: changes whenever a child is created or deleted."""
+
+
+class Node(NamedTuple):
+    """A znode's raw data with its stat."""
+
+    data: bytes
+    stat: Stat
+
+
+class Create(NamedTuple):
+    """Transaction op: create ``path`` with ``data``."""
+
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+
+
+class SetData(NamedTuple):
+    """Transaction op: set ``path`` to ``data`` if its version is ``version`` (-1: any)."""
+
+    path: str
+    data: bytes
+    version: int = -1
+
+
+class Delete(NamedTuple):
+    """Transaction op: delete ``path`` if its version is ``version`` (-1: any)."""
+
+    path: str
+    version: int = -1
+
+
+class Check(NamedTuple):
+    """Transaction op: fail unless ``path`` exists with ``version``."""
+
+    path: str
+    version: int
+
+
+Op = Create | SetData | Delete | Check
+
+
+class TxnConflict(LeasekitError):
+    """A transaction failed on one op; ``reason`` is "nonode", "exists", "version" or "notempty"."""
+
+    def __init__(self, index: int, op: Op, reason: str) -> None:
+        super().__init__(f"transaction op {index} ({type(op).__name__} {op.path}) failed: {reason}")
+        self.index = index
+        self.op = op
+        self.reason = reason
+
+
+_CONFLICTS: dict[type[BaseException], str] = {
+    kx.NoNodeError: "nonode",
+    kx.NodeExistsError: "exists",
+    kx.BadVersionError: "version",
+    kx.NotEmptyError: "notempty",
+}
+
+
+def _stat(s: Any) -> Stat:
+    return Stat(s.version, s.ctime, s.mtime, s.numChildren, s.cversion)
+
+
+@contextlib.contextmanager
+def translated(what: str = "ZooKeeper call") -> Iterator[None]:
+    """Translate kazoo errors raised inside into ``leasekit.errors``."""
+    try:
+        yield
+    except LeasekitError:
+        raise
+    except (kx.NoAuthError, kx.AuthFailedError) as exc:
+        raise PermissionDeniedError(f"{what}: ZooKeeper denied access ({type(exc).__name__})") from None
+    except (
+        kx.ConnectionLoss,
+        kx.SessionExpiredError,
+        kx.OperationTimeoutError,
+        kx.ConnectionClosedError,
+        KazooTimeoutError,
+        RetryFailedError,
+        kx.SessionMovedError,
+    ) as exc:
+        raise ZooKeeperUnavailableError(f"{what}: ZooKeeper unavailable ({type(exc).__name__})") from None
+    except kx.BadArgumentsError as exc:
+        raise InvalidArgumentError(f"{what}: bad arguments ({exc})") from None
+    except kx.KazooException as exc:
+        raise IllegalStateError(f"{what}: ZooKeeper error {type(exc).__name__}: {exc}") from None
+
+
+class ZkStore:
+    """A ZooKeeper session with leasekit's codec, transactions and retries.
+
+    ``hosts`` is a kazoo connect string; ``auth`` a (user, password) pair that
+    turns on digest ACLs for everything this store creates.
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        timeout: float = 10.0,
+        auth: tuple[str, str] | None = None,
+    ) -> None:
+        self.hosts = hosts
+        self.timeout = timeout
+        self._auth = auth
+        self._client: KazooClient | None = None
+        self._lock = threading.Lock()
+
+    # -- session --------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect; ``ZooKeeperUnavailableError`` if no server answers within the timeout."""
+        auth_data = None
+        default_acl = None
+        if self._auth is not None:
+            user, password = self._auth
+            auth_data = [("digest", f"{user}:{password}")]
+            default_acl = [make_digest_acl(user, password, all=True)]
+        retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0, "ignore_expire": True}
+        client = KazooClient(
+            hosts=self.hosts,
+            timeout=max(self.timeout, 4.0),
+            auth_data=auth_data,
+            default_acl=default_acl,
+            connection_retry=dict(retry),
+            command_retry=dict(retry, deadline=self.timeout),
+            logger=log,
+        )
+        try:
+            client.start(timeout=self.timeout)
+        except KazooTimeoutError:
+            client.stop()
+            client.close()
+            raise ZooKeeperUnavailableError(
+                f"cannot reach ZooKeeper at {self.hosts} within {self.timeout:g}s"
+            ) from None
+        except kx.AuthFailedError:
+            client.stop()
+            client.close()
+            raise PermissionDeniedError(f"ZooKeeper at {self.hosts} rejected the credentials") from None
+        self._client = client
+
+    def close(self) -> None:
+        """End the session (its ephemeral znodes go with it)."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.stop()
+            with contextlib.suppress(Exception):
+                client.close()
+
+    @property
+    def client(self) -> KazooClient:
+        if self._client is None:
+            raise IllegalStateError("the connection is closed")
+        return self._client
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._client.connected
+
+    def add_state_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener`` with "CONNECTED", "SUSPENDED" or "LOST" on session changes."""
+        self.client.add_listener(lambda state: listener(str(state)))
+
+    def _retry(self, func: Callable[..., T], *args: Any, what: str) -> T:
+        with translated(what):
+            return self.client.retry(func, *args)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, path: str) -> Node | None:
+        """The znode at ``path``, or None if it does not exist."""
+        with translated(f"read {path}"):
+            try:
+                data, stat = self.client.retry(self.client.get, path)
+            except kx.NoNodeError:
+                return None
+        return Node(data, _stat(stat))
+
+    def get_value(self, path: str) -> tuple[dict[str, Any], Stat] | None:
+        """The decoded value at ``path`` with its stat, or None."""
+        node = self.get(path)
+        if node is None:
+            return None
+        return decode(node.data, path), node.stat
+
+    def get_many(self, paths: Sequence[str]) -> list[Node | None]:
+        """Read many znodes with pipelined requests; None where a znode is missing."""
+
+        def attempt() -> list[Node | None]:
+            pending = [self.client.get_async(p) for p in paths]
+            out: list[Node | None] = []
+            for result in pending:
+                try:
+                    data, stat = result.get(timeout=self.timeout)
+                    out.append(Node(data, _stat(stat)))
+                except kx.NoNodeError:
+                    out.append(None)
+            return out
+
+        return self._pipelined(attempt, f"read {len(paths)} znodes")
+
+    def children(self, path: str) -> list[str] | None:
+        """Sorted child names of ``path``, or None if it does not exist."""
+        with translated(f"list {path}"):
+            try:
+                return sorted(self.client.retry(self.client.get_children, path))
+            except kx.NoNodeError:
+                return None
+
+    def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
+        """Sorted children of many znodes, pipelined; None where a znode is missing."""
+
+        def attempt() -> list[list[str] | None]:
+            pending = [self.client.get_children_async(p) for p in paths]
+            out: list[list[str] | None] = []
+            for result in pending:
+                try:
+                    out.append(sorted(result.get(timeout=self.timeout)))
+                except kx.NoNodeError:
+                    out.append(None)
+            return out
+
+        return self._pipelined(attempt, f"list {len(paths)} znodes")
+
+    def exists(self, path: str) -> Stat | None:
+        with translated(f"stat {path}"):
+            stat = self.client.retry(self.client.exists, path)
+        return None if stat is None else _stat(stat)
+
+    def _pipelined(self, attempt: Callable[[], T], what: str) -> T:
+        with translated(what):
+            return self.client.retry(attempt)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents (empty values) if missing."""
+        with translated(f"create {path}"):
+            self.client.retry(self.client.ensure_path, path)
+
+    def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        """Set data; raises ``TxnConflict`` on a version mismatch or missing znode."""
+        return self.commit([SetData(path, data, version)])[0]
+
+    def commit(self, ops: Sequence[Op]) -> list[Any]:
+        """Run ``ops`` as one transaction; raises ``TxnConflict`` naming the op that failed.
+
+        Results are a path per Create, a Stat per SetData and True per Delete/Check.
+        A connection loss is not retried here: the caller knows whether the
+        transaction is idempotent and how to check whether it committed.
+        """
+        if not ops:
+            return []
+        size = sum(len(op.path) + len(getattr(op, "data", b"")) + 32 for op in ops)
+        if size > 1000 * 1024:
+            raise MetadataTooLargeError(f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit")
+        with translated(f"transaction of {len(ops)} ops"):
+            txn = self.client.transaction()
+            for op in ops:
+                if isinstance(op, Create):
+                    txn.create(op.path, op.data, ephemeral=op.ephemeral)
+                elif isinstance(op, SetData):
+                    txn.set_data(op.path, op.data, version=op.version)
+                elif isinstance(op, Delete):
+                    txn.delete(op.path, version=op.version)
+                else:
+                    txn.check(op.path, op.version)
+            results = txn.commit()
+        for index, result in enumerate(results):
+            if isinstance(result, BaseException) and not isinstance(result, kx.RolledBackError):
+                reason = next((r for cls, r in _CONFLICTS.items() if isinstance(result, cls)), None)
+                if reason is None:
+                    with translated(f"transaction op {ops[index].path}"):
+                        raise result
+                raise TxnConflict(index, ops[index], reason or "unknown")
+        return [_stat(r) if hasattr(r, "mtime") else r for r in results]
+
+    def commit_chunked(self, ops: Sequence[Op]) -> None:
+        """Run ``ops`` in as few transactions as ZooKeeper's limits allow (not atomic overall)."""
+        for chunk in chunk_ops(ops):
+            self.commit(chunk)
+
+    def commit_retrying(self, build: Callable[[], Sequence[Op] | None], *, what: str,
+                        attempts: int = 200) -> list[Any]:
+        """Compare-and-set loop: rebuild ``ops`` from fresh reads until a commit succeeds.
+
+        ``build`` returns the ops (or None when nothing needs writing). On a version
+        or exists conflict it is called again after a short jittered back-off;
+        other conflicts (a missing parent, say) propagate.
+        """
+        delay = 0.002
+        for _ in range(attempts):
+            ops = build()
+            if not ops:
+                return []
+            try:
+                return self.commit(ops)
+            except TxnConflict as exc:
+                if exc.reason not in ("version", "exists"):
+                    raise
+                time.sleep(random.uniform(0, delay))
+                delay = min(delay * 2, 0.2)
+        raise IllegalStateError(f"{what}: gave up after {attempts} conflicting concurrent updates")
+
+    def delete_tree(self, path: str) -> None:
+        """Delete ``path`` and everything below it, children first, in batched transactions."""
+        while True:
+            nodes = self.descendants(path)
+            if nodes is None:
+                return
+            ops = [Delete(p) for p in reversed(nodes)]
+            try:
+                self.commit_chunked(ops)
+                return
+            except TxnConflict as exc:
+                if exc.reason not in ("nonode", "notempty"):
+                    raise
+
+    def descendants(self, path: str) -> list[str] | None:
+        """``path`` and every znode below it, parents before children (None if missing)."""
+        if self.exists(path) is None:
+            return None
+        out = [path]
+        level = [path]
+        while level:
+            kids = self.children_many(level)
+            level = [f"{parent}/{k}" for parent, names in zip(level, kids) if names for k in names]
+            out.extend(level)
+        return out
+
+    def server_time_ms(self, clock_path: str) -> int:
+        """ZooKeeper's clock in epoch ms: the mtime of a write to ``clock_path``."""
+        with translated("read the ZooKeeper clock"):
+            stat = self.client.retry(self.client.set, clock_path, b"")
+        return stat.mtime
+
+
+def chunk_ops(ops: Iterable[Op], max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> Iterator[list[Op]]:
+    """Split ``ops`` into lists that fit one ZooKeeper transaction each."""
+    chunk: list[Op] = []
+    size = 0
+    for op in ops:
+        op_size = len(op.path) + len(getattr(op, "data", b"")) + 32
+        if chunk and (len(chunk) >= max_ops or size + op_size > max_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(op)
+        size += op_size
+    if chunk:
+        yield chunk
