@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = [
+__all__ = [  # noqa: F405 - lazy names resolve in __getattr__
     "connect",
     "Connection",
     "Table",

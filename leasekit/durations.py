@@ -10,7 +10,12 @@ import math
 import re
 from datetime import timedelta
 
-from .errors import InvalidArgumentError, InvalidDurationError, InvalidLeaseIdError, InvalidTypeError
+from .errors import (
+    InvalidArgumentError,
+    InvalidDurationError,
+    InvalidLeaseIdError,
+    InvalidTypeError,
+)
 
 __all__ = [
     "parse_duration",

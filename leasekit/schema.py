@@ -492,9 +492,10 @@ def _has_map(data_type: pa.DataType) -> bool:
     )
 
 
-def _conversion_error(name: str, source: object, target: object, detail: object) -> Exception:
+def _conversion_error(name: str, source: object, target: object, detail: object) -> InvalidArgumentError:
     origin = "" if source is None else f" from {source}"
-    return InvalidArgumentError(f"column {name!r} cannot become{origin} {target}: {detail}")
+    message = f"column {name!r} cannot be converted{origin} to {target}"
+    return InvalidArgumentError(f"{message}: {detail}")
 
 
 def _convert(name: str, target: pa.DataType, data: Any) -> Any:
@@ -522,7 +523,9 @@ def _convert(name: str, target: pa.DataType, data: Any) -> Any:
         raise _conversion_error(name, source.type, target, exc) from None
     # Safe casts still round floats into decimals and overflow doubles into FLOAT.
     if pa.types.is_floating(source.type) and pa.types.is_decimal(target):
-        exact = pc.all(pc.equal(result.cast(pa.float64()), source.cast(pa.float64())))
+        scale = 10.0**target.scale  # x has at most `scale` places iff round(x * 10^s) / 10^s == x
+        x = source.cast(pa.float64())
+        exact = pc.all(pc.equal(pc.divide(pc.round(pc.multiply(x, scale)), scale), x))
         if exact.as_py() is False:
             detail = f"values have more than {target.scale} decimal places"
             raise _conversion_error(name, source.type, target, detail)
@@ -589,11 +592,12 @@ def conform(
     elif isinstance(rows, list):
         if not rows:
             return target.empty_table()
-        names, length = [], len(rows)
+        seen: dict[Any, None] = {}  # every key of every row, in first-seen order
         for i, row in enumerate(rows):
             if not isinstance(row, dict):
                 raise InvalidTypeError(f"rows[{i}] is a {type(row).__name__}, not a dict")
-            names.extend(name for name in row if name not in names)
+            seen.update(dict.fromkeys(row))
+        names, length = list(seen), len(rows)
         data = {name: partial(pa.array, [row.get(name) for row in rows]) for name in names}
     else:
         raise _type_error("rows", "a pandas DataFrame, a pyarrow Table or a list of dicts", rows)

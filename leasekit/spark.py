@@ -27,7 +27,6 @@ from .errors import (
     InvalidTypeError,
     LeasekitError,
     OffsetOutOfRangeError,
-    SnapshotNotFoundError,
 )
 from .records import LogSegment, OffsetRange, Snapshot, TableBucket
 

@@ -15,7 +15,13 @@ import pyarrow as pa
 
 from . import schema as schemas
 from .durations import check_table_name
-from .errors import InvalidArgumentError, InvalidTypeError, TableExistsError, TableNotFoundError, BucketNotFoundError
+from .errors import (
+    BucketNotFoundError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    TableExistsError,
+    TableNotFoundError,
+)
 from .properties import TABLE_PROPERTIES, effective, parse_properties
 from .records import OffsetRange, Snapshot, TableBucket
 from .zk import Create, Delete, TxnConflict, decode, encode, to_datetime

@@ -19,7 +19,7 @@ import msgpack
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.retry import RetryFailedError
 from kazoo.security import make_digest_acl
 
 from .errors import (
@@ -266,10 +266,6 @@ class ZkStore:
     def add_state_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener`` with "CONNECTED", "SUSPENDED" or "LOST" on session changes."""
         self.client.add_listener(lambda state: listener(str(state)))
-
-    def _retry(self, func: Callable[..., T], *args: Any, what: str) -> T:
-        with translated(what):
-            return self.client.retry(func, *args)
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -1,10 +1,49 @@
-"""Shared fixtures: one real local SparkSession per test session."""
+"""Shared fixtures: one real embedded ZooKeeper and one real local SparkSession per test
+session; a fresh namespace (and warehouse directory) per test."""
 
 from __future__ import annotations
 
 import os
+import sys
+import uuid
 
 import pytest
+
+import leasekit as lk
+from leasekit import embedded
+
+
+@pytest.fixture(scope="session")
+def zk_dir(tmp_path_factory):
+    """Data directory of the session's embedded ZooKeeper."""
+    return tmp_path_factory.mktemp("zookeeper")
+
+
+@pytest.fixture(scope="session")
+def zookeeper(zk_dir):
+    """Address of a real ZooKeeper server shared by the whole test session."""
+    address = embedded.ensure_running(zk_dir)
+    yield address
+    embedded.stop(zk_dir)
+
+
+@pytest.fixture
+def namespace():
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    path = tmp_path / "warehouse"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def conn(zookeeper, warehouse, namespace):
+    """A connection on a fresh namespace and warehouse."""
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as connection:
+        yield connection
 
 
 @pytest.fixture(scope="session")
@@ -12,15 +51,17 @@ def spark():
     """A real local SparkSession, shared by the whole test session."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("leasekit-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+

@@ -1,0 +1,25 @@
+"""leasekit benchmarks (DESIGN.md section 8): run with ``python -m bench.run ID``.
+
+``REGISTRY`` maps a benchmark id to the module defining its ``BENCHMARK``; a new
+benchmark is one module plus one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .common import Benchmark
+
+__all__ = ["REGISTRY", "load"]
+
+REGISTRY: dict[str, str] = {
+    "B1": "bench.b1",
+    "B7": "bench.b7",
+}
+
+
+def load(bench_id: str) -> Benchmark:
+    """The registered benchmark ``bench_id`` (``KeyError`` if there is none)."""
+    return importlib.import_module(REGISTRY[bench_id]).BENCHMARK

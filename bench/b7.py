@@ -1,0 +1,240 @@
+"""B7: ``table.snapshot()`` vs a hand-written Spark dedupe of the same log segments.
+
+Each run builds a fresh table (untimed), then times both sides over its log, in
+alternating order; the ratio is leasekit / hand-written (target <= 1.2).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .common import (
+    ORDERS_DDL,
+    Benchmark,
+    Outcome,
+    Timer,
+    alternate,
+    instrumented,
+    log,
+    median,
+    orders_batch,
+    temp_warehouse,
+    timed,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from leasekit.connection import Connection
+    from leasekit.tables import Table
+
+__all__ = ["BENCHMARK", "run", "handwritten_dedupe", "Workload", "workload"]
+
+FULL = {"records": 2_000_000, "keys": 1_000_000, "buckets": 16, "delete_fraction": 0.05,
+        "batch_rows": 500_000, "seed": 7}
+QUICK = {**FULL, "records": 200_000, "keys": 100_000, "batch_rows": 50_000}
+
+# Where table.snapshot() spends its time (exclusive seconds per label); the rest is the
+# Spark job (compaction and Parquet write) plus glue.
+PROFILE = {
+    "zk_read_states": "leasekit.snapshots:read_states",
+    "zk_get_snapshots": "leasekit.snapshots:get_snapshots",
+    "zk_list_segments": "leasekit.snapshots:list_segments",
+    "plan_files_frame": "leasekit.spark:files_frame",
+    "plan_log_frame": "leasekit.spark:log_frame",
+    "plan_kv_state": "leasekit.spark:kv_state",
+    "file_listing": "leasekit.warehouse:Warehouse.list",
+    "footer_reads": "leasekit.warehouse:Warehouse.parquet_metadata",
+    "zk_register": "leasekit.snapshots:register",
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A seeded log: upsert and delete batches in log order, and the state they leave."""
+
+    batches: list[tuple[str, pa.Table]]
+    """``("upsert", rows)`` or ``("delete", keys)`` in the order they are written."""
+    live_rows: int
+    """Keys alive at the end (last write an upsert)."""
+    id_sum: int
+    """Sum of the live keys."""
+    amount_sum: float
+    """Sum of ``amount`` over the live rows."""
+
+
+def workload(records: int, keys: int, delete_fraction: float, batch_rows: int, seed: int) -> Workload:
+    """``keys`` distinct inserts, then upserts of repeated keys mixed with deletes."""
+    rng = np.random.default_rng(seed)
+    batches: list[tuple[str, pa.Table]] = []
+    first = rng.permutation(keys).astype(np.int64)
+    for start in range(0, keys, batch_rows):
+        batches.append(("upsert", orders_batch(rng, first[start:start + batch_rows])))
+    rest = records - keys
+    deletes = int(records * delete_fraction)
+    chunks = max(1, math.ceil(rest / batch_rows))
+    for i in range(chunks):
+        lo, hi = rest * i // chunks, rest * (i + 1) // chunks
+        n_delete = deletes * (i + 1) // chunks - deletes * i // chunks
+        upsert_ids = rng.integers(0, keys, (hi - lo) - n_delete, dtype=np.int64)
+        batches.append(("upsert", orders_batch(rng, upsert_ids)))
+        batches.append(("delete", pa.table({"id": rng.integers(0, keys, n_delete, dtype=np.int64)})))
+    # Expected end state: the last write per key wins (a key always lives in one bucket,
+    # and appends keep the input order within a bucket).
+    ids = np.concatenate([b.column("id").to_numpy() for _, b in batches])
+    deleted = np.concatenate([np.full(b.num_rows, op == "delete") for op, b in batches])
+    amounts = np.concatenate([
+        b.column("amount").to_numpy() if op == "upsert" else np.zeros(b.num_rows) for op, b in batches
+    ])
+    _, last = np.unique(ids[::-1], return_index=True)
+    last = len(ids) - 1 - last
+    live = last[~deleted[last]]
+    return Workload(batches, int(live.size), int(ids[live].sum()), float(amounts[live].sum()))
+
+
+def build(conn: Connection, name: str, work: Workload, buckets: int) -> Table:
+    """A new table holding ``work``'s log (no snapshot yet)."""
+    table = conn.create_table(name, ORDERS_DDL, "id", buckets=buckets)
+    for op, rows in work.batches:
+        if op == "upsert":
+            table.append(rows)
+        else:
+            table.delete(rows)
+    return table
+
+
+def handwritten_dedupe(spark: SparkSession, table: Table, out_dir: str) -> float:
+    """What an engineer would write: latest record per key over the segment files, deletes
+    dropped, written as Parquet partitioned by bucket. Returns the metadata-listing seconds."""
+    from pyspark.sql import functions as F
+
+    from leasekit.log import list_segments
+
+    listing, by_bucket = timed(lambda: list_segments(table, range(table.num_buckets)))
+    segments = [seg for segs in by_bucket.values() for seg in segs]
+    manifest = spark.createDataFrame(
+        [(os.path.basename(s.file), s.table_bucket.bucket, s.base_offset) for s in segments],
+        "file_name STRING, bucket INT, base_offset BIGINT",
+    )
+    values = [c for c in table.schema.names if c != "id"]
+    records = (
+        spark.read.parquet(*[s.file for s in segments])
+        .withColumn("file_name", F.col("_metadata.file_name"))
+        .withColumn("offset", F.col("_metadata.row_index"))
+        .join(F.broadcast(manifest), "file_name")
+        .withColumn("offset", F.col("base_offset") + F.col("offset"))
+    )
+    latest = records.groupBy("bucket", "id").agg(
+        F.max_by(F.struct(*values, "_op"), "offset").alias("last")
+    )
+    live = latest.where(F.col("last._op") != "delete").select(
+        "bucket", "id", *[F.col(f"last.{v}").alias(v) for v in values]
+    )
+    live.write.partitionBy("bucket").parquet(out_dir)
+    return listing
+
+
+def _totals(df: Any) -> tuple[int, int, float]:
+    from pyspark.sql import functions as F
+
+    row = df.agg(F.count(F.lit(1)), F.sum("id"), F.sum("amount")).first()
+    return int(row[0]), int(row[1] or 0), float(row[2] or 0.0)
+
+
+def _agrees(totals: tuple[int, int, float], work: Workload) -> bool:
+    rows, id_sum, amount_sum = totals
+    return (rows, id_sum) == (work.live_rows, work.id_sum) and math.isclose(
+        amount_sum, work.amount_sum, rel_tol=1e-9
+    )
+
+
+def _one_run(spark: SparkSession, conn: Connection, work: Workload, p: dict[str, Any],
+             index: int, label: str) -> dict[str, Any]:
+    from leasekit.spark import read_snapshots
+
+    build_s, table = timed(lambda: build(conn, f"orders_{label}", work, p["buckets"]))
+    out_dir = conn.warehouse.uri(f"bench/{label}/handwritten")
+    figures: dict[str, Any] = {"build_s": build_s, "order": alternate(index, ("leasekit", "baseline"))}
+    timer = Timer()
+    snaps: dict[Any, Any] = {}
+    for side in figures["order"]:
+        if side == "leasekit":
+            with instrumented(timer, PROFILE):
+                figures["leasekit_s"], snaps = timed(lambda: table.snapshot(spark))
+        else:
+            figures["baseline_s"], figures["baseline_listing_s"] = timed(
+                lambda: handwritten_dedupe(spark, table, out_dir)
+            )
+    breakdown = {k: timer.seconds.get(k, 0.0) for k in PROFILE}
+    breakdown["spark_job_and_glue"] = figures["leasekit_s"] - sum(breakdown.values())
+    figures["leasekit_breakdown_s"] = breakdown
+    figures["ratio"] = figures["leasekit_s"] / figures["baseline_s"]
+    ids = {tb: s.snapshot_id for tb, s in snaps.items()}
+    figures["leasekit_rows"] = sum(s.row_count for s in snaps.values())
+    figures["leasekit_files"] = sum(len(s.files) for s in snaps.values())
+    figures["baseline_files"] = sum(1 for _, _, names in os.walk(out_dir)
+                                    for n in names if n.endswith(".parquet"))
+    lk_totals = _totals(read_snapshots(spark, table, ids))
+    base_totals = _totals(spark.read.parquet(out_dir))
+    figures["baseline_rows"] = base_totals[0]
+    figures["leasekit_correct"] = _agrees(lk_totals, work) and figures["leasekit_rows"] == work.live_rows
+    figures["baseline_correct"] = _agrees(base_totals, work)
+    conn.drop_table(table.name)
+    conn.warehouse.delete_dir(f"bench/{label}")
+    return figures
+
+
+def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
+    p = QUICK if quick else FULL
+    log(f"B7: generating {p['records']:,} log records over {p['keys']:,} keys")
+    work = workload(p["records"], p["keys"], p["delete_fraction"], p["batch_rows"], p["seed"])
+    log(f"B7: {len(work.batches)} write batches; {work.live_rows:,} live keys expected")
+    results: list[dict[str, Any]] = []
+    with temp_warehouse("B7") as conn:
+        log("B7: warm-up run (untimed)")
+        warm = _one_run(spark, conn, work, p, 0, "warmup")
+        log(f"B7: warm-up leasekit {warm['leasekit_s']:.2f}s, baseline {warm['baseline_s']:.2f}s")
+        for i in range(runs):
+            figures = _one_run(spark, conn, work, p, i, f"run{i}")
+            log(f"B7: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
+                f"build {figures['build_s']:.1f}s, leasekit {figures['leasekit_s']:.2f}s, "
+                f"baseline {figures['baseline_s']:.2f}s, ratio {figures['ratio']:.3f}")
+            results.append(figures)
+    breakdown = {k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
+                 for k in results[0]["leasekit_breakdown_s"]}
+    leasekit_s = median([r["leasekit_s"] for r in results])
+    baseline_s = median([r["baseline_s"] for r in results])
+    figures = {
+        "leasekit_s": round(leasekit_s, 3),
+        "baseline_s": round(baseline_s, 3),
+        "ratio_of_medians": round(leasekit_s / baseline_s, 3),
+        "baseline_listing_s": round(median([r["baseline_listing_s"] for r in results]), 4),
+        "rows": results[0]["leasekit_rows"],
+        "leasekit_files": results[0]["leasekit_files"],
+        "baseline_files": results[0]["baseline_files"],
+        "leasekit_breakdown_s": breakdown,
+    }
+    checks = {
+        "row_counts_equal": all(r["leasekit_rows"] == r["baseline_rows"] for r in results),
+        "leasekit_matches_expected": all(r["leasekit_correct"] for r in results),
+        "baseline_matches_expected": all(r["baseline_correct"] for r in results),
+    }
+    parameters = {**p, "runs": runs, "quick": quick, "segments_per_bucket": len(work.batches),
+                  "baseline": "groupBy(bucket, id).agg(max_by(struct, offset)), write.partitionBy(bucket)"}
+    return Outcome(round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks)
+
+
+BENCHMARK = Benchmark(
+    id="B7",
+    what="table.snapshot() vs a hand-written Spark dedupe of the same log",
+    metric="ratio",
+    target=1.2,
+    op="<=",
+    run=run,
+)

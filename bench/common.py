@@ -1,0 +1,266 @@
+"""Shared benchmark plumbing: the benchmark record, Spark and warehouse setup, seeded data,
+timing and instrumentation helpers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from leasekit.connection import Connection
+
+__all__ = [
+    "Benchmark",
+    "Outcome",
+    "Timer",
+    "ORDERS_DDL",
+    "log",
+    "bench_spark",
+    "temp_warehouse",
+    "orders_batch",
+    "timed",
+    "median",
+    "alternate",
+    "machine_info",
+    "instrumented",
+]
+
+ORDERS_DDL = "id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, ts TIMESTAMP"
+"""The table every data benchmark writes: orders keyed by ``id``."""
+
+STATUSES = ("new", "paid", "shipped", "delivered", "cancelled", "returned")
+STATUS_WEIGHTS = (0.10, 0.25, 0.25, 0.30, 0.07, 0.03)
+CUSTOMERS = 100_000
+TS_START_US = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z
+TS_SPAN_US = 90 * 86_400 * 1_000_000
+
+_T0 = time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one benchmark measured."""
+
+    measured: float
+    """The headline figure compared with the target (a ratio or a value)."""
+    figures: dict[str, Any]
+    """Further summary figures (median times, counts), printed and stored."""
+    runs: list[dict[str, Any]]
+    """Raw figures of every timed run, stored only in the results file."""
+    parameters: dict[str, Any]
+    """Sizes and settings the benchmark ran with."""
+    checks: dict[str, bool] = field(default_factory=dict)
+    """Correctness checks (both sides agree, ...); a failed one fails the benchmark."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A registered benchmark: what it measures, its target, and how to run it."""
+
+    id: str
+    """Identifier from DESIGN.md section 8 (``"B7"``)."""
+    what: str
+    """One line: what is compared with what."""
+    metric: str
+    """``"ratio"`` or ``"value"``: the key the measured figure is reported under."""
+    target: float
+    """The target the measured figure is checked against."""
+    op: str
+    """``"<="`` or ``">="``: how the measured figure must compare with the target."""
+    run: Callable[[SparkSession, bool, int], Outcome]
+    """``run(spark, quick, runs)`` measures and returns the outcome."""
+    unit: str = ""
+    """Unit of a value metric (``"s"``, ``"B"``); empty for ratios."""
+
+    def passes(self, measured: float) -> bool:
+        return measured <= self.target if self.op == "<=" else measured >= self.target
+
+
+@dataclass
+class Timer:
+    """Cumulative seconds and call counts per name (see ``instrumented``)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+
+def log(message: str) -> None:
+    """Progress line on stderr, with seconds since the harness started."""
+    print(f"[{time.perf_counter() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def bench_spark() -> SparkSession:
+    """The benchmark SparkSession: local[*], no UI, 4g driver, UTC, ERROR logging."""
+    from pyspark.sql import SparkSession
+
+    if not os.environ.get("JAVA_HOME"):
+        from leasekit.java import java_home
+
+        os.environ["JAVA_HOME"] = java_home()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("leasekit-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@contextlib.contextmanager
+def temp_warehouse(label: str) -> Iterator[Connection]:
+    """A connection on a fresh namespace of a new temporary warehouse.
+
+    ``connect()`` starts the warehouse's embedded ZooKeeper; on exit it is stopped and the
+    warehouse removed.
+    """
+    import leasekit
+    from leasekit import embedded
+
+    root = tempfile.mkdtemp(prefix=f"leasekit-bench-{label.lower()}-")
+    conn = None
+    try:
+        log(f"warehouse {root}: starting ZooKeeper")
+        conn = leasekit.connect(warehouse=root, namespace=f"bench-{label.lower()}-{uuid.uuid4().hex[:8]}")
+        yield conn
+    finally:
+        if conn is not None:
+            conn.close()
+        embedded.stop(os.path.join(root, "_zookeeper"))
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_CUSTOMER_NAMES: pa.Array | None = None
+
+
+def orders_batch(rng: np.random.Generator, ids: np.ndarray) -> pa.Table:
+    """Order rows for ``ids``, as a pyarrow table of the ``ORDERS_DDL`` columns."""
+    global _CUSTOMER_NAMES
+    if _CUSTOMER_NAMES is None:
+        _CUSTOMER_NAMES = pa.array([f"customer-{i:06d}" for i in range(CUSTOMERS)])
+    n = len(ids)
+    status = pa.array(STATUSES).take(pa.array(rng.choice(len(STATUSES), n, p=STATUS_WEIGHTS)))
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "customer": _CUSTOMER_NAMES.take(pa.array(rng.integers(0, CUSTOMERS, n))),
+        "status": status,
+        "amount": pa.array(np.round(rng.gamma(2.0, 40.0, n), 2)),
+        "ts": pa.array(TS_START_US + rng.integers(0, TS_SPAN_US, n), pa.timestamp("us", tz="UTC")),
+    })
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """``(seconds, result)`` of calling ``fn``, by ``time.perf_counter``."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def alternate(run_index: int, sides: Sequence[str]) -> list[str]:
+    """The order of the sides in run ``run_index``: as given on even runs, reversed on odd ones."""
+    return list(sides) if run_index % 2 == 0 else list(reversed(sides))
+
+
+def machine_info(spark: SparkSession) -> dict[str, Any]:
+    """Cores, memory and the versions that decide the figures."""
+    import pyspark
+
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count()
+    try:
+        memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        memory_gb = None
+    jvm = spark.sparkContext._jvm
+    return {
+        "cores": os.cpu_count(),
+        "cores_available": affinity,
+        "memory_gb": memory_gb,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "spark": spark.version,
+        "pyspark": pyspark.__version__,
+        "java": jvm.System.getProperty("java.version") if jvm is not None else None,
+        "pyarrow": pa.__version__,
+        "numpy": np.__version__,
+        "spark_master": spark.sparkContext.master,
+        "spark_default_parallelism": spark.sparkContext.defaultParallelism,
+        "spark_shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+        "spark_driver_memory": spark.conf.get("spark.driver.memory", None),
+    }
+
+
+@contextlib.contextmanager
+def instrumented(timer: Timer, targets: dict[str, str]) -> Iterator[Timer]:
+    """Time calls to library functions for a profile, restoring them on exit.
+
+    ``targets`` maps a label to ``"module:attr"`` or ``"module:Class.method"``. Each label
+    gets its calls' exclusive wall time (time in nested instrumented calls goes to theirs),
+    so the labels add up to at most the enclosing wall time. Single-threaded use only.
+    """
+    restore: list[tuple[Any, str, Any]] = []
+    nested: list[float] = []  # per active call: time spent in instrumented callees
+
+    def wrap(label: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            nested.append(0.0)
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                timer.add(label, elapsed - nested.pop())
+                if nested:
+                    nested[-1] += elapsed
+
+        return timed_call
+
+    try:
+        for label, spec in targets.items():
+            module_name, _, attr_path = spec.partition(":")
+            owner: Any = importlib.import_module(module_name)
+            *parents, attr = attr_path.split(".")
+            for parent in parents:
+                owner = getattr(owner, parent)
+            original = getattr(owner, attr)
+            restore.append((owner, attr, original))
+            setattr(owner, attr, wrap(label, original))
+        yield timer
+    finally:
+        for owner, attr, original in reversed(restore):
+            setattr(owner, attr, original)

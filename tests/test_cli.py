@@ -1,0 +1,258 @@
+"""The ``leasekit`` command line and the demo, run in-process against the real ZooKeeper and
+Spark fixtures (DESIGN 6.9)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leasekit import cli, demo, embedded
+from leasekit.log import list_segments
+
+SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
+
+
+@pytest.fixture
+def target(zookeeper, warehouse, namespace) -> list[str]:
+    """Global options pointing the CLI at the test ZooKeeper, warehouse and namespace."""
+    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
+
+
+def replay_status_counts(table) -> dict[str, int]:
+    """Live orders by status, replayed from the log files with pyarrow: no Spark, no snapshot."""
+    import pyarrow.parquet as pq
+
+    frames = []
+    for segments in list_segments(table, range(table.num_buckets)).values():
+        for seg in segments:
+            frame = pq.read_table(seg.file, columns=["order_id", "status", "_op"]).to_pandas()
+            frame["_offset"] = range(seg.base_offset, seg.end_offset)
+            frames.append(frame)
+    # a key lives in one bucket, so offset order is its write order
+    log = pd.concat(frames).sort_values("_offset", kind="stable")
+    last = log.drop_duplicates("order_id", keep="last")
+    return last[last["_op"] == "upsert"]["status"].value_counts().to_dict()
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys, *argv: str):
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_create_list_describe_plain(capsys, target) -> None:
+    code, out, err = run(capsys, *target, "table", "create", "orders", "--schema", SCHEMA,
+                         "--primary-key", "id", "--buckets", "3",
+                         "--property", "kv.snapshot.num-retained=3")  # fmt: skip
+    assert code == 0, err
+    assert "created table orders" in out
+    assert "id BIGINT NOT NULL, name STRING, amount DOUBLE" in out
+
+    # global options after the subcommand
+    code, out, _ = run(capsys, "table", "list", *target)
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == ["TABLE", "BUCKETS", "PRIMARY-KEY", "CREATED-AT"]
+    assert row.split()[:3] == ["orders", "3", "id"]
+
+    code, out, _ = run(capsys, "table", *target, "describe", "orders")
+    assert code == 0
+    assert "primary key  id" in out
+    assert "kv.snapshot.num-retained = 3" in out
+    assert "log.retention = 7d" in out
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("BUCKET"))
+    buckets = [line.split() for line in lines[start + 1:]]
+    assert buckets == [[str(b), "0", "0", "-", "-", "-"] for b in range(3)]
+
+
+def test_json_before_and_after_the_subcommand(capsys, target, conn) -> None:
+    conn.create_table("a_table", SCHEMA, "id", buckets=2)
+    conn.create_table("b_table", "k STRING, v STRING", "k", buckets=1)
+    before = run_json(capsys, "--json", *target, "table", "list")
+    after = run_json(capsys, *target, "table", "list", "--json")
+    assert before == after
+    assert [t["table"] for t in before] == ["a_table", "b_table"]
+    assert before[0]["buckets"] == 2 and before[0]["primary_key"] == ["id"]
+    assert before[0]["created_at"].endswith("Z")
+
+    conn.table("a_table").append([{"id": i, "name": f"n{i}", "amount": 1.0} for i in range(20)])
+    info = run_json(capsys, *target, "table", "describe", "a_table", "--json")
+    assert info["schema"] == "id BIGINT NOT NULL, name STRING, amount DOUBLE"
+    assert info["primary_key"] == ["id"]
+    assert info["properties"]["log.retention"] == "7d"
+    assert info["properties"]["log.retention.bytes"] is None
+    rows = info["bucket_offsets"]
+    assert [r["bucket"] for r in rows] == [0, 1]
+    assert sum(r["end_offset"] for r in rows) == 20
+    assert all(r["latest_snapshot"] is None for r in rows)
+
+
+def test_create_json_output(capsys, target) -> None:
+    info = run_json(capsys, *target, "--json", "table", "create", "t", "--schema", "a INT, b STRING",
+                    "--primary-key", "a,b", "--property", "log.retention=2h")  # fmt: skip
+    assert info["primary_key"] == ["a", "b"]
+    assert info["buckets"] == 4
+    assert info["properties"]["log.retention"] == "2h"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bad name!", "--schema", SCHEMA, "--primary-key", "id"], "invalid table name"),
+        (["t", "--schema", "id BIGINT,, name STRING", "--primary-key", "id"], "invalid schema"),
+        (["t", "--schema", "id BIGNUM", "--primary-key", "id"], ""),
+        (["t", "--schema", SCHEMA, "--primary-key", "id", "--property", "no.such=1"], "no.such"),
+        (["t", "--schema", SCHEMA, "--primary-key", "id", "--property", "log.retention=soon"],
+         "log.retention"),
+        (["t", "--schema", SCHEMA, "--primary-key", "nope"], "'nope' is not in the schema"),
+        (["t", "--schema", SCHEMA, "--primary-key", "id", "--buckets", "0"], "buckets"),
+    ],
+)
+def test_bad_input_is_one_error_line(capsys, target, conn, args, message) -> None:
+    code, out, err = run(capsys, *target, "table", "create", *args)
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("leasekit: error: ")
+    assert message in err
+    assert "Traceback" not in err
+    assert conn.tables() == []
+
+
+def test_missing_table_and_duplicate(capsys, target, conn) -> None:
+    code, _, err = run(capsys, *target, "table", "describe", "ghost")
+    assert (code, err) == (2, "leasekit: error: table 'ghost' does not exist\n")
+    conn.create_table("t", SCHEMA, "id")
+    code, _, err = run(capsys, *target, "table", "create", "t", "--schema", SCHEMA, "--primary-key", "id")
+    assert (code, err) == (2, "leasekit: error: table 't' exists already\n")
+
+
+def test_argument_errors_exit_2(capsys, target) -> None:
+    assert run(capsys, *target, "table", "create", "t", "--primary-key", "id")[0] == 2
+    code, _, err = run(capsys, *target, "table", "create", "t", "--schema", SCHEMA,
+                       "--primary-key", "id", "--property", "novalue")  # fmt: skip
+    assert code == 2 and "expected KEY=VALUE" in err
+    assert run(capsys, *target, "table")[0] == 2
+    assert run(capsys)[0] == 2
+    assert run(capsys, *target, "demo", "--rows", "0")[0] == 2
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "usage: leasekit" in out
+
+
+def test_interrupt_exits_130(capsys, target, monkeypatch) -> None:
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_table_list", interrupted)
+    code, _, err = run(capsys, *target, "table", "list")
+    assert code == 130
+    assert "Traceback" not in err
+
+
+def test_table_snapshot(capsys, target, conn, spark) -> None:
+    table = conn.create_table("events", SCHEMA, "id", buckets=4)
+    table.append(pd.DataFrame({"id": range(100), "name": "x", "amount": 1.5}))
+    table.append(pd.DataFrame({"id": range(50), "name": "y", "amount": 2.5}))
+    table.delete(pd.DataFrame({"id": range(90, 100)}))
+
+    snaps = run_json(capsys, *target, "table", "snapshot", "events", "--json")
+    assert [s["bucket"] for s in snaps] == [0, 1, 2, 3]
+    assert all(s["snapshot_id"] == 1 for s in snaps)
+    assert sum(s["row_count"] for s in snaps) == 90
+    ends = table.end_offsets()
+    assert {s["bucket"]: s["log_offset"] for s in snaps} == {tb.bucket: o for tb, o in ends.items()}
+
+    code, out, _ = run(capsys, *target, "table", "snapshot", "events")
+    assert code == 0 and "nothing taken" in out
+
+    info = run_json(capsys, *target, "--json", "table", "describe", "events")
+    assert all(r["latest_snapshot"] == 1 for r in info["bucket_offsets"])
+    assert [r["snapshot_log_offset"] for r in info["bucket_offsets"]] == [ends[tb] for tb in table.buckets]
+
+
+def test_demo_run(conn, spark) -> None:
+    lines: list[str] = []
+    result = demo.run(conn, spark, rows=6_000, batches=3, out=lines.append)
+    assert result["rows_written"] == 6_000
+    assert result["rows_read"] == result["live_keys"] > 0
+    assert sum(result["count_by_status"].values()) == result["live_keys"]
+    assert result["deletes"] > 0
+    expected = replay_status_counts(conn.table("demo_orders"))
+    assert result["count_by_status"] == expected
+    assert result["live_keys"] == sum(expected.values())
+    summary = lines[-1]
+    assert f"live keys           {result['live_keys']}" in summary
+    assert "rows read by Spark" in summary and "count by status" in summary
+
+
+def test_demo_command_is_rerunnable(capsys, target, conn, spark) -> None:
+    first = run_json(capsys, *target, "demo", "--rows", "3000", "--batches", "3", "--json")
+    code, out, err = run(capsys, *target, "demo", "--rows", "4000", "--batches", "2")
+    assert code == 0, err
+    assert first["rows_read"] == first["live_keys"]
+    assert first["zookeeper"] == target[1] and first["warehouse"] == target[3]
+    live = sum(replay_status_counts(conn.table("demo_orders")).values())
+    assert f"rows read by Spark  {live}" in out
+    assert f"live keys           {live}" in out
+    assert "rows written        4000" in out
+
+
+def test_zookeeper_status_start_stop(capsys, tmp_path) -> None:
+    wh = str(tmp_path / "wh")
+    data_dir = Path(wh) / "_zookeeper"
+    try:
+        code, out, _ = run(capsys, "zookeeper", "status", "--warehouse", wh)
+        assert code == 3 and "not running" in out
+
+        code, out, _ = run(capsys, "--warehouse", wh, "zookeeper", "start")
+        assert code == 0 and out.startswith("ZooKeeper started at 127.0.0.1:")
+        status = run_json(capsys, "--warehouse", wh, "--json", "zookeeper", "status")
+        assert status["running"] is True
+        assert status["address"] in out
+        assert status["data_dir"] == str(data_dir.resolve())
+        assert status["version"]
+        code, out, _ = run(capsys, "--warehouse", wh, "zookeeper", "status")
+        assert code == 0 and "running     true" in out
+
+        again = run_json(capsys, "--warehouse", wh, "zookeeper", "start", "--json")
+        assert (again["started"], again["address"]) == (False, status["address"])
+
+        code, out, _ = run(capsys, "--warehouse", wh, "zookeeper", "stop")
+        assert code == 0 and out.startswith(f"stopped ZooKeeper at {status['address']}")
+        assert run(capsys, "--warehouse", wh, "zookeeper", "status")[0] == 3
+        code, out, _ = run(capsys, "--warehouse", wh, "zookeeper", "stop")
+        assert code == 0 and "no ZooKeeper was running" in out
+    finally:
+        embedded.stop(data_dir)
+
+
+def test_zookeeper_rejects_external_address(capsys, zookeeper, tmp_path) -> None:
+    code, _, err = run(capsys, "--zookeeper", zookeeper, "--warehouse", str(tmp_path), "zookeeper", "status")
+    assert code == 2 and err.startswith("leasekit: error: `leasekit zookeeper` manages")
+
+
+def test_console_script_help() -> None:
+    script = Path(sys.executable).with_name("leasekit")
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage: leasekit" in done.stdout
+
+
+def test_import_is_cheap() -> None:
+    code = "import sys, leasekit.cli; print(sorted(m for m in ('pyspark', 'kazoo', 'pyarrow') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

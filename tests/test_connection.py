@@ -1,0 +1,115 @@
+"""Connecting, the ZooKeeper clock, namespace settings, ACLs and corrupt metadata."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import leasekit as lk
+from leasekit.zk import SetData
+
+
+def test_server_time_is_zookeeper_clock(conn):
+    t = conn.server_time()
+    assert t.tzinfo is not None
+    assert abs(t - datetime.now(timezone.utc)) < timedelta(seconds=5)
+    assert conn.server_time() >= t
+
+
+def test_settings_defaults_and_updates_are_shared(conn, zookeeper, warehouse, namespace):
+    assert conn.settings() == {
+        "lease.max-duration": timedelta(days=7),
+        "lease.expiry-grace": timedelta(seconds=30),
+        "orphan.min-age": timedelta(hours=1),
+    }
+    conn.update_settings({"lease.max-duration": "2h", "orphan.min-age": 60})
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
+        assert other.settings()["lease.max-duration"] == timedelta(hours=2)
+        assert other.settings()["orphan.min-age"] == timedelta(minutes=1)
+
+
+@pytest.mark.parametrize("mapping", [{"nope": 1}, {"lease.max-duration": 0}, {"lease.max-duration": "forever"},
+                                     {"lease.expiry-grace": -1}, "lease.max-duration=1h"])
+def test_bad_settings(conn, mapping):
+    before = conn.settings()
+    with pytest.raises(lk.InvalidArgumentError):
+        conn.update_settings(mapping)
+    assert conn.settings() == before
+
+
+@pytest.mark.parametrize("kwargs", [dict(namespace="a/b"), dict(namespace=""), dict(timeout="soon"),
+                                    dict(timeout=0), dict(auth=("user",)), dict(auth="user:pw"),
+                                    dict(zookeeper="")])
+def test_bad_connect_arguments(warehouse, kwargs):
+    with pytest.raises(lk.InvalidArgumentError):
+        lk.connect(warehouse=warehouse, **kwargs)
+
+
+def test_unreachable_zookeeper_is_a_clear_retriable_error(warehouse):
+    started = time.monotonic()
+    with pytest.raises(lk.ZooKeeperUnavailableError) as info:
+        lk.connect("127.0.0.1:1", warehouse, timeout="2s")
+    assert info.value.retriable
+    assert time.monotonic() - started < 15
+
+
+def test_connect_without_address_starts_and_reuses_embedded_server(tmp_path):
+    wh = tmp_path / "wh"
+    script = f"import leasekit as lk; c = lk.connect(warehouse={str(wh)!r}); print(c.zookeeper); c.close()"
+    try:
+        first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+        second = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+        assert first.strip() == second.strip()
+        assert first.startswith("127.0.0.1:")
+        assert (wh / "_zookeeper").is_dir()
+    finally:
+        from leasekit import embedded
+
+        embedded.stop(wh / "_zookeeper")
+
+
+def test_corrupt_table_metadata_names_the_path(conn):
+    table = conn.create_table("t", "id BIGINT", "id")
+    path = conn.paths.table("t")
+    conn.store.commit([SetData(path, b"\xc1garbage")])
+    with pytest.raises(lk.CorruptMetadataError) as info:
+        conn.table("t")
+    assert info.value.path == path
+    assert path in str(info.value)
+    conn.store.commit([SetData(path, b"\x81\xa1v\x63")])  # {"v": 99}: an unknown format version
+    with pytest.raises(lk.CorruptMetadataError):
+        conn.table("t")
+    del table
+
+
+def test_acl_protects_writes(zookeeper, warehouse, namespace):
+    with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as owner:
+        owner.create_table("t", "id BIGINT", "id")
+        with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as same:
+            same.table("t").append([{"id": 1}])
+        with pytest.raises(lk.PermissionDeniedError):
+            with lk.connect(zookeeper, warehouse, namespace=namespace) as stranger:
+                stranger.create_table("u", "id BIGINT", "id")
+        assert owner.tables() == ["t"]
+
+
+def test_closed_connection_raises_typed_error(zookeeper, warehouse, namespace):
+    conn = lk.connect(zookeeper, warehouse, namespace=namespace)
+    conn.close()
+    with pytest.raises(lk.LeasekitError):
+        conn.tables()
+
+
+def test_import_is_light():
+    code = (
+        "import sys, time; t = time.perf_counter(); import leasekit; d = time.perf_counter() - t; "
+        "print(d, *[m in sys.modules for m in ('pyspark', 'kazoo', 'ipywidgets', 'pandas')])"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+            for _ in range(3)]
+    assert sorted(float(r[0]) for r in runs)[1] < 0.5
+    assert all(r[1:4] == ["False", "False", "False"] for r in runs)
