@@ -20,7 +20,7 @@ from . import schema as schemas
 from .bucketing import bucket_ids
 from .errors import TableNotFoundError, ZooKeeperUnavailableError
 from .records import LogSegment, OffsetRange, TableBucket
-from .zk import Create, Op, SetData, Stat, TxnConflict, decode, encode
+from .zk import Create, Node, Op, SetData, Stat, TxnConflict, decode, encode
 
 if TYPE_CHECKING:
     from .tables import Table
@@ -63,6 +63,11 @@ def _state(value: dict[str, Any], stat: Stat) -> BucketState:
         value["e"], value["b"], value["t"], value["s"],
         latest[0] if latest else None, latest[1] if latest else 0, stat,
     )
+
+
+def bucket_state(node: Node, path: str) -> BucketState:
+    """Decode a bucket znode read elsewhere (for example in a pipelined batch)."""
+    return _state(decode(node.data, path), node.stat)
 
 
 def new_state_value(end: int, ts_floor: int) -> bytes:

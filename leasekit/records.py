@@ -5,10 +5,10 @@ Every record is an immutable NamedTuple; each field is documented.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
-__all__ = ["TableBucket", "OffsetRange", "Snapshot", "LogSegment"]
+__all__ = ["TableBucket", "OffsetRange", "Snapshot", "LogSegment", "AcquireResult", "LeaseInfo"]
 
 
 class TableBucket(NamedTuple):
@@ -66,3 +66,33 @@ class LogSegment(NamedTuple):
     """Size of the segment file."""
     file: str
     """Absolute path or full URI of the segment file."""
+
+
+class AcquireResult(NamedTuple):
+    """What an acquire pinned."""
+
+    acquired: dict[TableBucket, int]
+    """Buckets now pinned by the lease, with the pinned snapshot id."""
+    unavailable: dict[TableBucket, int]
+    """Requested buckets not pinned: the snapshot was missing or being deleted (-1: the bucket had none)."""
+    expires_at: datetime
+    """The lease's expiry after this acquire (ZooKeeper clock, UTC)."""
+
+
+class LeaseInfo(NamedTuple):
+    """A KV snapshot lease as stored."""
+
+    lease_id: str
+    """The lease's id."""
+    pins: dict[TableBucket, int]
+    """Pinned snapshot id per bucket."""
+    duration: timedelta
+    """Duration of the last acquire or renew."""
+    created_at: datetime
+    """When the lease was created (ZooKeeper clock, UTC)."""
+    renewed_at: datetime
+    """Time of the last acquire or renew (ZooKeeper clock, UTC)."""
+    expires_at: datetime
+    """The lease is valid while ZooKeeper time <= expires_at."""
+    owner: str
+    """host:pid of the client that last acquired or renewed it."""

@@ -1,17 +1,17 @@
-"""Table schemas: Spark DDL parsing and printing, normalization, primary keys,
+"""Table schemas: validation and normalization (from Spark DDL or arrow), primary keys,
 the stored (Arrow IPC) form, and conforming user rows to a schema.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, NamedTuple, NoReturn
+from typing import Any
 
 import pyarrow as pa
 
+from .ddl import _COMMENT, _MAX_DEPTH, _NAME_BY_TYPE, _SUPPORTED, parse_ddl, to_ddl
 from .errors import CorruptMetadataError, InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -28,210 +28,13 @@ __all__ = [
 RESERVED_COLUMNS = ("_offset", "_timestamp", "_op", "_bucket")
 """Column names the change log adds; user schemas may not use them (in any case)."""
 
-_MAX_DEPTH = 32
-_COMMENT = b"comment"
-_SIMPLE = (  # Spark names (the first is the one printed) and their arrow types
-    ("BOOLEAN", pa.bool_()), ("TINYINT BYTE", pa.int8()), ("SMALLINT SHORT", pa.int16()),
-    ("INT INTEGER", pa.int32()), ("BIGINT LONG", pa.int64()), ("FLOAT REAL", pa.float32()),
-    ("DOUBLE", pa.float64()), ("STRING", pa.string()), ("BINARY", pa.binary()),
-    ("DATE", pa.date32()), ("TIMESTAMP_LTZ TIMESTAMP", pa.timestamp("us", tz="UTC")),
-    ("TIMESTAMP_NTZ", pa.timestamp("us")),
-)  # fmt: skip
-_TYPE_BY_NAME = {name: arrow for names, arrow in _SIMPLE for name in names.split()}
-_NAME_BY_TYPE = {arrow: names.split()[0] for names, arrow in _SIMPLE}
-_SUPPORTED = (
-    "BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, DECIMAL(p,s), STRING, VARCHAR(n), "
-    "CHAR(n), BINARY, DATE, TIMESTAMP, TIMESTAMP_LTZ, TIMESTAMP_NTZ, ARRAY, MAP, STRUCT"
-)
 _KEY_TYPES = "TINYINT, SMALLINT, INT, BIGINT, STRING, BINARY, BOOLEAN, DATE or TIMESTAMP"
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "0": "\0", "Z": "\x1a"}
-_TOKEN = re.compile(
-    r"(?P<ws>[ \t\r\n]+)|(?P<word>[A-Za-z0-9_]+)|(?P<quoted>`(?:[^`]|``)*`)"
-    r"|(?P<string>'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\")|(?P<punct>[<>(),:])",
-    re.DOTALL,
-)
 # What pyarrow, or a Python value it converts, raises for bad data.
 _DATA_ERRORS = (pa.ArrowException, ValueError, TypeError, ArithmeticError)
 
 
 def _type_error(what: str, expected: str, value: object) -> InvalidTypeError:
     return InvalidTypeError(f"{what} must be {expected}, not {type(value).__name__}")
-
-
-# --- DDL parsing -----------------------------------------------------------------------
-
-
-class _Token(NamedTuple):
-    kind: str  # word, number, quoted, string, eof, or the punctuation character itself
-    text: str
-    pos: int
-
-
-def _syntax_error(text: str, pos: int, message: str) -> InvalidArgumentError:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    col = pos - start
-    cut = max(0, col - 40)
-    snippet = text[start : len(text) if end < 0 else end][cut : col + 40]
-    caret = " " * (col - cut) + "^"
-    where = f"invalid schema at character {pos + 1}"
-    return InvalidArgumentError(f"{where}: {message}\n  {snippet}\n  {caret}")
-
-
-def _tokenize(text: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    pos = 0
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None:
-            problem = {"`": "unterminated `name` (write a backtick inside a name as ``)",
-                       "'": "unterminated string", '"': "unterminated string"}  # fmt: skip
-            raise _syntax_error(text, pos, problem.get(text[pos], f"unexpected {text[pos]!r}"))
-        kind, value = match.lastgroup or "", match.group()
-        if kind != "ws":
-            kind = {"punct": value, "word": "number" if value.isdigit() else kind}.get(kind, kind)
-            tokens.append(_Token(kind, value, pos))
-        pos = match.end()
-    return [*tokens, _Token("eof", "", len(text))]
-
-
-class _DdlParser:
-    """Recursive descent over ``column (',' column)*``, building arrow fields directly."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = _tokenize(text)
-        self.index = 0
-
-    def peek(self) -> _Token:
-        return self.tokens[self.index]
-
-    def advance(self) -> _Token:
-        token = self.tokens[self.index]
-        self.index = min(self.index + 1, len(self.tokens) - 1)
-        return token
-
-    def fail(self, message: str, token: _Token | None = None) -> NoReturn:
-        raise _syntax_error(self.text, (token or self.peek()).pos, message)
-
-    def expected(self, what: str, token: _Token | None = None) -> NoReturn:
-        token = token or self.peek()
-        found = "the end of the schema" if token.kind == "eof" else repr(token.text)
-        self.fail(f"expected {what}, found {found}", token)
-
-    def accept(self, kind: str) -> bool:
-        if self.peek().kind == kind:
-            self.advance()
-            return True
-        return False
-
-    def expect(self, kind: str, what: str) -> _Token:
-        if self.peek().kind != kind:
-            self.expected(what)
-        return self.advance()
-
-    def keyword(self, word: str) -> bool:
-        token = self.peek()
-        return token.kind == "word" and token.text.upper() == word and bool(self.advance())
-
-    def fields(self, depth: int, end: str, what: str) -> list[pa.Field]:
-        fields = [self.field(depth)]
-        while self.accept(","):
-            fields.append(self.field(depth))
-        self.expect(end, what)
-        return fields
-
-    def field(self, depth: int) -> pa.Field:
-        token = self.advance()
-        if token.kind not in ("word", "quoted"):
-            self.expected("a column name", token)
-        name = token.text[1:-1].replace("``", "`") if token.kind == "quoted" else token.text
-        self.accept(":")
-        data_type = self.data_type(depth)
-        nullable, comment = True, None
-        while True:
-            token = self.peek()
-            if self.keyword("NOT"):
-                if not self.keyword("NULL"):
-                    self.expected("NULL after NOT")
-                if not nullable:
-                    self.fail("NOT NULL is given twice", token)
-                nullable = False
-            elif self.keyword("COMMENT"):
-                if comment is not None:
-                    self.fail("COMMENT is given twice", token)
-                comment = self.string_literal()
-            else:
-                break
-        metadata = None if comment is None else {_COMMENT: comment.encode("utf-8")}
-        return pa.field(name, data_type, nullable, metadata)
-
-    def string_literal(self) -> str:
-        token = self.expect("string", "a quoted string after COMMENT")
-
-        def unescape(match: re.Match[str]) -> str:
-            code = match.group(1)
-            if code is None:  # a doubled quote
-                return quote
-            if len(code) == 1:
-                return _ESCAPES.get(code, code)
-            if 0xD800 <= int(code[1:], 16) <= 0xDFFF:
-                self.fail(f"\\{code} is not a character", token)
-            return chr(int(code[1:], 16))
-
-        quote = token.text[0]
-        escape = r"\\(u[0-9a-fA-F]{4}|.)|" + quote * 2
-        return re.sub(escape, unescape, token.text[1:-1], flags=re.DOTALL)
-
-    def number(self, what: str) -> int:
-        return int(self.expect("number", what).text)
-
-    def data_type(self, depth: int) -> pa.DataType:
-        token = self.peek()
-        if depth >= _MAX_DEPTH:
-            self.fail(f"types may nest at most {_MAX_DEPTH} levels deep")
-        if token.kind != "word":
-            self.expected("a data type")
-        self.advance()
-        name = token.text.upper()
-        if name in ("ARRAY", "MAP", "STRUCT"):
-            self.expect("<", f"'<' after {name}")
-        if name == "ARRAY":
-            item = self.data_type(depth + 1)
-            self.expect(">", "'>' to close ARRAY<")
-            return pa.list_(item)
-        if name == "MAP":
-            key = self.data_type(depth + 1)
-            self.expect(",", "',' between the MAP key and value types")
-            value = self.data_type(depth + 1)
-            self.expect(">", "'>' to close MAP<")
-            return pa.map_(key, value)
-        if name == "STRUCT":
-            if self.peek().kind == ">":
-                self.fail("STRUCT needs at least one field")
-            return pa.struct(self.fields(depth + 1, ">", "',' or '>' to close STRUCT<"))
-        if name in ("DECIMAL", "DEC", "NUMERIC"):
-            precision, scale = 10, 0
-            if self.accept("("):
-                precision = self.number("the DECIMAL precision")
-                scale = self.number("the DECIMAL scale") if self.accept(",") else 0
-                self.expect(")", "')' to close DECIMAL(")
-            if not 1 <= precision <= 38 or scale > precision:
-                rule = "needs 1 <= precision <= 38 and scale <= precision"
-                self.fail(f"DECIMAL({precision},{scale}) {rule}", token)
-            return pa.decimal128(precision, scale)
-        if name in ("VARCHAR", "CHAR"):
-            self.expect("(", f"'(' and a length after {name}")
-            if self.number(f"the {name} length") < 1:
-                self.fail(f"{name} length must be at least 1", token)
-            self.expect(")", f"')' to close {name}(")
-            return pa.string()
-        if name not in _TYPE_BY_NAME:
-            self.fail(f"unsupported data type {token.text!r}; supported: {_SUPPORTED}", token)
-        if self.peek().kind == "(":
-            self.fail(f"{name} takes no parameters")
-        return _TYPE_BY_NAME[name]
 
 
 # --- validation and normalization ---------------------------------------------------------
@@ -242,8 +45,9 @@ def _check_names(names: Sequence[str], where: str) -> None:
     for name in names:
         if not name:
             raise InvalidArgumentError(f"{where}: column names must not be empty")
-        other = seen.setdefault(name.lower(), name)
-        if other is not name:
+        other = seen.get(name.lower())
+        seen.setdefault(name.lower(), name)
+        if other is not None:
             raise InvalidArgumentError(
                 f"{where}: duplicate column name {name!r} "
                 f"(names are case-insensitive; {other!r} exists)"
@@ -298,14 +102,7 @@ def parse_schema(schema: str | pa.Schema) -> pa.Schema:
     decimal128, date32; no schema metadata and only the ``comment`` field metadata.
     """
     if isinstance(schema, str):
-        try:
-            schema.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidArgumentError(f"schema text is not valid Unicode: {exc}") from None
-        parser = _DdlParser(schema)
-        if parser.peek().kind == "eof":
-            parser.fail("a schema needs at least one column, like 'id BIGINT NOT NULL'")
-        fields = parser.fields(0, "eof", "',' or the end of the schema")
+        fields = list(parse_ddl(schema))
     elif isinstance(schema, pa.Schema):
         fields = list(schema)
     else:
@@ -320,48 +117,6 @@ def parse_schema(schema: str | pa.Schema) -> pa.Schema:
                 "added by the change log); rename the column"
             )
     return pa.schema([_normalize_field(f, f.name) for f in fields])
-
-
-# --- DDL printing ------------------------------------------------------------------------
-
-
-def _field_ddl(field: pa.Field, separator: str) -> str:
-    name = field.name
-    if not _PLAIN_NAME.fullmatch(name):
-        name = "`" + name.replace("`", "``") + "`"
-    text = name + separator + _type_ddl(field.type) + ("" if field.nullable else " NOT NULL")
-    comment = (field.metadata or {}).get(_COMMENT)
-    if comment is not None:
-        escaped = comment.decode("utf-8", errors="replace").replace("\\", "\\\\")
-        escaped = escaped.replace("'", "\\'")
-        escaped = escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-        text += f" COMMENT '{escaped}'"
-    return text
-
-
-def _type_ddl(data_type: pa.DataType) -> str:
-    if pa.types.is_decimal(data_type):
-        return f"DECIMAL({data_type.precision},{data_type.scale})"
-    if pa.types.is_list(data_type):
-        return f"ARRAY<{_type_ddl(data_type.value_type)}>"
-    if pa.types.is_map(data_type):
-        return f"MAP<{_type_ddl(data_type.key_type)}, {_type_ddl(data_type.item_type)}>"
-    if pa.types.is_struct(data_type):
-        return "STRUCT<" + ", ".join(_field_ddl(f, ": ") for f in data_type) + ">"
-    return _NAME_BY_TYPE[data_type]
-
-
-def to_ddl(schema: pa.Schema) -> str:
-    """The Spark DDL column list for ``schema``, its types normalized as by ``parse_schema``.
-
-    Zoned timestamps print as TIMESTAMP_LTZ, which means the same whatever
-    ``spark.sql.timestampType`` is. Reserved column names are allowed here.
-    """
-    if not isinstance(schema, pa.Schema):
-        raise _type_error("schema", "a pyarrow.Schema", schema)
-    if not len(schema):
-        raise InvalidArgumentError("a schema needs at least one column")
-    return ", ".join(_field_ddl(_normalize_field(f, f.name), " ") for f in schema)
 
 
 # --- primary keys ------------------------------------------------------------------------

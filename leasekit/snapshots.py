@@ -11,16 +11,16 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import SnapshotNotFoundError, TableNotFoundError
-from .log import BucketState, list_segments, read_states
+from .log import BucketState, bucket_state, list_segments, read_states
 from .records import Snapshot, TableBucket
 from .zk import Create, Node, Op, SetData, TxnConflict, decode, encode, to_datetime
+from .zkpaths import CHUNK
 
 if TYPE_CHECKING:
     from .tables import Table
 
 __all__ = ["list_snapshots", "get_snapshots", "take_snapshots"]
 
-BUCKETS_PER_TXN = 200
 
 
 def _snapshot(table: Table, bucket: int, snapshot_id: int, path: str, node: Node) -> Snapshot:
@@ -115,8 +115,28 @@ def take_snapshots(table: Table, spark: Any = None) -> dict[TableBucket, Snapsho
     return result
 
 
+def read_latest(table: Table, buckets: Iterable[int] | None = None) -> dict[int, int]:
+    """Newest snapshot id per bucket from the table's latest-snapshot arrays (one read per chunk)."""
+    paths, tid = table.connection.paths, table.table_id
+    wanted = range(table.num_buckets) if buckets is None else sorted(set(buckets))
+    chunks = sorted({b // CHUNK for b in wanted})
+    chunk_paths = [paths.latest_chunk(tid, c) for c in chunks]
+    arrays = {
+        c: decode(node.data, p)["a"] if node is not None else []
+        for c, p, node in zip(chunks, chunk_paths, table.connection.store.get_many(chunk_paths))
+    }
+    out = {}
+    for b in wanted:
+        array = arrays[b // CHUNK]
+        i = b % CHUNK
+        if i < len(array) and array[i] > 0:
+            out[b] = array[i]
+    return out
+
+
 def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket, Snapshot]:
-    """Register complete snapshot files: new id per bucket, committed with the bucket state (S2).
+    """Register complete snapshot files: a new id per bucket, committed with the bucket state
+    and the table's latest-snapshot array in one transaction per chunk of buckets (S2).
 
     A bucket whose latest snapshot already reaches the same offset (a concurrent snapshot
     won) is skipped and its files are deleted.
@@ -125,17 +145,23 @@ def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket,
     paths, tid = conn.paths, table.table_id
     out: dict[TableBucket, Snapshot] = {}
     stale: list[str] = []
-    buckets = sorted(written)
-    for i in range(0, len(buckets), BUCKETS_PER_TXN):
-        group = buckets[i:i + BUCKETS_PER_TXN]
+    by_chunk: dict[int, list[int]] = {}
+    for bucket in sorted(written):
+        by_chunk.setdefault(bucket // CHUNK, []).append(bucket)
+    for chunk, group in by_chunk.items():
         chosen: dict[int, int] = {}
 
-        def build(group: list[int] = group, chosen: dict[int, int] = chosen) -> list[Op]:
+        def build(chunk: int = chunk, group: list[int] = group, chosen: dict[int, int] = chosen) -> list[Op]:
             chosen.clear()
+            summary_path = paths.latest_chunk(tid, chunk)
+            nodes = conn.store.get_many([*(paths.bucket(tid, b) for b in group), summary_path])
+            summary = nodes[-1]
+            array = list(decode(summary.data, summary_path)["a"]) if summary is not None else []
             ops: list[Op] = []
-            for bucket, state in zip(group, read_states(table, group)):
-                if state is None:
+            for bucket, node in zip(group, nodes[:-1]):
+                if node is None:
                     raise TableNotFoundError(f"table {table.name!r} was dropped")
+                state = bucket_state(node, paths.bucket(tid, bucket))
                 w = written[bucket]
                 if state.latest_snapshot is not None and state.latest_offset >= w.log_offset:
                     continue
@@ -144,6 +170,12 @@ def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket,
                 ops.append(Create(paths.snapshot(tid, bucket, sid), value))
                 ops.append(_advance(paths.bucket(tid, bucket), state, sid, w.log_offset))
                 chosen[bucket] = sid
+                array.extend([0] * (bucket % CHUNK + 1 - len(array)))
+                array[bucket % CHUNK] = sid
+            if chosen:
+                value = encode({"a": array})
+                ops.append(SetData(summary_path, value, summary.stat.version) if summary is not None
+                           else Create(summary_path, value))
             return ops
 
         try:
@@ -170,4 +202,3 @@ def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket,
 def _advance(path: str, state: BucketState, sid: int, log_offset: int) -> SetData:
     return SetData(path, state.encode(next_snapshot=sid + 1, latest_snapshot=sid, latest_offset=log_offset),
                    state.stat.version)
-

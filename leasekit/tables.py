@@ -122,14 +122,9 @@ class Table:
 
     def latest_snapshots(self) -> dict[TableBucket, int]:
         """Newest snapshot id per bucket; buckets with no snapshot are absent."""
-        from .log import read_states
+        from .snapshots import read_latest
 
-        states = read_states(self, range(self.num_buckets))
-        return {
-            TableBucket(self.name, b): s.latest_snapshot
-            for b, s in enumerate(states)
-            if s is not None and s.latest_snapshot is not None
-        }
+        return {TableBucket(self.name, b): sid for b, sid in read_latest(self).items()}
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, primary_key={list(self.primary_key)}, buckets={self.num_buckets})"
@@ -168,7 +163,8 @@ def create_table(
             "n": num_buckets, "props": props}
     paths = conn.paths
     try:
-        conn.store.commit([Create(paths.table(name), encode(meta)), Create(paths.table_data(table_id))])
+        conn.store.commit([Create(paths.table(name), encode(meta)), Create(paths.table_data(table_id)),
+                           Create(paths.latest(table_id))])
     except TxnConflict as exc:
         if exc.reason == "exists":
             raise TableExistsError(f"table {name!r} exists already") from None

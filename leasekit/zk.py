@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -53,7 +52,7 @@ FORMAT_VERSION = 1
 
 MAX_TXN_BYTES = 512 * 1024
 """Largest transaction we send; ZooKeeper's request limit (jute.maxbuffer) is 1 MB."""
-MAX_TXN_OPS = 1000
+MAX_TXN_OPS = 5000
 MAX_VALUE_BYTES = 900 * 1024
 
 T = TypeVar("T")
@@ -208,7 +207,8 @@ class ZkStore:
         self.timeout = timeout
         self._auth = auth
         self._client: KazooClient | None = None
-        self._lock = threading.Lock()
+        self.round_trips = 0
+        """Request batches sent and awaited (a pipelined batch counts once)."""
 
     # -- session --------------------------------------------------------------------------
 
@@ -271,6 +271,7 @@ class ZkStore:
 
     def get(self, path: str) -> Node | None:
         """The znode at ``path``, or None if it does not exist."""
+        self.round_trips += 1
         with translated(f"read {path}"):
             try:
                 data, stat = self.client.retry(self.client.get, path)
@@ -303,11 +304,33 @@ class ZkStore:
 
     def children(self, path: str) -> list[str] | None:
         """Sorted child names of ``path``, or None if it does not exist."""
+        self.round_trips += 1
         with translated(f"list {path}"):
             try:
                 return sorted(self.client.retry(self.client.get_children, path))
             except kx.NoNodeError:
                 return None
+
+    def read_with_clock(self, clock_path: str, paths: Sequence[str]) -> tuple[int, list[Node | None]]:
+        """The ZooKeeper clock (epoch ms) and the znodes at ``paths``, in one pipelined batch.
+
+        The clock is read first, so every node read is at least as new as that time.
+        """
+
+        def attempt() -> tuple[int, list[Node | None]]:
+            clock = self.client.set_async(clock_path, b"")
+            pending = [self.client.get_async(p) for p in paths]
+            now = clock.get(timeout=self.timeout).mtime
+            out: list[Node | None] = []
+            for result in pending:
+                try:
+                    data, stat = result.get(timeout=self.timeout)
+                    out.append(Node(data, _stat(stat)))
+                except kx.NoNodeError:
+                    out.append(None)
+            return now, out
+
+        return self._pipelined(attempt, f"read the clock and {len(paths)} znodes")
 
     def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
         """Sorted children of many znodes, pipelined; None where a znode is missing."""
@@ -325,11 +348,13 @@ class ZkStore:
         return self._pipelined(attempt, f"list {len(paths)} znodes")
 
     def exists(self, path: str) -> Stat | None:
+        self.round_trips += 1
         with translated(f"stat {path}"):
             stat = self.client.retry(self.client.exists, path)
         return None if stat is None else _stat(stat)
 
     def _pipelined(self, attempt: Callable[[], T], what: str) -> T:
+        self.round_trips += 1
         with translated(what):
             return self.client.retry(attempt)
 
@@ -356,6 +381,7 @@ class ZkStore:
         size = sum(len(op.path) + len(getattr(op, "data", b"")) + 32 for op in ops)
         if size > 1000 * 1024:
             raise MetadataTooLargeError(f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit")
+        self.round_trips += 1
         with translated(f"transaction of {len(ops)} ops"):
             txn = self.client.transaction()
             for op in ops:
@@ -432,6 +458,7 @@ class ZkStore:
 
     def server_time_ms(self, clock_path: str) -> int:
         """ZooKeeper's clock in epoch ms: the mtime of a write to ``clock_path``."""
+        self.round_trips += 1
         with translated("read the ZooKeeper clock"):
             stat = self.client.retry(self.client.set, clock_path, b"")
         return stat.mtime

@@ -10,6 +10,8 @@ __all__ = ["Paths"]
 
 SEGMENT_DIGITS = 20
 SNAPSHOT_DIGITS = 10
+CHUNK = 1000
+"""Buckets per chunk of per-bucket arrays (latest snapshots of a table, pins of a lease)."""
 
 
 class Paths:
@@ -22,10 +24,11 @@ class Paths:
         self.tables = f"{self.root}/tables"
         self.data = f"{self.root}/data"
         self.dropped = f"{self.root}/dropped"
+        self.leases = f"{self.root}/leases"
 
     def skeleton(self) -> list[str]:
         """Znodes every namespace has."""
-        return [self.root, self.settings, self.clock, self.tables, self.data, self.dropped]
+        return [self.root, self.settings, self.clock, self.tables, self.data, self.dropped, self.leases]
 
     def table(self, name: str) -> str:
         return f"{self.tables}/{name}"
@@ -50,3 +53,24 @@ class Paths:
 
     def snapshot(self, table_id: str, bucket: int, snapshot_id: int) -> str:
         return f"{self.snapshots(table_id, bucket)}/{snapshot_id:0{SNAPSHOT_DIGITS}d}"
+
+    def latest(self, table_id: str) -> str:
+        """Parent of the table's latest-snapshot arrays, one child per chunk of buckets."""
+        return f"{self.data}/{table_id}/latest"
+
+    def latest_chunk(self, table_id: str, chunk: int) -> str:
+        return f"{self.latest(table_id)}/{chunk}"
+
+    def pin(self, table_id: str, bucket: int, snapshot_id: int, lease_id: str) -> str:
+        """A lease's pin: a child of the snapshot's znode, so neither can outlive the other."""
+        return f"{self.snapshot(table_id, bucket, snapshot_id)}/{lease_id}"
+
+    def lease(self, lease_id: str) -> str:
+        return f"{self.leases}/{lease_id}"
+
+    def lease_pins(self, lease_id: str) -> str:
+        return f"{self.lease(lease_id)}/pins"
+
+    def lease_chunk(self, lease_id: str, table_id: str, chunk: int) -> str:
+        """The lease's pinned snapshot ids for buckets [chunk*CHUNK, (chunk+1)*CHUNK) of a table."""
+        return f"{self.lease_pins(lease_id)}/{table_id}.{chunk}"

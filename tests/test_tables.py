@@ -81,6 +81,7 @@ BAD_CREATE = [
     pytest.param(dict(schema="id BIGINT,"), lk.InvalidArgumentError, id="ddl-trailing-comma"),
     pytest.param(dict(schema="id NOTATYPE"), lk.InvalidArgumentError, id="ddl-unknown-type"),
     pytest.param(dict(schema="id BIGINT, ID STRING"), lk.InvalidArgumentError, id="duplicate-column"),
+    pytest.param(dict(schema="id BIGINT, a INT, a INT"), lk.InvalidArgumentError, id="duplicate-short-column"),
     pytest.param(dict(schema="id BIGINT, _offset BIGINT"), lk.InvalidArgumentError, id="reserved-column"),
     pytest.param(dict(schema=""), lk.InvalidArgumentError, id="empty-schema"),
     pytest.param(dict(schema=3), TypeError, id="schema-type"),
