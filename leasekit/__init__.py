@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import *  # noqa: F403
 from .errors import __all__ as _error_names
-from .records import LogSegment, OffsetRange, Snapshot, TableBucket
+from .records import AcquireResult, LeaseInfo, LogSegment, OffsetRange, Snapshot, TableBucket
 
 if TYPE_CHECKING:
     from .connection import Connection, connect
@@ -27,6 +27,9 @@ __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
     "OffsetRange",
     "Snapshot",
     "LogSegment",
+    "AcquireResult",
+    "LeaseInfo",
+    "KvSnapshotLease",
     *_error_names,
 ]
 
@@ -34,6 +37,7 @@ _LAZY = {
     "connect": ("connection", "connect"),
     "Connection": ("connection", "Connection"),
     "Table": ("tables", "Table"),
+    "KvSnapshotLease": ("lease", "KvSnapshotLease"),
     "spark_session": ("spark", "spark_session"),
 }
 

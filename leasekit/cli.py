@@ -189,7 +189,8 @@ def _embedded_dir(args: argparse.Namespace) -> str:
     from .connection import DEFAULT_WAREHOUSE
     from .warehouse import Warehouse
 
-    warehouse = Warehouse(args.warehouse or os.environ.get("LEASEKIT_WAREHOUSE") or DEFAULT_WAREHOUSE)
+    location = args.warehouse or os.environ.get("LEASEKIT_WAREHOUSE") or DEFAULT_WAREHOUSE
+    warehouse = Warehouse(location)
     if not warehouse.is_local:
         raise InvalidArgumentError(
             f"the embedded ZooKeeper needs a local warehouse, not {warehouse.location}"
@@ -206,7 +207,7 @@ def _server_fields(data_dir: str) -> dict[str, Any]:
     status = embedded.status(data_dir)
     if status is None:
         return {"running": False, "address": None, "pid": None, "version": None,
-                "started_at": None, "data_dir": os.path.abspath(data_dir)}  # fmt: skip
+                "started_at": None, "data_dir": os.path.realpath(data_dir)}  # fmt: skip
     return {"running": status.running, "address": status.address, "pid": status.pid,
             "version": status.version, "started_at": status.started_at,
             "data_dir": status.data_dir}  # fmt: skip
@@ -220,7 +221,8 @@ def _zookeeper_start(args: argparse.Namespace) -> int:
     address = embedded.ensure_running(data_dir)
     fields = {**_server_fields(data_dir), "address": address, "started": not was_running}
     verb = "is already running" if was_running else "started"
-    _emit(args, fields, lambda f: f"ZooKeeper {verb} at {address} (pid {f['pid']}, data dir {f['data_dir']})")
+    _emit(args, fields,
+          lambda f: f"ZooKeeper {verb} at {address} (pid {f['pid']}, data dir {f['data_dir']})")
     return 0
 
 
@@ -322,8 +324,12 @@ def _table_list(args: argparse.Namespace) -> int:
                 table = conn.table(name)
             except TableNotFoundError:  # dropped meanwhile
                 continue
-            rows.append({"table": name, "buckets": table.num_buckets,
-                         "primary_key": list(table.primary_key), "created_at": table.created_at})  # fmt: skip
+            rows.append({
+                "table": name,
+                "buckets": table.num_buckets,
+                "primary_key": list(table.primary_key),
+                "created_at": table.created_at,
+            })  # fmt: skip
 
     def render(r: list[dict[str, Any]]) -> str:
         return format_table(r) if r else f"no tables in namespace {args.namespace!r}"
@@ -385,7 +391,9 @@ def _demo(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     with _connect(args) as conn, _spark() as spark:
-        result = demo.run(conn, spark, table=args.table, rows=args.rows, batches=args.batches, out=out)
+        result = demo.run(
+            conn, spark, table=args.table, rows=args.rows, batches=args.batches, out=out
+        )
     if args.json:
         print(json.dumps(to_json(result), indent=2))
     return 0
@@ -401,10 +409,10 @@ def _global_options() -> argparse.ArgumentParser:
     suppress = argparse.SUPPRESS
     group.add_argument("--zookeeper", metavar="HOSTS", default=suppress,
                        help="ZooKeeper connect string, like zk1:2181,zk2:2181 (default: "
-                            "$LEASEKIT_ZOOKEEPER, else the warehouse's embedded server)")  # fmt: skip
+                       "$LEASEKIT_ZOOKEEPER, else the warehouse's embedded server)")
     group.add_argument("--warehouse", metavar="LOCATION", default=suppress,
                        help="warehouse path or URI (default: $LEASEKIT_WAREHOUSE, else "
-                            "./leasekit-warehouse)")  # fmt: skip
+                       "./leasekit-warehouse)")
     group.add_argument("--namespace", metavar="NAME", default=suppress,
                        help="metadata namespace (default: leasekit)")
     group.add_argument("--json", action="store_true", default=suppress,
@@ -424,7 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"leasekit {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def command(group: Any, name: str, summary: str, func: Callable[..., int] | None = None) -> argparse.ArgumentParser:
+    def command(
+        group: Any, name: str, summary: str, func: Callable[..., int] | None = None
+    ) -> argparse.ArgumentParser:
         sub = group.add_parser(name, help=summary, description=summary, parents=[common])
         if func is not None:
             sub.set_defaults(func=func)
@@ -432,8 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     zookeeper = command(commands, "zookeeper", "manage the embedded ZooKeeper of a local warehouse")
     zk_actions = zookeeper.add_subparsers(dest="action", metavar="ACTION", required=True)
-    command(zk_actions, "start", "start the embedded server (or reuse a running one)", _zookeeper_start)
-    command(zk_actions, "status", "show the embedded server; exit 3 if it is not running", _zookeeper_status)
+    command(zk_actions, "start", "start the embedded server (or reuse a running one)",
+            _zookeeper_start)
+    command(zk_actions, "status", "show the embedded server; exit 3 if it is not running",
+            _zookeeper_status)
     command(zk_actions, "stop", "stop the embedded server", _zookeeper_stop)
 
     table = command(commands, "table", "create, list, describe and snapshot tables")
@@ -452,12 +464,13 @@ def build_parser() -> argparse.ArgumentParser:
     describe = command(table_actions, "describe", "schema, key, properties and per-bucket offsets",
                        _table_describe)
     describe.add_argument("name", metavar="NAME")
-    snapshot = command(table_actions, "snapshot", "take a KV snapshot of every advanced bucket (Spark)",
-                       _table_snapshot)
+    snapshot = command(table_actions, "snapshot",
+                       "take a KV snapshot of every advanced bucket (Spark)", _table_snapshot)
     snapshot.add_argument("name", metavar="NAME")
 
     demo = command(commands, "demo", "run the end-to-end demo on embedded defaults", _demo)
-    demo.add_argument("--table", default="demo_orders", help="demo table name (default: demo_orders)")
+    demo.add_argument("--table", default="demo_orders",
+                      help="demo table name (default: demo_orders)")
     demo.add_argument("--rows", type=_positive_int, default=100_000, metavar="N",
                       help="upsert rows to write (default: 100000)")
     demo.add_argument("--batches", type=_positive_int, default=5, metavar="N",

@@ -5,25 +5,37 @@ With no ZooKeeper address the embedded server of the (local) warehouse is starte
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from . import leases
 from . import tables as _tables
-from .durations import check_namespace, parse_duration
-from .errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
+from .durations import check_id, check_namespace, parse_duration
+from .errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError, LeasekitError
 from .properties import NAMESPACE_SETTINGS, effective, parse_properties
+from .records import AcquireResult, LeaseInfo, TableBucket
 from .warehouse import Warehouse
 from .zk import TxnConflict, ZkStore, decode, encode, to_datetime
 from .zkpaths import Paths
 
+if TYPE_CHECKING:
+    from .lease import KvSnapshotLease
+
 __all__ = ["connect", "Connection", "DEFAULT_WAREHOUSE"]
 
 DEFAULT_WAREHOUSE = "./leasekit-warehouse"
+
+log = logging.getLogger(__name__)
+
+
+def _identity(ms: int) -> int:
+    return ms
 
 
 def connect(
@@ -65,6 +77,7 @@ def connect(
     conn = Connection(store, wh, namespace)
     try:
         conn._ensure_namespace()
+        conn._watch_settings()
     except BaseException:
         conn.close()
         raise
@@ -80,6 +93,26 @@ class Connection:
         self.namespace = namespace
         self.paths = Paths(namespace)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.clock: Callable[[int], int] = _identity
+        """Maps ZooKeeper time (ms) to the time used for expiry decisions; tests inject a shift."""
+        self._settings_cache: dict[str, Any] = {}
+
+    def _watch_settings(self) -> None:
+        def update(data: bytes | None) -> None:
+            try:
+                self._settings_cache = _decode_settings(data or b"", self.paths.settings)
+            except LeasekitError:
+                log.warning("ignoring undecodable namespace settings at %s", self.paths.settings)
+
+        self.store.watch(self.paths.settings, update)
+
+    def cached_settings(self) -> dict[str, Any]:
+        """Namespace settings as last seen through the ZooKeeper watch (no I/O)."""
+        return effective(self._settings_cache, NAMESPACE_SETTINGS)
+
+    def now_ms(self) -> int:
+        """The time used for expiry decisions: the ZooKeeper clock through ``self.clock``."""
+        return self.clock(self.server_time_ms())
 
     def _ensure_namespace(self) -> None:
         for path in self.paths.skeleton():
@@ -121,7 +154,9 @@ class Connection:
         if node is None:
             self._ensure_namespace()
             return {}, 0
-        return _decode_settings(node.data, self.paths.settings), node.stat.version
+        stored = _decode_settings(node.data, self.paths.settings)
+        self._settings_cache = stored
+        return stored, node.stat.version
 
     def settings(self) -> dict[str, Any]:
         """Namespace-wide settings (defaults filled in; durations as ``timedelta``)."""
@@ -168,6 +203,48 @@ class Connection:
         if not isinstance(force, bool):
             raise InvalidTypeError("force must be a bool")
         _tables.drop_table(self, name, force=force)
+
+
+    # -- KV snapshot leases ------------------------------------------------------------------
+
+    def lease(self, lease_id: str | None = None, duration: Any = "1h", *, keepalive: bool = False,
+              drop_on_exit: bool = True) -> KvSnapshotLease:
+        """A lease handle; validates its id and duration now, does no I/O until the first call."""
+        from .lease import KvSnapshotLease
+
+        return KvSnapshotLease(self, lease_id, duration, keepalive=keepalive, drop_on_exit=drop_on_exit)
+
+    def acquire_kv_snapshot_lease(self, lease_id: str, snapshot_ids: Mapping[TableBucket, int],
+                                  lease_duration: Any) -> AcquireResult:
+        """Pin snapshots for the lease, creating it on first use (Fluss Admin API shape)."""
+        check_id(lease_id)
+        duration_ms = leases.lease_duration_ms(self, lease_duration)
+        return leases.acquire(self, lease_id, leases.check_snapshot_ids(self, snapshot_ids), duration_ms)
+
+    def renew_kv_snapshot_lease(self, lease_id: str, lease_duration: Any) -> datetime:
+        """Extend the lease to at least now + lease_duration; returns the new expiry."""
+        check_id(lease_id)
+        return to_datetime(leases.renew(self, lease_id, leases.lease_duration_ms(self, lease_duration)))
+
+    def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
+        """Unpin these buckets from the lease (idempotent)."""
+        from .lease import group_buckets
+
+        check_id(lease_id)
+        leases.release(self, lease_id, group_buckets(self, buckets))
+
+    def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
+        """Remove the lease and all its pins; False if it does not exist."""
+        check_id(lease_id)
+        return leases.drop(self, lease_id)
+
+    def leases(self) -> list[LeaseInfo]:
+        """Every lease of the namespace, by id (expired ones too, until reclaimed)."""
+        return leases.list_leases(self)
+
+    def expire_leases(self) -> list[str]:
+        """Reclaim leases past expires_at + lease.expiry-grace now; returns their ids."""
+        return leases.expire(self)
 
 
 def _decode_settings(data: bytes, path: str) -> dict[str, Any]:

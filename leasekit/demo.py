@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 __all__ = ["run", "SCHEMA", "STATUSES"]
 
-SCHEMA = "order_id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, updated_at TIMESTAMP"
+SCHEMA = (
+    "order_id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, updated_at TIMESTAMP"
+)
 BUCKETS = 8
 STATUSES = ("created", "paid", "shipped", "delivered", "cancelled")
 _DELIVERED, _CANCELLED = 3, 4
@@ -139,7 +141,9 @@ def run(
 
     latest = orders_table.latest_snapshots()
     frame = lks.read_snapshots(spark, orders_table, latest)
-    totals = frame.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")).first()
+    totals = frame.agg(
+        F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")
+    ).first()
     rows_read, keys_read = int(totals["rows"]), int(totals["keys"])
     by_status = {r["status"]: int(r["count"]) for r in frame.groupBy("status").count().collect()}
     by_status = {s: by_status[s] for s in sorted(by_status, key=_status_order)}

@@ -10,16 +10,16 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import SnapshotNotFoundError, TableNotFoundError
+from .errors import IllegalStateError, SnapshotNotFoundError, TableNotFoundError
 from .log import BucketState, bucket_state, list_segments, read_states
 from .records import Snapshot, TableBucket
-from .zk import Create, Node, Op, SetData, TxnConflict, decode, encode, to_datetime
+from .zk import Create, Delete, Node, Op, SetData, TxnConflict, decode, encode, to_datetime
 from .zkpaths import CHUNK
 
 if TYPE_CHECKING:
     from .tables import Table
 
-__all__ = ["list_snapshots", "get_snapshots", "take_snapshots"]
+__all__ = ["list_snapshots", "get_snapshots", "take_snapshots", "read_latest", "delete_snapshot"]
 
 
 
@@ -197,6 +197,38 @@ def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket,
                 stale.extend(written[bucket].files)
     conn.warehouse.delete_files(stale)
     return out
+
+
+def delete_snapshot(table: Table, bucket: int, snapshot_id: int) -> Snapshot:
+    """Delete one snapshot: metadata first, files after (R1, R2).
+
+    Refused with ``IllegalStateError`` while a lease pins it (ZooKeeper will not delete a
+    znode with children, so this is atomic with respect to acquire) or when it is the
+    bucket's newest snapshot.
+    """
+    conn = table.connection
+    bucket = table.bucket_number(bucket)
+    path = conn.paths.snapshot(table.table_id, bucket, snapshot_id)
+    state_path = conn.paths.bucket(table.table_id, bucket)
+    node, state_node = conn.store.get_many([path, state_path])
+    if node is None:
+        raise SnapshotNotFoundError(f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}")
+    snap = _snapshot(table, bucket, snapshot_id, path, node)
+    if state_node is not None and bucket_state(state_node, state_path).latest_snapshot == snapshot_id:
+        raise IllegalStateError(f"snapshot {snapshot_id} is the newest of {snap.table_bucket}; it is never deleted")
+    try:
+        conn.store.commit([Delete(path, node.stat.version)])
+    except TxnConflict as exc:
+        if exc.reason == "notempty":
+            holders = conn.store.children(path) or []
+            raise IllegalStateError(
+                f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) {', '.join(holders)}"
+            ) from None
+        if exc.reason == "nonode":
+            raise SnapshotNotFoundError(f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}") from None
+        raise
+    conn.warehouse.delete_files(decode(node.data, path)["f"])
+    return snap
 
 
 def _advance(path: str, state: BucketState, sid: int, log_offset: int) -> SetData:

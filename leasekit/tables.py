@@ -17,6 +17,7 @@ from . import schema as schemas
 from .durations import check_table_name
 from .errors import (
     BucketNotFoundError,
+    IllegalStateError,
     InvalidArgumentError,
     InvalidTypeError,
     TableExistsError,
@@ -188,7 +189,15 @@ def list_tables(conn: Connection) -> list[str]:
 
 def drop_table(conn: Connection, name: object, *, force: bool = False) -> None:
     """Remove the table: its znode and a drop marker in one step, then data metadata, then files."""
+    from .leases import forget_table, leases_pinning
+
     table = load_table(conn, name)
+    pinned_by = leases_pinning(conn, table.table_id)
+    if pinned_by and not force:
+        raise IllegalStateError(
+            f"table {table.name!r} is pinned by lease(s) {', '.join(pinned_by)}; drop or release them, "
+            "or pass force=True"
+        )
     path = conn.paths.table(table.name)
     node = conn.store.get(path)
     if node is None:
@@ -200,6 +209,8 @@ def drop_table(conn: Connection, name: object, *, force: bool = False) -> None:
         if exc.reason == "nonode":
             raise TableNotFoundError(f"table {table.name!r} does not exist") from None
         raise
+    if pinned_by or force:
+        forget_table(conn, table.table_id)
     finish_drop(conn, table.table_id)
 
 

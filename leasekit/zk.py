@@ -311,6 +311,10 @@ class ZkStore:
             except kx.NoNodeError:
                 return None
 
+    def watch(self, path: str, callback: Callable[[bytes | None], None]) -> None:
+        """Call ``callback`` with the data of ``path`` now and after every change (None: deleted)."""
+        self.client.DataWatch(path, lambda data, stat: callback(data))
+
     def read_with_clock(self, clock_path: str, paths: Sequence[str]) -> tuple[int, list[Node | None]]:
         """The ZooKeeper clock (epoch ms) and the znodes at ``paths``, in one pipelined batch.
 
