@@ -6,6 +6,7 @@ explained retention for a live, bucketed table store (metadata in ZooKeeper, dat
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .errors import *  # noqa: F403
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from .tables import Table
 
 __version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
     "connect",

@@ -164,7 +164,7 @@ class Connection:
 
     def update_settings(self, mapping: Mapping[str, Any]) -> dict[str, Any]:
         """Change namespace-wide settings for every client; returns the new settings."""
-        changes = parse_properties(mapping, NAMESPACE_SETTINGS, what="settings")
+        changes = parse_properties(mapping, NAMESPACE_SETTINGS, what="setting")
         while True:
             stored, version = self._stored_settings()
             merged = {**stored, **changes}

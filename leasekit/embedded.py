@@ -40,7 +40,7 @@ _REQUIRED_JARS = (
 _OPTIONAL_JARS = ("commons-io-*.jar", "audience-annotations-*.jar")
 
 _JVM_FLAGS = (
-    "-Xmx256m",
+    "-Xmx1g",
     "-XX:+UseSerialGC",
     "-Djava.net.preferIPv4Stack=true",
     "-Dzookeeper.admin.enableServer=false",

@@ -108,15 +108,18 @@ NAMESPACE_SETTINGS: dict[str, Setting] = {
 
 
 def parse_properties(values: Mapping[str, Any] | None, known: Mapping[str, Setting], *, what: str) -> dict[str, Any]:
-    """Stored form of ``values``; unknown keys or bad values raise ``InvalidArgumentError``."""
+    """Stored form of ``values``; unknown keys or bad values raise ``InvalidArgumentError``.
+
+    ``what`` names the kind of key in messages ("table property", "setting").
+    """
     if values is None:
         return {}
     if not isinstance(values, Mapping):
-        raise InvalidArgumentError(f"{what} must be a mapping of key to value, got {type(values).__name__}")
+        raise InvalidArgumentError(f"{what} values must be a mapping of key to value, got {type(values).__name__}")
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
-            raise InvalidArgumentError(f"unknown {what[:-1] if what.endswith('s') else what} key {key!r}; known: {', '.join(sorted(known))}")
+            raise InvalidArgumentError(f"unknown {what} {key!r}; known: {', '.join(sorted(known))}")
         out[key] = known[key].parse(key, value)
     return out
 

@@ -49,7 +49,8 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
         os.environ["JAVA_HOME"] = java_home()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with spark_errors("start Spark"):
-        return SparkSession.builder.appName(app_name).getOrCreate()
+        # Spark's console progress bar would draw over leasekit's own progress bars.
+        return SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false").getOrCreate()
 
 
 def session(spark: SparkSession | None) -> SparkSession:

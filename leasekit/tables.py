@@ -158,7 +158,7 @@ def create_table(
     key = schemas.check_primary_key(arrow_schema, primary_key)
     arrow_schema = schemas.with_primary_key(arrow_schema, key)
     num_buckets = _check_buckets(buckets)
-    props = parse_properties(properties, TABLE_PROPERTIES, what="table properties")
+    props = parse_properties(properties, TABLE_PROPERTIES, what="table property")
     table_id = uuid.uuid4().hex
     meta = {"id": table_id, "schema": schemas.serialize_schema(arrow_schema), "pk": list(key),
             "n": num_buckets, "props": props}

@@ -31,3 +31,32 @@ def read_log(table) -> dict[int, list[dict]]:
                 rows.append(rec)
         out[bucket] = rows
     return out
+
+
+def seed_empty_snapshots(conn, table, snapshot_id: int = 1) -> None:
+    """Give every bucket an empty snapshot (state at offset 0, no files) straight in the
+    metadata store, for lease tests at a scale where real compactions would take hours."""
+    from leasekit.zk import Create, encode
+    from leasekit.zkpaths import CHUNK
+
+    paths, tid = conn.paths, table.table_id
+    ops = []
+    state = encode({"e": 0, "b": 0, "t": 0, "s": snapshot_id + 1, "l": [snapshot_id, 0]})
+    snapshot = encode({"o": 0, "n": 0, "s": 0, "f": []})
+    for b in range(table.num_buckets):
+        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b)),
+                Create(paths.snapshot(tid, b, snapshot_id), snapshot)]
+    for c in range(0, table.num_buckets, CHUNK):
+        ops.append(Create(paths.latest_chunk(tid, c // CHUNK),
+                          encode({"a": [snapshot_id] * min(CHUNK, table.num_buckets - c)})))
+    conn.store.commit_chunked(ops)
+
+
+def pin_znodes(conn, table, lease_id: str) -> dict[int, int]:
+    """{bucket: snapshot_id} of every pin znode the lease has under the table's snapshots."""
+    paths, tid = conn.paths, table.table_id
+    buckets = list(range(table.num_buckets))
+    snaps = conn.store.children_many([paths.snapshots(tid, b) for b in buckets])
+    candidates = [(b, int(s)) for b, names in zip(buckets, snaps) for s in (names or [])]
+    kids = conn.store.children_many([paths.snapshot(tid, b, s) for b, s in candidates])
+    return {b: s for (b, s), names in zip(candidates, kids) if names and lease_id in names}

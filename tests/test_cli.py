@@ -101,8 +101,9 @@ def test_json_before_and_after_the_subcommand(capsys, target, conn) -> None:
 
 
 def test_create_json_output(capsys, target) -> None:
-    info = run_json(capsys, *target, "--json", "table", "create", "t", "--schema", "a INT, b STRING",
-                    "--primary-key", "a,b", "--property", "log.retention=2h")  # fmt: skip
+    info = run_json(capsys, *target, "--json", "table", "create", "t",
+                    "--schema", "a INT, b STRING", "--primary-key", "a,b",
+                    "--property", "log.retention=2h")  # fmt: skip
     assert info["primary_key"] == ["a", "b"]
     assert info["buckets"] == 4
     assert info["properties"]["log.retention"] == "2h"
@@ -136,7 +137,8 @@ def test_missing_table_and_duplicate(capsys, target, conn) -> None:
     code, _, err = run(capsys, *target, "table", "describe", "ghost")
     assert (code, err) == (2, "leasekit: error: table 'ghost' does not exist\n")
     conn.create_table("t", SCHEMA, "id")
-    code, _, err = run(capsys, *target, "table", "create", "t", "--schema", SCHEMA, "--primary-key", "id")
+    code, _, err = run(capsys, *target, "table", "create", "t",
+                       "--schema", SCHEMA, "--primary-key", "id")  # fmt: skip
     assert (code, err) == (2, "leasekit: error: table 't' exists already\n")
 
 
@@ -180,7 +182,8 @@ def test_table_snapshot(capsys, target, conn, spark) -> None:
 
     info = run_json(capsys, *target, "--json", "table", "describe", "events")
     assert all(r["latest_snapshot"] == 1 for r in info["bucket_offsets"])
-    assert [r["snapshot_log_offset"] for r in info["bucket_offsets"]] == [ends[tb] for tb in table.buckets]
+    offsets = [r["snapshot_log_offset"] for r in info["bucket_offsets"]]
+    assert offsets == [ends[tb] for tb in table.buckets]
 
 
 def test_demo_run(conn, spark) -> None:
@@ -240,7 +243,8 @@ def test_zookeeper_status_start_stop(capsys, tmp_path) -> None:
 
 
 def test_zookeeper_rejects_external_address(capsys, zookeeper, tmp_path) -> None:
-    code, _, err = run(capsys, "--zookeeper", zookeeper, "--warehouse", str(tmp_path), "zookeeper", "status")
+    code, _, err = run(capsys, "--zookeeper", zookeeper, "--warehouse", str(tmp_path),
+                       "zookeeper", "status")  # fmt: skip
     assert code == 2 and err.startswith("leasekit: error: `leasekit zookeeper` manages")
 
 
@@ -252,7 +256,10 @@ def test_console_script_help() -> None:
 
 
 def test_import_is_cheap() -> None:
-    code = "import sys, leasekit.cli; print(sorted(m for m in ('pyspark', 'kazoo', 'pyarrow') if m in sys.modules))"
+    code = (
+        "import sys, leasekit.cli; "
+        "print(sorted(m for m in ('pyspark', 'kazoo', 'pyarrow') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

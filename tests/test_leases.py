@@ -1,0 +1,451 @@
+"""KV snapshot leases: ids and durations (L1, L2), atomic pins (L3-L6), expiry on the
+ZooKeeper clock (L7, L8, L11), release and drop (L9, L10), reads (L12), keepalive (L13)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from helpers import namespace_tree
+
+import leasekit as lk
+from leasekit import spark as lks
+from leasekit.snapshots import delete_snapshot
+
+TB = lk.TableBucket
+
+
+@pytest.fixture
+def orders(conn, spark):
+    """A 4-bucket table with two snapshots per bucket (ids 1 and 2)."""
+    table = conn.create_table("orders", "id BIGINT, status STRING", "id", buckets=4)
+    table.append([{"id": i, "status": "new"} for i in range(200)])
+    table.snapshot(spark)
+    table.append([{"id": i, "status": "paid"} for i in range(0, 200, 2)])
+    table.snapshot(spark)
+    return table
+
+
+def both(table, sid):
+    return {TB(table.name, b): sid for b in range(table.num_buckets)}
+
+
+# -- L1, L2: ids and durations ---------------------------------------------------------
+
+BAD_IDS = ["", ".", "..", "a/b", "x" * 129, "with space", "ünïcode", "a\nb"]
+
+
+@pytest.mark.parametrize("lease_id", BAD_IDS)
+def test_invalid_lease_ids_fail_before_any_zookeeper_call(conn, lease_id):
+    # L1
+    before = conn.store.round_trips
+    calls = [
+        lambda: conn.lease(lease_id),
+        lambda: conn.acquire_kv_snapshot_lease(lease_id, {}, "1h"),
+        lambda: conn.renew_kv_snapshot_lease(lease_id, "1h"),
+        lambda: conn.release_kv_snapshot_lease(lease_id, []),
+        lambda: conn.drop_kv_snapshot_lease(lease_id),
+    ]
+    for call in calls:
+        with pytest.raises(lk.InvalidLeaseIdError):
+            call()
+    assert conn.store.round_trips == before
+
+
+@pytest.mark.parametrize("lease_id", [None, 7, b"bytes"])
+def test_non_string_lease_ids(conn, lease_id):
+    # L1 (None means "make one" only for conn.lease)
+    with pytest.raises(lk.InvalidLeaseIdError):
+        conn.drop_kv_snapshot_lease(lease_id)
+    if lease_id is None:
+        assert conn.lease().lease_id.startswith("lease-")
+
+
+def test_valid_lease_id_edge_cases(conn):
+    # L1
+    for lease_id in ["a", "x" * 128, "q3-report_2026.v1", "..."]:
+        assert conn.lease(lease_id).lease_id == lease_id
+        assert conn.drop_kv_snapshot_lease(lease_id) is False
+
+
+@pytest.mark.parametrize("duration", [0, -1, "0s", "-5m", "8d", timedelta(0), "soon", float("nan"), True, [1]])
+def test_invalid_durations(conn, duration):
+    # L2
+    before = conn.store.round_trips
+    with pytest.raises(lk.InvalidDurationError):
+        conn.lease("x", duration)
+    assert conn.store.round_trips == before
+    with pytest.raises(lk.InvalidDurationError):
+        conn.acquire_kv_snapshot_lease("x", {}, duration)
+    with pytest.raises(lk.InvalidDurationError):
+        conn.renew_kv_snapshot_lease("x", duration)
+
+
+def test_max_duration_is_a_namespace_setting(conn, zookeeper, warehouse, namespace):
+    # L2
+    assert conn.lease("x", "7d").lease_id == "x"
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as admin:
+        admin.update_settings({"lease.max-duration": "1h"})
+    deadline = time.monotonic() + 5
+    while conn.cached_settings()["lease.max-duration"] != timedelta(hours=1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(lk.InvalidDurationError):
+        conn.lease("x", "2h")
+    assert conn.lease("x", "59m").lease_id == "x"
+
+
+def test_durations_in_every_form(conn, orders):
+    # L2, L7
+    for duration, seconds in [(timedelta(minutes=5), 300), (90, 90), (1.5, 1.5), ("500ms", 0.5), ("2h", 7200)]:
+        result = conn.acquire_kv_snapshot_lease("forms", {TB("orders", 0): 2}, duration)
+        info = conn.leases()[0]
+        assert info.duration == timedelta(seconds=seconds)
+        assert result.expires_at >= info.renewed_at
+        conn.drop_kv_snapshot_lease("forms")
+
+
+# -- L3-L6: pins --------------------------------------------------------------------------
+
+def test_acquire_pins_and_protects_from_deletion(conn, orders):
+    # L3
+    lease = conn.lease("q3", "1h")
+    result = lease.acquire({TB("orders", 0): 1, TB("orders", 1): 1})
+    assert result.acquired == {TB("orders", 0): 1, TB("orders", 1): 1}
+    assert result.unavailable == {}
+    with pytest.raises(lk.IllegalStateError, match="pinned by lease"):
+        delete_snapshot(orders, 0, 1)
+    delete_snapshot(orders, 2, 1)  # not pinned: deletable
+    assert [s.snapshot_id for s in orders.snapshots(2)] == [2]
+
+
+def test_missing_or_deleted_snapshots_are_unavailable_and_not_pinned(conn, orders):
+    # L3
+    delete_snapshot(orders, 1, 1)
+    result = conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1, TB("orders", 1): 1, TB("orders", 2): 99}, "1h")
+    assert result.acquired == {TB("orders", 0): 1}
+    assert result.unavailable == {TB("orders", 1): 1, TB("orders", 2): 99}
+    assert conn.leases()[0].pins == {TB("orders", 0): 1}
+
+
+def test_acquiring_another_snapshot_moves_the_pin(conn, orders):
+    # L4
+    lease = conn.lease("q3", "1h")
+    lease.acquire({TB("orders", 0): 1})
+    lease.acquire({TB("orders", 0): 2})
+    assert lease.info().pins == {TB("orders", 0): 2}
+    delete_snapshot(orders, 0, 1)  # the old pin is gone
+    with pytest.raises(lk.IllegalStateError):
+        conn.drop_table("orders")
+
+
+def test_several_leases_pin_one_snapshot_until_the_last_goes(conn, orders):
+    # L5
+    a, b = conn.lease("a", "1h"), conn.lease("b", "1h")
+    a.acquire({TB("orders", 3): 1})
+    b.acquire({TB("orders", 3): 1})
+    a.drop()
+    with pytest.raises(lk.IllegalStateError, match="pinned by lease"):
+        delete_snapshot(orders, 3, 1)
+    b.release([TB("orders", 3)])
+    delete_snapshot(orders, 3, 1)
+
+
+def test_acquire_latest_pins_newest_and_reports_buckets_without_snapshot(conn, spark):
+    # L6
+    table = conn.create_table("sparse", "id BIGINT", "id", buckets=8)
+    table.append([{"id": 1}])
+    table.snapshot(spark)
+    other = conn.create_table("other", "id BIGINT", "id", buckets=2)
+    lease = conn.lease("q3", "1h")
+    result = lease.acquire_latest(["sparse", "other"])
+    written = {tb for tb, s in table.latest_snapshots().items()}
+    assert set(result.acquired) == written and len(written) == 1
+    assert result.unavailable == {tb: -1 for tb in table.buckets + other.buckets if tb not in written}
+    assert lease.acquire_latest("sparse").acquired == result.acquired  # a str is one table
+
+
+def test_acquire_latest_retries_when_the_latest_disappears(conn, orders, spark, monkeypatch):
+    # L6: between reading the latest ids and pinning, a newer snapshot arrives and the one
+    # just read is deleted; acquire_latest must pin the newer one instead.
+    import leasekit.snapshots as snapshots
+
+    real = snapshots.read_latest
+    calls = []
+
+    def racing_read_latest(table, buckets=None):
+        ids = real(table, buckets)
+        if not calls:
+            orders.append([{"id": 5000 + i, "status": "late"} for i in range(40)])
+            orders.snapshot(spark)
+            for b in range(orders.num_buckets):
+                delete_snapshot(orders, b, ids[b])
+        calls.append(buckets)
+        return ids
+
+    monkeypatch.setattr(snapshots, "read_latest", racing_read_latest)
+    result = conn.lease("q3", "1h").acquire_latest("orders")
+    assert result.acquired == both(orders, 3)
+    assert result.unavailable == {}
+    assert len(calls) == 2
+
+
+# -- L7, L8, L11: expiry on the ZooKeeper clock ----------------------------------------
+
+def test_expiry_is_zookeeper_time_of_acquire_plus_duration(conn, orders):
+    # L7
+    lease = conn.lease("q3", "10m")
+    result = lease.acquire({TB("orders", 0): 2})
+    info = lease.info()
+    assert info.expires_at == info.renewed_at + timedelta(minutes=10) == result.expires_at
+    assert abs(info.renewed_at - conn.server_time()) < timedelta(seconds=5)
+    assert info.created_at == info.renewed_at
+    assert info.owner == conn.owner
+
+
+def test_renew_only_extends(conn, orders):
+    # L7
+    lease = conn.lease("q3", "1h")
+    first = lease.acquire({TB("orders", 0): 2}).expires_at
+    assert lease.renew("1s") == first  # a shorter renew cannot shorten
+    assert lease.info().expires_at == first
+    longer = lease.renew("2h")
+    assert longer >= first + timedelta(minutes=59)
+    assert lease.info().expires_at == longer
+    assert conn.renew_kv_snapshot_lease("q3", "1m") == longer
+
+
+def test_lease_expires_on_the_real_zookeeper_clock(conn, orders, spark):
+    # L7, L8, L12: no injected time; the lease lives 2 s of ZooKeeper time
+    lease = conn.lease("short", "2s")
+    lease.acquire_latest("orders")
+    assert lease.alive
+    assert lease.read(spark, "orders").count() == 200
+    time.sleep(2.6)
+    assert not lease.alive
+    with pytest.raises(lk.LeaseExpiredError):
+        lease.read(spark, "orders")
+    with pytest.raises(lk.LeaseExpiredError):
+        lease.renew()
+    with pytest.raises(lk.LeaseExpiredError):
+        lease.acquire({TB("orders", 0): 2})
+
+
+def test_expired_lease_with_injected_clock(conn, orders):
+    # L8: renew or acquire of an expired lease fails; nothing is recreated
+    conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
+    conn.clock = lambda ms: ms + 3_600_000 + 1_000
+    with pytest.raises(lk.LeaseExpiredError):
+        conn.renew_kv_snapshot_lease("q3", "1h")
+    with pytest.raises(lk.LeaseExpiredError):
+        conn.acquire_kv_snapshot_lease("q3", {TB("orders", 1): 1}, "1h")
+    assert conn.leases()[0].pins == {TB("orders", 0): 1}
+
+
+def test_renew_unknown_lease_is_not_recreated(conn):
+    # L8
+    with pytest.raises(lk.LeaseNotFoundError):
+        conn.renew_kv_snapshot_lease("ghost", "1h")
+    with pytest.raises(lk.LeaseNotFoundError):
+        conn.lease("ghost").renew()
+    assert conn.leases() == []
+
+
+def test_first_acquire_creates_the_lease(conn, orders):
+    # L8
+    assert conn.leases() == []
+    conn.acquire_kv_snapshot_lease("new", {}, "1h")
+    assert [i.lease_id for i in conn.leases()] == ["new"]
+    assert conn.leases()[0].pins == {}
+
+
+def test_expire_respects_grace_and_reclaims_eagerly(conn, orders):
+    # L11 (injected clock): not before expires_at + grace, then pins go at once
+    conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
+    conn.update_settings({"lease.expiry-grace": "30s"})
+    conn.clock = lambda ms: ms + 3_600_000 + 29_000
+    assert conn.expire_leases() == []
+    with pytest.raises(lk.IllegalStateError):
+        delete_snapshot(orders, 0, 1)
+    conn.clock = lambda ms: ms + 3_600_000 + 31_000
+    assert conn.expire_leases() == ["q3"]
+    assert conn.leases() == []
+    delete_snapshot(orders, 0, 1)  # no new snapshot needed: the pin went with the lease
+
+
+def test_expire_on_the_real_clock(conn, orders):
+    # L11 (real clock): a 1 s lease with a 1 s grace is reclaimed after 2 s, not before
+    conn.update_settings({"lease.expiry-grace": "1s"})
+    conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1s")
+    assert conn.expire_leases() == []
+    time.sleep(2.3)
+    assert conn.expire_leases() == ["q3"]
+    delete_snapshot(orders, 0, 1)
+
+
+def test_renew_racing_expiry_wins_or_fails_cleanly(conn, orders):
+    # L11: the reclaim is a compare-and-set on the lease's version
+    conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
+    conn.clock = lambda ms: ms + 3_600_000 + 31_000
+    assert conn.expire_leases() == ["q3"]
+    conn.clock = lambda ms: ms
+    with pytest.raises(lk.LeaseNotFoundError):
+        conn.renew_kv_snapshot_lease("q3", "1h")
+
+
+# -- L9, L10: release and drop ----------------------------------------------------------
+
+def test_release_is_idempotent_and_keeps_the_lease(conn, orders):
+    # L9
+    lease = conn.lease("q3", "1h")
+    lease.acquire(both(orders, 2))
+    lease.release([TB("orders", 0), TB("orders", 1)])
+    lease.release([TB("orders", 0), TB("orders", 1)])
+    assert lease.info().pins == {TB("orders", 2): 2, TB("orders", 3): 2}
+    lease.release(orders.buckets)
+    assert lease.info().pins == {}
+    assert [i.lease_id for i in conn.leases()] == ["q3"]
+
+
+def test_drop_removes_lease_and_pins_in_one_step(conn, orders):
+    # L10
+    lease = conn.lease("q3", "1h")
+    lease.acquire(both(orders, 1))
+    assert lease.drop() is True
+    assert conn.leases() == []
+    for b in range(4):
+        delete_snapshot(orders, b, 1)
+    assert lease.drop() is False
+    assert conn.drop_kv_snapshot_lease("never-existed") is False
+
+
+# -- L12: reads ---------------------------------------------------------------------------
+
+def test_read_returns_exactly_the_pinned_snapshot_rows(conn, orders, spark):
+    # L12
+    lease = conn.lease("q3", "1h")
+    lease.acquire(both(orders, 1))
+    expected = sorted(map(tuple, lks.read_snapshots(spark, orders, {b: 1 for b in range(4)}).collect()))
+    orders.append([{"id": i, "status": "late"} for i in range(300)])
+    orders.snapshot(spark)
+    rows = sorted(map(tuple, lease.read(spark, orders).collect()))
+    assert rows == expected
+    assert all(status == "new" for _, status in rows)
+    assert lease.read(spark, "orders").columns == ["id", "status"]
+
+
+def test_read_refuses_unpinned_buckets_unless_partial(conn, orders, spark):
+    # L12
+    lease = conn.lease("q3", "1h")
+    lease.acquire({TB("orders", 0): 2})
+    with pytest.raises(lk.NotPinnedError, match="3 of 4"):
+        lease.read(spark, "orders")
+    partial = lease.read(spark, "orders", allow_partial=True)
+    assert partial.count() == lks.read_snapshots(spark, orders, {0: 2}).count()
+
+
+def test_read_after_drop_is_expired(conn, orders, spark):
+    # L12
+    lease = conn.lease("q3", "1h")
+    lease.acquire_latest("orders")
+    lease.drop()
+    assert not lease.alive
+    with pytest.raises(lk.LeaseExpiredError):
+        lease.read(spark, "orders")
+
+
+# -- L13: keepalive ---------------------------------------------------------------------
+
+def test_keepalive_renews_in_the_background(conn, orders, spark):
+    # L13: a 2 s lease used for 4 s stays valid
+    with conn.lease("kept", "2s", keepalive=True) as lease:
+        first = lease.acquire_latest("orders").expires_at
+        time.sleep(4)
+        assert lease.alive
+        assert lease.info().expires_at > first + timedelta(seconds=1)
+        assert lease.read(spark, "orders").count() == 200
+    assert conn.leases() == []  # dropped on exit
+
+
+def test_keepalive_failure_flips_alive_and_the_next_call_raises(conn, orders):
+    # L13
+    with conn.lease("kept", "1500ms", keepalive=True, drop_on_exit=False) as lease:
+        lease.acquire_latest("orders")
+        conn.drop_kv_snapshot_lease("kept")  # someone else drops it
+        deadline = time.monotonic() + 5
+        while lease.alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not lease.alive
+        with pytest.raises(lk.LeaseExpiredError):
+            lease.acquire_latest("orders")
+
+
+def test_context_manager_keeps_lease_when_asked(conn, orders):
+    with conn.lease("kept", "1h", drop_on_exit=False) as lease:
+        lease.acquire_latest("orders")
+    assert [i.lease_id for i in conn.leases()] == ["kept"]
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+BAD_ACQUIRE = [
+    pytest.param({TB("nope", 0): 1}, lk.TableNotFoundError, id="unknown-table"),
+    pytest.param({TB("orders", 9): 1}, lk.BucketNotFoundError, id="unknown-bucket"),
+    pytest.param({TB("orders", -1): 1}, lk.BucketNotFoundError, id="negative-bucket"),
+    pytest.param({TB("orders", 0): -1}, lk.InvalidArgumentError, id="negative-snapshot"),
+    pytest.param({TB("orders", 0): 0}, lk.InvalidArgumentError, id="zero-snapshot"),
+    pytest.param({TB("orders", 0): "1"}, TypeError, id="str-snapshot"),
+    pytest.param({("orders", 0): 1}, TypeError, id="tuple-key"),
+    pytest.param({"orders": 1}, TypeError, id="str-key"),
+    pytest.param([TB("orders", 0)], TypeError, id="not-a-mapping"),
+]
+
+
+@pytest.mark.parametrize("snapshot_ids, error", BAD_ACQUIRE)
+def test_bad_acquire_input_writes_nothing(conn, orders, snapshot_ids, error):
+    before = namespace_tree(conn)
+    with pytest.raises(error) as info:
+        conn.acquire_kv_snapshot_lease("q3", snapshot_ids, "1h")
+    assert isinstance(info.value, lk.LeasekitError)
+    with pytest.raises(error):
+        conn.lease("q3").acquire(snapshot_ids)
+    assert namespace_tree(conn) == before
+
+
+@pytest.mark.parametrize("buckets, error", [
+    ([("orders", 0)], TypeError), (TB("orders", 0), TypeError), ("orders", TypeError),
+    ([TB("nope", 0)], lk.TableNotFoundError), ([TB("orders", 7)], lk.BucketNotFoundError),
+])
+def test_bad_release_input_writes_nothing(conn, orders, buckets, error):
+    conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
+    before = namespace_tree(conn)
+    with pytest.raises(error):
+        conn.release_kv_snapshot_lease("q3", buckets)
+    assert namespace_tree(conn) == before
+
+
+def test_acquire_latest_bad_tables(conn, orders):
+    before = namespace_tree(conn)
+    with pytest.raises(lk.TableNotFoundError):
+        conn.lease("q3").acquire_latest(["orders", "nope"])
+    with pytest.raises(TypeError):
+        conn.lease("q3").acquire_latest(5)
+    with pytest.raises(lk.InvalidArgumentError):
+        conn.lease("q3").acquire_latest("bad/name")
+    assert namespace_tree(conn) == before
+
+
+def test_release_of_unknown_lease(conn, orders):
+    with pytest.raises(lk.LeaseNotFoundError):
+        conn.release_kv_snapshot_lease("ghost", [TB("orders", 0)])
+
+
+def test_force_drop_of_pinned_table(conn, orders):
+    lease = conn.lease("q3", "1h")
+    lease.acquire_latest("orders")
+    with pytest.raises(lk.IllegalStateError, match="q3"):
+        conn.drop_table("orders")
+    conn.drop_table("orders", force=True)
+    assert conn.tables() == []
+    assert lease.info().pins == {}
+    assert lease.drop() is True
