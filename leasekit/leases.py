@@ -46,7 +46,7 @@ __all__ = ["acquire", "renew", "release", "drop", "expire", "info", "list_leases
 log = logging.getLogger(__name__)
 
 LIVE, DROPPING = "live", "dropping"
-OPS_PER_TXN = 4000
+OPS_PER_TXN = 5000
 
 
 class LeaseRecord(NamedTuple):
@@ -129,8 +129,10 @@ def acquire(
 ) -> AcquireResult:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8).
 
-    A snapshot that is missing, or deleted while we pin, is reported unavailable; with
-    ``refresh`` (acquire_latest) such buckets are looked up again and retried (L6).
+    One pipelined read, then transactions of up to OPS_PER_TXN ops, each carrying the pins of
+    whole chunks together with those chunks' arrays and the lease record (whose mtime becomes
+    the acquire time). A snapshot that is missing, or deleted while we pin, is reported
+    unavailable; with ``refresh`` (acquire_latest) its bucket is looked up again (L6).
     """
     check_id(lease_id)
     paths, store = conn.paths, conn.store
@@ -142,59 +144,73 @@ def acquire(
             work.setdefault((table.table_id, bucket // CHUNK), {})[bucket] = sid
     acquired: dict[TableBucket, int] = {}
     unavailable: dict[TableBucket, int] = {}
-    keys = sorted(work)
-    groups: list[list[tuple[str, int]]] = []
-    ops_in_group = OPS_PER_TXN
-    for key in keys:
-        size = 2 * len(work[key]) + 1
-        if ops_in_group + size > OPS_PER_TXN:
-            groups.append([])
-            ops_in_group = 1
-        groups[-1].append(key)
-        ops_in_group += size
+    pending = sorted(work)
     expires_ms = 0
-    for group in groups or [[]]:
-        while True:
-            chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in group]
+    stale = True
+    record: LeaseRecord | None = None
+    chunks: dict[tuple[str, int], Chunk] = {}
+    first = True
+    while pending or first:
+        if stale:
+            chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
             now, nodes = store.read_with_clock(paths.clock, [rec_path, *chunk_paths])
             record = _check_live(conn, nodes[0], rec_path, now, creating=True)
-            chunks = [_chunk(n, p, tid, c, tables[tid].name) for (tid, c), p, n in zip(group, chunk_paths, nodes[1:])]
-            ops: list[Op] = []
-            if record is None:
-                ops += [Create(rec_path, _new_record(duration_ms, conn.owner)), Create(paths.lease_pins(lease_id))]
-            else:
-                ops.append(SetData(rec_path, record.value(duration_ms, conn.owner), record.stat.version))
-            pin_ops: dict[int, tuple[TableBucket, int]] = {}
-            for ch in chunks:
-                ids = list(ch.ids)
-                table = tables[ch.table_id]
-                for bucket, sid in sorted(work[(ch.table_id, ch.chunk)].items()):
-                    current = ids[bucket % CHUNK]
-                    if current == sid:
-                        continue
-                    pin_ops[len(ops)] = (TableBucket(table.name, bucket), sid)
-                    ops.append(Create(paths.pin(ch.table_id, bucket, sid, lease_id)))
-                    if current:
-                        ops.append(Delete(paths.pin(ch.table_id, bucket, current, lease_id)))
-                    ids[bucket % CHUNK] = sid
-                if ids != ch.ids:
-                    value = _chunk_value(table.name, ids)
-                    chunk_path = paths.lease_chunk(lease_id, ch.table_id, ch.chunk)
-                    ops.append(Create(chunk_path, value) if ch.stat is None else SetData(chunk_path, value, ch.stat.version))
-            try:
-                results = store.commit(ops)
-            except TxnConflict as exc:
-                _resolve(conn, exc, pin_ops, work, tables, lease_id, unavailable, refresh)
-                continue
-            stat = results[0] if isinstance(results[0], Stat) else store.exists(rec_path)
-            if stat is None:
-                raise LeaseExpiredError(f"lease {lease_id!r} was dropped while acquiring")
-            expires_ms = max(record.expires_ms if record else 0, stat.mtime_ms + duration_ms)
-            for key in group:
-                table = tables[key[0]]
-                for bucket, sid in work[key].items():
-                    acquired[TableBucket(table.name, bucket)] = sid
-            break
+            chunks = {key: _chunk(n, p, key[0], key[1], tables[key[0]].name)
+                      for key, p, n in zip(pending, chunk_paths, nodes[1:])}
+            stale = False
+        if record is None:
+            ops: list[Op] = [Create(rec_path, _new_record(duration_ms, conn.owner)), Create(paths.lease_pins(lease_id))]
+        else:
+            ops = [SetData(rec_path, record.value(duration_ms, conn.owner), record.stat.version)]
+        pin_ops: dict[int, tuple[TableBucket, int]] = {}
+        chunk_ops_at: dict[tuple[str, int], tuple[int, list[int]]] = {}
+        batch: list[tuple[str, int]] = []
+        for key in pending:
+            ch, table = chunks[key], tables[key[0]]
+            ids = list(ch.ids)
+            new_ops: list[Op] = []
+            new_pins: dict[int, tuple[TableBucket, int]] = {}
+            for bucket, sid in sorted(work[key].items()):
+                current = ids[bucket % CHUNK]
+                if current == sid:
+                    continue
+                new_pins[len(ops) + len(new_ops)] = (TableBucket(table.name, bucket), sid)
+                new_ops.append(Create(paths.pin(key[0], bucket, sid, lease_id)))
+                if current:
+                    new_ops.append(Delete(paths.pin(key[0], bucket, current, lease_id)))
+                ids[bucket % CHUNK] = sid
+            if batch and len(ops) + len(new_ops) + 1 > OPS_PER_TXN:
+                break
+            batch.append(key)
+            if ids != ch.ids:
+                chunk_path = paths.lease_chunk(lease_id, key[0], key[1])
+                value = _chunk_value(table.name, ids)
+                new_ops.append(Create(chunk_path, value) if ch.stat is None else SetData(chunk_path, value, ch.stat.version))
+                chunk_ops_at[key] = (len(ops) + len(new_ops) - 1, ids)
+            ops += new_ops
+            pin_ops.update(new_pins)
+        try:
+            results = store.commit(ops)
+        except TxnConflict as exc:
+            _resolve(conn, exc, pin_ops, work, tables, lease_id, unavailable, refresh)
+            stale = True
+            continue
+        first = False
+        stat = results[0] if isinstance(results[0], Stat) else store.exists(rec_path)
+        if stat is None:
+            raise LeaseExpiredError(f"lease {lease_id!r} was dropped while acquiring")
+        expires_ms = max(record.expires_ms if record else 0, stat.mtime_ms + duration_ms)
+        record = LeaseRecord(duration_ms, record.expires_ms if record else 0, conn.owner, LIVE, stat)
+        for key in batch:
+            if key in chunk_ops_at:
+                index, ids = chunk_ops_at[key]
+                version = results[index].version if isinstance(results[index], Stat) else 0
+                old = chunks[key]
+                chunks[key] = old._replace(ids=ids, stat=(old.stat or stat)._replace(version=version))
+            table = tables[key[0]]
+            for bucket, sid in work[key].items():
+                acquired[TableBucket(table.name, bucket)] = sid
+        pending = [k for k in pending if k not in batch]
     return AcquireResult(acquired, unavailable, to_datetime(expires_ms))
 
 

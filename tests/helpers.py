@@ -52,11 +52,15 @@ def seed_empty_snapshots(conn, table, snapshot_id: int = 1) -> None:
     conn.store.commit_chunked(ops)
 
 
-def pin_znodes(conn, table, lease_id: str) -> dict[int, int]:
-    """{bucket: snapshot_id} of every pin znode the lease has under the table's snapshots."""
+def pin_znodes(conn, table, lease_id: str, snapshot_ids: dict[int, int] | None = None) -> dict[int, int]:
+    """{bucket: snapshot_id} of every pin znode the lease has under the table's snapshots
+    (only under ``snapshot_ids``, when given, to keep checks of 100,000 buckets quick)."""
     paths, tid = conn.paths, table.table_id
-    buckets = list(range(table.num_buckets))
-    snaps = conn.store.children_many([paths.snapshots(tid, b) for b in buckets])
-    candidates = [(b, int(s)) for b, names in zip(buckets, snaps) for s in (names or [])]
+    if snapshot_ids is None:
+        buckets = list(range(table.num_buckets))
+        snaps = conn.store.children_many([paths.snapshots(tid, b) for b in buckets])
+        candidates = [(b, int(s)) for b, names in zip(buckets, snaps) for s in (names or [])]
+    else:
+        candidates = sorted(snapshot_ids.items())
     kids = conn.store.children_many([paths.snapshot(tid, b, s) for b, s in candidates])
     return {b: s for (b, s), names in zip(candidates, kids) if names and lease_id in names}
