@@ -1,5 +1,5 @@
 """The end-to-end demo behind ``leasekit demo``: write a changing orders table, snapshot it
-with Spark, read the snapshots back and check them against what was written.
+with Spark, pin the snapshots with a lease, read through it and check against what was written.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .cli import format_fields, format_table
+from .cli.output import format_fields, format_table
 from .errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def run(
 
     if table in conn.tables():
         with contextlib.suppress(TableNotFoundError):
-            conn.drop_table(table)
+            conn.drop_table(table, force=True)  # the demo owns this table, leases of old runs too
     orders_table = conn.create_table(table, SCHEMA, "order_id", buckets=BUCKETS)
     out(f"demo: {rows} order upserts in {batches} batches into {table} ({BUCKETS} buckets)")
 
@@ -139,20 +139,23 @@ def run(
         if i in snapshot_after:
             snapshots += len(orders_table.snapshot(spark))
 
-    latest = orders_table.latest_snapshots()
-    frame = lks.read_snapshots(spark, orders_table, latest)
-    totals = frame.agg(
-        F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")
-    ).first()
-    rows_read, keys_read = int(totals["rows"]), int(totals["keys"])
-    by_status = {r["status"]: int(r["count"]) for r in frame.groupBy("status").count().collect()}
+    with conn.lease(f"{table}-report", duration="10m", keepalive=True) as lease:
+        pinned = lease.acquire_latest(table)
+        frame = lease.read(spark, orders_table)
+        totals = frame.agg(
+            F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")
+        ).first()
+        rows_read, keys_read = int(totals["rows"]), int(totals["keys"])
+        by_status = {r["status"]: int(r["count"]) for r in frame.groupBy("status").count().collect()}
+        lease_info = lease.info()
     by_status = {s: by_status[s] for s in sorted(by_status, key=_status_order)}
     expected = orders.by_status()
     live = sum(expected.values())
-    if rows_read != live or keys_read != live or by_status != expected:
+    if rows_read != live or keys_read != live or by_status != expected or pinned.unavailable:
         raise IllegalStateError(
             f"demo check failed: Spark read {rows_read} rows ({keys_read} keys) by status "
-            f"{by_status}; expected {live} live keys by status {expected}"
+            f"{by_status} through lease {lease.lease_id} (unavailable: {pinned.unavailable}); "
+            f"expected {live} live keys by status {expected}"
         )
     elapsed = time.perf_counter() - started
 
@@ -164,6 +167,12 @@ def run(
         "buckets": orders_table.num_buckets,
         "snapshots_taken": snapshots,
         "rows_read": rows_read,
+        "lease": {
+            "lease_id": lease_info.lease_id,
+            "pinned_buckets": len(lease_info.pins),
+            "snapshot_ids": sorted(set(lease_info.pins.values())),
+            "expires_at": lease_info.expires_at.isoformat(),
+        },
         "check": "passed",
         "count_by_status": by_status,
         "elapsed_s": round(elapsed, 1),
@@ -177,7 +186,9 @@ def run(
         "live keys": live,
         "buckets": result["buckets"],
         "snapshots taken": snapshots,
-        "rows read by Spark": rows_read,
+        "lease": (f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
+                  f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped after the read"),
+        "rows read by Spark": f"{rows_read} (through the lease)",
         "check": "passed (Spark count = live keys, count by status as written)",
         "elapsed": f"{elapsed:.1f} s",
         "warehouse": result["warehouse"],

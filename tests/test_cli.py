@@ -158,7 +158,7 @@ def test_interrupt_exits_130(capsys, target, monkeypatch) -> None:
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_table_list", interrupted)
+    monkeypatch.setattr(cli.table, "_list", interrupted)
     code, _, err = run(capsys, *target, "table", "list")
     assert code == 130
     assert "Traceback" not in err
@@ -196,6 +196,9 @@ def test_demo_run(conn, spark) -> None:
     expected = replay_status_counts(conn.table("demo_orders"))
     assert result["count_by_status"] == expected
     assert result["live_keys"] == sum(expected.values())
+    # L12: the read went through a lease that pinned every bucket, dropped afterwards
+    assert result["lease"]["pinned_buckets"] == result["buckets"]
+    assert conn.leases() == []
     summary = lines[-1]
     assert f"live keys           {result['live_keys']}" in summary
     assert "rows read by Spark" in summary and "count by status" in summary
@@ -251,6 +254,13 @@ def test_zookeeper_rejects_external_address(capsys, zookeeper, tmp_path) -> None
 def test_console_script_help() -> None:
     script = Path(sys.executable).with_name("leasekit")
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage: leasekit" in done.stdout
+
+
+def test_module_entry_point_help() -> None:
+    done = subprocess.run([sys.executable, "-m", "leasekit.cli", "--help"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "usage: leasekit" in done.stdout
 

@@ -26,12 +26,15 @@ def test_wheel_contains_and_imports_widgets_package(tmp_path):
     wheel = next(tmp_path.glob("leasekit-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "leasekit/widgets/__init__.py" in names
+    for package in (ROOT / "leasekit").rglob("__init__.py"):  # every subpackage ships
+        assert str(package.relative_to(ROOT)) in names
     assert "leasekit/zk.py" in names
     assert not any(n.startswith(("tests/", "widgets/", "bench/")) for n in names)
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
-    code = "import leasekit, leasekit.widgets; print(leasekit.__file__, leasekit.widgets.__file__)"
+    code = ("import leasekit, leasekit.widgets, leasekit.cli; "
+            "print(leasekit.__file__, leasekit.widgets.__file__, leasekit.cli.__file__)")
     env = dict(os.environ, PYTHONPATH=str(target))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd="/")
     assert all(p.startswith(str(target)) for p in out.stdout.split())

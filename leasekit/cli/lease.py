@@ -1,0 +1,217 @@
+"""``leasekit lease list|acquire|renew|release|drop``: KV snapshot leases from the shell.
+
+Leases outlive the command: ``acquire`` pins and leaves the lease to expire, renew or drop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..durations import check_id
+from ..errors import LeaseNotFoundError
+from ..records import TableBucket
+from .common import add_command, connect
+from .output import emit, format_table, to_json
+
+if TYPE_CHECKING:
+    from ..connection import Connection
+    from ..records import LeaseInfo
+
+__all__ = ["register"]
+
+NO_SNAPSHOT = -1  # an unavailable bucket's id when the bucket has no snapshot yet (L6)
+
+
+def _duration(text: str) -> Any:
+    """A bare number means seconds, as in the Python API; the library parses the rest."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _text(value: Any) -> str:
+    return str(to_json(value))
+
+
+def _pin_rows(pins: Mapping[TableBucket, int]) -> list[dict[str, Any]]:
+    return [{"table": tb.table, "bucket": tb.bucket, "snapshot_id": sid}
+            for tb, sid in sorted(pins.items())]  # fmt: skip
+
+
+def _find(conn: Connection, lease_id: str) -> LeaseInfo:
+    """The stored lease; ``LeaseNotFoundError`` if it does not exist (or is being dropped)."""
+    for info in conn.leases():
+        if info.lease_id == lease_id:
+            return info
+    raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
+
+
+def _lease_row(info: LeaseInfo, now: datetime) -> dict[str, Any]:
+    return {
+        "lease_id": info.lease_id,
+        "pins": _pin_rows(info.pins),
+        "tables": sorted({tb.table for tb in info.pins}),
+        "duration": info.duration,
+        "created_at": info.created_at,
+        "renewed_at": info.renewed_at,
+        "expires_at": info.expires_at,
+        # whole seconds, rounded down: negative exactly when the lease has expired (L7)
+        "expires_in": math.floor((info.expires_at - now).total_seconds()),
+        "owner": info.owner,
+    }
+
+
+def _list(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        now = conn.server_time()
+        rows = [_lease_row(info, now) for info in conn.leases()]
+
+    def render(r: list[dict[str, Any]]) -> str:
+        if not r:
+            return f"no leases in namespace {args.namespace!r}"
+        shown = [{**row, "pins": len(row["pins"]), "tables": ",".join(row["tables"])} for row in r]
+        columns = ["lease_id", "pins", "tables", "duration", "renewed_at", "expires_at",
+                   "expires_in", "owner"]  # fmt: skip
+        return format_table(shown, columns)
+
+    emit(args, rows, render)
+    return 0
+
+
+def _acquire(args: argparse.Namespace) -> int:
+    check_id(args.lease_id)
+    tables = list(dict.fromkeys(args.table))
+    with connect(args) as conn:
+        # no context manager: the lease must outlive the command
+        lease = conn.lease(args.lease_id, _duration(args.duration), drop_on_exit=False)
+        result = lease.acquire_latest(tables)
+    unavailable = _pin_rows(result.unavailable)
+    for row in unavailable:
+        row["reason"] = "no snapshot yet" if row["snapshot_id"] == NO_SNAPSHOT else "snapshot gone"
+    data = {
+        "lease_id": args.lease_id,
+        "expires_at": result.expires_at,
+        "tables": [
+            {"table": name,
+             "acquired": sum(tb.table == name for tb in result.acquired),
+             "unavailable": sum(tb.table == name for tb in result.unavailable)}
+            for name in tables
+        ],
+        "acquired": _pin_rows(result.acquired),
+        "unavailable": unavailable,
+    }  # fmt: skip
+
+    def render(d: dict[str, Any]) -> str:
+        text = (f"lease {d['lease_id']} pins the latest snapshot of {len(d['acquired'])} "
+                f"bucket(s); it expires at {_text(d['expires_at'])}")
+        text += f"\n\n{format_table(d['tables'])}"
+        if d["unavailable"]:
+            text += f"\n\nunavailable buckets:\n{format_table(d['unavailable'])}"
+        return text
+
+    emit(args, data, render)
+    return 0
+
+
+def _renew(args: argparse.Namespace) -> int:
+    from ..durations import parse_duration
+
+    check_id(args.lease_id)
+    with connect(args) as conn:
+        if args.duration is None:
+            duration = _find(conn, args.lease_id).duration
+        else:
+            duration = _duration(args.duration)
+        expires_at = conn.renew_kv_snapshot_lease(args.lease_id, duration)
+    data = {"lease_id": args.lease_id, "duration": parse_duration(duration),
+            "expires_at": expires_at}  # fmt: skip
+    emit(args, data, lambda d: f"renewed lease {d['lease_id']} (duration {_text(d['duration'])}); "
+                               f"it expires at {_text(d['expires_at'])}")
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    check_id(args.lease_id)
+    with connect(args) as conn:
+        table = conn.table(args.table)
+        if args.bucket:
+            buckets = [TableBucket(table.name, b) for b in dict.fromkeys(args.bucket)]
+        else:
+            buckets = table.buckets
+        conn.release_kv_snapshot_lease(args.lease_id, buckets)
+        info = _find(conn, args.lease_id)
+    data = {
+        "lease_id": args.lease_id,
+        "released": [{"table": tb.table, "bucket": tb.bucket} for tb in buckets],
+        "pins": _pin_rows(info.pins),
+        "expires_at": info.expires_at,
+    }
+
+    def render(d: dict[str, Any]) -> str:
+        which = ("every bucket" if not args.bucket
+                 else "bucket(s) " + ", ".join(str(r["bucket"]) for r in d["released"]))
+        text = f"released {which} of {args.table} from lease {d['lease_id']}"
+        if not d["pins"]:
+            return f"{text}; it pins nothing now and stays until dropped or expired"
+        return f"{text}; it still pins {len(d['pins'])} bucket(s):\n\n{format_table(d['pins'])}"
+
+    emit(args, data, render)
+    return 0
+
+
+def _drop(args: argparse.Namespace) -> int:
+    check_id(args.lease_id)
+    with connect(args) as conn:
+        dropped = conn.drop_kv_snapshot_lease(args.lease_id)
+    data = {"lease_id": args.lease_id, "dropped": dropped}
+    emit(args, data, lambda d: f"dropped lease {d['lease_id']}" if d["dropped"]
+         else f"no such lease {d['lease_id']}; nothing dropped")
+    return 0
+
+
+_DROP_EPILOG = """\
+Exit status: 0 when the lease was dropped and also when there is no such lease (it prints
+"no such lease"), like `rm -f`; 2 on an invalid lease id or any other error."""
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``lease list|acquire|renew|release|drop`` to the top-level subcommands."""
+    lease = add_command(commands, "lease",
+                        "list, acquire, renew, release and drop KV snapshot leases", common)
+    actions = lease.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add_command(actions, "list", "every lease of the namespace with its pins and expiry", common,
+                _list)
+
+    acquire = add_command(actions, "acquire",
+                          "pin the latest snapshots of tables; creates the lease on first use",
+                          common, _acquire)
+    acquire.add_argument("lease_id", metavar="LEASE_ID")
+    acquire.add_argument("--table", action="append", required=True, metavar="T",
+                         help="table whose buckets to pin (repeatable)")
+    acquire.add_argument("--duration", default="1h", metavar="D",
+                         help="lease duration, like 90s, 30m, 2h or seconds (default: 1h)")
+
+    renew = add_command(actions, "renew", "extend a lease; renew never shortens it", common,
+                        _renew)
+    renew.add_argument("lease_id", metavar="LEASE_ID")
+    renew.add_argument("--duration", metavar="D",
+                       help="extend to now + D (default: the lease's own duration)")
+
+    release = add_command(actions, "release",
+                          "unpin buckets of a table; the lease stays, maybe empty", common,
+                          _release)
+    release.add_argument("lease_id", metavar="LEASE_ID")
+    release.add_argument("--table", required=True, metavar="T", help="table to unpin")
+    release.add_argument("--bucket", action="append", type=int, metavar="B",
+                         help="bucket to unpin (repeatable; default: every bucket of T)")
+
+    drop = add_command(actions, "drop", "remove a lease and all its pins", common, _drop,
+                       epilog=_DROP_EPILOG)
+    drop.add_argument("lease_id", metavar="LEASE_ID")

@@ -1,0 +1,108 @@
+"""How the CLI prints: aligned text tables and fields, or one JSON document with ``--json``.
+
+Datetimes print as ISO 8601 UTC with milliseconds; durations like ``"7d"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+__all__ = ["format_table", "format_fields", "to_json", "emit", "note"]
+
+
+def _iso(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def to_json(value: Any) -> Any:
+    """``value`` as JSON-ready data: datetimes ISO 8601 UTC, timedeltas like ``"7d"``."""
+    from ..durations import format_duration
+
+    if value is None or isinstance(value, (bool, str, int, float)):
+        return value
+    if isinstance(value, datetime):
+        return _iso(value)
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_json(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return to_json(value.item())
+    return str(value)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_text(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_text(v) for v in value)
+    data = to_json(value)
+    return data if isinstance(data, str) else str(data)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Aligned plain-text columns under upper-case headers; numbers right-aligned."""
+    if columns is None:
+        columns = list(rows[0]) if rows else []
+    headers = [c.upper().replace("_", "-") for c in columns]
+    cells = [[_text(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    numeric = [
+        bool(rows) and all(row.get(c) is None or _is_number(row.get(c)) for row in rows)
+        for c in columns
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in cells)])
+
+
+def format_fields(fields: Mapping[str, Any]) -> str:
+    """``name  value`` lines, values aligned; a mapping value gets one ``key = value`` line each."""
+    width = max((len(k) for k in fields), default=0)
+    lines = []
+    for key, value in fields.items():
+        label = key.replace("_", " ").ljust(width)
+        if isinstance(value, Mapping) and value:
+            items = [f"{k} = {_text(v)}" for k, v in value.items()]
+            lines.append(f"{label}  {items[0]}")
+            lines.extend(f"{' ' * width}  {item}" for item in items[1:])
+        else:
+            lines.append(f"{label}  {_text(value)}")
+    return "\n".join(lines)
+
+
+def emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> None:
+    """Print ``data`` as one JSON document with --json, else as ``render(data)``."""
+    if args.json:
+        print(json.dumps(to_json(data), indent=2))
+    else:
+        print(render(data))
+
+
+def note(message: str) -> None:
+    """A progress line on stderr, kept apart from the command's output."""
+    print(f"leasekit: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,254 @@
+"""``leasekit lease list|acquire|renew|release|drop`` run in-process against the real
+ZooKeeper and Spark fixtures (DESIGN 6.9, rules L1-L10)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timedelta
+
+import pandas as pd
+import pytest
+
+from leasekit import TableBucket, cli
+
+SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
+
+
+@pytest.fixture
+def target(zookeeper, warehouse, namespace) -> list[str]:
+    """Global options pointing the CLI at the test ZooKeeper, warehouse and namespace."""
+    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
+
+
+@pytest.fixture
+def orders(conn, spark):
+    """A 4-bucket table with one snapshot per bucket, plus ``empty``: 2 buckets, no snapshot."""
+    table = conn.create_table("orders", SCHEMA, "id", buckets=4)
+    table.append(pd.DataFrame({"id": range(200), "name": "x", "amount": 1.0}))
+    assert len(table.snapshot(spark)) == 4
+    conn.create_table("empty", SCHEMA, "id", buckets=2)
+    return table
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys, *argv: str):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def ts(text: str) -> datetime:
+    assert text.endswith("Z")
+    return datetime.fromisoformat(text[:-1] + "+00:00")
+
+
+def lease_info(conn, lease_id: str):
+    return next((i for i in conn.leases() if i.lease_id == lease_id), None)
+
+
+def test_acquire_plain_pins_latest_and_keeps_the_lease(capsys, target, conn, orders) -> None:
+    code, out, err = run(capsys, *target, "lease", "acquire", "nightly",
+                         "--table", "orders", "--table", "empty")  # fmt: skip
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(
+        "lease nightly pins the latest snapshot of 4 bucket(s); it expires at ")
+    assert [line.split() for line in lines[2:5]] == [
+        ["TABLE", "ACQUIRED", "UNAVAILABLE"], ["orders", "4", "0"], ["empty", "0", "2"]]
+    assert lines[6] == "unavailable buckets:"
+    assert [line.split() for line in lines[8:]] == [
+        ["empty", str(b), "-1", "no", "snapshot", "yet"] for b in range(2)]
+
+    # L6, L8: the first acquire created the lease, and it outlives the command
+    info = lease_info(conn, "nightly")
+    assert info is not None
+    assert info.pins == orders.latest_snapshots()
+    assert info.duration == timedelta(hours=1)
+    assert info.expires_at.isoformat(timespec="milliseconds").replace("+00:00", "Z") in lines[0]
+
+
+def test_acquire_json(capsys, target, conn, orders) -> None:
+    data = run_json(capsys, *target, "lease", "acquire", "report", "--table", "orders",
+                    "--table", "empty", "--duration", "2h")  # fmt: skip
+    assert data["lease_id"] == "report"
+    assert data["tables"] == [{"table": "orders", "acquired": 4, "unavailable": 0},
+                              {"table": "empty", "acquired": 0, "unavailable": 2}]  # fmt: skip
+    latest = orders.latest_snapshots()
+    assert data["acquired"] == [{"table": "orders", "bucket": b, "snapshot_id": latest[tb]}
+                                for b, tb in enumerate(orders.buckets)]  # fmt: skip
+    assert data["unavailable"] == [
+        {"table": "empty", "bucket": b, "snapshot_id": -1, "reason": "no snapshot yet"}
+        for b in range(2)]  # fmt: skip
+    info = lease_info(conn, "report")
+    assert ts(data["expires_at"]) == info.expires_at
+    assert info.expires_at - info.renewed_at == timedelta(hours=2)  # L7
+
+    # a bare number is seconds, as in the Python API
+    again = run_json(capsys, *target, "lease", "acquire", "report", "--table", "orders",
+                     "--duration", "90")  # fmt: skip
+    assert ts(again["expires_at"]) == ts(data["expires_at"])  # L7: only extends
+    assert lease_info(conn, "report").duration == timedelta(seconds=90)
+
+
+def test_list_plain_json_and_expired(capsys, target, conn, orders) -> None:
+    code, out, _ = run(capsys, *target, "lease", "list")
+    assert code == 0 and out.strip() == f"no leases in namespace {target[5]!r}"
+    assert run_json(capsys, *target, "lease", "list") == []
+
+    conn.lease("both", "2h").acquire_latest(["orders", "empty"])
+    conn.acquire_kv_snapshot_lease("short", {TableBucket("orders", 1): 1}, "500ms")
+    time.sleep(1.0)
+
+    code, out, _ = run(capsys, *target, "lease", "list")
+    assert code == 0
+    header, *rows = [line.split() for line in out.splitlines()]
+    assert header == ["LEASE-ID", "PINS", "TABLES", "DURATION", "RENEWED-AT", "EXPIRES-AT",
+                      "EXPIRES-IN", "OWNER"]  # fmt: skip
+    assert [r[:4] for r in rows] == [["both", "4", "orders", "2h"],
+                                     ["short", "1", "orders", "500ms"]]
+    assert 7000 < int(rows[0][6]) <= 7200
+    assert int(rows[1][6]) < 0  # expired, not yet reclaimed
+
+    data = run_json(capsys, *target, "lease", "list")
+    assert [d["lease_id"] for d in data] == ["both", "short"]
+    both = data[0]
+    latest = orders.latest_snapshots()
+    assert both["pins"] == [{"table": "orders", "bucket": tb.bucket, "snapshot_id": latest[tb]}
+                            for tb in orders.buckets]  # fmt: skip
+    assert both["tables"] == ["orders"]
+    assert both["duration"] == "2h"
+    assert ts(both["expires_at"]) - ts(both["renewed_at"]) == timedelta(hours=2)
+    assert both["owner"] == lease_info(conn, "both").owner
+    assert data[1]["expires_in"] < 0
+
+
+def test_renew_with_and_without_duration(capsys, target, conn, orders) -> None:
+    first = run_json(capsys, *target, "lease", "acquire", "r1", "--table", "orders")
+    expires = ts(first["expires_at"])
+
+    # no --duration: the lease's own duration
+    code, out, err = run(capsys, *target, "lease", "renew", "r1")
+    assert code == 0, err
+    assert out.startswith("renewed lease r1 (duration 1h); it expires at ")
+    renewed = lease_info(conn, "r1")
+    assert renewed.expires_at >= expires
+    assert renewed.expires_at - renewed.renewed_at == timedelta(hours=1)
+
+    longer = run_json(capsys, *target, "lease", "renew", "r1", "--duration", "2h")
+    assert longer["duration"] == "2h"
+    now = conn.server_time()
+    assert timedelta(hours=2) - timedelta(seconds=30) < ts(longer["expires_at"]) - now
+    assert ts(longer["expires_at"]) - now <= timedelta(hours=2)
+    assert ts(longer["expires_at"]) == lease_info(conn, "r1").expires_at
+
+    # L7: renew only extends; a shorter duration leaves expires_at unchanged
+    shorter = run_json(capsys, *target, "lease", "renew", "r1", "--duration", "10m")
+    assert shorter["expires_at"] == longer["expires_at"]
+    assert lease_info(conn, "r1").expires_at == ts(longer["expires_at"])
+    # ... and is the lease's duration from now on (the duration of the last renew)
+    assert run_json(capsys, *target, "lease", "renew", "r1")["duration"] == "10m"
+
+    code, _, err = run(capsys, *target, "lease", "renew", "ghost")
+    assert (code, err) == (2, "leasekit: error: lease 'ghost' does not exist\n")  # L8
+
+
+def test_release_buckets_then_the_whole_table(capsys, target, conn, orders) -> None:
+    run_json(capsys, *target, "lease", "acquire", "rel", "--table", "orders")
+    latest = orders.latest_snapshots()
+
+    code, out, err = run(capsys, *target, "lease", "release", "rel", "--table", "orders",
+                         "--bucket", "1")  # fmt: skip
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "released bucket(s) 1 of orders from lease rel; it still pins 3 bucket(s):"
+    assert [line.split() for line in lines[2:]] == [
+        ["TABLE", "BUCKET", "SNAPSHOT-ID"],
+        *[["orders", str(b), str(latest[TableBucket("orders", b)])] for b in (0, 2, 3)]]
+    assert set(lease_info(conn, "rel").pins) == {TableBucket("orders", b) for b in (0, 2, 3)}
+
+    # L9: idempotent; buckets the lease does not pin are ignored
+    data = run_json(capsys, *target, "lease", "release", "rel", "--table", "orders",
+                    "--bucket", "1", "--bucket", "2")  # fmt: skip
+    assert data["released"] == [{"table": "orders", "bucket": 1}, {"table": "orders", "bucket": 2}]
+    assert [(p["bucket"], p["snapshot_id"]) for p in data["pins"]] == [
+        (b, latest[TableBucket("orders", b)]) for b in (0, 3)]
+
+    code, out, _ = run(capsys, *target, "lease", "release", "rel", "--table", "orders")
+    assert code == 0
+    assert out.strip() == ("released every bucket of orders from lease rel; "
+                           "it pins nothing now and stays until dropped or expired")  # fmt: skip
+    info = lease_info(conn, "rel")
+    assert info is not None and info.pins == {}  # L9: the lease stays, empty
+
+    code, _, err = run(capsys, *target, "lease", "release", "rel", "--table", "orders",
+                       "--bucket", "9")  # fmt: skip
+    assert code == 2 and err.startswith("leasekit: error: table 'orders' has buckets 0..3")
+    code, _, err = run(capsys, *target, "lease", "release", "ghost", "--table", "orders")
+    assert (code, err) == (2, "leasekit: error: lease 'ghost' does not exist\n")
+
+
+def test_drop_twice(capsys, target, conn, orders) -> None:
+    run_json(capsys, *target, "lease", "acquire", "gone", "--table", "orders")
+    code, out, err = run(capsys, *target, "lease", "drop", "gone")
+    assert (code, out, err) == (0, "dropped lease gone\n", "")
+    assert lease_info(conn, "gone") is None
+    assert all(not conn.store.children(conn.paths.snapshot(orders.table_id, tb.bucket, sid))
+               for tb, sid in orders.latest_snapshots().items())  # L10: pins went too
+
+    # exit 0 also when there is no such lease, as `lease drop --help` says
+    code, out, err = run(capsys, *target, "lease", "drop", "gone")
+    assert (code, out, err) == (0, "no such lease gone; nothing dropped\n", "")
+    data = run_json(capsys, *target, "lease", "drop", "gone")
+    assert data == {"lease_id": "gone", "dropped": False}
+    _, help_text, _ = run(capsys, "lease", "drop", "--help")
+    assert "no such lease" in help_text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["acquire", "a/b", "--table", "orders"], "invalid lease id 'a/b'"),  # L1
+        (["renew", "a/b"], "invalid lease id 'a/b'"),
+        (["release", "a/b", "--table", "orders"], "invalid lease id 'a/b'"),
+        (["drop", "a/b"], "invalid lease id 'a/b'"),  # L2: never drop's "no such lease"
+        (["drop", ".."], "invalid lease id '..'"),
+        (["acquire", "x", "--table", "ghost"], "table 'ghost' does not exist"),
+        (["acquire", "x", "--table", "orders", "--table", "ghost"], "table 'ghost' does not exist"),
+        (["acquire", "x", "--table", "orders", "--duration", "0"], "greater than 0"),  # L2
+        (["acquire", "x", "--table", "orders", "--duration", "0s"], "greater than 0"),
+        (["acquire", "x", "--table", "orders", "--duration", "8d"], "exceeds lease.max-duration"),
+        (["acquire", "x", "--table", "orders", "--duration", "soon"], "is not a duration"),
+        (["release", "x", "--table", "ghost"], "table 'ghost' does not exist"),
+    ],
+)
+def test_bad_input_is_one_error_line(capsys, target, conn, argv, message) -> None:
+    conn.create_table("orders", SCHEMA, "id", buckets=2)
+    code, out, err = run(capsys, *target, "lease", *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("leasekit: error: ") and message in err
+    assert conn.leases() == []
+
+
+def test_renew_bad_duration(capsys, target, conn, orders) -> None:
+    run_json(capsys, *target, "lease", "acquire", "d", "--table", "orders")
+    before = lease_info(conn, "d").expires_at
+    for duration in ("0", "-5", "8d"):
+        code, _, err = run(capsys, *target, "lease", "renew", "d", "--duration", duration)
+        assert code == 2 and err.startswith("leasekit: error: lease duration"), err
+    assert lease_info(conn, "d").expires_at == before
+
+
+def test_argument_errors_exit_2(capsys, target) -> None:
+    assert run(capsys, *target, "lease")[0] == 2
+    assert run(capsys, *target, "lease", "acquire", "x")[0] == 2  # --table is required
+    assert run(capsys, *target, "lease", "release", "x")[0] == 2
+    assert run(capsys, *target, "lease", "release", "x", "--table", "t", "--bucket", "one")[0] == 2
