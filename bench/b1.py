@@ -17,9 +17,15 @@ from .common import (
     Benchmark,
     Outcome,
     alternate,
+    cpu_delta,
+    cpu_figures,
+    cpu_seconds,
+    load_average,
     log,
     median,
     orders_batch,
+    ratio_or_none,
+    settle,
     temp_warehouse,
     timed,
 )
@@ -92,11 +98,16 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         results: list[dict[str, Any]] = []
         agree = _same(expected, warm) and sum(n for n, _ in expected.values()) == p["rows"]
         for i in range(runs):
-            figures: dict[str, Any] = {"order": alternate(i, ("leasekit", "baseline"))}
+            figures: dict[str, Any] = {"order": alternate(i, ("leasekit", "baseline")),
+                                       "load_average": load_average()}
             for side in figures["order"]:
+                settle(spark)
+                cpu = cpu_seconds(spark)
                 figures[f"{side}_s"], answer = timed(sides[side])
+                figures[f"{side}_cpu_s"] = cpu_delta(spark, cpu)
                 agree = agree and _same(expected, answer)
             figures["ratio"] = figures["leasekit_s"] / figures["baseline_s"]
+            figures["cpu_ratio"] = ratio_or_none(figures["leasekit_cpu_s"], figures["baseline_cpu_s"])
             log(f"B1: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
                 f"leasekit {figures['leasekit_s']:.3f}s, baseline {figures['baseline_s']:.3f}s, "
                 f"ratio {figures['ratio']:.3f}")
@@ -107,6 +118,8 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "leasekit_s": round(leasekit_s, 3),
         "baseline_s": round(baseline_s, 3),
         "ratio_of_medians": round(leasekit_s / baseline_s, 3),
+        "load_average": median([r["load_average"] or 0.0 for r in results]),
+        **cpu_figures(results),
         "reader": READER,
         "rows": rows,
         "snapshot_files": len(files),

@@ -20,10 +20,16 @@ from .common import (
     Outcome,
     Timer,
     alternate,
+    cpu_delta,
+    cpu_figures,
+    cpu_seconds,
     instrumented,
+    load_average,
     log,
     median,
     orders_batch,
+    ratio_or_none,
+    settle,
     temp_warehouse,
     timed,
 )
@@ -160,10 +166,13 @@ def _one_run(spark: SparkSession, conn: Connection, work: Workload, p: dict[str,
 
     build_s, table = timed(lambda: build(conn, f"orders_{label}", work, p["buckets"]))
     out_dir = conn.warehouse.uri(f"bench/{label}/handwritten")
-    figures: dict[str, Any] = {"build_s": build_s, "order": alternate(index, ("leasekit", "baseline"))}
+    figures: dict[str, Any] = {"build_s": build_s, "order": alternate(index, ("leasekit", "baseline")),
+                               "load_average": load_average()}
     timer = Timer()
     snaps: dict[Any, Any] = {}
     for side in figures["order"]:
+        settle(spark)
+        cpu = cpu_seconds(spark)
         if side == "leasekit":
             with instrumented(timer, PROFILE):
                 figures["leasekit_s"], snaps = timed(lambda: table.snapshot(spark))
@@ -171,10 +180,12 @@ def _one_run(spark: SparkSession, conn: Connection, work: Workload, p: dict[str,
             figures["baseline_s"], figures["baseline_listing_s"] = timed(
                 lambda: handwritten_dedupe(spark, table, out_dir)
             )
+        figures[f"{side}_cpu_s"] = cpu_delta(spark, cpu)
     breakdown = {k: timer.seconds.get(k, 0.0) for k in PROFILE}
     breakdown["spark_job_and_glue"] = figures["leasekit_s"] - sum(breakdown.values())
     figures["leasekit_breakdown_s"] = breakdown
     figures["ratio"] = figures["leasekit_s"] / figures["baseline_s"]
+    figures["cpu_ratio"] = ratio_or_none(figures["leasekit_cpu_s"], figures["baseline_cpu_s"])
     ids = {tb: s.snapshot_id for tb, s in snaps.items()}
     figures["leasekit_rows"] = sum(s.row_count for s in snaps.values())
     figures["leasekit_files"] = sum(len(s.files) for s in snaps.values())
@@ -214,6 +225,8 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "leasekit_s": round(leasekit_s, 3),
         "baseline_s": round(baseline_s, 3),
         "ratio_of_medians": round(leasekit_s / baseline_s, 3),
+        "load_average": median([r["load_average"] or 0.0 for r in results]),
+        **cpu_figures(results),
         "baseline_listing_s": round(median([r["baseline_listing_s"] for r in results]), 4),
         "rows": results[0]["leasekit_rows"],
         "leasekit_files": results[0]["leasekit_files"],

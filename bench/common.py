@@ -5,6 +5,7 @@ timing and instrumentation helpers.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import os
 import platform
@@ -36,9 +37,15 @@ __all__ = [
     "temp_warehouse",
     "orders_batch",
     "timed",
+    "cpu_seconds",
+    "cpu_delta",
+    "cpu_figures",
+    "ratio_or_none",
     "median",
     "alternate",
     "machine_info",
+    "settle",
+    "load_average",
     "instrumented",
 ]
 
@@ -183,6 +190,62 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
+
+
+def cpu_seconds(spark: SparkSession) -> float | None:
+    """CPU seconds used so far by the Spark driver JVM (all local executors) and this process.
+
+    Less sensitive than wall time to other work on a shared machine; None off Linux.
+    """
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        return None
+    try:
+        with open(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK") + time.process_time()
+
+
+def cpu_delta(spark: SparkSession, before: float | None) -> float | None:
+    """CPU seconds used since ``before`` (a ``cpu_seconds`` reading)."""
+    after = cpu_seconds(spark)
+    return None if before is None or after is None else round(after - before, 3)
+
+
+def ratio_or_none(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def cpu_figures(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Median CPU seconds of both sides and the median per-run CPU ratio (None if unknown)."""
+    if any(r.get("cpu_ratio") is None for r in runs):
+        return {"cpu_ratio": None}
+    return {
+        "cpu_ratio": round(median([r["cpu_ratio"] for r in runs]), 3),
+        "leasekit_cpu_s": round(median([r["leasekit_cpu_s"] for r in runs]), 3),
+        "baseline_cpu_s": round(median([r["baseline_cpu_s"] for r in runs]), 3),
+    }
+
+
+def settle(spark: SparkSession) -> None:
+    """Quiet the machine before a timed side: flush written files, collect garbage in both VMs."""
+    os.sync()
+    gc.collect()
+    jvm = spark.sparkContext._jvm
+    if jvm is not None:
+        jvm.java.lang.System.gc()
+    time.sleep(0.5)
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (other work on the machine skews the figures)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def median(values: Sequence[float]) -> float:

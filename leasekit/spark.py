@@ -10,6 +10,7 @@ import contextlib
 import os
 import posixpath
 import sys
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["spark_session", "read_snapshots", "read_at", "write"]
 
 _TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
+_LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 def spark_session(app_name: str = "leasekit") -> SparkSession:
@@ -75,18 +77,42 @@ def spark_errors(what: str) -> Iterator[None]:
         raise IllegalStateError(f"{what}: Spark failed: {first}") from None
 
 
+_conf_lock = threading.Lock()
+_conf_users: dict[tuple[int, str], tuple[int, str | None]] = {}
+
+
 @contextlib.contextmanager
-def micros_timestamps(spark: SparkSession) -> Iterator[None]:
-    """Write timestamps as INT64 microseconds (readable by every Parquet reader) for this block."""
-    previous = spark.conf.get(_TIMESTAMP_CONF, None)
-    spark.conf.set(_TIMESTAMP_CONF, "TIMESTAMP_MICROS")
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set SQL confs for this block; concurrent blocks share them and the last one restores."""
+    with _conf_lock:
+        for key, value in settings.items():
+            users, previous = _conf_users.get((id(spark), key), (0, None))
+            if users == 0:
+                previous = spark.conf.get(key, None)
+                spark.conf.set(key, value)
+            _conf_users[(id(spark), key)] = (users + 1, previous)
     try:
         yield
     finally:
-        if previous is None:
-            spark.conf.unset(_TIMESTAMP_CONF)
-        else:
-            spark.conf.set(_TIMESTAMP_CONF, previous)
+        with _conf_lock:
+            for key in settings:
+                users, previous = _conf_users.pop((id(spark), key))
+                if users > 1:
+                    _conf_users[(id(spark), key)] = (users - 1, previous)
+                elif previous is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, previous)
+
+
+def micros_timestamps(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """Write timestamps as INT64 microseconds (readable by every Parquet reader) for this block."""
+    return session_conf(spark, {_TIMESTAMP_CONF: "TIMESTAMP_MICROS"})
+
+
+def known_files(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """leasekit passes exact file lists: no distributed listing job is needed to index them."""
+    return session_conf(spark, {_LISTING_CONF: str(2**31 - 1)})
 
 
 def struct_type(spark: SparkSession, ddl: str) -> StructType:
@@ -106,7 +132,8 @@ def files_frame(spark: SparkSession, table: Table, files: list[str]) -> DataFram
     ddl = _table_ddl(table)
     if not files:
         return spark.createDataFrame([], ddl)
-    return spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files])
+    with known_files(spark):
+        return spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files])
 
 
 def log_frame(spark: SparkSession, table: Table, segments: Mapping[int, list[LogSegment]],
@@ -129,12 +156,13 @@ def log_frame(spark: SparkSession, table: Table, segments: Mapping[int, list[Log
         empty = spark.createDataFrame([], f"_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, {ddl}")
         return empty.select("_bucket", "_offset", "_timestamp", "_op", *columns)
     meta = spark.createDataFrame(
-        [(posixpath.basename(seg.file), b, seg.base_offset, seg.timestamp_ms, *ranges[b]) for b, seg in used],
+        [(_file_key(seg.file), b, seg.base_offset, seg.timestamp_ms, *ranges[b]) for b, seg in used],
         "_file STRING, _bucket INT, _base BIGINT, _ts BIGINT, _start BIGINT, _limit BIGINT",
     )
+    with known_files(spark):
+        files = spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used])
     records = (
-        spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used])
-        .withColumn("_file", F.col("_metadata.file_name"))
+        files.withColumn("_file", F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1))
         .withColumn("_row", F.col("_metadata.row_index"))
         .join(F.broadcast(meta), "_file")
         .withColumn("_offset", F.col("_base") + F.col("_row"))
@@ -143,6 +171,12 @@ def log_frame(spark: SparkSession, table: Table, segments: Mapping[int, list[Log
     return records.select(
         "_bucket", "_offset", F.timestamp_millis(F.col("_ts")).alias("_timestamp"), "_op", *columns
     )
+
+
+def _file_key(location: str) -> str:
+    """A segment file's parent directory and name: unique across segments, as Spark's bulk
+    writes reuse part-file names in each bucket directory."""
+    return "/".join(location.rstrip("/").split("/")[-2:])
 
 
 def kv_state(table: Table, base: DataFrame, changes: DataFrame, *, by_bucket: bool = False) -> DataFrame:
