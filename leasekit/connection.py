@@ -19,7 +19,7 @@ from . import tables as _tables
 from .durations import check_id, check_namespace, parse_duration
 from .errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError, LeasekitError
 from .properties import NAMESPACE_SETTINGS, effective, parse_properties
-from .records import AcquireResult, LeaseInfo, TableBucket
+from .records import AcquireResult, LeaseInfo, RetentionPlan, RetentionReport, TableBucket
 from .warehouse import Warehouse
 from .zk import TxnConflict, ZkStore, decode, encode, to_datetime
 from .zkpaths import Paths
@@ -245,6 +245,23 @@ class Connection:
     def expire_leases(self) -> list[str]:
         """Reclaim leases past expires_at + lease.expiry-grace now; returns their ids."""
         return leases.expire(self)
+
+
+    # -- retention ------------------------------------------------------------------------
+
+    def retention_plan(self, table: str | _tables.Table | None = None) -> RetentionPlan:
+        """What retention would keep and delete, with reasons (one table or all); changes nothing."""
+        from .retention import retention_plan
+
+        return retention_plan(self, table)
+
+    def run_retention(self, table: str | _tables.Table | None = None, *, dry_run: bool = False) -> RetentionReport:
+        """Expire leases, then delete unpinned old snapshots, old log segments and orphan files."""
+        from .reclaim import run_retention
+
+        if not isinstance(dry_run, bool):
+            raise InvalidTypeError("dry_run must be a bool")
+        return run_retention(self, table, dry_run=dry_run)
 
 
 def _decode_settings(data: bytes, path: str) -> dict[str, Any]:

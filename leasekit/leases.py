@@ -366,10 +366,10 @@ def _forget_missing_pins(conn: Connection, lease_id: str) -> None:
 def drop(conn: Connection, lease_id: str) -> bool:
     """Remove the lease and all its pins; False if it does not exist (L10)."""
     check_id(lease_id)
-    return _reclaim(conn, lease_id, expected_version=None)
+    return reclaim(conn, lease_id, expected_version=None)
 
 
-def _reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bool:
+def reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bool:
     """Delete a lease with its pins. With ``expected_version``, only if nobody renewed it since.
 
     Small leases go in one transaction. Large ones are first marked as dropping (invisible
@@ -425,7 +425,7 @@ def expire(conn: Connection) -> list[str]:
             log.warning("skipping lease %s: %s", lease_id, exc)
             continue
         if record.state == DROPPING or now > record.expires_ms + grace:
-            if _reclaim(conn, lease_id, expected_version=node.stat.version):
+            if reclaim(conn, lease_id, expected_version=node.stat.version):
                 reclaimed.append(lease_id)
     return reclaimed
 

@@ -20,7 +20,7 @@ from . import schema as schemas
 from .bucketing import bucket_ids
 from .errors import TableNotFoundError, ZooKeeperUnavailableError
 from .records import LogSegment, OffsetRange, TableBucket
-from .zk import Create, Node, Op, SetData, Stat, TxnConflict, decode, encode
+from .zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, decode, encode
 
 if TYPE_CHECKING:
     from .tables import Table
@@ -236,3 +236,38 @@ def list_segments(table: Table, buckets: Iterable[int]) -> dict[int, list[LogSeg
         segs.sort(key=lambda s: s.base_offset)
     return out
 
+
+
+def delete_segments(table: Table, bucket: int, bases: Iterable[int]) -> tuple[list[str], int]:
+    """Delete a prefix of a bucket's segments: znodes and the new beginning offset in one
+    transaction, files after (R3). Returns the deleted files and their bytes.
+    """
+    conn = table.connection
+    paths, tid = conn.paths, table.table_id
+    wanted = sorted(set(bases))
+    deleted: list[tuple[str, int]] = []
+
+    def build() -> list[Op]:
+        deleted.clear()
+        seg_paths = [paths.segment(tid, bucket, b) for b in wanted]
+        nodes = conn.store.get_many([paths.bucket(tid, bucket), *seg_paths])
+        if nodes[0] is None:
+            return []
+        state = bucket_state(nodes[0], paths.bucket(tid, bucket))
+        ops: list[Op] = []
+        begin = state.begin
+        for path, node in zip(seg_paths, nodes[1:]):
+            if node is None:
+                continue  # deleted by an earlier pass
+            value = decode(node.data, path)
+            ops.append(Delete(path, node.stat.version))
+            deleted.append((value["f"], value["s"]))
+            begin = max(begin, int(path.rsplit("/", 1)[1]) + value["n"])
+        if not ops:
+            return []
+        ops.append(SetData(paths.bucket(tid, bucket), state.encode(begin=begin), state.stat.version))
+        return ops
+
+    conn.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")
+    conn.warehouse.delete_files(f for f, _ in deleted)
+    return [f for f, _ in deleted], sum(size for _, size in deleted)

@@ -5,10 +5,14 @@ Every record is an immutable NamedTuple; each field is documented.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["TableBucket", "OffsetRange", "Snapshot", "LogSegment", "AcquireResult", "LeaseInfo"]
+__all__ = [
+    "TableBucket", "OffsetRange", "Snapshot", "LogSegment", "AcquireResult", "LeaseInfo",
+    "RetentionItem", "RetentionPlan", "RetentionReport",
+]
 
 
 class TableBucket(NamedTuple):
@@ -96,3 +100,80 @@ class LeaseInfo(NamedTuple):
     """The lease is valid while ZooKeeper time <= expires_at."""
     owner: str
     """host:pid of the client that last acquired or renewed it."""
+
+
+class RetentionItem(NamedTuple):
+    """One thing retention keeps or deletes, with the reason."""
+
+    kind: str
+    """"snapshot", "segment", "orphan" or "lease"."""
+    table_bucket: TableBucket | None
+    """The bucket it belongs to (None for leases and for files of unknown tables)."""
+    item_id: int | str
+    """Snapshot id, segment base offset, orphan file URI or lease id."""
+    action: str
+    """"keep" or "delete"."""
+    reason: str
+    """Why, in words: "newest 2 of bucket", "pinned by lease q3 until ...", ..."""
+    size_bytes: int
+    """Bytes the item holds in the warehouse (0 for leases)."""
+
+
+_ITEM_COLUMNS = ["kind", "table", "bucket", "item_id", "action", "reason", "size_bytes"]
+
+
+def _frame(items: list[RetentionItem]) -> Any:
+    import pandas as pd
+
+    rows = [
+        (i.kind, i.table_bucket.table if i.table_bucket else None,
+         i.table_bucket.bucket if i.table_bucket else None, i.item_id, i.action, i.reason, i.size_bytes)
+        for i in items
+    ]
+    frame = pd.DataFrame(rows, columns=_ITEM_COLUMNS)
+    frame["bucket"] = frame["bucket"].astype("Int64")
+    frame["item_id"] = frame["item_id"].astype(object)
+    return frame
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    """What a retention pass would keep and delete, and why. Computing it changes nothing."""
+
+    items: list[RetentionItem]
+    """Every snapshot, segment, orphan file and lease considered, with its action and reason."""
+    planned_at: datetime
+    """The ZooKeeper time the plan was computed for."""
+    skipped: list[str] = field(default_factory=list)
+    """Metadata that could not be read (corrupt znodes, named by path); left untouched."""
+
+    @property
+    def reclaimable_bytes(self) -> int:
+        """Bytes freed if the plan runs: the sum of size_bytes over "delete" items."""
+        return sum(i.size_bytes for i in self.items if i.action == "delete")
+
+    @property
+    def deletes(self) -> list[RetentionItem]:
+        return [i for i in self.items if i.action == "delete"]
+
+    def to_pandas(self) -> Any:
+        """The items as a DataFrame (kind, table, bucket, item_id, action, reason, size_bytes)."""
+        return _frame(self.items)
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What a retention pass did."""
+
+    deleted: list[RetentionItem]
+    """Items deleted (with dry_run: the items that would be)."""
+    freed_bytes: int
+    """Bytes freed in the warehouse."""
+    errors: list[str]
+    """Items that could not be deleted, and why (the next pass retries them)."""
+    dry_run: bool = False
+    """True when nothing was changed."""
+
+    def to_pandas(self) -> Any:
+        """The deleted items as a DataFrame."""
+        return _frame(self.deleted)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -129,10 +130,16 @@ class Warehouse:
             return self.fs.get_file_info(self.fs_path(rel)).type == pafs.FileType.File
 
     def delete_files(self, rels: Iterable[str]) -> None:
-        """Delete files; missing ones are ignored."""
+        """Delete files (and, locally, the checksum files Hadoop writes beside them); missing
+        ones are ignored."""
         for rel in rels:
-            with io_errors(f"delete {self.uri(rel)}"), contextlib.suppress(FileNotFoundError):
-                self.fs.delete_file(self.fs_path(rel))
+            targets = [rel]
+            if self.is_local:
+                directory, name = posixpath.split(rel)
+                targets.append(posixpath.join(directory, f".{name}.crc"))
+            for target in targets:
+                with io_errors(f"delete {self.uri(target)}"), contextlib.suppress(FileNotFoundError):
+                    self.fs.delete_file(self.fs_path(target))
 
     def delete_dir(self, rel_dir: str) -> None:
         """Delete a directory tree; a missing one is ignored."""

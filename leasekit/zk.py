@@ -18,6 +18,8 @@ import msgpack
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol import serialization as ser
+from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import RetryFailedError
 from kazoo.security import make_digest_acl
 
@@ -160,6 +162,55 @@ _CONFLICTS: dict[type[BaseException], str] = {
 }
 
 
+READS_PER_REQUEST = 500
+"""Reads carried by one multiRead request (responses stay far below 1 MB)."""
+
+_GET_DATA, _GET_CHILDREN = 4, 8
+
+
+class MultiRead(NamedTuple):
+    """ZooKeeper's multiRead request (opcode 22, ZooKeeper >= 3.6): many getData and
+    getChildren reads answered in one round trip; each read succeeds or fails on its own.
+    Shaped like kazoo's own request classes so kazoo's connection can send it."""
+
+    operations: tuple[tuple[int, str], ...]
+    type = 22
+
+    def serialize(self) -> bytearray:
+        out = bytearray()
+        for op_type, path in self.operations:
+            out += ser.multiheader_struct.pack(op_type, False, -1)
+            out += ser.write_string(path)
+            out += b"\x00"  # no watch
+        return out + ser.multiheader_struct.pack(-1, True, -1)
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        results: list[Any] = []
+        while True:
+            op_type, done, _ = ser.multiheader_struct.unpack_from(data, offset)
+            offset += ser.multiheader_struct.size
+            if done:
+                return results
+            if op_type == _GET_DATA:
+                value, offset = ser.read_buffer(data, offset)
+                stat = ZnodeStat._make(ser.stat_struct.unpack_from(data, offset))
+                offset += ser.stat_struct.size
+                results.append((value or b"", stat))
+            elif op_type == _GET_CHILDREN:
+                (count,) = ser.int_struct.unpack_from(data, offset)
+                offset += ser.int_struct.size
+                names = []
+                for _ in range(count):
+                    name, offset = ser.read_string(data, offset)
+                    names.append(name)
+                results.append(names)
+            else:
+                (code,) = ser.int_struct.unpack_from(data, offset)
+                offset += ser.int_struct.size
+                results.append(kx.EXCEPTIONS[code]())
+
+
 def _stat(s: Any) -> Stat:
     return Stat(s.version, s.ctime, s.mtime, s.numChildren, s.cversion)
 
@@ -209,6 +260,7 @@ class ZkStore:
         self._client: KazooClient | None = None
         self.round_trips = 0
         """Request batches sent and awaited (a pipelined batch counts once)."""
+        self._multi_read = True
 
     # -- session --------------------------------------------------------------------------
 
@@ -287,20 +339,37 @@ class ZkStore:
         return decode(node.data, path), node.stat
 
     def get_many(self, paths: Sequence[str]) -> list[Node | None]:
-        """Read many znodes with pipelined requests; None where a znode is missing."""
+        """Read many znodes in pipelined multiRead batches; None where a znode is missing."""
+        results = self._read_many([(_GET_DATA, p) for p in paths], f"read {len(paths)} znodes")
+        return [None if r is None else Node(r[0], _stat(r[1])) for r in results]
 
-        def attempt() -> list[Node | None]:
-            pending = [self.client.get_async(p) for p in paths]
-            out: list[Node | None] = []
+    def _read_many(self, ops: Sequence[tuple[int, str]], what: str) -> list[Any]:
+        """Results of getData/getChildren ops (None for a missing znode), batched by multiRead."""
+
+        def attempt() -> list[Any]:
+            pending = [self._send_reads(ops[i:i + READS_PER_REQUEST]) for i in range(0, len(ops), READS_PER_REQUEST)]
+            out: list[Any] = []
             for result in pending:
-                try:
-                    data, stat = result.get(timeout=self.timeout)
-                    out.append(Node(data, _stat(stat)))
-                except kx.NoNodeError:
-                    out.append(None)
+                for item in result.get(timeout=self.timeout * 3):
+                    if isinstance(item, kx.NoNodeError):
+                        out.append(None)
+                    elif isinstance(item, BaseException):
+                        raise item
+                    else:
+                        out.append(item)
             return out
 
-        return self._pipelined(attempt, f"read {len(paths)} znodes")
+        if not ops:
+            return []
+        return self._pipelined(attempt, what)
+
+    def _send_reads(self, ops: Sequence[tuple[int, str]]) -> Any:
+        client = self.client
+        result = client.handler.async_result()
+        if self._multi_read:
+            client._call(MultiRead(tuple(ops)), result)
+            return _FallbackOnUnimplemented(self, ops, result)
+        return _Singles(self, ops)
 
     def children(self, path: str) -> list[str] | None:
         """Sorted child names of ``path``, or None if it does not exist."""
@@ -310,6 +379,12 @@ class ZkStore:
                 return sorted(self.client.retry(self.client.get_children, path))
             except kx.NoNodeError:
                 return None
+
+    def election(self, path: str, identifier: str) -> Any:
+        """A leader election at ``path`` (kazoo's recipe): ``.run(func)`` blocks until this
+        client leads, runs ``func`` and gives up leadership when it returns; ``.cancel()``
+        stops waiting; ``.contenders()`` lists the identifiers taking part."""
+        return self.client.Election(path, identifier)
 
     def watch(self, path: str, callback: Callable[[bytes | None], None]) -> None:
         """Call ``callback`` with the data of ``path`` now and after every change (None: deleted)."""
@@ -323,33 +398,26 @@ class ZkStore:
 
         def attempt() -> tuple[int, list[Node | None]]:
             clock = self.client.set_async(clock_path, b"")
-            pending = [self.client.get_async(p) for p in paths]
+            ops = [(_GET_DATA, p) for p in paths]
+            pending = [self._send_reads(ops[i:i + READS_PER_REQUEST]) for i in range(0, len(ops), READS_PER_REQUEST)]
             now = clock.get(timeout=self.timeout).mtime
             out: list[Node | None] = []
             for result in pending:
-                try:
-                    data, stat = result.get(timeout=self.timeout)
-                    out.append(Node(data, _stat(stat)))
-                except kx.NoNodeError:
-                    out.append(None)
+                for item in result.get(timeout=self.timeout * 3):
+                    if isinstance(item, kx.NoNodeError):
+                        out.append(None)
+                    elif isinstance(item, BaseException):
+                        raise item
+                    else:
+                        out.append(Node(item[0], _stat(item[1])))
             return now, out
 
         return self._pipelined(attempt, f"read the clock and {len(paths)} znodes")
 
     def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
-        """Sorted children of many znodes, pipelined; None where a znode is missing."""
-
-        def attempt() -> list[list[str] | None]:
-            pending = [self.client.get_children_async(p) for p in paths]
-            out: list[list[str] | None] = []
-            for result in pending:
-                try:
-                    out.append(sorted(result.get(timeout=self.timeout)))
-                except kx.NoNodeError:
-                    out.append(None)
-            return out
-
-        return self._pipelined(attempt, f"list {len(paths)} znodes")
+        """Sorted children of many znodes in pipelined multiRead batches; None where missing."""
+        results = self._read_many([(_GET_CHILDREN, p) for p in paths], f"list {len(paths)} znodes")
+        return [None if r is None else sorted(r) for r in results]
 
     def exists(self, path: str) -> Stat | None:
         self.round_trips += 1
@@ -466,6 +534,37 @@ class ZkStore:
         with translated("read the ZooKeeper clock"):
             stat = self.client.retry(self.client.set, clock_path, b"")
         return stat.mtime
+
+
+class _Singles:
+    """One pipelined request per read: for servers without multiRead (before 3.6)."""
+
+    def __init__(self, store: ZkStore, ops: Sequence[tuple[int, str]]) -> None:
+        client = store.client
+        self._results = [client.get_async(p) if t == _GET_DATA else client.get_children_async(p) for t, p in ops]
+
+    def get(self, timeout: float) -> list[Any]:
+        out: list[Any] = []
+        for result in self._results:
+            try:
+                out.append(result.get(timeout=timeout))
+            except kx.NoNodeError as exc:
+                out.append(exc)
+        return out
+
+
+class _FallbackOnUnimplemented:
+    """A multiRead result that switches the store to single reads if the server lacks it."""
+
+    def __init__(self, store: ZkStore, ops: Sequence[tuple[int, str]], result: Any) -> None:
+        self._store, self._ops, self._result = store, ops, result
+
+    def get(self, timeout: float) -> list[Any]:
+        try:
+            return self._result.get(timeout=timeout)
+        except kx.UnimplementedError:
+            self._store._multi_read = False
+            return _Singles(self._store, self._ops).get(timeout)
 
 
 def chunk_ops(ops: Iterable[Op], max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> Iterator[list[Op]]:

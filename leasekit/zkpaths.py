@@ -25,6 +25,7 @@ class Paths:
         self.data = f"{self.root}/data"
         self.dropped = f"{self.root}/dropped"
         self.leases = f"{self.root}/leases"
+        self.janitor = f"{self.root}/janitor"
 
     def skeleton(self) -> list[str]:
         """Znodes every namespace has."""

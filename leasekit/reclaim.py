@@ -1,0 +1,100 @@
+"""Applying a retention plan: expire leases, then delete snapshots, log segments and orphan
+files, metadata first and files after. Every step is atomic on its own, so a pass killed
+half way leaves consistent metadata and the next pass finishes the work (R7).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from . import leases
+from .errors import LeasekitError
+from .log import delete_segments
+from .records import RetentionItem, RetentionReport
+from .retention import Metadata, gather, plan, uris
+from .snapshots import delete_snapshot
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .tables import Table
+
+__all__ = ["run_retention"]
+
+log = logging.getLogger(__name__)
+
+
+def run_retention(conn: Connection, table: str | Table | None = None, *, dry_run: bool = False,
+                  progress: Callable[[int], None] | None = None) -> RetentionReport:
+    """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing."""
+    meta = gather(conn, table)
+    result = plan(meta)
+    if dry_run:
+        return RetentionReport(uris(result.deletes, conn), result.reclaimable_bytes, list(result.skipped), True)
+    done: list[RetentionItem] = []
+    errors: list[str] = list(result.skipped)
+    step = progress or (lambda n: None)
+
+    # R5: leases first, so the snapshots they alone pinned go in this same pass.
+    versions = {x.lease_id: x.version for x in meta.leases}
+    for item in (i for i in result.deletes if i.kind == "lease"):
+        try:
+            if leases.reclaim(conn, str(item.item_id), expected_version=versions[str(item.item_id)]):
+                done.append(item)
+            else:
+                errors.append(f"lease {item.item_id}: renewed or gone since the plan; kept")
+        except LeasekitError as exc:
+            errors.append(f"lease {item.item_id}: {exc}")
+        step(1)
+
+    tables = {tm.table.name: tm for tm in meta.tables}
+    refused: set[tuple[str, int]] = set()
+    for item in (i for i in result.deletes if i.kind == "snapshot"):
+        tb = item.table_bucket
+        try:
+            delete_snapshot(tables[tb.table].table, tb.bucket, int(item.item_id))
+            done.append(item)
+        except LeasekitError as exc:
+            refused.add((tb.table, tb.bucket))
+            errors.append(f"snapshot {item.item_id} of {tb.table}/{tb.bucket}: {exc}")
+        step(1)
+
+    by_bucket: dict[tuple[str, int], list[RetentionItem]] = {}
+    for item in (i for i in result.deletes if i.kind == "segment"):
+        by_bucket.setdefault((item.table_bucket.table, item.table_bucket.bucket), []).append(item)
+    for (name, bucket), items in by_bucket.items():
+        tm = tables[name]
+        if (name, bucket) in refused:
+            items = _still_below_kept(meta, tm.table, bucket, items, done)
+        try:
+            files, _ = delete_segments(tm.table, bucket, [int(i.item_id) for i in items])
+            file_of = {s.base_offset: s.file for s in tm.segments.get(bucket, [])}
+            done += [i for i in items if file_of.get(int(i.item_id)) in set(files)]
+        except LeasekitError as exc:
+            errors.append(f"segments of {name}/{bucket}: {exc}")
+        step(len(items))
+
+    orphans = [i for i in result.deletes if i.kind == "orphan"]
+    for item in orphans:
+        try:
+            conn.warehouse.delete_files([str(item.item_id)])
+            done.append(item)
+        except LeasekitError as exc:
+            errors.append(f"orphan {item.item_id}: {exc}")
+        step(1)
+    freed = sum(i.size_bytes for i in done)
+    log.info("retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors))
+    return RetentionReport(uris(done, conn), freed, errors, False)
+
+
+def _still_below_kept(meta: Metadata, table: Table, bucket: int, items: list[RetentionItem],
+                      done: list[RetentionItem]) -> list[RetentionItem]:
+    """Segments still wholly below every remaining snapshot after some deletions were refused."""
+    deleted = {int(i.item_id) for i in done if i.kind == "snapshot" and i.table_bucket
+               and i.table_bucket.table == table.name and i.table_bucket.bucket == bucket}
+    tm = next(t for t in meta.tables if t.table.table_id == table.table_id)
+    remaining = [s.log_offset for s in tm.snapshots.get(bucket, []) if s.snapshot_id not in deleted]
+    cover = min(remaining, default=0)
+    ends = {s.base_offset: s.end_offset for s in tm.segments.get(bucket, [])}
+    return [i for i in items if ends.get(int(i.item_id), cover + 1) <= cover]
