@@ -26,6 +26,8 @@ SCHEMA = (
     "order_id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, updated_at TIMESTAMP"
 )
 BUCKETS = 8
+PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "0s"}
+"""Keep only the newest snapshot and no older log, so the plan shows what the lease keeps."""
 STATUSES = ("created", "paid", "shipped", "delivered", "cancelled")
 _DELIVERED, _CANCELLED = 3, 4
 _UPDATE_SHARE = 0.6  # of each batch after the first: status changes of open orders
@@ -103,7 +105,6 @@ def run(
 
     The table is dropped first if it exists, so every run starts from scratch.
     """
-    from pyspark.sql import functions as F
     from tqdm.auto import tqdm
 
     from . import spark as lks
@@ -118,46 +119,52 @@ def run(
     if table in conn.tables():
         with contextlib.suppress(TableNotFoundError):
             conn.drop_table(table, force=True)  # the demo owns this table, leases of old runs too
-    orders_table = conn.create_table(table, SCHEMA, "order_id", buckets=BUCKETS)
+    orders_table = conn.create_table(table, SCHEMA, "order_id", buckets=BUCKETS, properties=PROPERTIES)
     out(f"demo: {rows} order upserts in {batches} batches into {table} ({BUCKETS} buckets)")
 
     orders = _Orders(rows, seed)
     sizes = np.full(batches, rows // batches)
     sizes[: rows % batches] += 1
-    snapshot_after = {batches // 2 - 1, batches - 1} if batches > 1 else {0}
+    pin_after = (batches - 1) // 2
     written = deleted = snapshots = 0
-    for i in tqdm(range(batches), desc=f"demo {table}", unit="batch", disable=None):
-        now = pd.Timestamp(conn.server_time())
-        ids = orders.upserts(int(sizes[i]), first=i == 0)
-        orders_table.append(orders.frame(ids, now))
-        written += len(ids)
-        if i > 0:
-            gone = orders.deletes()
-            if len(gone):
-                orders_table.delete(pd.DataFrame({"order_id": gone.astype(np.int64)}))
-            deleted += len(gone)
-        if i in snapshot_after:
-            snapshots += len(orders_table.snapshot(spark))
-
     with conn.lease(f"{table}-report", duration="10m", keepalive=True) as lease:
-        pinned = lease.acquire_latest(table)
-        frame = lease.read(spark, orders_table)
-        totals = frame.agg(
-            F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")
-        ).first()
-        rows_read, keys_read = int(totals["rows"]), int(totals["keys"])
-        by_status = {r["status"]: int(r["count"]) for r in frame.groupBy("status").count().collect()}
+        for i in tqdm(range(batches), desc=f"demo {table}", unit="batch", disable=None):
+            now = pd.Timestamp(conn.server_time())
+            ids = orders.upserts(int(sizes[i]), first=i == 0)
+            orders_table.append(orders.frame(ids, now))
+            written += len(ids)
+            if i > 0:
+                gone = orders.deletes()
+                if len(gone):
+                    orders_table.delete(pd.DataFrame({"order_id": gone.astype(np.int64)}))
+                deleted += len(gone)
+            if i >= pin_after:
+                snapshots += len(orders_table.snapshot(spark))
+            if i == pin_after:  # the analyst pins this state and reads it while the table moves on
+                pinned = lease.acquire_latest(table)
+                expected_pinned = orders.by_status()
+                first_read = _summary(lease.read(spark, orders_table))
+        plan = conn.retention_plan(table)
+        report = conn.run_retention(table)
+        second_read = _summary(lease.read(spark, orders_table))
         lease_info = lease.info()
-    by_status = {s: by_status[s] for s in sorted(by_status, key=_status_order)}
+    final_read = _summary(lks.read_snapshots(spark, orders_table, orders_table.latest_snapshots()))
     expected = orders.by_status()
     live = sum(expected.values())
-    if rows_read != live or keys_read != live or by_status != expected or pinned.unavailable:
+    checks = {
+        "read through the lease = state when pinned": first_read == _expected(expected_pinned),
+        "same read after retention ran": second_read == first_read,
+        "latest snapshots = live keys": final_read == _expected(expected),
+        "every bucket pinned": not pinned.unavailable,
+    }
+    if not all(checks.values()):
         raise IllegalStateError(
-            f"demo check failed: Spark read {rows_read} rows ({keys_read} keys) by status "
-            f"{by_status} through lease {lease.lease_id} (unavailable: {pinned.unavailable}); "
-            f"expected {live} live keys by status {expected}"
+            f"demo check failed: {checks}; through the lease {first_read} then {second_read}, "
+            f"expected {_expected(expected_pinned)}; latest {final_read}, expected {_expected(expected)}"
         )
+    rows_read, by_status = final_read[0], final_read[2]
     elapsed = time.perf_counter() - started
+    kept_by_lease = [i for i in plan.items if i.kind == "snapshot" and i.reason.startswith("pinned by lease")]
 
     result: dict[str, Any] = {
         "table": table,
@@ -167,6 +174,13 @@ def run(
         "buckets": orders_table.num_buckets,
         "snapshots_taken": snapshots,
         "rows_read": rows_read,
+        "rows_read_through_lease": first_read[0],
+        "retention": {
+            "snapshots_kept_by_lease": len(kept_by_lease),
+            "deleted": {kind: sum(1 for i in report.deleted if i.kind == kind) for kind in ("snapshot", "segment", "orphan")},
+            "freed_bytes": report.freed_bytes,
+            "errors": report.errors,
+        },
         "lease": {
             "lease_id": lease_info.lease_id,
             "pinned_buckets": len(lease_info.pins),
@@ -187,16 +201,37 @@ def run(
         "buckets": result["buckets"],
         "snapshots taken": snapshots,
         "lease": (f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
-                  f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped after the read"),
-        "rows read by Spark": f"{rows_read} (through the lease)",
-        "check": "passed (Spark count = live keys, count by status as written)",
+                  f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped at the end"),
+        "read through the lease": f"{first_read[0]} rows, before and after retention",
+        "retention": (f"{len(kept_by_lease)} snapshots kept for the lease; deleted "
+                      + ", ".join(f"{n} {k}s" for k, n in result["retention"]["deleted"].items())
+                      + f" ({report.freed_bytes} bytes)"),
+        "rows read by Spark": f"{rows_read} (latest snapshots)",
+        "check": "passed (" + "; ".join(checks) + ")",
         "elapsed": f"{elapsed:.1f} s",
         "warehouse": result["warehouse"],
         "zookeeper": f"{result['zookeeper']} (namespace {conn.namespace})",
     }
     counts = [{"status": s, "count": n} for s, n in by_status.items()]
-    out(f"\n{format_fields(summary)}\n\nSpark: count by status\n{format_table(counts)}")
+    shown = [i for i in plan.items if i.kind == "snapshot" and i.table_bucket and i.table_bucket.bucket == 0]
+    plan_rows = [{"bucket": 0, "snapshot": i.item_id, "action": i.action, "reason": i.reason} for i in shown]
+    out(f"\n{format_fields(summary)}\n\nRetention plan, snapshots of bucket 0 (before the run)\n"
+        f"{format_table(plan_rows)}\n\nSpark: count by status\n{format_table(counts)}")
     return result
+
+
+def _summary(frame: Any) -> tuple[int, int, dict[str, int]]:
+    """(rows, distinct keys, rows by status) of an orders DataFrame."""
+    from pyspark.sql import functions as F
+
+    totals = frame.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")).first()
+    by_status = {r["status"]: int(r["count"]) for r in frame.groupBy("status").count().collect()}
+    return int(totals["rows"]), int(totals["keys"]), {k: by_status[k] for k in sorted(by_status, key=_status_order)}
+
+
+def _expected(by_status: dict[str, int]) -> tuple[int, int, dict[str, int]]:
+    live = sum(by_status.values())
+    return live, live, by_status
 
 
 def _status_order(status: str) -> int:
