@@ -1,40 +1,40 @@
-"""KV snapshot leases in ZooKeeper: acquire, renew, release, drop, expire and read back.
-
-A pin is a child znode of the pinned snapshot's znode, so pinning a snapshot and deleting it
-exclude each other by ZooKeeper's own rules (no global lock). The lease keeps its pins as
-per-table arrays (one znode per 1,000 buckets) changed in the same transactions as the pins.
-"""
+"""KV snapshot leases in ZooKeeper: acquire, renew and validity (a pin is a child znode of the pinned
+snapshot's znode, so pinning and deleting exclude each other); re-exports lease_admin's upkeep."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from .durations import check_id, parse_duration, to_ms
 from .errors import (
-    CorruptMetadataError,
     InvalidArgumentError,
     InvalidDurationError,
     InvalidTypeError,
     LeaseExpiredError,
     LeaseNotFoundError,
 )
-from .records import AcquireResult, LeaseInfo, TableBucket
-from .zk import (
-    Create,
-    Delete,
-    Node,
-    Op,
-    SetData,
-    Stat,
-    TxnConflict,
-    chunk_ops,
-    decode,
-    encode,
-    to_datetime,
+from .lease_admin import _forget_missing_pins as _forget_missing_pins
+from .lease_admin import _info as _info
+from .lease_admin import _read_chunks as _read_chunks
+from .lease_admin import drop, expire, info, list_leases, pins_of, release
+from .lease_admin import forget_table as forget_table
+from .lease_admin import leases_pinning as leases_pinning
+from .lease_admin import reclaim as reclaim
+from .lease_records import DROPPING as DROPPING
+from .lease_records import (
+    LIVE,
+    OPS_PER_TXN,
+    Chunk,
+    LeaseRecord,
+    _chunk,
+    _chunk_value,
+    _new_record,
+    _record,
 )
+from .records import AcquireResult, TableBucket
+from .zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, to_datetime
 from .zkpaths import CHUNK
 
 if TYPE_CHECKING:
@@ -42,67 +42,6 @@ if TYPE_CHECKING:
     from .tables import Table
 
 __all__ = ["acquire", "renew", "release", "drop", "expire", "info", "list_leases", "lease_duration_ms", "pins_of"]
-
-log = logging.getLogger(__name__)
-
-LIVE, DROPPING = "live", "dropping"
-OPS_PER_TXN = 5000
-
-
-class LeaseRecord(NamedTuple):
-    """The lease znode's value with its stat; ``stat.mtime_ms`` is the last acquire or renew."""
-
-    duration_ms: int
-    floor_ms: int
-    owner: str
-    state: str
-    stat: Stat
-
-    @property
-    def expires_ms(self) -> int:
-        """Expiry: never earlier than a previous expiry (renew only extends, L7)."""
-        return max(self.floor_ms, self.stat.mtime_ms + self.duration_ms)
-
-    def value(self, duration_ms: int, owner: str, state: str = LIVE) -> bytes:
-        """Stored form after an acquire or renew that keeps every earlier expiry as a floor."""
-        return encode({"d": duration_ms, "f": self.expires_ms, "o": owner, "s": state})
-
-
-def _record(node: Node, path: str) -> LeaseRecord:
-    v = decode(node.data, path)
-    try:
-        return LeaseRecord(int(v["d"]), int(v["f"]), str(v["o"]), str(v["s"]), node.stat)
-    except (KeyError, TypeError, ValueError):
-        raise CorruptMetadataError(f"lease record at {path} is missing fields", path) from None
-
-
-def _new_record(duration_ms: int, owner: str) -> bytes:
-    return encode({"d": duration_ms, "f": 0, "o": owner, "s": LIVE})
-
-
-class Chunk(NamedTuple):
-    """A lease's pinned snapshot ids for one chunk of one table's buckets (0: not pinned)."""
-
-    table_id: str
-    chunk: int
-    table: str
-    ids: list[int]
-    stat: Stat | None
-
-
-def _chunk(node: Node | None, path: str, table_id: str, chunk: int, table: str) -> Chunk:
-    if node is None:
-        return Chunk(table_id, chunk, table, [0] * CHUNK, None)
-    v = decode(node.data, path)
-    ids = list(v["a"])
-    return Chunk(table_id, chunk, v["t"], ids + [0] * (CHUNK - len(ids)), node.stat)
-
-
-def _chunk_value(table: str, ids: list[int]) -> bytes:
-    end = len(ids)
-    while end and ids[end - 1] == 0:
-        end -= 1
-    return encode({"t": table, "a": ids[:end]})
 
 
 def lease_duration_ms(conn: Connection, duration: Any) -> int:
@@ -259,7 +198,7 @@ def _resolve(conn: Connection, exc: TxnConflict, pin_ops: dict[int, tuple[TableB
                 work[(table.table_id, bucket // CHUNK)][bucket] = sid
 
 
-# -- renew, release, drop, expire --------------------------------------------------------
+# -- renew and validity -----------------------------------------------------------------
 
 
 def renew(conn: Connection, lease_id: str, duration_ms: int | None) -> int:
@@ -279,193 +218,6 @@ def renew(conn: Connection, lease_id: str, duration_ms: int | None) -> int:
                 raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while renewing") from None
             continue
         return max(record.expires_ms, stat.mtime_ms + duration)
-
-
-def _read_chunks(conn: Connection, lease_id: str) -> list[tuple[str, Chunk]]:
-    names = conn.store.children(conn.paths.lease_pins(lease_id)) or []
-    chunk_paths = [f"{conn.paths.lease_pins(lease_id)}/{n}" for n in names]
-    out = []
-    for name, path, node in zip(names, chunk_paths, conn.store.get_many(chunk_paths)):
-        if node is None:
-            continue
-        table_id, _, chunk = name.partition(".")
-        out.append((path, _chunk(node, path, table_id, int(chunk), "")))
-    return out
-
-
-def pins_of(conn: Connection, lease_id: str, table: Table | None = None) -> dict[TableBucket, int]:
-    """The lease's pins (of one table, if given)."""
-    out: dict[TableBucket, int] = {}
-    for _, ch in _read_chunks(conn, lease_id):
-        if table is not None and ch.table_id != table.table_id:
-            continue
-        for i, sid in enumerate(ch.ids):
-            if sid:
-                out[TableBucket(ch.table, ch.chunk * CHUNK + i)] = sid
-    return out
-
-
-def release(conn: Connection, lease_id: str, buckets: Mapping[Table, Iterable[int]]) -> None:
-    """Unpin these buckets; idempotent, buckets the lease does not pin are ignored (L9)."""
-    check_id(lease_id)
-    paths = conn.paths
-    if conn.store.exists(paths.lease(lease_id)) is None:
-        raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
-    for table, wanted in buckets.items():
-        by_chunk: dict[int, set[int]] = {}
-        for b in wanted:
-            by_chunk.setdefault(b // CHUNK, set()).add(b)
-        for chunk, members in sorted(by_chunk.items()):
-            path = paths.lease_chunk(lease_id, table.table_id, chunk)
-
-            def build(path: str = path, chunk: int = chunk, members: set[int] = members,
-                      table: Table = table) -> list[Op]:
-                node = conn.store.get(path)
-                if node is None:
-                    return []
-                ch = _chunk(node, path, table.table_id, chunk, table.name)
-                ids = list(ch.ids)
-                ops: list[Op] = []
-                for b in sorted(members):
-                    if ids[b % CHUNK]:
-                        ops.append(Delete(paths.pin(table.table_id, b, ids[b % CHUNK], lease_id)))
-                        ids[b % CHUNK] = 0
-                if not ops:
-                    return []
-                ops.append(SetData(path, _chunk_value(ch.table, ids), node.stat.version) if any(ids)
-                           else Delete(path, node.stat.version))
-                return ops
-
-            try:
-                conn.store.commit_retrying(build, what=f"release from lease {lease_id}")
-            except TxnConflict as exc:
-                if exc.reason != "nonode":
-                    raise
-                _forget_missing_pins(conn, lease_id)
-                conn.store.commit_retrying(build, what=f"release from lease {lease_id}")
-
-
-def _forget_missing_pins(conn: Connection, lease_id: str) -> None:
-    """Clear array entries whose pin znode is gone (its table was force-dropped)."""
-    for path, ch in _read_chunks(conn, lease_id):
-        targets = [(i, sid) for i, sid in enumerate(ch.ids) if sid]
-        nodes = conn.store.get_many([conn.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id)
-                                     for i, sid in targets])
-        ids = list(ch.ids)
-        for (i, _), node in zip(targets, nodes):
-            if node is None:
-                ids[i] = 0
-        if ids != ch.ids and ch.stat is not None:
-            try:
-                conn.store.commit([SetData(path, _chunk_value(ch.table, ids), ch.stat.version) if any(ids)
-                                   else Delete(path, ch.stat.version)])
-            except TxnConflict:
-                pass
-
-
-def drop(conn: Connection, lease_id: str) -> bool:
-    """Remove the lease and all its pins; False if it does not exist (L10)."""
-    check_id(lease_id)
-    return reclaim(conn, lease_id, expected_version=None)
-
-
-def reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bool:
-    """Delete a lease with its pins. With ``expected_version``, only if nobody renewed it since.
-
-    Small leases go in one transaction. Large ones are first marked as dropping (invisible
-    to users, still protecting their snapshots), then emptied chunk by chunk.
-    """
-    paths, store = conn.paths, conn.store
-    rec_path = paths.lease(lease_id)
-    while True:
-        node = store.get(rec_path)
-        if node is None:
-            return False
-        version = node.stat.version
-        if expected_version is not None and version != expected_version and _record(node, rec_path).state == LIVE:
-            return False
-        chunks = _read_chunks(conn, lease_id)
-        pin_ops: list[Op] = []
-        for path, ch in chunks:
-            pin_ops += [Delete(paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id))
-                        for i, sid in enumerate(ch.ids) if sid]
-            pin_ops.append(Delete(path, ch.stat.version if ch.stat else -1))
-        try:
-            if len(pin_ops) + 2 <= OPS_PER_TXN:
-                store.commit([*pin_ops, Delete(paths.lease_pins(lease_id)), Delete(rec_path, version)])
-                return True
-            record = _record(node, rec_path)
-            if record.state == LIVE:
-                store.set(rec_path, record.value(record.duration_ms, record.owner, DROPPING), version)
-            for batch in chunk_ops(pin_ops, max_ops=OPS_PER_TXN):
-                store.commit(batch)
-            store.commit([Delete(paths.lease_pins(lease_id)), Delete(rec_path)])
-            return True
-        except TxnConflict as exc:
-            if exc.op.path == rec_path and exc.reason == "nonode":
-                return False
-            if exc.reason == "nonode" and "/pins/" not in exc.op.path:
-                _forget_missing_pins(conn, lease_id)  # a pin went with a force-dropped table
-
-
-def expire(conn: Connection) -> list[str]:
-    """Reclaim every lease past expires_at + lease.expiry-grace; returns their ids (L11)."""
-    ids = conn.store.children(conn.paths.leases) or []
-    paths = [conn.paths.lease(i) for i in ids]
-    now, nodes = conn.store.read_with_clock(conn.paths.clock, paths)
-    now = conn.clock(now)
-    grace = to_ms(conn.settings()["lease.expiry-grace"])
-    reclaimed = []
-    for lease_id, path, node in zip(ids, paths, nodes):
-        if node is None:
-            continue
-        try:
-            record = _record(node, path)
-        except CorruptMetadataError as exc:
-            log.warning("skipping lease %s: %s", lease_id, exc)
-            continue
-        if record.state == DROPPING or now > record.expires_ms + grace:
-            if reclaim(conn, lease_id, expected_version=node.stat.version):
-                reclaimed.append(lease_id)
-    return reclaimed
-
-
-# -- reading ------------------------------------------------------------------------------
-
-
-def _info(conn: Connection, lease_id: str, node: Node) -> LeaseInfo | None:
-    path = conn.paths.lease(lease_id)
-    record = _record(node, path)
-    if record.state != LIVE:
-        return None
-    return LeaseInfo(
-        lease_id, pins_of(conn, lease_id), timedelta(milliseconds=record.duration_ms),
-        to_datetime(node.stat.ctime_ms), to_datetime(node.stat.mtime_ms), to_datetime(record.expires_ms),
-        record.owner,
-    )
-
-
-def info(conn: Connection, lease_id: str) -> LeaseInfo:
-    """The lease as stored; ``LeaseNotFoundError`` if it does not exist."""
-    check_id(lease_id)
-    node = conn.store.get(conn.paths.lease(lease_id))
-    result = None if node is None else _info(conn, lease_id, node)
-    if result is None:
-        raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
-    return result
-
-
-def list_leases(conn: Connection) -> list[LeaseInfo]:
-    """Every lease of the namespace (expired ones too, until reclaimed), by id."""
-    ids = conn.store.children(conn.paths.leases) or []
-    nodes = conn.store.get_many([conn.paths.lease(i) for i in ids])
-    out = []
-    for lease_id, node in zip(ids, nodes):
-        if node is not None:
-            item = _info(conn, lease_id, node)
-            if item is not None:
-                out.append(item)
-    return out
 
 
 def validity(conn: Connection, lease_id: str) -> LeaseRecord:
@@ -501,33 +253,3 @@ def check_snapshot_ids(conn: Connection, snapshot_ids: object) -> dict[Table, di
         table = load_table(conn, name)
         out[table] = {table.bucket_number(b): sid for b, sid in wanted.items()}
     return out
-
-
-def leases_pinning(conn: Connection, table_id: str) -> list[str]:
-    """Ids of live, unexpired leases that pin any bucket of the table."""
-    ids = conn.store.children(conn.paths.leases) or []
-    kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
-    candidates = [i for i, names in zip(ids, kids) if names and any(n.startswith(f"{table_id}.") for n in names)]
-    paths = [conn.paths.lease(i) for i in candidates]
-    now, nodes = conn.store.read_with_clock(conn.paths.clock, paths)
-    out = []
-    for lease_id, path, node in zip(candidates, paths, nodes):
-        if node is None:
-            continue
-        record = _record(node, path)
-        if record.state == LIVE and conn.clock(now) <= record.expires_ms:
-            out.append(lease_id)
-    return out
-
-
-def forget_table(conn: Connection, table_id: str) -> None:
-    """Remove a dropped table's pin arrays from every lease (its pin znodes go with its data)."""
-    ids = conn.store.children(conn.paths.leases) or []
-    kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
-    ops: list[Op] = [Delete(f"{conn.paths.lease_pins(i)}/{n}")
-                     for i, names in zip(ids, kids) for n in (names or []) if n.startswith(f"{table_id}.")]
-    for op in ops:
-        try:
-            conn.store.commit([op])
-        except TxnConflict:
-            pass  # the lease went away meanwhile

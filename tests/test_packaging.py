@@ -28,7 +28,7 @@ def test_wheel_contains_and_imports_widgets_package(tmp_path):
     assert "leasekit/widgets/__init__.py" in names
     for package in (ROOT / "leasekit").rglob("__init__.py"):  # every subpackage ships
         assert str(package.relative_to(ROOT)) in names
-    assert "leasekit/zk.py" in names
+    assert {"leasekit/zk/codec.py", "leasekit/zk/ops.py", "leasekit/zk/reads.py", "leasekit/zk/store.py"} <= set(names)
     assert not any(n.startswith(("tests/", "widgets/", "bench/")) for n in names)
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],

@@ -1,8 +1,5 @@
-"""The ZooKeeper layer: the only module that imports kazoo.
-
-Owns the session, the msgpack codec with its format version, transactions,
-compare-and-set, pipelined reads, the server clock and error translation.
-"""
+"""The ZooKeeper session of the ZooKeeper layer: ZkStore's reads, transactions, compare-and-set,
+the server clock, and the translation of kazoo's errors into ``leasekit.errors``."""
 
 from __future__ import annotations
 
@@ -10,21 +7,16 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timezone
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
-import msgpack
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol import serialization as ser
-from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import RetryFailedError
 from kazoo.security import make_digest_acl
 
-from .errors import (
-    CorruptMetadataError,
+from ..errors import (
     IllegalStateError,
     InvalidArgumentError,
     LeasekitError,
@@ -32,127 +24,20 @@ from .errors import (
     PermissionDeniedError,
     ZooKeeperUnavailableError,
 )
+from .codec import decode
+from .ops import Create, Delete, Node, Op, SetData, Stat, TxnConflict, _stat, chunk_ops
+from .reads import (
+    _GET_CHILDREN,
+    _GET_DATA,
+    READS_PER_REQUEST,
+    MultiRead,
+    _FallbackOnUnimplemented,
+    _Singles,
+)
 
-__all__ = [
-    "FORMAT_VERSION",
-    "encode",
-    "decode",
-    "Stat",
-    "Node",
-    "Create",
-    "SetData",
-    "Delete",
-    "Check",
-    "TxnConflict",
-    "ZkStore",
-]
-
-log = logging.getLogger(__name__)
-
-FORMAT_VERSION = 1
-"""Version of every stored value; bump when the storage format changes."""
-
-MAX_TXN_BYTES = 512 * 1024
-"""Largest transaction we send; ZooKeeper's request limit (jute.maxbuffer) is 1 MB."""
-MAX_TXN_OPS = 5000
-MAX_VALUE_BYTES = 900 * 1024
+log = logging.getLogger(__package__)  # "leasekit.zk": the layer logs (and passes to kazoo) one logger
 
 T = TypeVar("T")
-
-
-def encode(value: dict[str, Any]) -> bytes:
-    """msgpack bytes of ``value`` with the format version under key ``"v"``."""
-    data = msgpack.packb({"v": FORMAT_VERSION, **value}, use_bin_type=True)
-    if len(data) > MAX_VALUE_BYTES:
-        raise MetadataTooLargeError(f"metadata value of {len(data)} bytes exceeds {MAX_VALUE_BYTES}")
-    return data
-
-
-def decode(data: bytes, path: str) -> dict[str, Any]:
-    """The value stored at ``path``; ``CorruptMetadataError`` for garbage or unknown versions."""
-    try:
-        value = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types for garbage
-        raise CorruptMetadataError(f"cannot decode metadata at {path}: {exc}", path) from None
-    if not isinstance(value, dict) or "v" not in value:
-        raise CorruptMetadataError(f"metadata at {path} is not a versioned record", path)
-    if value["v"] != FORMAT_VERSION:
-        raise CorruptMetadataError(
-            f"metadata at {path} has format version {value['v']!r}; this leasekit reads {FORMAT_VERSION}",
-            path,
-        )
-    return value
-
-
-def to_datetime(ms: int) -> datetime:
-    """UTC datetime of epoch milliseconds."""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-class Stat(NamedTuple):
-    """The parts of a znode's stat that leasekit uses."""
-
-    version: int
-    """Data version, for compare-and-set."""
-    ctime_ms: int
-    """Creation time, ZooKeeper clock."""
-    mtime_ms: int
-    """Last modification time, ZooKeeper clock."""
-    num_children: int
-    """Number of children."""
-    cversion: int
-    """Child version: changes whenever a child is created or deleted."""
-
-
-class Node(NamedTuple):
-    """A znode's raw data with its stat."""
-
-    data: bytes
-    stat: Stat
-
-
-class Create(NamedTuple):
-    """Transaction op: create ``path`` with ``data``."""
-
-    path: str
-    data: bytes = b""
-    ephemeral: bool = False
-
-
-class SetData(NamedTuple):
-    """Transaction op: set ``path`` to ``data`` if its version is ``version`` (-1: any)."""
-
-    path: str
-    data: bytes
-    version: int = -1
-
-
-class Delete(NamedTuple):
-    """Transaction op: delete ``path`` if its version is ``version`` (-1: any)."""
-
-    path: str
-    version: int = -1
-
-
-class Check(NamedTuple):
-    """Transaction op: fail unless ``path`` exists with ``version``."""
-
-    path: str
-    version: int
-
-
-Op = Create | SetData | Delete | Check
-
-
-class TxnConflict(LeasekitError):
-    """A transaction failed on one op; ``reason`` is "nonode", "exists", "version" or "notempty"."""
-
-    def __init__(self, index: int, op: Op, reason: str) -> None:
-        super().__init__(f"transaction op {index} ({type(op).__name__} {op.path}) failed: {reason}")
-        self.index = index
-        self.op = op
-        self.reason = reason
-
 
 _CONFLICTS: dict[type[BaseException], str] = {
     kx.NoNodeError: "nonode",
@@ -160,59 +45,6 @@ _CONFLICTS: dict[type[BaseException], str] = {
     kx.BadVersionError: "version",
     kx.NotEmptyError: "notempty",
 }
-
-
-READS_PER_REQUEST = 500
-"""Reads carried by one multiRead request (responses stay far below 1 MB)."""
-
-_GET_DATA, _GET_CHILDREN = 4, 8
-
-
-class MultiRead(NamedTuple):
-    """ZooKeeper's multiRead request (opcode 22, ZooKeeper >= 3.6): many getData and
-    getChildren reads answered in one round trip; each read succeeds or fails on its own.
-    Shaped like kazoo's own request classes so kazoo's connection can send it."""
-
-    operations: tuple[tuple[int, str], ...]
-    type = 22
-
-    def serialize(self) -> bytearray:
-        out = bytearray()
-        for op_type, path in self.operations:
-            out += ser.multiheader_struct.pack(op_type, False, -1)
-            out += ser.write_string(path)
-            out += b"\x00"  # no watch
-        return out + ser.multiheader_struct.pack(-1, True, -1)
-
-    @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
-        results: list[Any] = []
-        while True:
-            op_type, done, _ = ser.multiheader_struct.unpack_from(data, offset)
-            offset += ser.multiheader_struct.size
-            if done:
-                return results
-            if op_type == _GET_DATA:
-                value, offset = ser.read_buffer(data, offset)
-                stat = ZnodeStat._make(ser.stat_struct.unpack_from(data, offset))
-                offset += ser.stat_struct.size
-                results.append((value or b"", stat))
-            elif op_type == _GET_CHILDREN:
-                (count,) = ser.int_struct.unpack_from(data, offset)
-                offset += ser.int_struct.size
-                names = []
-                for _ in range(count):
-                    name, offset = ser.read_string(data, offset)
-                    names.append(name)
-                results.append(names)
-            else:
-                (code,) = ser.int_struct.unpack_from(data, offset)
-                offset += ser.int_struct.size
-                results.append(kx.EXCEPTIONS[code]())
-
-
-def _stat(s: Any) -> Stat:
-    return Stat(s.version, s.ctime, s.mtime, s.numChildren, s.cversion)
 
 
 @contextlib.contextmanager
@@ -534,49 +366,3 @@ class ZkStore:
         with translated("read the ZooKeeper clock"):
             stat = self.client.retry(self.client.set, clock_path, b"")
         return stat.mtime
-
-
-class _Singles:
-    """One pipelined request per read: for servers without multiRead (before 3.6)."""
-
-    def __init__(self, store: ZkStore, ops: Sequence[tuple[int, str]]) -> None:
-        client = store.client
-        self._results = [client.get_async(p) if t == _GET_DATA else client.get_children_async(p) for t, p in ops]
-
-    def get(self, timeout: float) -> list[Any]:
-        out: list[Any] = []
-        for result in self._results:
-            try:
-                out.append(result.get(timeout=timeout))
-            except kx.NoNodeError as exc:
-                out.append(exc)
-        return out
-
-
-class _FallbackOnUnimplemented:
-    """A multiRead result that switches the store to single reads if the server lacks it."""
-
-    def __init__(self, store: ZkStore, ops: Sequence[tuple[int, str]], result: Any) -> None:
-        self._store, self._ops, self._result = store, ops, result
-
-    def get(self, timeout: float) -> list[Any]:
-        try:
-            return self._result.get(timeout=timeout)
-        except kx.UnimplementedError:
-            self._store._multi_read = False
-            return _Singles(self._store, self._ops).get(timeout)
-
-
-def chunk_ops(ops: Iterable[Op], max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> Iterator[list[Op]]:
-    """Split ``ops`` into lists that fit one ZooKeeper transaction each."""
-    chunk: list[Op] = []
-    size = 0
-    for op in ops:
-        op_size = len(op.path) + len(getattr(op, "data", b"")) + 32
-        if chunk and (len(chunk) >= max_ops or size + op_size > max_bytes):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(op)
-        size += op_size
-    if chunk:
-        yield chunk

@@ -1,0 +1,245 @@
+"""Lease upkeep and read-back: release, drop, reclaim and expire leases with their pins; lease
+info and listings, the leases pinning a table, and forgetting a dropped table's pin arrays."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from .durations import check_id, to_ms
+from .errors import CorruptMetadataError, LeaseNotFoundError
+from .lease_records import DROPPING, LIVE, OPS_PER_TXN, Chunk, _chunk, _chunk_value, _record
+from .records import LeaseInfo, TableBucket
+from .zk import Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
+from .zkpaths import CHUNK
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .tables import Table
+
+__all__ = ["release", "drop", "reclaim", "expire", "info", "list_leases", "pins_of", "leases_pinning",
+           "forget_table"]
+
+log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases API's logger name
+
+
+# -- release, drop, expire ---------------------------------------------------------------
+
+
+def _read_chunks(conn: Connection, lease_id: str) -> list[tuple[str, Chunk]]:
+    names = conn.store.children(conn.paths.lease_pins(lease_id)) or []
+    chunk_paths = [f"{conn.paths.lease_pins(lease_id)}/{n}" for n in names]
+    out = []
+    for name, path, node in zip(names, chunk_paths, conn.store.get_many(chunk_paths)):
+        if node is None:
+            continue
+        table_id, _, chunk = name.partition(".")
+        out.append((path, _chunk(node, path, table_id, int(chunk), "")))
+    return out
+
+
+def pins_of(conn: Connection, lease_id: str, table: Table | None = None) -> dict[TableBucket, int]:
+    """The lease's pins (of one table, if given)."""
+    out: dict[TableBucket, int] = {}
+    for _, ch in _read_chunks(conn, lease_id):
+        if table is not None and ch.table_id != table.table_id:
+            continue
+        for i, sid in enumerate(ch.ids):
+            if sid:
+                out[TableBucket(ch.table, ch.chunk * CHUNK + i)] = sid
+    return out
+
+
+def release(conn: Connection, lease_id: str, buckets: Mapping[Table, Iterable[int]]) -> None:
+    """Unpin these buckets; idempotent, buckets the lease does not pin are ignored (L9)."""
+    check_id(lease_id)
+    paths = conn.paths
+    if conn.store.exists(paths.lease(lease_id)) is None:
+        raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
+    for table, wanted in buckets.items():
+        by_chunk: dict[int, set[int]] = {}
+        for b in wanted:
+            by_chunk.setdefault(b // CHUNK, set()).add(b)
+        for chunk, members in sorted(by_chunk.items()):
+            path = paths.lease_chunk(lease_id, table.table_id, chunk)
+
+            def build(path: str = path, chunk: int = chunk, members: set[int] = members,
+                      table: Table = table) -> list[Op]:
+                node = conn.store.get(path)
+                if node is None:
+                    return []
+                ch = _chunk(node, path, table.table_id, chunk, table.name)
+                ids = list(ch.ids)
+                ops: list[Op] = []
+                for b in sorted(members):
+                    if ids[b % CHUNK]:
+                        ops.append(Delete(paths.pin(table.table_id, b, ids[b % CHUNK], lease_id)))
+                        ids[b % CHUNK] = 0
+                if not ops:
+                    return []
+                ops.append(SetData(path, _chunk_value(ch.table, ids), node.stat.version) if any(ids)
+                           else Delete(path, node.stat.version))
+                return ops
+
+            try:
+                conn.store.commit_retrying(build, what=f"release from lease {lease_id}")
+            except TxnConflict as exc:
+                if exc.reason != "nonode":
+                    raise
+                _forget_missing_pins(conn, lease_id)
+                conn.store.commit_retrying(build, what=f"release from lease {lease_id}")
+
+
+def _forget_missing_pins(conn: Connection, lease_id: str) -> None:
+    """Clear array entries whose pin znode is gone (its table was force-dropped)."""
+    for path, ch in _read_chunks(conn, lease_id):
+        targets = [(i, sid) for i, sid in enumerate(ch.ids) if sid]
+        nodes = conn.store.get_many([conn.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id)
+                                     for i, sid in targets])
+        ids = list(ch.ids)
+        for (i, _), node in zip(targets, nodes):
+            if node is None:
+                ids[i] = 0
+        if ids != ch.ids and ch.stat is not None:
+            try:
+                conn.store.commit([SetData(path, _chunk_value(ch.table, ids), ch.stat.version) if any(ids)
+                                   else Delete(path, ch.stat.version)])
+            except TxnConflict:
+                pass
+
+
+def drop(conn: Connection, lease_id: str) -> bool:
+    """Remove the lease and all its pins; False if it does not exist (L10)."""
+    check_id(lease_id)
+    return reclaim(conn, lease_id, expected_version=None)
+
+
+def reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bool:
+    """Delete a lease with its pins. With ``expected_version``, only if nobody renewed it since.
+
+    Small leases go in one transaction. Large ones are first marked as dropping (invisible
+    to users, still protecting their snapshots), then emptied chunk by chunk.
+    """
+    paths, store = conn.paths, conn.store
+    rec_path = paths.lease(lease_id)
+    while True:
+        node = store.get(rec_path)
+        if node is None:
+            return False
+        version = node.stat.version
+        if expected_version is not None and version != expected_version and _record(node, rec_path).state == LIVE:
+            return False
+        chunks = _read_chunks(conn, lease_id)
+        pin_ops: list[Op] = []
+        for path, ch in chunks:
+            pin_ops += [Delete(paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id))
+                        for i, sid in enumerate(ch.ids) if sid]
+            pin_ops.append(Delete(path, ch.stat.version if ch.stat else -1))
+        try:
+            if len(pin_ops) + 2 <= OPS_PER_TXN:
+                store.commit([*pin_ops, Delete(paths.lease_pins(lease_id)), Delete(rec_path, version)])
+                return True
+            record = _record(node, rec_path)
+            if record.state == LIVE:
+                store.set(rec_path, record.value(record.duration_ms, record.owner, DROPPING), version)
+            for batch in chunk_ops(pin_ops, max_ops=OPS_PER_TXN):
+                store.commit(batch)
+            store.commit([Delete(paths.lease_pins(lease_id)), Delete(rec_path)])
+            return True
+        except TxnConflict as exc:
+            if exc.op.path == rec_path and exc.reason == "nonode":
+                return False
+            if exc.reason == "nonode" and "/pins/" not in exc.op.path:
+                _forget_missing_pins(conn, lease_id)  # a pin went with a force-dropped table
+
+
+def expire(conn: Connection) -> list[str]:
+    """Reclaim every lease past expires_at + lease.expiry-grace; returns their ids (L11)."""
+    ids = conn.store.children(conn.paths.leases) or []
+    paths = [conn.paths.lease(i) for i in ids]
+    now, nodes = conn.store.read_with_clock(conn.paths.clock, paths)
+    now = conn.clock(now)
+    grace = to_ms(conn.settings()["lease.expiry-grace"])
+    reclaimed = []
+    for lease_id, path, node in zip(ids, paths, nodes):
+        if node is None:
+            continue
+        try:
+            record = _record(node, path)
+        except CorruptMetadataError as exc:
+            log.warning("skipping lease %s: %s", lease_id, exc)
+            continue
+        if record.state == DROPPING or now > record.expires_ms + grace:
+            if reclaim(conn, lease_id, expected_version=node.stat.version):
+                reclaimed.append(lease_id)
+    return reclaimed
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def _info(conn: Connection, lease_id: str, node: Node) -> LeaseInfo | None:
+    path = conn.paths.lease(lease_id)
+    record = _record(node, path)
+    if record.state != LIVE:
+        return None
+    return LeaseInfo(
+        lease_id, pins_of(conn, lease_id), timedelta(milliseconds=record.duration_ms),
+        to_datetime(node.stat.ctime_ms), to_datetime(node.stat.mtime_ms), to_datetime(record.expires_ms),
+        record.owner,
+    )
+
+
+def info(conn: Connection, lease_id: str) -> LeaseInfo:
+    """The lease as stored; ``LeaseNotFoundError`` if it does not exist."""
+    check_id(lease_id)
+    node = conn.store.get(conn.paths.lease(lease_id))
+    result = None if node is None else _info(conn, lease_id, node)
+    if result is None:
+        raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
+    return result
+
+
+def list_leases(conn: Connection) -> list[LeaseInfo]:
+    """Every lease of the namespace (expired ones too, until reclaimed), by id."""
+    ids = conn.store.children(conn.paths.leases) or []
+    nodes = conn.store.get_many([conn.paths.lease(i) for i in ids])
+    out = []
+    for lease_id, node in zip(ids, nodes):
+        if node is not None:
+            item = _info(conn, lease_id, node)
+            if item is not None:
+                out.append(item)
+    return out
+
+
+def leases_pinning(conn: Connection, table_id: str) -> list[str]:
+    """Ids of live, unexpired leases that pin any bucket of the table."""
+    ids = conn.store.children(conn.paths.leases) or []
+    kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
+    candidates = [i for i, names in zip(ids, kids) if names and any(n.startswith(f"{table_id}.") for n in names)]
+    paths = [conn.paths.lease(i) for i in candidates]
+    now, nodes = conn.store.read_with_clock(conn.paths.clock, paths)
+    out = []
+    for lease_id, path, node in zip(candidates, paths, nodes):
+        if node is None:
+            continue
+        record = _record(node, path)
+        if record.state == LIVE and conn.clock(now) <= record.expires_ms:
+            out.append(lease_id)
+    return out
+
+
+def forget_table(conn: Connection, table_id: str) -> None:
+    """Remove a dropped table's pin arrays from every lease (its pin znodes go with its data)."""
+    ids = conn.store.children(conn.paths.leases) or []
+    kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
+    ops: list[Op] = [Delete(f"{conn.paths.lease_pins(i)}/{n}")
+                     for i, names in zip(ids, kids) for n in (names or []) if n.startswith(f"{table_id}.")]
+    for op in ops:
+        try:
+            conn.store.commit([op])
+        except TxnConflict:
+            pass  # the lease went away meanwhile

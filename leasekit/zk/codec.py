@@ -1,0 +1,45 @@
+"""The msgpack codec of the ZooKeeper layer: every stored value carries FORMAT_VERSION
+under key "v"; values over MAX_VALUE_BYTES are refused; ZooKeeper times become datetimes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import msgpack
+
+from ..errors import CorruptMetadataError, MetadataTooLargeError
+
+FORMAT_VERSION = 1
+"""Version of every stored value; bump when the storage format changes."""
+
+MAX_VALUE_BYTES = 900 * 1024
+
+
+def encode(value: dict[str, Any]) -> bytes:
+    """msgpack bytes of ``value`` with the format version under key ``"v"``."""
+    data = msgpack.packb({"v": FORMAT_VERSION, **value}, use_bin_type=True)
+    if len(data) > MAX_VALUE_BYTES:
+        raise MetadataTooLargeError(f"metadata value of {len(data)} bytes exceeds {MAX_VALUE_BYTES}")
+    return data
+
+
+def decode(data: bytes, path: str) -> dict[str, Any]:
+    """The value stored at ``path``; ``CorruptMetadataError`` for garbage or unknown versions."""
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise CorruptMetadataError(f"cannot decode metadata at {path}: {exc}", path) from None
+    if not isinstance(value, dict) or "v" not in value:
+        raise CorruptMetadataError(f"metadata at {path} is not a versioned record", path)
+    if value["v"] != FORMAT_VERSION:
+        raise CorruptMetadataError(
+            f"metadata at {path} has format version {value['v']!r}; this leasekit reads {FORMAT_VERSION}",
+            path,
+        )
+    return value
+
+
+def to_datetime(ms: int) -> datetime:
+    """UTC datetime of epoch milliseconds."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)

@@ -1,0 +1,97 @@
+"""Znode values and transaction ops of the ZooKeeper layer: Stat, Node, the four ops,
+the conflict a failed transaction raises and the split of ops into transaction-sized chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from ..errors import LeasekitError
+
+MAX_TXN_BYTES = 512 * 1024
+"""Largest transaction we send; ZooKeeper's request limit (jute.maxbuffer) is 1 MB."""
+MAX_TXN_OPS = 5000
+
+
+class Stat(NamedTuple):
+    """The parts of a znode's stat that leasekit uses."""
+
+    version: int
+    """Data version, for compare-and-set."""
+    ctime_ms: int
+    """Creation time, ZooKeeper clock."""
+    mtime_ms: int
+    """Last modification time, ZooKeeper clock."""
+    num_children: int
+    """Number of children."""
+    cversion: int
+    """Child version: changes whenever a child is created or deleted."""
+
+
+class Node(NamedTuple):
+    """A znode's raw data with its stat."""
+
+    data: bytes
+    stat: Stat
+
+
+def _stat(s: Any) -> Stat:
+    return Stat(s.version, s.ctime, s.mtime, s.numChildren, s.cversion)
+
+
+class Create(NamedTuple):
+    """Transaction op: create ``path`` with ``data``."""
+
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+
+
+class SetData(NamedTuple):
+    """Transaction op: set ``path`` to ``data`` if its version is ``version`` (-1: any)."""
+
+    path: str
+    data: bytes
+    version: int = -1
+
+
+class Delete(NamedTuple):
+    """Transaction op: delete ``path`` if its version is ``version`` (-1: any)."""
+
+    path: str
+    version: int = -1
+
+
+class Check(NamedTuple):
+    """Transaction op: fail unless ``path`` exists with ``version``."""
+
+    path: str
+    version: int
+
+
+Op = Create | SetData | Delete | Check
+
+
+class TxnConflict(LeasekitError):
+    """A transaction failed on one op; ``reason`` is "nonode", "exists", "version" or "notempty"."""
+
+    def __init__(self, index: int, op: Op, reason: str) -> None:
+        super().__init__(f"transaction op {index} ({type(op).__name__} {op.path}) failed: {reason}")
+        self.index = index
+        self.op = op
+        self.reason = reason
+
+
+def chunk_ops(ops: Iterable[Op], max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> Iterator[list[Op]]:
+    """Split ``ops`` into lists that fit one ZooKeeper transaction each."""
+    chunk: list[Op] = []
+    size = 0
+    for op in ops:
+        op_size = len(op.path) + len(getattr(op, "data", b"")) + 32
+        if chunk and (len(chunk) >= max_ops or size + op_size > max_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(op)
+        size += op_size
+    if chunk:
+        yield chunk
