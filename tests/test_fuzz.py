@@ -1,0 +1,110 @@
+"""Fuzzed arguments for the public entry points: only LeasekitError, ValueError or TypeError
+come out, never a kazoo, Py4J or pyarrow exception (DESIGN section 9)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import leasekit as lk
+
+ALLOWED = (lk.LeasekitError, ValueError, TypeError)
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True), st.text(max_size=40), st.binary(max_size=20),
+    st.timedeltas(min_value=timedelta(days=-10), max_value=timedelta(days=10)),
+)
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    st.tuples(inner, inner),
+), max_leaves=8)
+buckets = st.builds(lk.TableBucket, st.one_of(st.text(max_size=12), st.just("t")),
+                    st.one_of(st.integers(-3, 10), st.just(0)))
+snapshot_maps = st.one_of(values, st.dictionaries(st.one_of(buckets, scalars), st.one_of(scalars, st.integers(-2, 5)),
+                                                    max_size=4))
+
+FUZZ = settings(max_examples=60, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@pytest.fixture
+def table(conn):
+    t = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2)
+    t.append([{"id": 1, "v": "a"}])
+    return t
+
+
+def _call(func, *args, **kwargs):
+    try:
+        func(*args, **kwargs)
+    except ALLOWED:
+        pass
+
+
+@FUZZ
+@given(name=values, schema=values, key=values, n=values, props=values)
+def test_fuzz_create_table(conn, name, schema, key, n, props):
+    _call(conn.create_table, name, schema, key, n, props)
+
+
+@FUZZ
+@given(rows=values)
+def test_fuzz_append_and_delete(table, rows):
+    _call(table.append, rows)
+    _call(table.delete, rows)
+
+
+@FUZZ
+@given(lease_id=values, duration=values, keepalive=values, ids=snapshot_maps, tables=values, bs=values)
+def test_fuzz_lease_handle(conn, table, lease_id, duration, keepalive, ids, tables, bs):
+    try:
+        lease = conn.lease(lease_id, duration, keepalive=keepalive)
+    except ALLOWED:
+        return
+    _call(lease.acquire, ids)
+    _call(lease.acquire_latest, tables)
+    _call(lease.renew, duration)
+    _call(lease.release, bs)
+    _call(lease.drop)
+
+
+@FUZZ
+@given(lease_id=values, ids=snapshot_maps, duration=values, bs=values)
+def test_fuzz_fluss_shaped_lease_api(conn, table, lease_id, ids, duration, bs):
+    _call(conn.acquire_kv_snapshot_lease, lease_id, ids, duration)
+    _call(conn.renew_kv_snapshot_lease, lease_id, duration)
+    _call(conn.release_kv_snapshot_lease, lease_id, bs)
+    _call(conn.drop_kv_snapshot_lease, lease_id)
+
+
+@FUZZ
+@given(name=values, mapping=values, dry=values, force=values)
+def test_fuzz_admin(conn, table, name, mapping, dry, force):
+    _call(conn.table, name)
+    _call(conn.update_settings, mapping)
+    _call(conn.retention_plan, name)
+    _call(conn.run_retention, name, dry_run=dry if not isinstance(dry, bool) else True)
+    _call(conn.drop_table, name if name != "t" else "nope", force=force)
+    _call(table.snapshots, name)
+
+
+@FUZZ
+@given(zookeeper=values, namespace=values, auth=values, timeout=values)
+def test_fuzz_connect_arguments(tmp_path, zookeeper, namespace, auth, timeout):
+    from leasekit.durations import parse_duration
+
+    if zookeeper is None or (isinstance(zookeeper, str) and zookeeper.strip()):
+        zookeeper = "127.0.0.1:1"  # no embedded server, no address made up by the fuzzer
+    try:
+        if parse_duration(timeout) > timedelta(seconds=1):
+            timeout = "1s"  # a valid long timeout would only make the unreachable server slow
+    except ALLOWED:
+        pass
+    try:
+        lk.connect(zookeeper, str(tmp_path / "wh"), namespace=namespace, auth=auth, timeout=timeout).close()
+    except ALLOWED:
+        pass
