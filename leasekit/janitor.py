@@ -1,0 +1,164 @@
+"""The janitor: finishes table drops and runs retention (lease expiry first) every interval.
+
+One janitor acts at a time, chosen by a ZooKeeper leader election; standbys take over when the
+leader's session ends (R7, L11).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from .durations import format_duration, parse_duration
+from .errors import (
+    CorruptMetadataError,
+    IllegalStateError,
+    InvalidDurationError,
+    LeasekitError,
+    ZooKeeperUnavailableError,
+)
+from .records import RetentionReport
+from .tables import finish_drop, pending_drops
+from .zk import translated
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["run", "run_once", "check_interval"]
+
+log = logging.getLogger(__name__)
+
+_POLL = 0.1
+"""Seconds between looks at the stop event while standing by, and while suspended."""
+
+
+def check_interval(interval: Any) -> timedelta:
+    """The janitor interval as a ``timedelta``; ``InvalidDurationError`` unless it is > 0."""
+    value = parse_duration(interval, what="janitor interval")
+    if value <= timedelta(0):
+        raise InvalidDurationError(f"janitor interval must be greater than 0, got {interval!r}")
+    return value
+
+
+def run_once(conn: Connection) -> RetentionReport:
+    """One pass without election: finish pending table drops, then ``conn.run_retention()``
+    (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode."""
+    started = time.monotonic()
+    errors: list[str] = []
+    for table_id in pending_drops(conn):
+        try:
+            finish_drop(conn, table_id)
+        except LeasekitError as exc:
+            errors.append(f"dropped table {table_id}: {exc}")
+    report = conn.run_retention()
+    if errors:
+        report = dataclasses.replace(report, errors=errors + report.errors)
+    for error in report.errors:
+        log.warning("janitor pass skipped: %s", error)
+    log.info("janitor pass: deleted %d items, freed %d bytes, %d errors in %.3fs",
+             len(report.deleted), report.freed_bytes, len(report.errors), time.monotonic() - started)
+    return report
+
+
+def run(conn: Connection, interval: Any = "30s", stop_event: threading.Event | None = None) -> None:
+    """Join the janitor election and, while leader, do a pass every ``interval``.
+
+    Blocks until ``stop_event`` is set (a leader finishes its current pass first) or the
+    connection is closed. A pass never raises: errors are logged and the next pass retries.
+    """
+    seconds = check_interval(interval).total_seconds()
+    Janitor(conn, seconds, stop_event or threading.Event()).run()
+
+
+class Janitor:
+    """One janitor on one connection; ``run`` blocks (see ``leasekit.janitor.run``)."""
+
+    def __init__(self, conn: Connection, interval: float, stop: threading.Event) -> None:
+        self.conn = conn
+        self.interval = interval
+        self.stop = stop
+        self.path = f"{conn.paths.janitor}/election"
+        self._lost = threading.Event()
+        self._connected = threading.Event()
+        self._connected.set()
+        self._finished = threading.Event()
+        self._election: Any = None
+
+    def _on_state(self, state: str) -> None:
+        if state == "CONNECTED":
+            self._connected.set()
+            return
+        self._connected.clear()
+        if state == "LOST":
+            self._lost.set()
+
+    def _cancel_on_stop(self) -> None:
+        # Cancelling again every poll covers an election created just after the stop.
+        while not self._finished.wait(_POLL):
+            if self.stop.is_set() and self._election is not None:
+                self._election.cancel()
+
+    def run(self) -> None:
+        try:
+            self.conn.store.add_state_listener(self._on_state)
+        except IllegalStateError as exc:
+            log.warning("janitor not started: %s", exc)
+            return
+        watcher = threading.Thread(target=self._cancel_on_stop, name="janitor-stop", daemon=True)
+        watcher.start()
+        try:
+            while not self.stop.is_set():
+                try:
+                    self._election = self.conn.store.election(self.path, self.conn.owner)
+                except IllegalStateError as exc:  # the connection was closed
+                    log.warning("janitor stops: %s", exc)
+                    return
+                self._lost.clear()
+                try:
+                    with translated("janitor election"):
+                        self._election.run(self._lead)
+                except LeasekitError as exc:
+                    log.warning("janitor election interrupted: %s; joining again", exc)
+                    self.stop.wait(min(self.interval, 1.0))
+        finally:
+            self._finished.set()
+            watcher.join()
+
+    def _lead(self) -> None:
+        log.info("janitor %s leads at %s (interval %s)", self.conn.owner, self.path,
+                 format_duration(timedelta(seconds=self.interval)))
+        while not self.stop.is_set():
+            if self._lost.is_set():
+                log.warning("janitor %s lost its ZooKeeper session; joining the election again",
+                            self.conn.owner)
+                return
+            if not self._connected.is_set():  # suspended: maybe no longer leader; wait
+                self.stop.wait(_POLL)
+                continue
+            self._pass()
+            self._sleep(self.interval)
+        log.info("janitor %s stops", self.conn.owner)
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait for the next pass; wakes at once on stop and within a poll on a lost session."""
+        deadline = time.monotonic() + seconds
+        while not self._lost.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.stop.wait(min(remaining, _POLL)):
+                return
+
+    def _pass(self) -> None:
+        try:
+            run_once(self.conn)
+        except CorruptMetadataError as exc:
+            log.warning("janitor pass skipped corrupt metadata at %s: %s", exc.path, exc)
+        except ZooKeeperUnavailableError as exc:
+            log.warning("janitor pass: %s; retrying after the interval", exc)
+        except LeasekitError as exc:
+            log.error("janitor pass failed: %s", exc)
+        except Exception:  # a janitor that dies stops all retention: log and carry on
+            log.exception("janitor pass failed unexpectedly")
