@@ -6,6 +6,7 @@ leader's session ends (R7, L11).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -23,7 +24,6 @@ from .errors import (
 )
 from .records import RetentionReport
 from .tables import finish_drop, pending_drops
-from .zk import translated
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -104,7 +104,7 @@ class Janitor:
 
     def run(self) -> None:
         try:
-            self.conn.store.add_state_listener(self._on_state)
+            remove_listener = self.conn.store.add_state_listener(self._on_state)
         except IllegalStateError as exc:
             log.warning("janitor not started: %s", exc)
             return
@@ -119,14 +119,15 @@ class Janitor:
                     return
                 self._lost.clear()
                 try:
-                    with translated("janitor election"):
-                        self._election.run(self._lead)
+                    self._election.run(self._lead)
                 except LeasekitError as exc:
                     log.warning("janitor election interrupted: %s; joining again", exc)
                     self.stop.wait(min(self.interval, 1.0))
         finally:
             self._finished.set()
             watcher.join()
+            with contextlib.suppress(Exception):
+                remove_listener()
 
     def _lead(self) -> None:
         log.info("janitor %s leads at %s (interval %s)", self.conn.owner, self.path,

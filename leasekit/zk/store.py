@@ -72,6 +72,26 @@ def translated(what: str = "ZooKeeper call") -> Iterator[None]:
         raise IllegalStateError(f"{what}: ZooKeeper error {type(exc).__name__}: {exc}") from None
 
 
+class Election:
+    """A leader election: ``run(func)`` blocks until this client leads, runs ``func`` and gives
+    up leadership when it returns; ``cancel()`` stops waiting; ``contenders()`` lists ids."""
+
+    def __init__(self, recipe: Any) -> None:
+        self._recipe = recipe
+
+    def run(self, func: Callable[..., Any], *args: Any) -> Any:
+        with translated("leader election"):
+            return self._recipe.run(func, *args)
+
+    def cancel(self) -> None:
+        with contextlib.suppress(kx.KazooException):
+            self._recipe.cancel()
+
+    def contenders(self) -> list[str]:
+        with translated("list election contenders"):
+            return list(self._recipe.contenders())
+
+
 class ZkStore:
     """A ZooKeeper session with leasekit's codec, transactions and retries.
 
@@ -147,9 +167,16 @@ class ZkStore:
     def connected(self) -> bool:
         return self._client is not None and self._client.connected
 
-    def add_state_listener(self, listener: Callable[[str], None]) -> None:
-        """Call ``listener`` with "CONNECTED", "SUSPENDED" or "LOST" on session changes."""
-        self.client.add_listener(lambda state: listener(str(state)))
+    def add_state_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener`` with "CONNECTED", "SUSPENDED" or "LOST" on session changes;
+        returns a function that removes it again."""
+        client = self.client
+
+        def forward(state: Any) -> None:
+            listener(str(state))
+
+        client.add_listener(forward)
+        return lambda: client.remove_listener(forward)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -212,11 +239,9 @@ class ZkStore:
             except kx.NoNodeError:
                 return None
 
-    def election(self, path: str, identifier: str) -> Any:
-        """A leader election at ``path`` (kazoo's recipe): ``.run(func)`` blocks until this
-        client leads, runs ``func`` and gives up leadership when it returns; ``.cancel()``
-        stops waiting; ``.contenders()`` lists the identifiers taking part."""
-        return self.client.Election(path, identifier)
+    def election(self, path: str, identifier: str) -> Election:
+        """A leader election at ``path`` with kazoo's recipe, errors translated."""
+        return Election(self.client.Election(path, identifier))
 
     def watch(self, path: str, callback: Callable[[bytes | None], None]) -> None:
         """Call ``callback`` with the data of ``path`` now and after every change (None: deleted)."""
