@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -176,7 +177,16 @@ def test_restart_moves_when_the_old_port_is_taken(zk_dir: Path) -> None:
     assert embedded.kill(zk_dir) is True
 
     host, port = address.rsplit(":", 1)
-    with socket.create_server((host, int(port))):  # someone else grabs the port
+    with contextlib.ExitStack() as stack:  # someone else grabs the port
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                stack.enter_context(socket.create_server((host, int(port))))
+                break
+            except OSError:  # the killed server still holds it, or another process took it:
+                if time.monotonic() > deadline:  # taken either way, which is what we test
+                    break
+                time.sleep(0.1)
         moved = embedded.ensure_running(zk_dir)
     assert moved != address
     client = _client(moved)
