@@ -16,6 +16,9 @@ __all__ = ["REGISTRY", "load"]
 
 REGISTRY: dict[str, str] = {
     "B1": "bench.b1",
+    "B2": "bench.b2",
+    "B3": "bench.b3",
+    "B6": "bench.b6",
     "B7": "bench.b7",
 }
 
