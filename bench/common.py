@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +48,9 @@ __all__ = [
     "settle",
     "load_average",
     "instrumented",
+    "seed_empty_snapshots",
+    "zk_cpu_seconds",
+    "zk_monitor",
 ]
 
 ORDERS_DDL = "id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, ts TIMESTAMP"
@@ -91,10 +95,17 @@ class Benchmark:
     """The target the measured figure is checked against."""
     op: str
     """``"<="`` or ``">="``: how the measured figure must compare with the target."""
-    run: Callable[[SparkSession, bool, int], Outcome]
-    """``run(spark, quick, runs)`` measures and returns the outcome."""
+    run: Callable[[SparkSession | None, bool, int], Outcome]
+    """``run(spark, quick, runs)`` measures and returns the outcome (``spark`` is None when
+    the benchmark does not use Spark)."""
     unit: str = ""
     """Unit of a value metric (``"s"``, ``"B"``); empty for ratios."""
+    target_note: str = ""
+    """Further targets, checked as ``Outcome.checks`` (shown beside the main target)."""
+    spark: bool = True
+    """Whether the benchmark needs a SparkSession (ZooKeeper-only ones do not)."""
+    default_runs: int = 3
+    """Timed runs when ``--runs`` is not given (1 for deterministic measurements)."""
 
     def passes(self, measured: float) -> bool:
         return measured <= self.target if self.op == "<=" else measured >= self.target
@@ -230,11 +241,11 @@ def cpu_figures(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def settle(spark: SparkSession) -> None:
+def settle(spark: SparkSession | None) -> None:
     """Quiet the machine before a timed side: flush written files, collect garbage in both VMs."""
     os.sync()
     gc.collect()
-    jvm = spark.sparkContext._jvm
+    jvm = spark.sparkContext._jvm if spark is not None else None
     if jvm is not None:
         jvm.java.lang.System.gc()
     time.sleep(0.5)
@@ -257,8 +268,8 @@ def alternate(run_index: int, sides: Sequence[str]) -> list[str]:
     return list(sides) if run_index % 2 == 0 else list(reversed(sides))
 
 
-def machine_info(spark: SparkSession) -> dict[str, Any]:
-    """Cores, memory and the versions that decide the figures."""
+def machine_info(spark: SparkSession | None) -> dict[str, Any]:
+    """Cores, memory and the versions that decide the figures (Spark's only with a session)."""
     import pyspark
 
     try:
@@ -269,23 +280,101 @@ def machine_info(spark: SparkSession) -> dict[str, Any]:
         memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         memory_gb = None
-    jvm = spark.sparkContext._jvm
-    return {
+    info = {
         "cores": os.cpu_count(),
         "cores_available": affinity,
         "memory_gb": memory_gb,
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "spark": spark.version,
         "pyspark": pyspark.__version__,
-        "java": jvm.System.getProperty("java.version") if jvm is not None else None,
         "pyarrow": pa.__version__,
         "numpy": np.__version__,
+    }
+    if spark is None:
+        return {**info, "java": _java_version()}
+    jvm = spark.sparkContext._jvm
+    return {
+        **info,
+        "spark": spark.version,
+        "java": jvm.System.getProperty("java.version") if jvm is not None else None,
         "spark_master": spark.sparkContext.master,
         "spark_default_parallelism": spark.sparkContext.defaultParallelism,
         "spark_shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         "spark_driver_memory": spark.conf.get("spark.driver.memory", None),
     }
+
+
+def _java_version() -> str | None:
+    """``java.version`` of the Java that runs the embedded ZooKeeper, without a Spark JVM."""
+    from leasekit.java import find_java
+
+    try:
+        out = subprocess.run([find_java(), "-XshowSettings:properties", "-version"],
+                             capture_output=True, text=True, timeout=30).stderr
+    except Exception:  # noqa: BLE001 - machine info is best effort
+        return None
+    for line in out.splitlines():
+        key, _, value = line.strip().partition(" = ")
+        if key == "java.version":
+            return value
+    return None
+
+
+def seed_empty_snapshots(conn: Connection, table: Any, snapshot_id: int = 1) -> None:
+    """Register an empty snapshot (state at offset 0, no files) for every bucket of ``table``
+    straight in ZooKeeper, in the layout ``leasekit.snapshots.register`` writes: the bucket
+    state, its log and snapshots parents, the snapshot znode and the latest-snapshot arrays.
+
+    For lease benchmarks at a scale (10,000+ buckets) where real compactions would take far
+    too long; not atomic overall (``commit_chunked``), which a fresh table does not need.
+    """
+    from leasekit.zk import Create, encode
+    from leasekit.zkpaths import CHUNK
+
+    paths, tid, n = conn.paths, table.table_id, table.num_buckets
+    state = encode({"e": 0, "b": 0, "t": 0, "s": snapshot_id + 1, "l": [snapshot_id, 0]})
+    snapshot = encode({"o": 0, "n": 0, "s": 0, "f": []})
+    ops: list[Any] = []
+    for b in range(n):
+        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b)),
+                Create(paths.snapshot(tid, b, snapshot_id), snapshot)]
+    for c in range(0, n, CHUNK):
+        ops.append(Create(paths.latest_chunk(tid, c // CHUNK), encode({"a": [snapshot_id] * min(CHUNK, n - c)})))
+    conn.store.commit_chunked(ops)
+
+
+def zk_cpu_seconds(conn: Connection) -> float | None:
+    """CPU seconds used so far by the embedded ZooKeeper server of ``conn``'s warehouse and
+    this process (kazoo's threads included); None off Linux or without an embedded server."""
+    from leasekit import embedded
+
+    try:
+        server = embedded.status(os.path.join(conn.warehouse.location, "_zookeeper"))
+        if server is None:
+            return None
+        with open(f"/proc/{server.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, AttributeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") + time.process_time()
+
+
+def zk_monitor(conn: Connection) -> dict[str, int]:
+    """Integer figures of ZooKeeper's ``mntr`` (``znode_count``, ``approximate_data_size``,
+    ...), without the ``zk_`` prefix; empty when the server does not answer."""
+    from leasekit import embedded
+    from leasekit.errors import LeasekitError
+
+    try:
+        text = embedded.four_letter(conn.store.hosts.split(",")[0].split("/")[0], "mntr", timeout=5.0)
+    except LeasekitError:
+        return {}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("\t")
+        if key.startswith("zk_") and value.strip().lstrip("-").isdigit():
+            out[key[3:]] = int(value)
+    return out
 
 
 @contextlib.contextmanager

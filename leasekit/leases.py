@@ -34,7 +34,18 @@ from .lease_records import (
     _record,
 )
 from .records import AcquireResult, TableBucket
-from .zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, to_datetime
+from .zk import (
+    MAX_TXN_BYTES,
+    Create,
+    Delete,
+    Node,
+    Op,
+    SetData,
+    Stat,
+    TxnConflict,
+    op_size,
+    to_datetime,
+)
 from .zkpaths import CHUNK
 
 if TYPE_CHECKING:
@@ -104,6 +115,7 @@ def acquire(
         pin_ops: dict[int, tuple[TableBucket, int]] = {}
         chunk_ops_at: dict[tuple[str, int], tuple[int, list[int]]] = {}
         batch: list[tuple[str, int]] = []
+        txn_bytes = sum(op_size(op) for op in ops)
         for key in pending:
             ch, table = chunks[key], tables[key[0]]
             ids = list(ch.ids)
@@ -118,8 +130,10 @@ def acquire(
                 if current:
                     new_ops.append(Delete(paths.pin(key[0], bucket, current, lease_id)))
                 ids[bucket % CHUNK] = sid
-            if batch and len(ops) + len(new_ops) + 1 > OPS_PER_TXN:
+            new_bytes = sum(op_size(op) for op in new_ops) + 2 * CHUNK * 8
+            if batch and (len(ops) + len(new_ops) + 1 > OPS_PER_TXN or txn_bytes + new_bytes > MAX_TXN_BYTES):
                 break
+            txn_bytes += new_bytes
             batch.append(key)
             if ids != ch.ids:
                 chunk_path = paths.lease_chunk(lease_id, key[0], key[1])

@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 from ..errors import LeasekitError
 
 MAX_TXN_BYTES = 512 * 1024
+MAX_REQUEST_BYTES = 1_000_000
+"""ZooKeeper refuses requests over jute.maxbuffer (1 MiB by default); stay clear of it."""
 """Largest transaction we send; ZooKeeper's request limit (jute.maxbuffer) is 1 MB."""
 MAX_TXN_OPS = 5000
 
@@ -82,16 +84,31 @@ class TxnConflict(LeasekitError):
         self.reason = reason
 
 
+ACL_ALLOWANCE = 160
+"""Bytes allowed per create for its ACL list and fields: a digest ACL (scheme, user and
+password hash) serializes to about 60 bytes, the open ACL to about 25."""
+
+
+def op_size(op: Op) -> int:
+    """A safe upper bound of the bytes ``op`` takes in a serialized multi request."""
+    size = 16 + len(op.path.encode())  # multi header, path length prefix, version or flags
+    if isinstance(op, Create):
+        return size + len(op.data) + ACL_ALLOWANCE
+    if isinstance(op, SetData):
+        return size + len(op.data) + 8
+    return size + 8
+
+
 def chunk_ops(ops: Iterable[Op], max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> Iterator[list[Op]]:
     """Split ``ops`` into lists that fit one ZooKeeper transaction each."""
     chunk: list[Op] = []
     size = 0
     for op in ops:
-        op_size = len(op.path) + len(getattr(op, "data", b"")) + 32
-        if chunk and (len(chunk) >= max_ops or size + op_size > max_bytes):
+        size_of_op = op_size(op)
+        if chunk and (len(chunk) >= max_ops or size + size_of_op > max_bytes):
             yield chunk
             chunk, size = [], 0
         chunk.append(op)
-        size += op_size
+        size += size_of_op
     if chunk:
         yield chunk

@@ -25,7 +25,19 @@ from ..errors import (
     ZooKeeperUnavailableError,
 )
 from .codec import decode
-from .ops import Create, Delete, Node, Op, SetData, Stat, TxnConflict, _stat, chunk_ops
+from .ops import (
+    MAX_REQUEST_BYTES,
+    Create,
+    Delete,
+    Node,
+    Op,
+    SetData,
+    Stat,
+    TxnConflict,
+    _stat,
+    chunk_ops,
+    op_size,
+)
 from .reads import (
     _GET_CHILDREN,
     _GET_DATA,
@@ -307,8 +319,8 @@ class ZkStore:
         """
         if not ops:
             return []
-        size = sum(len(op.path) + len(getattr(op, "data", b"")) + 32 for op in ops)
-        if size > 1000 * 1024:
+        size = sum(op_size(op) for op in ops)
+        if size > MAX_REQUEST_BYTES:
             raise MetadataTooLargeError(f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit")
         self.round_trips += 1
         with translated(f"transaction of {len(ops)} ops"):

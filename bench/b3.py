@@ -1,0 +1,170 @@
+"""B3: lease metadata bytes per pinned bucket at 100,000 buckets (target <= 8 B), beside
+the JSON equivalent.
+
+``acquire_latest`` pins a 100,000-bucket table (one empty snapshot per bucket, registered
+straight in ZooKeeper by ``seed_empty_snapshots``). The lease's own metadata is its record
+znode plus its pin arrays (``/<ns>/leases/<id>/pins/<table_id>.<chunk>``, one znode per
+1,000 buckets); the figure is the sum of their stored value sizes, read back with
+``conn.store.get_many``, divided by the number of buckets. The JSON equivalent is
+``json.dumps({"table/bucket": snapshot_id, ...})`` of the same pins.
+
+The pins themselves are empty child znodes of the snapshot znodes (one per pinned bucket),
+counted and checked for empty data here; their cost is ZooKeeper's per-znode overhead
+(path, stat, in-memory node), reported for context as the growth of ZooKeeper's
+``approximate_data_size`` (path + data bytes) per pin, not as lease metadata.
+
+Deterministic: one run is the default; each run uses a fresh lease, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from .common import (
+    ORDERS_DDL,
+    Benchmark,
+    Outcome,
+    load_average,
+    log,
+    median,
+    seed_empty_snapshots,
+    temp_warehouse,
+    timed,
+    zk_monitor,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from leasekit.connection import Connection
+    from leasekit.tables import Table
+
+__all__ = ["BENCHMARK", "run", "lease_metadata"]
+
+FULL = {"buckets": 100_000, "snapshot_id": 1, "lease_duration": "1h"}
+QUICK = {**FULL, "buckets": 10_000}
+TABLE = "orders"
+LARGE_ID = 70_000
+"""A snapshot id >= 65,536: msgpack stores it in 5 bytes instead of 1 (ids < 128)."""
+
+
+def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
+    """Stored value sizes of the lease's record, its pins parent and its pin arrays."""
+    from leasekit.zk import decode, encode
+
+    paths = conn.paths
+    names = conn.store.children(paths.lease_pins(lease_id)) or []
+    array_paths = [f"{paths.lease_pins(lease_id)}/{name}" for name in names]
+    record, parent, *arrays = conn.store.get_many([paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths])
+    if record is None or parent is None or any(a is None for a in arrays):
+        raise RuntimeError(f"lease {lease_id} changed while measuring it")
+    array_bytes = sum(len(a.data) for a in arrays if a is not None)
+    large = 0
+    for path, node in zip(array_paths, arrays):
+        if node is None:
+            continue
+        value = decode(node.data, path)
+        value.pop("v")
+        large += len(encode({**value, "a": [LARGE_ID if i else 0 for i in value["a"]]}))
+    return {
+        "record_bytes": len(record.data),
+        "pins_parent_bytes": len(parent.data),
+        "array_znodes": len(arrays),
+        "array_bytes": array_bytes,
+        "array_bytes_at_large_ids": large,
+        "total_bytes": len(record.data) + len(parent.data) + array_bytes,
+    }
+
+
+def _pin_znodes(conn: Connection, table: Table, lease_id: str, snapshot_id: int) -> tuple[int, int]:
+    """(pin znodes of ``lease_id`` under the table's snapshots, their total data bytes)."""
+    paths, tid = conn.paths, table.table_id
+    snaps = [paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)]
+    kids = conn.store.children_many(snaps)
+    pins = [f"{s}/{lease_id}" for s, names in zip(snaps, kids) if names and lease_id in names]
+    nodes = conn.store.get_many(pins)
+    return sum(1 for n in nodes if n is not None), sum(len(n.data) for n in nodes if n is not None)
+
+
+def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
+    p = QUICK if quick else FULL
+    n = p["buckets"]
+    results: list[dict[str, Any]] = []
+    checks = {"all_pinned": True, "one_empty_pin_znode_per_bucket": True}
+    with temp_warehouse("B3") as conn:
+        table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
+        log(f"B3: seeding an empty snapshot for each of {n:,} buckets")
+        seed_s, _ = timed(lambda: seed_empty_snapshots(conn, table, p["snapshot_id"]))
+        log(f"B3: seeded in {seed_s:.1f}s")
+        for i in range(runs):
+            lease = conn.lease(duration=p["lease_duration"])
+            before, trips = zk_monitor(conn), conn.store.round_trips
+            acquire_s, result = timed(partial(lease.acquire_latest, TABLE))
+            trips, after = conn.store.round_trips - trips, zk_monitor(conn)
+            checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
+            meta = lease_metadata(conn, lease.lease_id)
+            json_bytes = len(json.dumps({f"{tb.table}/{tb.bucket}": sid
+                                         for tb, sid in result.acquired.items()}).encode())
+            pin_znodes, pin_bytes = _pin_znodes(conn, table, lease.lease_id, p["snapshot_id"])
+            checks["one_empty_pin_znode_per_bucket"] &= pin_znodes == n and pin_bytes == 0
+            figures: dict[str, Any] = {
+                "bytes_per_bucket": meta["total_bytes"] / n,
+                **meta,
+                "json_bytes": json_bytes,
+                "json_bytes_per_bucket": json_bytes / n,
+                "bytes_per_bucket_at_large_ids": (meta["total_bytes"] - meta["array_bytes"]
+                                                  + meta["array_bytes_at_large_ids"]) / n,
+                "pin_znodes": pin_znodes,
+                "pin_data_bytes": pin_bytes,
+                "acquire_s": acquire_s,
+                "acquire_round_trips": trips,
+                "load_average": load_average(),
+            }
+            if before and after:
+                figures["zk_znodes_added"] = after["znode_count"] - before["znode_count"]
+                figures["zk_approximate_bytes_per_pin"] = (
+                    after["approximate_data_size"] - before["approximate_data_size"]) / n
+            log(f"B3: run {i + 1}/{runs}: {meta['total_bytes']:,} bytes of lease metadata "
+                f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON {figures['json_bytes_per_bucket']:.2f} B), "
+                f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes); acquire {acquire_s:.2f}s, {trips} round trips")
+            lease.drop()
+            results.append(figures)
+    last = results[-1]
+    figures = {
+        "bytes_per_bucket": round(median([r["bytes_per_bucket"] for r in results]), 3),
+        "json_bytes_per_bucket": round(median([r["json_bytes_per_bucket"] for r in results]), 3),
+        "bytes_per_bucket_at_large_ids": round(median([r["bytes_per_bucket_at_large_ids"] for r in results]), 3),
+        "total_bytes": last["total_bytes"],
+        "record_bytes": last["record_bytes"],
+        "array_znodes": last["array_znodes"],
+        "array_bytes": last["array_bytes"],
+        "json_bytes": last["json_bytes"],
+        "pin_znodes": last["pin_znodes"],
+        "pin_data_bytes": last["pin_data_bytes"],
+        "zk_approximate_bytes_per_pin": (round(median([r["zk_approximate_bytes_per_pin"] for r in results]), 1)
+                                         if "zk_approximate_bytes_per_pin" in last else None),
+        "acquire_s": round(median([r["acquire_s"] for r in results]), 3),
+        "acquire_round_trips": last["acquire_round_trips"],
+        "load_average": median([r["load_average"] or 0.0 for r in results]),
+        "seed_s": round(seed_s, 1),
+    }
+    figures["note"] = (f"JSON {figures['json_bytes_per_bucket']:.1f} B; "
+                       f"{figures['bytes_per_bucket_at_large_ids']:.2f} B with snapshot ids ≥ 65,536; "
+                       f"plus {figures['pin_znodes']:,} empty pin znodes")
+    parameters = {**p, "runs": runs, "quick": quick}
+    return Outcome(figures["bytes_per_bucket"], figures, results, parameters, checks)
+
+
+BENCHMARK = Benchmark(
+    id="B3",
+    what="lease metadata bytes per pinned bucket at 100,000 buckets (record + pin arrays), JSON beside it",
+    metric="value",
+    target=8.0,
+    op="<=",
+    run=run,
+    unit="B",
+    spark=False,
+    default_runs=1,
+)
