@@ -162,7 +162,7 @@ def log_frame(spark: SparkSession, table: Table, segments: Mapping[int, list[Log
     with known_files(spark):
         files = spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used])
     records = (
-        files.withColumn("_file", F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1))
+        files.withColumn("_file", F.substring_index(F.col("_metadata.file_path"), "/", -2))
         .withColumn("_row", F.col("_metadata.row_index"))
         .join(F.broadcast(meta), "_file")
         .withColumn("_offset", F.col("_base") + F.col("_row"))
