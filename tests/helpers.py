@@ -64,3 +64,22 @@ def pin_znodes(conn, table, lease_id: str, snapshot_ids: dict[int, int] | None =
         candidates = sorted(snapshot_ids.items())
     kids = conn.store.children_many([paths.snapshot(tid, b, s) for b, s in candidates])
     return {b: s for (b, s), names in zip(candidates, kids) if names and lease_id in names}
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """Run the ``leasekit`` command line in-process: (exit code, stdout, stderr)."""
+    from leasekit import cli
+
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_cli_json(capsys, *argv: str):
+    """Run the command line with ``--json`` (added if missing); its parsed output."""
+    import json
+
+    code, out, err = run_cli(capsys, *argv, *([] if "--json" in argv else ["--json"]))
+    assert code == 0, err
+    return json.loads(out)

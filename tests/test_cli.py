@@ -3,7 +3,6 @@ Spark fixtures (DESIGN 6.9)."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import run_cli as run
+from helpers import run_cli_json as run_json
 
 from leasekit import cli, demo, embedded
 from leasekit.log import list_segments
@@ -48,17 +49,6 @@ def replay_status_counts(table) -> dict[str, int]:
     return state["status"].value_counts().to_dict()
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys, *argv: str):
-    code, out, err = run(capsys, *argv)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_create_list_describe_plain(capsys, target) -> None:

@@ -3,14 +3,15 @@ ZooKeeper and Spark fixtures (DESIGN 6.9, rules L1-L10)."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timedelta
 
 import pandas as pd
 import pytest
+from helpers import run_cli as run
+from helpers import run_cli_json as run_json
 
-from leasekit import TableBucket, cli
+from leasekit import TableBucket
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 
@@ -31,17 +32,6 @@ def orders(conn, spark):
     return table
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys, *argv: str):
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def ts(text: str) -> datetime:

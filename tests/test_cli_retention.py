@@ -3,7 +3,6 @@ real ZooKeeper fixture (DESIGN 6.7, 6.9; rules R1, R5, R6, L11)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -15,9 +14,10 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from helpers import run_cli as run
+from helpers import run_cli_json as run_json
 
 import leasekit as lk
-from leasekit import cli
 from leasekit.log import read_states
 from leasekit.snapshots import _Written, register
 from leasekit.zk import SetData
@@ -60,17 +60,6 @@ def orders(conn):
     return table
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys, *argv: str):
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def rows_of(out: str, columns: list[str] = COLUMNS) -> list[list[str]]:

@@ -218,21 +218,28 @@ class ZkStore:
         """Results of getData/getChildren ops (None for a missing znode), batched by multiRead."""
 
         def attempt() -> list[Any]:
-            pending = [self._send_reads(ops[i:i + READS_PER_REQUEST]) for i in range(0, len(ops), READS_PER_REQUEST)]
-            out: list[Any] = []
-            for result in pending:
-                for item in result.get(timeout=self.timeout * 3):
-                    if isinstance(item, kx.NoNodeError):
-                        out.append(None)
-                    elif isinstance(item, BaseException):
-                        raise item
-                    else:
-                        out.append(item)
-            return out
+            return self._collect(self._send_batches(ops))
 
         if not ops:
             return []
         return self._pipelined(attempt, what)
+
+    def _send_batches(self, ops: Sequence[tuple[int, str]]) -> list[Any]:
+        """Send ``ops`` as multiRead requests of READS_PER_REQUEST, without waiting."""
+        return [self._send_reads(ops[i:i + READS_PER_REQUEST]) for i in range(0, len(ops), READS_PER_REQUEST)]
+
+    def _collect(self, pending: Sequence[Any]) -> list[Any]:
+        """Results of sent batches in order: None for a missing znode; other errors raise."""
+        out: list[Any] = []
+        for result in pending:
+            for item in result.get(timeout=self.timeout * 3):
+                if isinstance(item, kx.NoNodeError):
+                    out.append(None)
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    out.append(item)
+        return out
 
     def _send_reads(self, ops: Sequence[tuple[int, str]]) -> Any:
         client = self.client
@@ -267,19 +274,9 @@ class ZkStore:
 
         def attempt() -> tuple[int, list[Node | None]]:
             clock = self.client.set_async(clock_path, b"")
-            ops = [(_GET_DATA, p) for p in paths]
-            pending = [self._send_reads(ops[i:i + READS_PER_REQUEST]) for i in range(0, len(ops), READS_PER_REQUEST)]
+            pending = self._send_batches([(_GET_DATA, p) for p in paths])
             now = clock.get(timeout=self.timeout).mtime
-            out: list[Node | None] = []
-            for result in pending:
-                for item in result.get(timeout=self.timeout * 3):
-                    if isinstance(item, kx.NoNodeError):
-                        out.append(None)
-                    elif isinstance(item, BaseException):
-                        raise item
-                    else:
-                        out.append(Node(item[0], _stat(item[1])))
-            return now, out
+            return now, [None if r is None else Node(r[0], _stat(r[1])) for r in self._collect(pending)]
 
         return self._pipelined(attempt, f"read the clock and {len(paths)} znodes")
 

@@ -1,0 +1,595 @@
+"""Stress (DESIGN §9): 8 workers do random acquire / renew / release / drop, appends, Spark
+snapshots, retention passes and lease expiry on 2 tables while a checker verifies R2 without
+pause, and ZooKeeper is killed with SIGKILL and restarted in the middle. Afterwards every
+acknowledged write is still there and no orphan pin, lease or snapshot metadata is left.
+
+Run the full target with ``pytest tests/reliability --stress-seconds 60``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import leasekit as lk
+from leasekit import leases as lease_store
+from leasekit.log import list_segments
+from leasekit.snapshots import list_snapshots, read_latest
+from leasekit.zk import decode
+from leasekit.zkpaths import CHUNK
+
+TB = lk.TableBucket
+
+TABLES = ("orders", "events")
+BUCKETS = 4
+WORKERS = 8
+SHARED_LEASES = ("shared-0", "shared-1", "shared-2")
+GRACE = "1s"
+GRACE_MS = 1000
+ORPHAN_MIN_AGE = "15s"  # > the longest write-to-commit delay here (a ZooKeeper outage included)
+TABLE_PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "2s"}
+SNAPSHOT_EVERY = 3.0  # seconds between Spark snapshots of one table (2 cores: keep it moderate)
+RETENTION_EVERY = 1.0
+EXPIRE_EVERY = 0.5
+
+
+def _ms(when: datetime) -> int:
+    return round(when.timestamp() * 1000)
+
+
+class Counts:
+    """Thread-safe counters for the summary line."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def __getitem__(self, key: str) -> int:
+        with self._lock:
+            return self._counts[key]
+
+
+@dataclass
+class OwnLease:
+    """A lease only one worker touches, so the worker knows what ZooKeeper must hold for it."""
+
+    worker: int
+    slot: int
+    generation: int = 0
+    exists: bool = False
+    pins: dict[TB, int] = field(default_factory=dict)
+    expires_ms: int = 0
+    duration: float = 5.0
+    created_at: datetime | None = None
+    history: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.history.append(f"{time.monotonic():.3f} {self.lease_id} {text}")
+
+    @property
+    def lease_id(self) -> str:
+        return f"w{self.worker}-s{self.slot}-g{self.generation}"
+
+    def next_generation(self, rng: random.Random) -> None:
+        """Move on to a fresh id (the old lease, if any, is left to expiry)."""
+        self.generation += 1
+        self.exists, self.pins, self.expires_ms, self.created_at = False, {}, 0, None
+        self.duration = rng.uniform(3.0, 10.0)
+
+
+@dataclass
+class Acked:
+    """Everything a successful call acknowledged."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    appends: list[tuple[TB, lk.OffsetRange]] = field(default_factory=list)
+    snapshots: dict[tuple[TB, int], lk.Snapshot] = field(default_factory=dict)
+    deleted_snapshots: set[tuple[str, int, int]] = field(default_factory=set)
+    retention_interrupted: int = 0
+
+
+class Stress:
+    def __init__(self, connect: Callable[..., lk.Connection], spark, seconds: float) -> None:
+        self.connect, self.spark, self.seconds = connect, spark, seconds
+        self.counts = Counts()
+        self.acked = Acked()
+        self.violations: list[str] = []
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.pause = threading.Event()
+        self.resume = threading.Event()
+        self.paused = [threading.Event() for _ in range(WORKERS)]
+        self.slots = [[OwnLease(w, s) for s in range(2)] for w in range(WORKERS)]
+        self.gate_lock = threading.Lock()
+        self.next_snapshot = dict.fromkeys(TABLES, 0.0)
+        self.snapshot_busy: set[str] = set()
+        self.next_retention = 0.0
+        self.next_expire = 0.0
+
+    def violation(self, text: str) -> None:
+        self.violations.append(text)
+
+    # -- gates: Spark snapshots, retention passes and expiry are rate-limited ------------
+
+    def _gate_snapshot(self, name: str) -> bool:
+        with self.gate_lock:
+            if name in self.snapshot_busy or time.monotonic() < self.next_snapshot[name]:
+                return False
+            self.snapshot_busy.add(name)
+            return True
+
+    def _gate(self, attr: str, every: float) -> bool:
+        with self.gate_lock:
+            now = time.monotonic()
+            if now < getattr(self, attr):
+                return False
+            setattr(self, attr, now + every)
+            return True
+
+    # -- worker operations ---------------------------------------------------------------
+
+    def op_append(self, conn, tables, rng) -> None:
+        table = tables[rng.choice(TABLES)]
+        n = rng.randint(4, 40)
+        rows = [{"id": rng.randrange(5000), "v": f"w{rng.random():.6f}"} for _ in range(n)]
+        ranges = table.append(rows)  # W1
+        assert sum(len(r) for r in ranges.values()) == n
+        with self.acked.lock:
+            self.acked.appends.extend(ranges.items())
+        self.counts.add("appends")
+        self.counts.add("rows", n)
+
+    def op_snapshot(self, conn, tables, rng) -> None:
+        name = rng.choice(TABLES)
+        if not self._gate_snapshot(name):
+            return self.op_append(conn, tables, rng)
+        try:
+            taken = tables[name].snapshot(self.spark)
+            for tb, snap in taken.items():
+                with self.acked.lock:
+                    self.acked.snapshots[(tb, snap.snapshot_id)] = snap
+                if not all(os.path.exists(f) for f in snap.files):  # S2
+                    self.violation(f"snapshot {tb} {snap.snapshot_id} registered before its files")
+            self.counts.add("snapshots", len(taken))
+            self.counts.add("snapshot calls")
+        finally:
+            with self.gate_lock:
+                self.snapshot_busy.discard(name)
+                self.next_snapshot[name] = time.monotonic() + SNAPSHOT_EVERY
+
+    def op_retention(self, conn, tables, rng) -> None:
+        if not self._gate("next_retention", RETENTION_EVERY):
+            return self.op_append(conn, tables, rng)
+        try:
+            report = conn.run_retention()
+        except lk.ZooKeeperUnavailableError:
+            with self.acked.lock:
+                self.acked.retention_interrupted += 1
+            raise
+        with self.acked.lock:
+            for item in report.deleted:
+                if item.kind == "snapshot":
+                    self.acked.deleted_snapshots.add((item.table_bucket.table, item.table_bucket.bucket,
+                                                      int(item.item_id)))
+        self.counts.add("retention passes")
+        self.counts.add("deleted items", len(report.deleted))
+        for item in report.deleted:
+            self.counts.add(f"deleted {item.kind}s")
+        self.counts.add("retention item errors", len(report.errors))
+
+    def op_expire(self, conn, tables, rng) -> None:
+        if not self._gate("next_expire", EXPIRE_EVERY):
+            return self.op_append(conn, tables, rng)
+        self.counts.add("expired leases", len(conn.expire_leases()))  # L11
+        self.counts.add("expiry passes")
+
+    def _wanted(self, tables, rng) -> dict[TB, int]:
+        table = tables[rng.choice(TABLES)]
+        wanted = {}
+        for bucket in rng.sample(range(BUCKETS), rng.randint(1, BUCKETS)):
+            ids = [s.snapshot_id for s in list_snapshots(table, [bucket])]
+            if not ids or rng.random() < 0.1:
+                wanted[TB(table.name, bucket)] = max(ids, default=0) + 1000  # never exists
+            else:
+                wanted[TB(table.name, bucket)] = rng.choice(ids)
+        return wanted
+
+    def _lost(self, conn, slot: OwnLease, what: str, exc: Exception) -> None:
+        """An own lease raised not-found/expired: legitimate only once its time was up."""
+        now = conn.server_time_ms()
+        limit = slot.expires_ms + (GRACE_MS if isinstance(exc, lk.LeaseNotFoundError) else 0)
+        if slot.exists and now <= limit:
+            self.violation(f"{what} of {slot.lease_id}: {type(exc).__name__} at {now}, "
+                           f"acknowledged until {slot.expires_ms}: {exc}")
+
+    def op_own(self, conn, tables, rng, worker: int) -> None:
+        slot = rng.choice(self.slots[worker])
+        handle = conn.lease(slot.lease_id, slot.duration)
+        kind = rng.choices(["acquire", "renew", "release", "drop", "info"], [8, 5, 3, 2, 2])[0]
+        if not slot.exists and kind != "acquire":
+            kind = "acquire"
+        try:
+            if kind == "acquire":
+                if rng.random() < 0.4:
+                    name = rng.choice(TABLES)
+                    result = handle.acquire_latest(name)
+                    if set(result.acquired) != set(tables[name].buckets) or result.unavailable:
+                        # L6: every bucket has a snapshot, and the newest is never deleted
+                        self.violation(f"acquire_latest of {slot.lease_id} left {result.unavailable} unpinned")
+                else:
+                    wanted = self._wanted(tables, rng)
+                    result = handle.acquire(wanted)  # L3, L4
+                    for tb, sid in result.acquired.items():
+                        if wanted[tb] != sid:
+                            self.violation(f"acquire of {slot.lease_id} pinned {tb} {sid}, asked {wanted[tb]}")
+                    for tb, sid in wanted.items():
+                        if sid >= 1000 and tb not in result.unavailable:
+                            self.violation(f"acquire of {slot.lease_id}: missing snapshot {tb} {sid} not unavailable")
+                    self.counts.add("unavailable", len(result.unavailable))
+                slot.note(f"acquire -> {result}")
+                info = handle.info()
+                if slot.exists and info.created_at != slot.created_at:
+                    # L8, L11: the first acquire after a reclaim creates a fresh lease; the
+                    # old one may only have gone after expiry + grace
+                    if _ms(info.renewed_at) <= slot.expires_ms + GRACE_MS:
+                        self.violation(f"{slot.lease_id} was recreated at {_ms(info.renewed_at)}, "
+                                       f"acknowledged until {slot.expires_ms}")
+                    slot.pins = {}
+                    self.counts.add("own leases recreated")
+                slot.exists, slot.created_at = True, info.created_at
+                slot.pins.update(result.acquired)
+                slot.expires_ms = _ms(result.expires_at)
+                self._read_back(slot, info)
+                self.counts.add("acquires")
+            elif kind == "renew":
+                slot.expires_ms = _ms(handle.renew())  # L7
+                self.counts.add("renews")
+            elif kind == "release":
+                buckets = rng.sample(sorted(slot.pins), min(len(slot.pins), rng.randint(0, 3)))
+                buckets.append(TB(rng.choice(TABLES), rng.randrange(BUCKETS)))  # maybe not pinned (L9)
+                handle.release(buckets)
+                slot.note(f"release {buckets}")
+                for tb in buckets:
+                    slot.pins.pop(tb, None)
+                self.counts.add("releases")
+            elif kind == "drop":
+                if not handle.drop():  # L10
+                    self._lost(conn, slot, "drop", lk.LeaseNotFoundError("drop returned False"))
+                slot.next_generation(rng)
+                self.counts.add("drops")
+            else:
+                self._read_back(slot, handle.info())
+        except (lk.LeaseNotFoundError, lk.LeaseExpiredError) as exc:
+            self._lost(conn, slot, kind, exc)
+            self.counts.add("own leases expired")
+            slot.next_generation(rng)
+        except lk.ZooKeeperUnavailableError:
+            slot.note(f"{kind} unavailable")
+            slot.next_generation(rng)  # outcome unknown: leave that lease to expiry
+            raise
+
+    def _read_back(self, slot: OwnLease, info: lk.LeaseInfo) -> None:
+        # L4, L7, L9: the stored lease is exactly what its calls acknowledged
+        if (info.pins, _ms(info.expires_at), info.created_at) != (slot.pins, slot.expires_ms, slot.created_at):
+            self.violation(f"{slot.lease_id} reads back pins {info.pins} until {_ms(info.expires_at)}, "
+                           f"acknowledged {slot.pins} until {slot.expires_ms}\n" + "\n".join(slot.history[-12:]))
+        self.counts.add("lease reads")
+
+    def op_shared(self, conn, tables, rng) -> None:
+        lease = conn.lease(rng.choice(SHARED_LEASES), rng.uniform(3.0, 8.0))
+        kind = rng.choice(["acquire", "acquire", "renew", "release", "drop"])
+        try:
+            if kind == "acquire":
+                lease.acquire_latest(rng.choice(TABLES))
+                self.counts.add("acquires")
+            elif kind == "renew":
+                lease.renew()
+                self.counts.add("renews")
+            elif kind == "release":
+                lease.release([TB(rng.choice(TABLES), rng.randrange(BUCKETS))])
+                self.counts.add("releases")
+            else:
+                lease.drop()
+                self.counts.add("drops")
+        except (lk.LeaseNotFoundError, lk.LeaseExpiredError):
+            self.counts.add("shared lease races")
+
+    def worker(self, index: int) -> None:
+        rng = random.Random(1000 + index)
+        for slot in self.slots[index]:
+            slot.duration = rng.uniform(3.0, 10.0)
+        conn = self.connect()
+        tables = {name: conn.table(name) for name in TABLES}
+        ops = [(self.op_append, 25), (lambda *a: self.op_own(*a, index), 35), (self.op_shared, 12),
+               (self.op_snapshot, 6), (self.op_retention, 6), (self.op_expire, 6)]
+        while not self.stop.is_set():
+            if self.pause.is_set():
+                self.paused[index].set()
+                self.resume.wait()
+                self.paused[index].clear()
+                continue
+            op = rng.choices([o for o, _ in ops], [w for _, w in ops])[0]
+            try:
+                op(conn, tables, rng)
+            except lk.ZooKeeperUnavailableError:
+                self.counts.add("zookeeper errors ridden out")  # retriable: wait and carry on
+                time.sleep(0.3)
+            except Exception:  # noqa: BLE001 - every unexpected error fails the test
+                self.failures.append(f"worker {index}: {traceback.format_exc()}")
+                time.sleep(0.1)
+            time.sleep(rng.uniform(0.0, 0.02))
+
+    # -- the R2 checker --------------------------------------------------------------------
+
+    def checker(self) -> None:
+        # R2, L5: every pin of an unexpired lease names a snapshot whose files all exist
+        conn = self.connect()
+        tables = {name: conn.table(name) for name in TABLES}
+        while not self.stop.is_set():
+            try:
+                self._check_pins(conn, tables)
+                self.counts.add("invariant checks")
+            except lk.ZooKeeperUnavailableError:
+                self.counts.add("zookeeper errors ridden out")
+                time.sleep(0.3)
+            except Exception:  # noqa: BLE001
+                self.failures.append(f"checker: {traceback.format_exc()}")
+                time.sleep(0.1)
+
+    def _check_pins(self, conn, tables) -> None:
+        now = conn.server_time_ms()
+        live = [i for i in conn.leases() if _ms(i.expires_at) >= now]
+        stored = {(s.table_bucket, s.snapshot_id): s
+                  for table in tables.values() for s in list_snapshots(table, range(BUCKETS))}
+        for info in live:
+            for tb, sid in info.pins.items():
+                snap = stored.get((tb, sid))
+                if snap is None:
+                    problem = "snapshot metadata missing"
+                else:
+                    missing = [f for f in snap.files if not os.path.exists(f)]
+                    problem = f"files {missing} missing" if missing else None
+                self.counts.add("pins checked")
+                if problem is not None:
+                    self._confirm(conn, info, tb, sid, problem)
+
+    def _confirm(self, conn, seen: lk.LeaseInfo, tb: TB, sid: int, problem: str) -> None:
+        """A violation only if the same lease still pins it and is still unexpired."""
+        now = conn.server_time_ms()
+        try:
+            again = lease_store.info(conn, seen.lease_id)
+        except lk.LeaseNotFoundError:
+            return
+        if again.created_at == seen.created_at and again.pins.get(tb) == sid and _ms(again.expires_at) >= now:
+            self.violation(f"R2: lease {seen.lease_id} pins {tb} snapshot {sid} but {problem}")
+
+    # -- the run -------------------------------------------------------------------------
+
+    def pause_workers(self) -> None:
+        self.resume.clear()
+        self.pause.set()
+        deadline = time.monotonic() + 180
+        for event in self.paused:
+            assert event.wait(max(0.0, deadline - time.monotonic())), "a worker did not pause"
+
+    def resume_workers(self) -> None:
+        self.pause.clear()
+        self.resume.set()
+
+
+# -- checks on quiet metadata ---------------------------------------------------------------
+
+
+def verify_acknowledged(conn, stress: Stress) -> list[str]:
+    """Every acknowledged append, snapshot and own lease is there (workers quiet)."""
+    problems = []
+    acked = stress.acked
+    for name in TABLES:
+        table = conn.table(name)
+        ends, begins = table.end_offsets(), table.beginning_offsets()
+        segments = list_segments(table, range(BUCKETS))
+        latest = read_latest(table)
+        stored = {(s.table_bucket, s.snapshot_id): s for s in table.snapshots()}
+        for bucket in range(BUCKETS):
+            tb = TB(name, bucket)
+            segs = segments[bucket]
+            bounds = [(s.base_offset, s.end_offset) for s in segs]
+            expected = begins[tb]  # W1: the stored log is contiguous from begin to end
+            for base, end in bounds:
+                if base != expected:
+                    problems.append(f"{tb}: segment at {base}, expected {expected}")
+                expected = end
+            if expected != ends[tb]:
+                problems.append(f"{tb}: segments end at {expected}, end offset {ends[tb]}")
+            if any(not os.path.exists(s.file) for s in segs):
+                problems.append(f"{tb}: a registered segment file is missing")
+            bases = {b for b, _ in bounds} | {ends[tb]}
+            ranges = sorted(r for t, r in acked.appends if t == tb)
+            for previous, current in zip(ranges, ranges[1:]):
+                if current.start < previous.end:
+                    problems.append(f"{tb}: acknowledged ranges {previous} and {current} overlap")
+            for r in ranges:
+                if r.end > ends[tb]:
+                    problems.append(f"{tb}: acknowledged {r} beyond end offset {ends[tb]}")
+                elif r.start >= begins[tb] and not (r.start in bases and r.end in bases):
+                    problems.append(f"{tb}: acknowledged {r} is not stored as segments")
+                elif r.start < begins[tb] < r.end:
+                    problems.append(f"{tb}: acknowledged {r} is cut by beginning offset {begins[tb]}")
+            mine = [sid for (t, sid) in acked.snapshots if t == tb]
+            if mine and latest.get(bucket, 0) < max(mine):
+                problems.append(f"{tb}: latest snapshot {latest.get(bucket)} < acknowledged {max(mine)}")
+        for (tb, sid), snap in acked.snapshots.items():
+            if tb.table != name:
+                continue
+            now = stored.get((tb, sid))
+            if now is not None:
+                if (now.log_offset, now.files) != (snap.log_offset, snap.files):
+                    problems.append(f"{tb} snapshot {sid} changed: {now} != {snap}")
+                if not all(os.path.exists(f) for f in now.files):
+                    problems.append(f"{tb} snapshot {sid} lost files")
+            elif (name, tb.bucket, sid) not in acked.deleted_snapshots and not acked.retention_interrupted:
+                problems.append(f"{tb} snapshot {sid} vanished without retention deleting it")
+            elif sid >= latest.get(tb.bucket, 0):
+                problems.append(f"{tb} snapshot {sid} (the newest) was deleted")
+    now = conn.server_time_ms()
+    stored_leases = {i.lease_id: i for i in conn.leases()}
+    for slot in (s for slots in stress.slots for s in slots):
+        if not slot.exists:
+            continue
+        info = stored_leases.get(slot.lease_id)
+        if info is None:
+            if now <= slot.expires_ms + GRACE_MS:  # L11: never reclaimed before expiry + grace
+                problems.append(f"lease {slot.lease_id} gone although acknowledged until {slot.expires_ms}")
+        elif info.pins != slot.pins or _ms(info.expires_at) != slot.expires_ms:
+            problems.append(f"lease {slot.lease_id}: stored {info.pins} until {_ms(info.expires_at)}, "
+                            f"acknowledged {slot.pins} until {slot.expires_ms}\n" + "\n".join(slot.history[-12:]))
+    return problems
+
+
+def metadata_consistency(conn) -> list[str]:
+    """No orphan pin, lease or snapshot metadata: pins and lease pin arrays agree both ways,
+    every lease record decodes and is live, every snapshot's and segment's files exist."""
+    problems = []
+    store, paths = conn.store, conn.paths
+    lease_ids = store.children(paths.leases) or []
+    arrays: dict[str, dict[tuple[str, int], int]] = {}
+    for lease_id in lease_ids:
+        path = paths.lease(lease_id)
+        node = store.get(path)
+        if node is None:
+            continue
+        try:
+            record = lease_store._record(node, path)
+        except lk.CorruptMetadataError as exc:
+            problems.append(f"orphan lease: {exc}")
+            continue
+        if record.state != "live":
+            problems.append(f"lease {lease_id} left in state {record.state!r}")
+        if store.exists(paths.lease_pins(lease_id)) is None:
+            problems.append(f"lease {lease_id} has no pins znode")
+        arrays[lease_id] = {}
+        for name in store.children(paths.lease_pins(lease_id)) or []:
+            chunk_path = f"{paths.lease_pins(lease_id)}/{name}"
+            table_id, _, chunk = name.partition(".")
+            for i, sid in enumerate(decode(store.get(chunk_path).data, chunk_path)["a"]):
+                if sid:
+                    bucket = int(chunk) * CHUNK + i
+                    arrays[lease_id][(table_id, bucket)] = sid
+                    if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
+                        problems.append(f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin")
+    for name in TABLES:
+        table = conn.table(name)
+        tid = table.table_id
+        for bucket in range(BUCKETS):
+            state = decode(store.get(paths.bucket(tid, bucket)).data, paths.bucket(tid, bucket))
+            ids = sorted(int(s) for s in store.children(paths.snapshots(tid, bucket)) or [])
+            latest = state["l"][0] if state["l"] else None
+            if ids and (latest != ids[-1] or state["s"] <= ids[-1]):
+                problems.append(f"{name}/{bucket}: bucket state {state} disagrees with snapshots {ids}")
+            if read_latest(table, [bucket]).get(bucket) != latest:
+                problems.append(f"{name}/{bucket}: latest-snapshot array disagrees with the bucket state")
+            for sid in ids:
+                snap_path = paths.snapshot(tid, bucket, sid)
+                files = decode(store.get(snap_path).data, snap_path)["f"]
+                if not all(os.path.exists(conn.warehouse.uri(f)) for f in files):
+                    problems.append(f"orphan snapshot metadata: {name}/{bucket} snapshot {sid} lost files")
+                for holder in store.children(snap_path) or []:
+                    if arrays.get(holder, {}).get((tid, bucket)) != sid:
+                        problems.append(f"orphan pin: {snap_path}/{holder}")
+    return problems
+
+
+def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, capsys):
+    # R2, L3-L11, W1, W2, S2, R1, R4, R5 (§9): concurrent everything, a kill -9 mid-run
+    seconds = stress_seconds
+    conn = connect()
+    conn.update_settings({"lease.expiry-grace": GRACE, "orphan.min-age": ORPHAN_MIN_AGE})
+    for name in TABLES:
+        table = conn.create_table(name, "id BIGINT, v STRING", "id", buckets=BUCKETS, properties=TABLE_PROPERTIES)
+        table.append([{"id": i, "v": "seed"} for i in range(200)])
+        table.snapshot(spark)
+    stress = Stress(connect, spark, seconds)
+    # L13: a keepalive lease held through the whole run, restarts included; 90 s outlasts a
+    # client stuck 30 s in its reconnect (see OwnZooKeeper.restart)
+    keeper = connect().lease("keepalive", "90s", keepalive=True, drop_on_exit=False)
+    keeper_pins = keeper.acquire_latest(TABLES).acquired
+
+    threads = [threading.Thread(target=stress.worker, args=(i,), daemon=True) for i in range(WORKERS)]
+    threads.append(threading.Thread(target=stress.checker, daemon=True))
+    start = time.monotonic()
+    kills = [0.4] if seconds < 30 else [0.3, 0.65]
+    downtimes = []
+    with keeper:
+        for thread in threads:
+            thread.start()
+        for at in kills:
+            time.sleep(max(0.0, start + at * seconds - time.monotonic()))
+            own_zk.kill()
+            down = time.monotonic()
+            time.sleep(2.0)  # workers hit the outage and ride it out
+            own_zk.restart(wait_for=[conn])
+            downtimes.append(time.monotonic() - down)
+            time.sleep(1.0)
+            stress.pause_workers()  # W1, S2, L7: what was acknowledged before the kill is there
+            problems = verify_acknowledged(conn, stress)
+            stress.violations += [f"after restart: {p}" for p in problems]
+            stress.resume_workers()
+            # L4: the keepalive lease moves its "orders" pins to the newest snapshots, so the
+            # log below its old ones can go (R3) while "events" stays pinned at snapshot 1
+            moved = keeper.acquire_latest("orders")
+            assert set(moved.acquired) == set(conn.table("orders").buckets) and not moved.unavailable
+            keeper_pins.update(moved.acquired)
+        time.sleep(max(0.0, start + seconds - time.monotonic()))
+        stress.stop.set()
+        stress.resume.set()
+        for thread in threads:
+            thread.join(timeout=300)
+        assert not any(t.is_alive() for t in threads), "a worker hung"
+        assert keeper.alive, f"the keepalive lease did not ride out the restart: {keeper._failure!r}"  # L13
+        assert keeper.info().pins == keeper_pins
+
+    assert not stress.failures, "\n".join(stress.failures[:5])
+    stress.violations += verify_acknowledged(conn, stress)
+    stress.violations += metadata_consistency(conn)
+
+    # the end: drop every remaining lease, one more retention pass
+    for lease_id in conn.store.children(conn.paths.leases) or []:
+        conn.drop_kv_snapshot_lease(lease_id)
+    report = conn.run_retention()
+    assert not report.errors, report.errors
+    final = metadata_consistency(conn)
+    assert not conn.store.children(conn.paths.leases)
+    for name in TABLES:  # R1: with no pins left, only the newest snapshot of a bucket stays
+        snapshots = conn.table(name).snapshots()
+        assert sorted(s.table_bucket.bucket for s in snapshots) == list(range(BUCKETS))
+        for snap in snapshots:
+            assert not conn.store.children(conn.paths.snapshot(conn.table(name).table_id,
+                                                               snap.table_bucket.bucket, snap.snapshot_id))
+
+    c = stress.counts
+    summary = (
+        f"STRESS SUMMARY {seconds:g}s x {WORKERS} workers: acquires={c['acquires']} renews={c['renews']} "
+        f"releases={c['releases']} drops={c['drops']} appends={c['appends']} (rows={c['rows']}) "
+        f"snapshots={c['snapshots']} (calls={c['snapshot calls']}) retention passes={c['retention passes']} "
+        f"deleted items={c['deleted items']} (snapshots={c['deleted snapshots']} segments={c['deleted segments']} "
+        f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired leases={c['expired leases']} "
+        f"invariant checks={c['invariant checks']} (pins={c['pins checked']}) "
+        f"violations={len(stress.violations) + len(final)} zookeeper kills={len(downtimes)} "
+        f"(down {', '.join(f'{d:.1f}s' for d in downtimes)}) zookeeper errors ridden out="
+        f"{c['zookeeper errors ridden out']}"
+    )
+    with capsys.disabled():
+        print("\n" + summary)
+    assert not stress.violations, "\n".join(stress.violations[:20])
+    assert not final, "\n".join(final[:20])
