@@ -18,8 +18,9 @@ import pyarrow as pa
 
 from . import schema as schemas
 from .bucketing import bucket_ids
-from .errors import TableNotFoundError, ZooKeeperUnavailableError
+from .errors import CorruptMetadataError, TableNotFoundError, ZooKeeperUnavailableError
 from .records import LogSegment, OffsetRange, TableBucket
+from .writes import guard, in_flight, lost, lost_error
 from .zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, decode, encode
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ def _state(value: dict[str, Any], stat: Stat) -> BucketState:
 
 def bucket_state(node: Node, path: str) -> BucketState:
     """Decode a bucket znode read elsewhere (for example in a pipelined batch)."""
-    return _state(decode(node.data, path), node.stat)
+    try:
+        return _state(decode(node.data, path), node.stat)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptMetadataError(f"bucket metadata at {path} is invalid: {exc!r}", path) from None
 
 
 def new_state_value(end: int, ts_floor: int) -> bytes:
@@ -78,7 +82,7 @@ def read_states(table: Table, buckets: Iterable[int]) -> list[BucketState | None
     """Bucket states, pipelined; None for buckets never written."""
     paths = [table.connection.paths.bucket(table.table_id, b) for b in buckets]
     nodes = table.connection.store.get_many(paths)
-    return [None if n is None else _state(decode(n.data, p), n.stat) for p, n in zip(paths, nodes)]
+    return [None if n is None else bucket_state(n, p) for p, n in zip(paths, nodes)]
 
 
 def log_schema(table: Table) -> pa.Schema:
@@ -124,25 +128,29 @@ def append(table: Table, rows: Any, op: str) -> dict[TableBucket, OffsetRange]:
             pieces.append((int(sorted_ids[start]), chunk, min(chunk + max_rows, end)))
     warehouse = table.connection.warehouse
 
-    def write(piece: tuple[int, int, int]) -> SegmentFile:
-        bucket, start, end = piece
-        rel = f"{table.data_dir}/log/{bucket}/{uuid.uuid4().hex}.parquet"
-        size = warehouse.write_parquet(rel, data.slice(start, end - start))
-        return SegmentFile(bucket, rel, end - start, size)
+    with in_flight(table.connection) as token:
 
-    if len(pieces) == 1:
-        files = [write(pieces[0])]
-    else:
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            files = list(pool.map(write, pieces))
-    return commit_segments(table, files)
+        def write(piece: tuple[int, int, int]) -> SegmentFile:
+            bucket, start, end = piece
+            rel = f"{table.data_dir}/log/{bucket}/{token}-{uuid.uuid4().hex[:8]}.parquet"
+            size = warehouse.write_parquet(rel, data.slice(start, end - start))
+            return SegmentFile(bucket, rel, end - start, size)
+
+        if len(pieces) == 1:
+            files = [write(pieces[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                files = list(pool.map(write, pieces))
+        return commit_segments(table, files, token)
 
 
-def commit_segments(table: Table, files: Sequence[SegmentFile]) -> dict[TableBucket, OffsetRange]:
-    """Register complete segment files, assigning dense offsets per bucket.
+def commit_segments(table: Table, files: Sequence[SegmentFile], token: str) -> dict[TableBucket, OffsetRange]:
+    """Register complete segment files of the in-flight write ``token``, assigning dense
+    offsets per bucket.
 
     Each group of buckets commits in one transaction guarded by the bucket znodes'
-    versions, so concurrent appenders never duplicate or skip an offset.
+    versions, so concurrent appenders never duplicate or skip an offset, and by the
+    write's marker, so files orphan cleanup may have taken are never committed.
     """
     by_bucket: dict[int, list[SegmentFile]] = {}
     for f in files:
@@ -151,11 +159,11 @@ def commit_segments(table: Table, files: Sequence[SegmentFile]) -> dict[TableBuc
     result: dict[TableBucket, OffsetRange] = {}
     for i in range(0, len(buckets), BUCKETS_PER_TXN):
         group = buckets[i:i + BUCKETS_PER_TXN]
-        result.update(_commit_group(table, {b: by_bucket[b] for b in group}))
+        result.update(_commit_group(table, {b: by_bucket[b] for b in group}, token))
     return result
 
 
-def _commit_group(table: Table, files: dict[int, list[SegmentFile]]) -> dict[TableBucket, OffsetRange]:
+def _commit_group(table: Table, files: dict[int, list[SegmentFile]], token: str) -> dict[TableBucket, OffsetRange]:
     conn = table.connection
     paths = conn.paths
     tid = table.table_id
@@ -163,7 +171,7 @@ def _commit_group(table: Table, files: dict[int, list[SegmentFile]]) -> dict[Tab
 
     def build() -> list[Op]:
         states = read_states(table, files)
-        ops: list[Op] = []
+        ops: list[Op] = [guard(conn, token)]
         planned.clear()
         for (bucket, segs), state in zip(files.items(), states):
             start = 0 if state is None else state.end
@@ -190,6 +198,8 @@ def _commit_group(table: Table, files: dict[int, list[SegmentFile]]) -> dict[Tab
             conn.store.commit_retrying(build, what=f"append to {table.name}")
             return dict(planned)
         except TxnConflict as exc:
+            if lost(conn, exc, token):
+                raise lost_error(token) from None
             if exc.reason == "nonode":
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
             raise

@@ -14,6 +14,7 @@ from .durations import format_duration, to_ms
 from .errors import CorruptMetadataError, LeasekitError
 from .records import RetentionItem, RetentionPlan, TableBucket
 from .warehouse import FileEntry
+from .writes import live_tokens
 from .zk import decode, to_datetime
 from .zkpaths import CHUNK
 
@@ -74,6 +75,8 @@ class Metadata(NamedTuple):
     skipped: list[str]
     protected_dirs: tuple[str, ...]
     """Warehouse directories whose files are never orphans (tables whose metadata was unreadable)."""
+    in_flight: frozenset[str] = frozenset()
+    """Tokens of writes in progress: files carrying one are not orphans yet."""
 
 
 # -- gathering ----------------------------------------------------------------------------
@@ -169,11 +172,12 @@ def gather(conn: Connection, table: str | Table | None = None) -> Metadata:
             skipped.append(str(exc))
             protected.append(f"tables/{name}/")
     leases = _gather_leases(conn, skipped)
+    in_flight = live_tokens(conn)  # before listing files: a newer write's files are young anyway
     settings = conn.settings()
     files = conn.warehouse.list(f"tables/{tables[0].table.name}" if table is not None and tables else "tables")
     now = conn.now_ms()
     return Metadata(now, tables, leases, files, to_ms(settings["lease.expiry-grace"]),
-                    to_ms(settings["orphan.min-age"]), skipped, tuple(protected))
+                    to_ms(settings["orphan.min-age"]), skipped, tuple(protected), in_flight)
 
 
 def retention_plan(conn: Connection, table: str | Table | None = None) -> RetentionPlan:
@@ -315,6 +319,12 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
             continue
         age = meta.now_ms - entry.mtime_ms
         tb = _bucket_of_file(entry.path, ids)
+        writer = next((t for t in meta.in_flight if t in entry.path), None)
+        if writer is not None:
+            items.append(RetentionItem("orphan", tb, entry.path, "keep",
+                                       f"unreferenced for {_age(age)}: write {writer[:8]} still in progress",
+                                       entry.size))
+            continue
         if age >= meta.orphan_min_age_ms:
             items.append(RetentionItem("orphan", tb, entry.path, "delete",
                                        f"orphan, {_age(age)} old: no metadata references it", entry.size))

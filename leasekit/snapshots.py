@@ -6,14 +6,14 @@ files are written completely before the znode appears (S2).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import IllegalStateError, SnapshotNotFoundError, TableNotFoundError
 from .log import BucketState, bucket_state, list_segments, read_states
 from .records import Snapshot, TableBucket
-from .zk import Create, Delete, Node, Op, SetData, TxnConflict, decode, encode, to_datetime
+from .writes import guard, in_flight, lost, lost_error
+from .zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, decode, encode, to_datetime
 from .zkpaths import CHUNK
 
 if TYPE_CHECKING:
@@ -89,26 +89,28 @@ def take_snapshots(table: Table, spark: Any = None) -> dict[TableBucket, Snapsho
         ranges = {b: (starts[b], s.end) for b, s in advanced.items()}
         segments = list_segments(table, ranges)
         bar.update(1)
-        rel = f"{table.data_dir}/snapshots/{uuid.uuid4().hex}"
         warehouse = table.connection.warehouse
-        with lks.spark_errors(f"snapshot {table.name}"), lks.micros_timestamps(spark):
-            state = lks.kv_state(
-                table,
-                lks.files_frame(spark, table, [f for s in bases for f in s.files]),
-                lks.log_frame(spark, table, segments, ranges),
-                by_bucket=True,
-            )
-            state.write.partitionBy("_bucket").parquet(warehouse.to_spark(warehouse.uri(rel)))
-        bar.update(1)
-        written = {b: _Written(s.end, [], 0, 0) for b, s in advanced.items()}
-        for entry in warehouse.list(rel):
-            bucket = lks._bucket_of(entry.path)
-            if bucket is None or bucket not in written:
-                continue
-            w = written[bucket]
-            rows = warehouse.parquet_metadata(entry.path).num_rows
-            written[bucket] = w._replace(files=[*w.files, entry.path], rows=w.rows + rows, size=w.size + entry.size)
-        result = register(table, written)
+        with in_flight(table.connection) as token:
+            rel = f"{table.data_dir}/snapshots/{token}"
+            with lks.spark_errors(f"snapshot {table.name}"), lks.micros_timestamps(spark):
+                state = lks.kv_state(
+                    table,
+                    lks.files_frame(spark, table, [f for s in bases for f in s.files]),
+                    lks.log_frame(spark, table, segments, ranges),
+                    by_bucket=True,
+                )
+                state.write.partitionBy("_bucket").parquet(warehouse.to_spark(warehouse.uri(rel)))
+            bar.update(1)
+            written = {b: _Written(s.end, [], 0, 0) for b, s in advanced.items()}
+            for entry in warehouse.list(rel):
+                bucket = lks._bucket_of(entry.path)
+                if bucket is None or bucket not in written:
+                    continue
+                w = written[bucket]
+                rows = warehouse.parquet_metadata(entry.path).num_rows
+                written[bucket] = w._replace(files=[*w.files, entry.path], rows=w.rows + rows,
+                                             size=w.size + entry.size)
+            result = register(table, written, token)
         bar.update(1)
     finally:
         bar.close()
@@ -134,7 +136,7 @@ def read_latest(table: Table, buckets: Iterable[int] | None = None) -> dict[int,
     return out
 
 
-def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket, Snapshot]:
+def register(table: Table, written: Mapping[int, _Written], token: str) -> dict[TableBucket, Snapshot]:
     """Register complete snapshot files: a new id per bucket, committed with the bucket state
     and the table's latest-snapshot array in one transaction per chunk of buckets (S2).
 
@@ -157,7 +159,7 @@ def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket,
             nodes = conn.store.get_many([*(paths.bucket(tid, b) for b in group), summary_path])
             summary = nodes[-1]
             array = list(decode(summary.data, summary_path)["a"]) if summary is not None else []
-            ops: list[Op] = []
+            ops: list[Op] = [guard(conn, token)]
             for bucket, node in zip(group, nodes[:-1]):
                 if node is None:
                     raise TableNotFoundError(f"table {table.name!r} was dropped")
@@ -172,6 +174,8 @@ def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket,
                 chosen[bucket] = sid
                 array.extend([0] * (bucket % CHUNK + 1 - len(array)))
                 array[bucket % CHUNK] = sid
+            if not chosen:
+                return []
             if chosen:
                 value = encode({"a": array})
                 ops.append(SetData(summary_path, value, summary.stat.version) if summary is not None
@@ -181,10 +185,12 @@ def register(table: Table, written: Mapping[int, _Written]) -> dict[TableBucket,
         try:
             results = conn.store.commit_retrying(build, what=f"register snapshots of {table.name}")
         except TxnConflict as exc:
+            if lost(conn, exc, token):
+                raise lost_error(token) from None
             if exc.reason == "nonode":
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
             raise
-        stats = iter(r for r in results if not isinstance(r, str))
+        stats = iter(r for r in results if isinstance(r, Stat))
         for bucket in group:
             if bucket in chosen:
                 w = written[bucket]

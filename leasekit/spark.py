@@ -11,7 +11,6 @@ import os
 import posixpath
 import sys
 import threading
-import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from .errors import (
     OffsetOutOfRangeError,
 )
 from .records import LogSegment, OffsetRange, Snapshot, TableBucket
+from .writes import in_flight
 
 if TYPE_CHECKING:
     from .tables import Table
@@ -293,30 +293,31 @@ def write(df: DataFrame, table: Table) -> dict[TableBucket, OffsetRange]:
         (F.col(names[f.name.lower()]) if f.name.lower() in names else F.lit(None)).cast(f.dataType).alias(f.name)
         for f in target
     ]
-    rel = f"{table.data_dir}/log/bulk-{uuid.uuid4().hex}"
     warehouse = table.connection.warehouse
-    with spark_errors(f"write to {table.name}"), micros_timestamps(spark):
-        out = df.select(*columns, F.lit("upsert").alias("_op")).withColumn(
-            "_bucket", spark_bucket_column(list(table.primary_key), table.num_buckets)
-        )
-        (out.repartition(max(1, min(table.num_buckets, 256)), "_bucket").write
-         .partitionBy("_bucket")
-         .option("maxRecordsPerFile", table.properties["log.segment.max-rows"])
-         .parquet(warehouse.to_spark(warehouse.uri(rel))))
-    files: list[SegmentFile] = []
-    try:
-        for entry in warehouse.list(rel):
-            bucket = _bucket_of(entry.path)
-            if bucket is None:
-                continue
-            meta = warehouse.parquet_metadata(entry.path)
-            _check_not_null(table, meta, entry.path)
-            files.append(SegmentFile(bucket, entry.path, meta.num_rows, entry.size))
-    except LeasekitError:
-        warehouse.delete_dir(rel)
-        raise
-    files.sort(key=lambda f: (f.bucket, f.rel))
-    return commit_segments(table, [f for f in files if f.rows > 0])
+    with in_flight(table.connection) as token:
+        rel = f"{table.data_dir}/log/bulk-{token}"
+        with spark_errors(f"write to {table.name}"), micros_timestamps(spark):
+            out = df.select(*columns, F.lit("upsert").alias("_op")).withColumn(
+                "_bucket", spark_bucket_column(list(table.primary_key), table.num_buckets)
+            )
+            (out.repartition(max(1, min(table.num_buckets, 256)), "_bucket").write
+             .partitionBy("_bucket")
+             .option("maxRecordsPerFile", table.properties["log.segment.max-rows"])
+             .parquet(warehouse.to_spark(warehouse.uri(rel))))
+        files: list[SegmentFile] = []
+        try:
+            for entry in warehouse.list(rel):
+                bucket = _bucket_of(entry.path)
+                if bucket is None:
+                    continue
+                meta = warehouse.parquet_metadata(entry.path)
+                _check_not_null(table, meta, entry.path)
+                files.append(SegmentFile(bucket, entry.path, meta.num_rows, entry.size))
+        except LeasekitError:
+            warehouse.delete_dir(rel)
+            raise
+        files.sort(key=lambda f: (f.bucket, f.rel))
+        return commit_segments(table, [f for f in files if f.rows > 0], token)
 
 
 def _bucket_of(rel: str) -> int | None:

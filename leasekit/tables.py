@@ -17,6 +17,7 @@ from . import schema as schemas
 from .durations import check_table_name
 from .errors import (
     BucketNotFoundError,
+    CorruptMetadataError,
     IllegalStateError,
     InvalidArgumentError,
     InvalidTypeError,
@@ -177,10 +178,16 @@ def load_table(conn: Connection, name: object) -> Table:
     if not isinstance(name, str) and hasattr(name, "table_id"):
         name = name.name  # a Table object
     check_table_name(name)
-    node = conn.store.get(conn.paths.table(name))
+    path = conn.paths.table(name)
+    node = conn.store.get(path)
     if node is None:
         raise TableNotFoundError(f"table {name!r} does not exist")
-    return Table(conn, name, decode(node.data, conn.paths.table(name)), node.stat.ctime_ms)
+    try:
+        return Table(conn, name, decode(node.data, path), node.stat.ctime_ms)
+    except CorruptMetadataError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # ValueError/TypeError: leasekit's too
+        raise CorruptMetadataError(f"table metadata at {path} is invalid: {exc!r}", path) from None
 
 
 def list_tables(conn: Connection) -> list[str]:

@@ -26,10 +26,12 @@ class Paths:
         self.dropped = f"{self.root}/dropped"
         self.leases = f"{self.root}/leases"
         self.janitor = f"{self.root}/janitor"
+        self.writes = f"{self.root}/writes"
 
     def skeleton(self) -> list[str]:
         """Znodes every namespace has."""
-        return [self.root, self.settings, self.clock, self.tables, self.data, self.dropped, self.leases]
+        return [self.root, self.settings, self.clock, self.tables, self.data, self.dropped, self.leases,
+                self.writes]
 
     def table(self, name: str) -> str:
         return f"{self.tables}/{name}"
@@ -75,3 +77,7 @@ class Paths:
     def lease_chunk(self, lease_id: str, table_id: str, chunk: int) -> str:
         """The lease's pinned snapshot ids for buckets [chunk*CHUNK, (chunk+1)*CHUNK) of a table."""
         return f"{self.lease_pins(lease_id)}/{table_id}.{chunk}"
+
+    def write(self, token: str) -> str:
+        """Ephemeral marker of a write in progress; its files carry ``token`` in their path."""
+        return f"{self.writes}/{token}"

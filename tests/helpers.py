@@ -83,3 +83,26 @@ def run_cli_json(capsys, *argv: str):
     code, out, err = run_cli(capsys, *argv, *([] if "--json" in argv else ["--json"]))
     assert code == 0, err
     return json.loads(out)
+
+
+def grow(table, rounds: int, rows: int | None = None) -> None:
+    """``rounds`` times: append to the table's buckets, then register a snapshot of each at its
+    end offset with one small Parquet file (no Spark job, so a long history stays cheap;
+    retention reads only snapshot metadata and file names)."""
+    import pyarrow as pa
+
+    from leasekit.log import read_states
+    from leasekit.snapshots import _Written, register
+    from leasekit.writes import in_flight
+
+    conn = table.connection
+    for r in range(rounds):
+        table.append([{"id": k, "v": f"r{r}"} for k in range(rows or 8 * table.num_buckets)])
+        with in_flight(conn) as token:
+            rel = f"{table.data_dir}/snapshots/{token}"
+            written = {}
+            for b, state in enumerate(read_states(table, range(table.num_buckets))):
+                if state is not None:
+                    path = f"{rel}/_bucket={b}/part-00000.parquet"
+                    written[b] = _Written(state.end, [path], 1, conn.warehouse.write_parquet(path, pa.table({"id": [b]})))
+            register(table, written, token)

@@ -10,36 +10,19 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 
-import pyarrow as pa
 import pytest
+from helpers import grow
 from helpers import run_cli as run
 from helpers import run_cli_json as run_json
 
 import leasekit as lk
-from leasekit.log import read_states
-from leasekit.snapshots import _Written, register
 from leasekit.zk import SetData
 
 TB = lk.TableBucket
 SCHEMA = "id BIGINT, v STRING"
 COLUMNS = ["KIND", "TABLE", "BUCKET", "ITEM-ID", "ACTION", "REASON", "SIZE-BYTES"]
 DELETED = ["KIND", "TABLE", "BUCKET", "ITEM-ID", "REASON", "SIZE-BYTES"]
-
-
-def grow(table, rounds: int) -> None:
-    """``rounds`` times: append to every bucket, then register a snapshot of each at its end
-    offset with one small Parquet file (no Spark: retention reads only metadata and names)."""
-    wh = table.connection.warehouse
-    for r in range(rounds):
-        table.append([{"id": k, "v": f"r{r}"} for k in range(8 * table.num_buckets)])
-        rel = f"{table.data_dir}/snapshots/{uuid.uuid4().hex}"
-        written = {}
-        for b, state in enumerate(read_states(table, range(table.num_buckets))):
-            path = f"{rel}/_bucket={b}/part-00000.parquet"
-            written[b] = _Written(state.end, [path], 1, wh.write_parquet(path, pa.table({"id": [b]})))
-        register(table, written)
 
 
 @pytest.fixture

@@ -10,39 +10,18 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from datetime import timedelta
 
-import pyarrow as pa
 import pytest
-from helpers import warehouse_files
+from helpers import grow, warehouse_files
 
 import leasekit as lk
 from leasekit import janitor
-from leasekit.log import read_states
-from leasekit.snapshots import _Written, register
 from leasekit.zk import Create, Delete, SetData, encode
 
 TB = lk.TableBucket
 SCHEMA = "id BIGINT, v STRING"
 HOUR_MS = 3_600_000
-
-
-def grow(table, rounds: int, rows: int | None = None) -> None:
-    """``rounds`` times: append to the table's buckets, then register a snapshot of each at its
-    end offset. Snapshots are registered directly, one small Parquet file each, so a long
-    history costs no Spark job (retention reads only their metadata and file names)."""
-    wh = table.connection.warehouse
-    ids = range(rows or 8 * table.num_buckets)
-    for r in range(rounds):
-        table.append([{"id": k, "v": f"r{r}"} for k in ids])
-        rel = f"{table.data_dir}/snapshots/{uuid.uuid4().hex}"
-        written = {}
-        for b, state in enumerate(read_states(table, range(table.num_buckets))):
-            if state is not None:
-                path = f"{rel}/_bucket={b}/part-00000.parquet"
-                written[b] = _Written(state.end, [path], 1, wh.write_parquet(path, pa.table({"id": [b]})))
-        register(table, written)
 
 
 def passes(caplog, thread_name: str | None = None) -> list[logging.LogRecord]:

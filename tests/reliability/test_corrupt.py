@@ -23,14 +23,7 @@ GARBAGE = {
 }
 
 
-KEYERROR_BUG = pytest.mark.xfail(
-    strict=True, raises=KeyError,
-    reason="library bug: a versioned table record without its fields raises a bare KeyError "
-           "from Table.__init__ (leasekit/tables.py) instead of CorruptMetadataError; "
-           "retention.gather only skips CorruptMetadataError, so the whole pass fails",
-)
-TABLE_GARBAGE = [pytest.param(data, id=name, marks=[KEYERROR_BUG] if name == "missing-fields" else [])
-                 for name, data in GARBAGE.items()]
+TABLE_GARBAGE = [pytest.param(data, id=name) for name, data in GARBAGE.items()]
 
 
 def _corrupt(conn, path: str, data: bytes) -> None:

@@ -24,7 +24,7 @@ CHILD = textwrap.dedent("""
 
     zookeeper, warehouse, namespace, signal_file = sys.argv[1:5]
 
-    def stall(table, files):
+    def stall(table, files, token):
         # the files are complete; tell the parent which, then wait to be killed
         tmp = signal_file + ".tmp"
         with open(tmp, "w") as f:
@@ -103,7 +103,9 @@ def test_killed_writers_orphans_are_removed_after_min_age(conn, events, zookeepe
     plan = conn.retention_plan()  # default orphan.min-age 1h
     kept = {i.item_id: i for i in plan.items if i.kind == "orphan"}
     assert set(kept) == orphans
-    assert all(i.action == "keep" and "orphan.min-age" in i.reason for i in kept.values())
+    # kept: the dead writer's marker lives until its session times out, then min-age applies
+    assert all(i.action == "keep" and ("orphan.min-age" in i.reason or "still in progress" in i.reason)
+               for i in kept.values())
     assert not conn.run_retention().deleted
     assert all(os.path.exists(uri) for uri in orphans)
 
@@ -127,35 +129,54 @@ def test_killed_writers_orphans_are_removed_after_min_age(conn, events, zookeepe
     assert not [i for i in conn.retention_plan().items if i.kind == "orphan"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: log.append commits segment files without checking that they are still "
-           "younger than orphan.min-age; a commit delayed past it (a ZooKeeper outage: "
-           "_commit_group retries for 3 x timeout) names files retention already deleted",
-)
-def test_writer_stalled_past_orphan_min_age_never_commits_deleted_files(conn, events, monkeypatch):
-    # W2, R4, §2 ("a reader that sees metadata always finds every file it names"): a writer
-    # whose commit comes later than orphan.min-age after its file write must not acknowledge
-    # files that retention may already have deleted as orphans
+def test_writer_stalled_past_orphan_min_age_keeps_its_files(conn, events, monkeypatch):
+    # W2, R4, section 2 ("a reader that sees metadata always finds every file it names"): a
+    # writer whose commit comes later than orphan.min-age after its file write keeps its files
+    # (its in-flight marker protects them) and commits files that all exist
     import leasekit.log as log
 
     conn.update_settings({"orphan.min-age": "1s"})
     commit = log.commit_segments
-    swept = []
+    plans = []
 
-    def stalled_commit(table, files):
+    def stalled_commit(table, files, token):
         time.sleep(1.5)  # the files are now older than orphan.min-age and unreferenced
-        swept.extend(i.item_id for i in conn.run_retention().deleted if i.kind == "orphan")
-        return commit(table, files)
+        plans.append(conn.retention_plan())
+        conn.run_retention()
+        return commit(table, files, token)
 
     monkeypatch.setattr(log, "commit_segments", stalled_commit)
-    try:
-        ranges = events.append([{"id": i, "v": "late"} for i in range(500, 510)])
-    except lk.LeasekitError:
-        ranges = {}  # refusing the stale commit is fine: nothing acknowledged
+    ranges = events.append([{"id": i, "v": "late"} for i in range(500, 510)])
     monkeypatch.setattr(log, "commit_segments", commit)
-    assert swept, "retention did not see the stalled writer's files as orphans"
+    kept = [i for i in plans[0].items if i.kind == "orphan"]
+    assert kept and all(i.action == "keep" and "still in progress" in i.reason for i in kept)
     segments = list_segments(events, range(4))
+    assert ranges
     for tb, r in ranges.items():
         (segment,) = [s for s in segments[tb.bucket] if s.base_offset == r.start]
         assert os.path.exists(segment.file), f"acknowledged append {tb} {r} names a deleted file"
+
+
+def test_writer_whose_marker_is_gone_cannot_commit(conn, events, monkeypatch):
+    # W2, R4: once a writer's marker is gone (its ZooKeeper session ended), its files may be
+    # swept as orphans, so its commit must be refused and nothing acknowledged
+    import leasekit.log as log
+    from leasekit.zk import Delete
+
+    conn.update_settings({"orphan.min-age": "1s"})
+    ends = events.end_offsets()
+    commit = log.commit_segments
+    swept = []
+
+    def session_lost(table, files, token):
+        conn.store.commit([Delete(conn.paths.write(token))])  # as if the session had expired
+        time.sleep(1.2)
+        swept.extend(i.item_id for i in conn.run_retention().deleted if i.kind == "orphan")
+        return commit(table, files, token)
+
+    monkeypatch.setattr(log, "commit_segments", session_lost)
+    with pytest.raises(lk.IllegalStateError, match="lost its ZooKeeper session"):
+        events.append([{"id": i, "v": "late"} for i in range(600, 610)])
+    monkeypatch.setattr(log, "commit_segments", commit)
+    assert swept, "with the marker gone, the files are orphans"
+    assert events.end_offsets() == ends

@@ -126,7 +126,7 @@ def test_writes_during_the_outage_complete_or_fail_cleanly(own_zk, connect):
             except lk.ZooKeeperUnavailableError:
                 unavailable += 1
                 time.sleep(0.2)
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 failures.append(exc)
                 return
             n += 1

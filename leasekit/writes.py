@@ -1,0 +1,56 @@
+"""Writes in progress: an ephemeral znode per writer, created before its first file.
+
+Orphan cleanup never takes a file whose path carries a live marker's token, and every
+commit of the write checks the marker in its transaction, so a writer whose ZooKeeper
+session ended (and whose files may since have been cleaned up) can never commit them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .errors import IllegalStateError, LeasekitError
+from .zk import Check, Create, Delete, TxnConflict
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["in_flight", "guard", "live_tokens", "lost"]
+
+
+@contextlib.contextmanager
+def in_flight(conn: Connection) -> Iterator[str]:
+    """Mark a write in progress for this block; yields the token its file paths must carry."""
+    token = uuid.uuid4().hex
+    path = conn.paths.write(token)
+    conn.store.commit([Create(path, b"", ephemeral=True)])
+    try:
+        yield token
+    finally:
+        with contextlib.suppress(LeasekitError):
+            conn.store.commit([Delete(path)])
+
+
+def guard(conn: Connection, token: str) -> Check:
+    """Transaction op that fails unless the write's marker still exists."""
+    return Check(conn.paths.write(token), -1)
+
+
+def lost(conn: Connection, exc: TxnConflict, token: str) -> bool:
+    """Whether a failed commit failed on the write's marker."""
+    return exc.reason == "nonode" and exc.op.path == conn.paths.write(token)
+
+
+def lost_error(token: str) -> IllegalStateError:
+    return IllegalStateError(
+        f"the write {token[:8]} lost its ZooKeeper session before committing; nothing was "
+        "committed and its files will be cleaned up as orphans; retry the write"
+    )
+
+
+def live_tokens(conn: Connection) -> frozenset[str]:
+    """Tokens of every write in progress in the namespace."""
+    return frozenset(conn.store.children(conn.paths.writes) or [])
