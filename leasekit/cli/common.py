@@ -71,3 +71,13 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+def duration_arg(text: str) -> Any:
+    """A bare number means seconds, as in the Python API; the library parses the rest."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -14,21 +14,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .common import add_command, connect
+from .common import add_command, connect, duration_arg
 
 __all__ = ["register"]
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def _duration(text: str) -> Any:
-    """A bare number means seconds, as in the Python API; the library parses the rest."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 class _JanitorLogs(logging.Filter):
@@ -81,7 +71,7 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 def _janitor(args: argparse.Namespace) -> int:
     from .. import janitor
 
-    interval = janitor.check_interval(_duration(args.interval))
+    interval = janitor.check_interval(duration_arg(args.interval))
     stop = threading.Event()
     with _stderr_logs(), _stop_on_signals(stop), connect(args) as conn:
         janitor.run(conn, interval, stop)

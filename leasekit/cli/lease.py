@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..durations import check_id
 from ..errors import LeaseNotFoundError
 from ..records import TableBucket
-from .common import add_command, connect
+from .common import add_command, connect, duration_arg
 from .output import emit, format_table, to_json
 
 if TYPE_CHECKING:
@@ -24,16 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 NO_SNAPSHOT = -1  # an unavailable bucket's id when the bucket has no snapshot yet (L6)
-
-
-def _duration(text: str) -> Any:
-    """A bare number means seconds, as in the Python API; the library parses the rest."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _text(value: Any) -> str:
@@ -90,7 +80,7 @@ def _acquire(args: argparse.Namespace) -> int:
     tables = list(dict.fromkeys(args.table))
     with connect(args) as conn:
         # no context manager: the lease must outlive the command
-        lease = conn.lease(args.lease_id, _duration(args.duration), drop_on_exit=False)
+        lease = conn.lease(args.lease_id, duration_arg(args.duration), drop_on_exit=False)
         result = lease.acquire_latest(tables)
     unavailable = _pin_rows(result.unavailable)
     for row in unavailable:
@@ -128,7 +118,7 @@ def _renew(args: argparse.Namespace) -> int:
         if args.duration is None:
             duration = _find(conn, args.lease_id).duration
         else:
-            duration = _duration(args.duration)
+            duration = duration_arg(args.duration)
         expires_at = conn.renew_kv_snapshot_lease(args.lease_id, duration)
     data = {"lease_id": args.lease_id, "duration": parse_duration(duration),
             "expires_at": expires_at}  # fmt: skip
