@@ -64,8 +64,8 @@ def table_list(conn: Connection, tables: Any) -> list[Table]:
     return [load_table(conn, t) for t in tables]
 
 
-def acquire_latest(conn: Connection, lease_id: str, tables: Any, duration_ms: int) -> AcquireResult:
-    """Pin the newest snapshot of every bucket of ``tables`` (L6)."""
+def acquire_latest(conn: Connection, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
+    """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms)."""
     from .snapshots import read_latest
 
     wanted: dict[Table, dict[int, int]] = {}
@@ -74,9 +74,13 @@ def acquire_latest(conn: Connection, lease_id: str, tables: Any, duration_ms: in
         latest = read_latest(table)
         wanted[table] = latest
         missing.update({TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest})
-    result = leases.acquire(conn, lease_id, wanted, duration_ms,
-                            refresh=lambda table, buckets: read_latest(table, buckets))
-    return result._replace(unavailable={**missing, **result.unavailable})
+    result, committed_ms = leases.acquire_at(conn, lease_id, wanted, duration_ms,
+                                             refresh=lambda table, buckets: read_latest(table, buckets))
+    return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
+
+
+def _ms(when: datetime) -> int:
+    return round(when.timestamp() * 1000)
 
 
 class KvSnapshotLease:
@@ -100,10 +104,11 @@ class KvSnapshotLease:
 
     # -- state ----------------------------------------------------------------------------
 
-    def _note(self, expires_ms: int) -> int:
+    def _note(self, expires_ms: int, committed_ms: int) -> int:
+        """Remember the expiry and the ZooKeeper time of the commit that set it (for ``alive``)."""
         self._expires_ms = expires_ms
         self._dropped = False
-        self._seen = (self._conn.clock(self._conn.server_time_ms()), time.monotonic())
+        self._seen = (self._conn.clock(committed_ms), time.monotonic())
         return expires_ms
 
     def _check(self) -> None:
@@ -131,15 +136,15 @@ class KvSnapshotLease:
         """Pin these snapshots (moving earlier pins of the same buckets); creates the lease."""
         self._check()
         wanted = leases.check_snapshot_ids(self._conn, snapshot_ids)
-        result = leases.acquire(self._conn, self.lease_id, wanted, self._duration_ms)
-        self._note(int(result.expires_at.timestamp() * 1000))
+        result, committed_ms = leases.acquire_at(self._conn, self.lease_id, wanted, self._duration_ms)
+        self._note(_ms(result.expires_at), committed_ms)
         return result
 
     def acquire_latest(self, tables: str | Iterable[str]) -> AcquireResult:
         """Pin the newest snapshot of every bucket of ``tables``."""
         self._check()
-        result = acquire_latest(self._conn, self.lease_id, tables, self._duration_ms)
-        self._note(int(result.expires_at.timestamp() * 1000))
+        result, committed_ms = acquire_latest(self._conn, self.lease_id, tables, self._duration_ms)
+        self._note(_ms(result.expires_at), committed_ms)
         return result
 
     def renew(self, duration: Any = None) -> datetime:
@@ -148,7 +153,7 @@ class KvSnapshotLease:
         duration_ms = None if duration is None else leases.lease_duration_ms(self._conn, duration)
         if duration_ms is not None:
             self._duration_ms = duration_ms
-        return to_datetime(self._note(leases.renew(self._conn, self.lease_id, duration_ms)))
+        return to_datetime(self._note(*leases.renew_at(self._conn, self.lease_id, duration_ms)))
 
     def release(self, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets (idempotent)."""
@@ -221,7 +226,7 @@ class KvSnapshotLease:
                 continue  # nothing acquired yet: no lease to renew
             while True:
                 try:
-                    self._note(leases.renew(self._conn, self.lease_id, self._duration_ms))
+                    self._note(*leases.renew_at(self._conn, self.lease_id, self._duration_ms))
                     break
                 except ZooKeeperUnavailableError as exc:
                     if not self.alive:

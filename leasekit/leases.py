@@ -69,15 +69,22 @@ def lease_duration_ms(conn: Connection, duration: Any) -> int:
 # -- acquire ------------------------------------------------------------------------------
 
 
-def acquire(
+def acquire(conn: Connection, lease_id: str, wanted: Mapping[Table, Mapping[int, int]], duration_ms: int, *,
+            refresh: Callable[[Table, list[int]], dict[int, int]] | None = None) -> AcquireResult:
+    """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_at``)."""
+    return acquire_at(conn, lease_id, wanted, duration_ms, refresh=refresh)[0]
+
+
+def acquire_at(
     conn: Connection,
     lease_id: str,
     wanted: Mapping[Table, Mapping[int, int]],
     duration_ms: int,
     *,
     refresh: Callable[[Table, list[int]], dict[int, int]] | None = None,
-) -> AcquireResult:
-    """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8).
+) -> tuple[AcquireResult, int]:
+    """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8);
+    also returns the ZooKeeper time of the last commit.
 
     One pipelined read, then transactions of up to OPS_PER_TXN ops, each carrying the pins of
     whole chunks together with those chunks' arrays and the lease record (whose mtime becomes
@@ -95,7 +102,7 @@ def acquire(
     acquired: dict[TableBucket, int] = {}
     unavailable: dict[TableBucket, int] = {}
     pending = sorted(work)
-    expires_ms = 0
+    expires_ms = committed_ms = 0
     stale = True
     record: LeaseRecord | None = None
     chunks: dict[tuple[str, int], Chunk] = {}
@@ -108,8 +115,9 @@ def acquire(
             chunks = {key: _chunk(n, p, key[0], key[1], tables[key[0]].name)
                       for key, p, n in zip(pending, chunk_paths, nodes[1:])}
             stale = False
-        if record is None:
-            ops: list[Op] = [Create(rec_path, _new_record(duration_ms, conn.owner)), Create(paths.lease_pins(lease_id))]
+        if record is None:  # the SetData gives the new record's stat: its mtime is the acquire time
+            value = _new_record(duration_ms, conn.owner)
+            ops: list[Op] = [Create(rec_path, value), SetData(rec_path, value, 0), Create(paths.lease_pins(lease_id))]
         else:
             ops = [SetData(rec_path, record.value(duration_ms, conn.owner), record.stat.version)]
         pin_ops: dict[int, tuple[TableBucket, int]] = {}
@@ -149,9 +157,8 @@ def acquire(
             stale = True
             continue
         first = False
-        stat = results[0] if isinstance(results[0], Stat) else store.exists(rec_path)
-        if stat is None:
-            raise LeaseExpiredError(f"lease {lease_id!r} was dropped while acquiring")
+        stat = next(r for r in results if isinstance(r, Stat))
+        committed_ms = stat.mtime_ms
         expires_ms = max(record.expires_ms if record else 0, stat.mtime_ms + duration_ms)
         record = LeaseRecord(duration_ms, record.expires_ms if record else 0, conn.owner, LIVE, stat)
         for key in batch:
@@ -164,7 +171,7 @@ def acquire(
             for bucket, sid in work[key].items():
                 acquired[TableBucket(table.name, bucket)] = sid
         pending = [k for k in pending if k not in batch]
-    return AcquireResult(acquired, unavailable, to_datetime(expires_ms))
+    return AcquireResult(acquired, unavailable, to_datetime(expires_ms)), committed_ms
 
 
 def _check_live(conn: Connection, node: Node | None, path: str, now: int, *, creating: bool = False) -> LeaseRecord | None:
@@ -217,6 +224,11 @@ def _resolve(conn: Connection, exc: TxnConflict, pin_ops: dict[int, tuple[TableB
 
 def renew(conn: Connection, lease_id: str, duration_ms: int | None) -> int:
     """Extend the lease; returns the new expiry (ms). Only extends, never shortens (L7, L8)."""
+    return renew_at(conn, lease_id, duration_ms)[0]
+
+
+def renew_at(conn: Connection, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
+    """``renew``, also returning the ZooKeeper time of the renewal (ms)."""
     check_id(lease_id)
     path = conn.paths.lease(lease_id)
     while True:
@@ -231,7 +243,7 @@ def renew(conn: Connection, lease_id: str, duration_ms: int | None) -> int:
             if exc.reason == "nonode":
                 raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while renewing") from None
             continue
-        return max(record.expires_ms, stat.mtime_ms + duration)
+        return max(record.expires_ms, stat.mtime_ms + duration), stat.mtime_ms
 
 
 def validity(conn: Connection, lease_id: str) -> LeaseRecord:

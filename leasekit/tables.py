@@ -26,7 +26,7 @@ from .errors import (
 )
 from .properties import TABLE_PROPERTIES, effective, parse_properties
 from .records import OffsetRange, Snapshot, TableBucket
-from .zk import Create, Delete, TxnConflict, decode, encode, to_datetime
+from .zk import Check, Create, Delete, TxnConflict, decode, encode, to_datetime
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -206,12 +206,10 @@ def drop_table(conn: Connection, name: object, *, force: bool = False) -> None:
             "or pass force=True"
         )
     path = conn.paths.table(table.name)
-    node = conn.store.get(path)
-    if node is None:
-        raise TableNotFoundError(f"table {table.name!r} does not exist")
     marker = encode({"name": table.name, "dir": table.data_dir})
-    try:
-        conn.store.commit([Delete(path, node.stat.version), Create(conn.paths.dropped_table(table.table_id), marker)])
+    try:  # the Check makes sure the name still belongs to the table loaded above
+        conn.store.commit([Check(conn.paths.table_data(table.table_id), -1), Delete(path),
+                           Create(conn.paths.dropped_table(table.table_id), marker)])
     except TxnConflict as exc:
         if exc.reason == "nonode":
             raise TableNotFoundError(f"table {table.name!r} does not exist") from None
