@@ -35,7 +35,7 @@ from .lease_records import (
 )
 from .records import AcquireResult, TableBucket
 from .zk import (
-    MAX_TXN_BYTES,
+    MAX_REQUEST_BYTES,
     Create,
     Delete,
     Node,
@@ -51,6 +51,9 @@ from .zkpaths import CHUNK
 if TYPE_CHECKING:
     from .connection import Connection
     from .tables import Table
+
+ACQUIRE_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
+"""Acquire transactions may fill most of a request: ``op_size`` already bounds each op from above."""
 
 __all__ = ["acquire", "renew", "release", "drop", "expire", "info", "list_leases", "lease_duration_ms", "pins_of"]
 
@@ -139,7 +142,7 @@ def acquire_at(
                     new_ops.append(Delete(paths.pin(key[0], bucket, current, lease_id)))
                 ids[bucket % CHUNK] = sid
             new_bytes = sum(op_size(op) for op in new_ops) + 2 * CHUNK * 8
-            if batch and (len(ops) + len(new_ops) + 1 > OPS_PER_TXN or txn_bytes + new_bytes > MAX_TXN_BYTES):
+            if batch and (len(ops) + len(new_ops) + 1 > OPS_PER_TXN or txn_bytes + new_bytes > ACQUIRE_TXN_BYTES):
                 break
             txn_bytes += new_bytes
             batch.append(key)
