@@ -103,7 +103,7 @@ def take_snapshots(table: Table, spark: Any = None) -> dict[TableBucket, Snapsho
             bar.update(1)
             written = {b: _Written(s.end, [], 0, 0) for b, s in advanced.items()}
             for entry in warehouse.list(rel):
-                bucket = lks._bucket_of(entry.path)
+                bucket = lks.bucket_of_path(entry.path)
                 if bucket is None or bucket not in written:
                     continue
                 w = written[bucket]

@@ -307,7 +307,7 @@ def write(df: DataFrame, table: Table) -> dict[TableBucket, OffsetRange]:
         files: list[SegmentFile] = []
         try:
             for entry in warehouse.list(rel):
-                bucket = _bucket_of(entry.path)
+                bucket = bucket_of_path(entry.path)
                 if bucket is None:
                     continue
                 meta = warehouse.parquet_metadata(entry.path)
@@ -320,7 +320,8 @@ def write(df: DataFrame, table: Table) -> dict[TableBucket, OffsetRange]:
         return commit_segments(table, [f for f in files if f.rows > 0], token)
 
 
-def _bucket_of(rel: str) -> int | None:
+def bucket_of_path(rel: str) -> int | None:
+    """The bucket of a data file Spark wrote under ``_bucket=N/`` (None for side files)."""
     if not rel.endswith(".parquet") or posixpath.basename(rel).startswith((".", "_")):
         return None
     parent = posixpath.basename(posixpath.dirname(rel))
