@@ -35,8 +35,8 @@ from .common import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from leasekit.lease import KvSnapshotLease
-    from leasekit.tables import Table
+    from leasekit.leases.handle import KvSnapshotLease
+    from leasekit.tables.catalog import Table
 
 __all__ = ["BENCHMARK", "run", "leasekit_frame", "query"]
 

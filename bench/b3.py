@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from leasekit.connection import Connection
-    from leasekit.tables import Table
+    from leasekit.tables.catalog import Table
 
 __all__ = ["BENCHMARK", "run", "lease_metadata"]
 

@@ -31,7 +31,7 @@ def seed_history(conn: Connection, table: Any, snapshots: int, segments: int, ro
     """Register ``snapshots`` snapshots and ``segments`` log segments for every bucket of
     ``table`` straight in ZooKeeper (files are not written: planning reads metadata only)."""
     from leasekit.zk import Create, encode
-    from leasekit.zkpaths import CHUNK
+    from leasekit.zk.paths import CHUNK
 
     paths, tid, n = conn.paths, table.table_id, table.num_buckets
     end = segments * rows

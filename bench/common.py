@@ -137,7 +137,7 @@ def bench_spark() -> SparkSession:
     from pyspark.sql import SparkSession
 
     if not os.environ.get("JAVA_HOME"):
-        from leasekit.java import java_home
+        from leasekit.embedded.java import java_home
 
         os.environ["JAVA_HOME"] = java_home()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -306,7 +306,7 @@ def machine_info(spark: SparkSession | None) -> dict[str, Any]:
 
 def _java_version() -> str | None:
     """``java.version`` of the Java that runs the embedded ZooKeeper, without a Spark JVM."""
-    from leasekit.java import find_java
+    from leasekit.embedded.java import find_java
 
     try:
         out = subprocess.run([find_java(), "-XshowSettings:properties", "-version"],
@@ -329,7 +329,7 @@ def seed_empty_snapshots(conn: Connection, table: Any, snapshot_id: int = 1) -> 
     too long; not atomic overall (``commit_chunked``), which a fresh table does not need.
     """
     from leasekit.zk import Create, encode
-    from leasekit.zkpaths import CHUNK
+    from leasekit.zk.paths import CHUNK
 
     paths, tid, n = conn.paths, table.table_id, table.num_buckets
     state = encode({"e": 0, "b": 0, "t": 0, "s": snapshot_id + 1, "l": [snapshot_id, 0]})

@@ -15,7 +15,7 @@ from .records import AcquireResult, LeaseInfo, LogSegment, OffsetRange, Snapshot
 
 if TYPE_CHECKING:
     from .connection import Connection, connect
-    from .tables import Table
+    from .tables.catalog import Table
 
 __version__ = "0.1.0"
 
@@ -39,8 +39,8 @@ __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
 _LAZY = {
     "connect": ("connection", "connect"),
     "Connection": ("connection", "Connection"),
-    "Table": ("tables", "Table"),
-    "KvSnapshotLease": ("lease", "KvSnapshotLease"),
+    "Table": ("tables.catalog", "Table"),
+    "KvSnapshotLease": ("leases.handle", "KvSnapshotLease"),
     "spark_session": ("spark", "spark_session"),
 }
 

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from . import leases
-from . import tables as _tables
 from .durations import check_id, check_namespace, parse_duration
 from .errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError, LeasekitError
+from .leases import store as leases
 from .properties import NAMESPACE_SETTINGS, effective, parse_properties
 from .records import AcquireResult, LeaseInfo, RetentionPlan, RetentionReport, TableBucket
+from .tables import catalog as _tables
 from .warehouse import Warehouse
 from .zk import TxnConflict, ZkStore, decode, encode, to_datetime
-from .zkpaths import Paths
+from .zk.paths import Paths
 
 if TYPE_CHECKING:
-    from .lease import KvSnapshotLease
+    from .leases.handle import KvSnapshotLease
 
 __all__ = ["connect", "Connection", "DEFAULT_WAREHOUSE"]
 
@@ -210,7 +210,7 @@ class Connection:
     def lease(self, lease_id: str | None = None, duration: Any = "1h", *, keepalive: bool = False,
               drop_on_exit: bool = True) -> KvSnapshotLease:
         """A lease handle; validates its id and duration now, does no I/O until the first call."""
-        from .lease import KvSnapshotLease
+        from .leases.handle import KvSnapshotLease
 
         return KvSnapshotLease(self, lease_id, duration, keepalive=keepalive, drop_on_exit=drop_on_exit)
 
@@ -228,7 +228,7 @@ class Connection:
 
     def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets from the lease (idempotent)."""
-        from .lease import group_buckets
+        from .leases.handle import group_buckets
 
         check_id(lease_id)
         leases.release(self, lease_id, group_buckets(self, buckets))
@@ -251,13 +251,13 @@ class Connection:
 
     def retention_plan(self, table: str | _tables.Table | None = None) -> RetentionPlan:
         """What retention would keep and delete, with reasons (one table or all); changes nothing."""
-        from .retention import retention_plan
+        from .retention.planner import retention_plan
 
         return retention_plan(self, table)
 
     def run_retention(self, table: str | _tables.Table | None = None, *, dry_run: bool = False) -> RetentionReport:
         """Expire leases, then delete unpinned old snapshots, old log segments and orphan files."""
-        from .reclaim import run_retention
+        from .retention.apply import run_retention
 
         if not isinstance(dry_run, bool):
             raise InvalidTypeError("dry_run must be a bool")

@@ -23,7 +23,7 @@ from .errors import (
     ZooKeeperUnavailableError,
 )
 from .records import RetentionReport
-from .tables import finish_drop, pending_drops
+from .tables.catalog import finish_drop, pending_drops
 
 if TYPE_CHECKING:
     from .connection import Connection

@@ -19,7 +19,7 @@ def read_log(table) -> dict[int, list[dict]]:
     """Every stored log record per bucket, with ``_offset`` and ``_timestamp_ms``, read with pyarrow."""
     import pyarrow.parquet as pq
 
-    from leasekit.log import list_segments
+    from leasekit.log.append import list_segments
 
     out: dict[int, list[dict]] = {}
     for bucket, segs in list_segments(table, range(table.num_buckets)).items():
@@ -37,7 +37,7 @@ def seed_empty_snapshots(conn, table, snapshot_id: int = 1) -> None:
     """Give every bucket an empty snapshot (state at offset 0, no files) straight in the
     metadata store, for lease tests at a scale where real compactions would take hours."""
     from leasekit.zk import Create, encode
-    from leasekit.zkpaths import CHUNK
+    from leasekit.zk.paths import CHUNK
 
     paths, tid = conn.paths, table.table_id
     ops = []
@@ -91,9 +91,9 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
     retention reads only snapshot metadata and file names)."""
     import pyarrow as pa
 
-    from leasekit.log import read_states
-    from leasekit.snapshots import _Written, register
-    from leasekit.writes import in_flight
+    from leasekit.log.append import read_states
+    from leasekit.log.markers import in_flight
+    from leasekit.snapshots.catalog import _Written, register
 
     conn = table.connection
     for r in range(rounds):

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasekit.bucketing import SEED, bucket_ids, murmur3_hash, spark_bucket_column
 from leasekit.errors import InvalidArgumentError, InvalidTypeError
+from leasekit.tables.bucketing import SEED, bucket_ids, murmur3_hash, spark_bucket_column
 
 RID = "_rid"
 BUCKET_COUNTS = (1, 2, 7, 16, 1000)
@@ -350,6 +350,6 @@ def test_spark_column_quotes_odd_names(spark):  # W4
 
 
 def test_module_does_not_import_pyspark():  # W4
-    code = "import sys, leasekit.bucketing; print('pyspark' in sys.modules)"
+    code = "import sys, leasekit.tables.bucketing; print('pyspark' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leasekit.ddl import parse_ddl, to_ddl
 from leasekit.errors import InvalidArgumentError, InvalidTypeError
-from leasekit.schema import parse_schema
+from leasekit.tables.ddl import parse_ddl, to_ddl
+from leasekit.tables.schema import parse_schema
 
 UTC_US = pa.timestamp("us", tz="UTC")
 EXAMPLE = (

@@ -20,7 +20,7 @@ from leasekit.errors import InvalidArgumentError, JavaNotFoundError, ZooKeeperUn
 
 REPO = Path(__file__).resolve().parents[1]
 STARTER = (
-    "import sys; from leasekit.embedded import ensure_running; print(ensure_running(sys.argv[1]))"
+    "import sys; from leasekit.embedded.server import ensure_running; print(ensure_running(sys.argv[1]))"
 )
 
 

@@ -279,7 +279,7 @@ def test_janitor_killed_mid_pass_next_one_finishes(conn, zookeeper, warehouse, n
 
     assert snapshot_ids(table) == {b: sorted(ids) for b, ids in kept_snaps.items()}
     segments = {(tb.bucket, base) for kind, tb, base in keep if kind == "segment"}
-    from leasekit.log import list_segments
+    from leasekit.log.append import list_segments
 
     stored = {(b, s.base_offset) for b, segs in list_segments(table, range(32)).items() for s in segs}
     assert stored == segments

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from leasekit.embedded.java import find_java, java_home
 from leasekit.errors import JavaNotFoundError, LeasekitError
-from leasekit.java import find_java, java_home
 
 
 def _fake_java(home: Path) -> Path:

@@ -11,7 +11,7 @@ from helpers import namespace_tree
 
 import leasekit as lk
 from leasekit import spark as lks
-from leasekit.snapshots import delete_snapshot
+from leasekit.snapshots.catalog import delete_snapshot
 
 TB = lk.TableBucket
 
@@ -168,7 +168,7 @@ def test_acquire_latest_pins_newest_and_reports_buckets_without_snapshot(conn, s
 def test_acquire_latest_retries_when_the_latest_disappears(conn, orders, spark, monkeypatch):
     # L6: between reading the latest ids and pinning, a newer snapshot arrives and the one
     # just read is deleted; acquire_latest must pin the newer one instead.
-    import leasekit.snapshots as snapshots
+    import leasekit.snapshots.catalog as snapshots
 
     real = snapshots.read_latest
     calls = []

@@ -14,8 +14,8 @@ from helpers import pin_znodes, seed_empty_snapshots
 
 import leasekit as lk
 from leasekit.errors import IllegalStateError, SnapshotNotFoundError
-from leasekit.leases import pins_of
-from leasekit.snapshots import delete_snapshot, get_snapshots
+from leasekit.leases.store import pins_of
+from leasekit.snapshots.catalog import delete_snapshot, get_snapshots
 from leasekit.zk import MAX_VALUE_BYTES
 
 

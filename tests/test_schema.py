@@ -9,14 +9,14 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import leasekit.ddl
+import leasekit.tables.ddl
 from leasekit.errors import (
     CorruptMetadataError,
     InvalidArgumentError,
     InvalidTypeError,
     LeasekitError,
 )
-from leasekit.schema import (
+from leasekit.tables.schema import (
     check_primary_key,
     conform,
     deserialize_schema,
@@ -75,7 +75,7 @@ def test_schema_text_with_lone_surrogate_is_rejected():
 
 
 def test_to_ddl_is_reexported_from_ddl():
-    assert to_ddl is leasekit.ddl.to_ddl
+    assert to_ddl is leasekit.tables.ddl.to_ddl
 
 
 # --- parse_schema from arrow ---------------------------------------------------------------

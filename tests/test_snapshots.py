@@ -236,7 +236,7 @@ def test_bulk_written_segments_are_told_apart_from_each_other(conn, spark):
     table = conn.create_table("t", "id BIGINT, amount DOUBLE", "id", buckets=16)
     lks.write(spark.createDataFrame([(i, 1.0) for i in range(1000)], "id BIGINT, amount DOUBLE"), table)
     table.append([{"id": i, "amount": 2.0} for i in range(1000)])
-    from leasekit.log import list_segments
+    from leasekit.log.append import list_segments
 
     segments = list_segments(table, range(16))
     names = [s.file.rsplit("/", 1)[1] for segs in segments.values() for s in segs]

@@ -60,7 +60,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from ..reclaim import run_retention
+    from ..retention.apply import run_retention
 
     with connect(args) as conn, tqdm(desc="retention", unit="item", disable=None,
                                      leave=False) as bar:  # fmt: skip

@@ -13,7 +13,7 @@ from .common import add_command, connect, spark
 from .output import emit, format_fields, format_table
 
 if TYPE_CHECKING:
-    from ..tables import Table
+    from ..tables.catalog import Table
 
 __all__ = ["register"]
 
@@ -26,7 +26,7 @@ def _parse_property(text: str) -> tuple[str, str]:
 
 
 def _table_info(table: Table) -> dict[str, Any]:
-    from ..schema import to_ddl
+    from ..tables.schema import to_ddl
 
     return {
         "table": table.name,

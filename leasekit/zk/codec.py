@@ -1,5 +1,6 @@
-"""The msgpack codec of the ZooKeeper layer: every stored value carries FORMAT_VERSION
-under key "v"; values over MAX_VALUE_BYTES are refused; ZooKeeper times become datetimes."""
+"""The msgpack codec of the ZooKeeper layer: every stored value carries its format version
+under key "v"; values over MAX_VALUE_BYTES are refused; ZooKeeper times become datetimes.
+Only ``formats`` calls it: each kind of znode has its own record type and version there."""
 
 from __future__ import annotations
 
@@ -11,30 +12,30 @@ import msgpack
 from ..errors import CorruptMetadataError, MetadataTooLargeError
 
 FORMAT_VERSION = 1
-"""Version of every stored value; bump when the storage format changes."""
+"""The first format version of every kind of value (each kind bumps its own in ``formats``)."""
 
 MAX_VALUE_BYTES = 900 * 1024
 
 
-def encode(value: dict[str, Any]) -> bytes:
-    """msgpack bytes of ``value`` with the format version under key ``"v"``."""
-    data = msgpack.packb({"v": FORMAT_VERSION, **value}, use_bin_type=True)
+def encode(value: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
+    """msgpack bytes of ``value`` with its format version under key ``"v"``."""
+    data = msgpack.packb({"v": version, **value}, use_bin_type=True)
     if len(data) > MAX_VALUE_BYTES:
         raise MetadataTooLargeError(f"metadata value of {len(data)} bytes exceeds {MAX_VALUE_BYTES}")
     return data
 
 
-def decode(data: bytes, path: str) -> dict[str, Any]:
-    """The value stored at ``path``; ``CorruptMetadataError`` for garbage or unknown versions."""
+def decode(data: bytes, path: str, version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """The value stored at ``path``; ``CorruptMetadataError`` for garbage or another version."""
     try:
         value = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types for garbage
         raise CorruptMetadataError(f"cannot decode metadata at {path}: {exc}", path) from None
     if not isinstance(value, dict) or "v" not in value:
         raise CorruptMetadataError(f"metadata at {path} is not a versioned record", path)
-    if value["v"] != FORMAT_VERSION:
+    if value["v"] != version:
         raise CorruptMetadataError(
-            f"metadata at {path} has format version {value['v']!r}; this leasekit reads {FORMAT_VERSION}",
+            f"metadata at {path} has format version {value['v']!r}; this leasekit reads {version}",
             path,
         )
     return value

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import leasekit as lk
-from leasekit import leases as lease_store
-from leasekit.log import list_segments
-from leasekit.snapshots import list_snapshots, read_latest
+from leasekit.leases import store as lease_store
+from leasekit.log.append import list_segments
+from leasekit.snapshots.catalog import list_snapshots, read_latest
 from leasekit.zk import decode
-from leasekit.zkpaths import CHUNK
+from leasekit.zk.paths import CHUNK
 
 TB = lk.TableBucket
 

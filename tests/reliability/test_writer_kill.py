@@ -15,12 +15,12 @@ import pytest
 from helpers import read_log, warehouse_files
 
 import leasekit as lk
-from leasekit.log import list_segments
+from leasekit.log.append import list_segments
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time
     import leasekit as lk
-    import leasekit.log as log
+    import leasekit.log.append as log
 
     zookeeper, warehouse, namespace, signal_file = sys.argv[1:5]
 
@@ -133,7 +133,7 @@ def test_writer_stalled_past_orphan_min_age_keeps_its_files(conn, events, monkey
     # W2, R4, section 2 ("a reader that sees metadata always finds every file it names"): a
     # writer whose commit comes later than orphan.min-age after its file write keeps its files
     # (its in-flight marker protects them) and commits files that all exist
-    import leasekit.log as log
+    import leasekit.log.append as log
 
     conn.update_settings({"orphan.min-age": "1s"})
     commit = log.commit_segments
@@ -160,7 +160,7 @@ def test_writer_stalled_past_orphan_min_age_keeps_its_files(conn, events, monkey
 def test_writer_whose_marker_is_gone_cannot_commit(conn, events, monkeypatch):
     # W2, R4: once a writer's marker is gone (its ZooKeeper session ended), its files may be
     # swept as orphans, so its commit must be refused and nothing acknowledged
-    import leasekit.log as log
+    import leasekit.log.append as log
     from leasekit.zk import Delete
 
     conn.update_settings({"orphan.min-age": "1s"})

@@ -8,16 +8,16 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .durations import check_id, to_ms
-from .errors import CorruptMetadataError, LeaseNotFoundError
-from .lease_records import DROPPING, LIVE, OPS_PER_TXN, Chunk, _chunk, _chunk_value, _record
-from .records import LeaseInfo, TableBucket
-from .zk import Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
-from .zkpaths import CHUNK
+from ..durations import check_id, to_ms
+from ..errors import CorruptMetadataError, LeaseNotFoundError
+from ..records import LeaseInfo, TableBucket
+from ..zk import Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
+from ..zk.paths import CHUNK
+from .records import DROPPING, LIVE, OPS_PER_TXN, Chunk, _chunk, _chunk_value, _record
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .tables import Table
+    from ..connection import Connection
+    from ..tables.catalog import Table
 
 __all__ = ["release", "drop", "reclaim", "expire", "info", "list_leases", "pins_of", "leases_pinning",
            "forget_table"]

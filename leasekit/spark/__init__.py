@@ -19,20 +19,20 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from . import schema as schemas
-from .bucketing import spark_bucket_column
-from .errors import (
+from ..errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidTypeError,
     LeasekitError,
     OffsetOutOfRangeError,
 )
-from .records import LogSegment, OffsetRange, Snapshot, TableBucket
-from .writes import in_flight
+from ..log.markers import in_flight
+from ..records import LogSegment, OffsetRange, Snapshot, TableBucket
+from ..tables import schema as schemas
+from ..tables.bucketing import spark_bucket_column
 
 if TYPE_CHECKING:
-    from .tables import Table
+    from ..tables.catalog import Table
 
 __all__ = ["spark_session", "read_snapshots", "read_at", "write"]
 
@@ -46,7 +46,7 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
     if active is not None:
         return active
     if not os.environ.get("JAVA_HOME"):
-        from .java import java_home
+        from ..embedded.java import java_home
 
         os.environ["JAVA_HOME"] = java_home()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -142,7 +142,7 @@ def log_frame(spark: SparkSession, table: Table, segments: Mapping[int, list[Log
 
     Columns: ``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns.
     """
-    from .log import log_schema
+    from ..log.append import log_schema
 
     ddl = schemas.to_ddl(log_schema(table))
     used = [
@@ -220,7 +220,7 @@ def _snapshot_map(table: Table, snapshot_ids: Any) -> dict[int, int]:
 
 def read_snapshots(spark: SparkSession | None, table: Table, snapshot_ids: Mapping[Any, int]) -> DataFrame:
     """Rows of the given snapshots (table columns only); ``SnapshotNotFoundError`` if one is gone."""
-    from .snapshots import get_snapshots
+    from ..snapshots.catalog import get_snapshots
 
     spark = session(spark)
     wanted = _snapshot_map(table, snapshot_ids)
@@ -231,8 +231,8 @@ def read_snapshots(spark: SparkSession | None, table: Table, snapshot_ids: Mappi
 
 def read_at(spark: SparkSession | None, table: Table, offsets: Mapping[Any, int] | None = None) -> DataFrame:
     """Union read: the KV state at ``offsets`` (default: end offsets) from snapshot + log tail (S1)."""
-    from .log import list_segments, read_states
-    from .snapshots import list_snapshots
+    from ..log.append import list_segments, read_states
+    from ..snapshots.catalog import list_snapshots
 
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
@@ -276,7 +276,7 @@ def read_at(spark: SparkSession | None, table: Table, offsets: Mapping[Any, int]
 
 def write(df: DataFrame, table: Table) -> dict[TableBucket, OffsetRange]:
     """Bulk upsert from Spark: one task per bucket writes segment files, then offsets commit."""
-    from .log import SegmentFile, commit_segments
+    from ..log.append import SegmentFile, commit_segments
 
     if not isinstance(df, DataFrame):
         raise InvalidTypeError(f"df must be a Spark DataFrame, not {type(df).__name__}")

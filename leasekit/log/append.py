@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from . import schema as schemas
-from .bucketing import bucket_ids
-from .errors import CorruptMetadataError, TableNotFoundError, ZooKeeperUnavailableError
-from .records import LogSegment, OffsetRange, TableBucket
-from .writes import guard, in_flight, lost, lost_error
-from .zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, decode, encode
+from ..errors import CorruptMetadataError, TableNotFoundError, ZooKeeperUnavailableError
+from ..records import LogSegment, OffsetRange, TableBucket
+from ..tables import schema as schemas
+from ..tables.bucketing import bucket_ids
+from ..zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, decode, encode
+from .markers import guard, in_flight, lost, lost_error
 
 if TYPE_CHECKING:
-    from .tables import Table
+    from ..tables.catalog import Table
 
 __all__ = ["BucketState", "read_states", "append", "commit_segments", "list_segments", "log_schema"]
 

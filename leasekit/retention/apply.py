@@ -9,16 +9,16 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import leases
-from .errors import LeasekitError
-from .log import delete_segments
-from .records import RetentionItem, RetentionReport
-from .retention import Metadata, gather, plan, uris
-from .snapshots import delete_snapshot
+from ..errors import LeasekitError
+from ..leases import store as leases
+from ..log.append import delete_segments
+from ..records import RetentionItem, RetentionReport
+from ..snapshots.catalog import delete_snapshot
+from .planner import Metadata, gather, plan, uris
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .tables import Table
+    from ..connection import Connection
+    from ..tables.catalog import Table
 
 __all__ = ["run_retention"]
 

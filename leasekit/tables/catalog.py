@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from . import schema as schemas
-from .durations import check_table_name
-from .errors import (
+from ..durations import check_table_name
+from ..errors import (
     BucketNotFoundError,
     CorruptMetadataError,
     IllegalStateError,
@@ -24,12 +23,13 @@ from .errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from .properties import TABLE_PROPERTIES, effective, parse_properties
-from .records import OffsetRange, Snapshot, TableBucket
-from .zk import Check, Create, Delete, TxnConflict, decode, encode, to_datetime
+from ..properties import TABLE_PROPERTIES, effective, parse_properties
+from ..records import OffsetRange, Snapshot, TableBucket
+from ..zk import Check, Create, Delete, TxnConflict, decode, encode, to_datetime
+from . import schema as schemas
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from ..connection import Connection
 
 __all__ = ["Table", "create_table", "load_table", "list_tables", "drop_table", "MAX_BUCKETS"]
 
@@ -83,26 +83,26 @@ class Table:
 
     def append(self, rows: Any) -> dict[TableBucket, OffsetRange]:
         """Upsert ``rows`` (pandas DataFrame, pyarrow Table or list of dicts)."""
-        from .log import append
+        from ..log.append import append
 
         return append(self, rows, "upsert")
 
     def delete(self, keys: Any) -> dict[TableBucket, OffsetRange]:
         """Delete the rows with these primary keys (primary-key columns only)."""
-        from .log import append
+        from ..log.append import append
 
         return append(self, keys, "delete")
 
     def beginning_offsets(self) -> dict[TableBucket, int]:
         """First offset still stored, per bucket."""
-        from .log import read_states
+        from ..log.append import read_states
 
         states = read_states(self, range(self.num_buckets))
         return {TableBucket(self.name, b): (s.begin if s else 0) for b, s in enumerate(states)}
 
     def end_offsets(self) -> dict[TableBucket, int]:
         """Next offset to assign (high watermark), per bucket."""
-        from .log import read_states
+        from ..log.append import read_states
 
         states = read_states(self, range(self.num_buckets))
         return {TableBucket(self.name, b): (s.end if s else 0) for b, s in enumerate(states)}
@@ -111,20 +111,20 @@ class Table:
 
     def snapshot(self, spark: Any = None) -> dict[TableBucket, Snapshot]:
         """Take a new snapshot of every bucket whose log advanced since its latest one."""
-        from .snapshots import take_snapshots
+        from ..snapshots.catalog import take_snapshots
 
         return take_snapshots(self, spark)
 
     def snapshots(self, bucket: int | None = None) -> list[Snapshot]:
         """Snapshots still stored, oldest first; all buckets unless ``bucket`` is given."""
-        from .snapshots import list_snapshots
+        from ..snapshots.catalog import list_snapshots
 
         buckets = range(self.num_buckets) if bucket is None else [self.bucket_number(bucket)]
         return list_snapshots(self, buckets)
 
     def latest_snapshots(self) -> dict[TableBucket, int]:
         """Newest snapshot id per bucket; buckets with no snapshot are absent."""
-        from .snapshots import read_latest
+        from ..snapshots.catalog import read_latest
 
         return {TableBucket(self.name, b): sid for b, sid in read_latest(self).items()}
 
@@ -196,7 +196,7 @@ def list_tables(conn: Connection) -> list[str]:
 
 def drop_table(conn: Connection, name: object, *, force: bool = False) -> None:
     """Remove the table: its znode and a drop marker in one step, then data metadata, then files."""
-    from .leases import forget_table, leases_pinning
+    from ..leases.store import forget_table, leases_pinning
 
     table = load_table(conn, name)
     pinned_by = leases_pinning(conn, table.table_id)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..errors import CorruptMetadataError, InvalidArgumentError, InvalidTypeError
 from .ddl import _COMMENT, _MAX_DEPTH, _NAME_BY_TYPE, _SUPPORTED, parse_ddl, to_ddl
-from .errors import CorruptMetadataError, InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "RESERVED_COLUMNS",

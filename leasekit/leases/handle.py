@@ -14,21 +14,21 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import leases
-from .durations import check_id
-from .errors import (
+from ..durations import check_id
+from ..errors import (
     InvalidTypeError,
     LeaseExpiredError,
     LeasekitError,
     NotPinnedError,
     ZooKeeperUnavailableError,
 )
-from .records import AcquireResult, LeaseInfo, TableBucket
-from .zk import to_datetime
+from ..records import AcquireResult, LeaseInfo, TableBucket
+from ..zk import to_datetime
+from . import store as leases
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .tables import Table
+    from ..connection import Connection
+    from ..tables.catalog import Table
 
 __all__ = ["KvSnapshotLease", "group_buckets"]
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 def group_buckets(conn: Connection, buckets: Iterable[TableBucket]) -> dict[Table, list[int]]:
     """Validate TableBuckets and group their bucket numbers by table."""
-    from .tables import load_table
+    from ..tables.catalog import load_table
 
     if isinstance(buckets, (str, bytes, TableBucket)) or not isinstance(buckets, Iterable):
         raise InvalidTypeError("buckets must be an iterable of TableBucket")
@@ -55,7 +55,7 @@ def group_buckets(conn: Connection, buckets: Iterable[TableBucket]) -> dict[Tabl
 
 def table_list(conn: Connection, tables: Any) -> list[Table]:
     """Tables named by a name, a Table, or an iterable of those."""
-    from .tables import Table, load_table
+    from ..tables.catalog import Table, load_table
 
     if isinstance(tables, (str, Table)):
         tables = [tables]
@@ -66,7 +66,7 @@ def table_list(conn: Connection, tables: Any) -> list[Table]:
 
 def acquire_latest(conn: Connection, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
     """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms)."""
-    from .snapshots import read_latest
+    from ..snapshots.catalog import read_latest
 
     wanted: dict[Table, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
@@ -173,9 +173,9 @@ class KvSnapshotLease:
 
     def read(self, spark: Any, table: str | Table, *, allow_partial: bool = False) -> Any:
         """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12)."""
-        from . import spark as lks
-        from .snapshots import get_snapshots
-        from .tables import load_table
+        from .. import spark as lks
+        from ..snapshots.catalog import get_snapshots
+        from ..tables.catalog import load_table
 
         self._check()
         spark = lks.session(spark)

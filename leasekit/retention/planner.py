@@ -10,17 +10,17 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
-from .durations import format_duration, to_ms
-from .errors import CorruptMetadataError, LeasekitError
-from .records import RetentionItem, RetentionPlan, TableBucket
-from .warehouse import FileEntry
-from .writes import live_tokens
-from .zk import decode, to_datetime
-from .zkpaths import CHUNK
+from ..durations import format_duration, to_ms
+from ..errors import CorruptMetadataError, LeasekitError
+from ..log.markers import live_tokens
+from ..records import RetentionItem, RetentionPlan, TableBucket
+from ..warehouse import FileEntry
+from ..zk import decode, to_datetime
+from ..zk.paths import CHUNK
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .tables import Table
+    from ..connection import Connection
+    from ..tables.catalog import Table
 
 __all__ = ["Metadata", "gather", "plan", "retention_plan"]
 
@@ -83,7 +83,7 @@ class Metadata(NamedTuple):
 
 
 def _gather_table(conn: Connection, table: Table, skipped: list[str]) -> TableMeta:
-    from .log import bucket_state
+    from ..log.append import bucket_state
 
     store, paths, tid = conn.store, conn.paths, table.table_id
     buckets = list(range(table.num_buckets))
@@ -125,7 +125,7 @@ def _gather_table(conn: Connection, table: Table, skipped: list[str]) -> TableMe
 
 
 def _gather_leases(conn: Connection, skipped: list[str]) -> list[LeaseMeta]:
-    from .leases import _record
+    from ..leases.store import _record
 
     store, paths = conn.store, conn.paths
     ids = store.children(paths.leases) or []
@@ -159,7 +159,7 @@ def _gather_leases(conn: Connection, skipped: list[str]) -> list[LeaseMeta]:
 
 def gather(conn: Connection, table: str | Table | None = None) -> Metadata:
     """Read what a retention plan needs: tables (or one), every lease, the warehouse files."""
-    from .tables import list_tables, load_table
+    from ..tables.catalog import list_tables, load_table
 
     skipped: list[str] = []
     protected: list[str] = []

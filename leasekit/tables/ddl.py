@@ -9,7 +9,7 @@ from typing import NamedTuple, NoReturn
 
 import pyarrow as pa
 
-from .errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["parse_ddl", "to_ddl"]
 

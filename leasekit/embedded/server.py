@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
+from leasekit.embedded.java import find_java
 from leasekit.errors import IllegalStateError, InvalidArgumentError, ZooKeeperUnavailableError
-from leasekit.java import find_java
 
 __all__ = ["ServerStatus", "ensure_running", "status", "stop", "kill", "four_letter"]
 

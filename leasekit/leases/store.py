@@ -7,34 +7,16 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .durations import check_id, parse_duration, to_ms
-from .errors import (
+from ..durations import check_id, parse_duration, to_ms
+from ..errors import (
     InvalidArgumentError,
     InvalidDurationError,
     InvalidTypeError,
     LeaseExpiredError,
     LeaseNotFoundError,
 )
-from .lease_admin import _forget_missing_pins as _forget_missing_pins
-from .lease_admin import _info as _info
-from .lease_admin import _read_chunks as _read_chunks
-from .lease_admin import drop, expire, info, list_leases, pins_of, release
-from .lease_admin import forget_table as forget_table
-from .lease_admin import leases_pinning as leases_pinning
-from .lease_admin import reclaim as reclaim
-from .lease_records import DROPPING as DROPPING
-from .lease_records import (
-    LIVE,
-    OPS_PER_TXN,
-    Chunk,
-    LeaseRecord,
-    _chunk,
-    _chunk_value,
-    _new_record,
-    _record,
-)
-from .records import AcquireResult, TableBucket
-from .zk import (
+from ..records import AcquireResult, TableBucket
+from ..zk import (
     MAX_REQUEST_BYTES,
     Create,
     Delete,
@@ -46,11 +28,29 @@ from .zk import (
     op_size,
     to_datetime,
 )
-from .zkpaths import CHUNK
+from ..zk.paths import CHUNK
+from .admin import _forget_missing_pins as _forget_missing_pins
+from .admin import _info as _info
+from .admin import _read_chunks as _read_chunks
+from .admin import drop, expire, info, list_leases, pins_of, release
+from .admin import forget_table as forget_table
+from .admin import leases_pinning as leases_pinning
+from .admin import reclaim as reclaim
+from .records import DROPPING as DROPPING
+from .records import (
+    LIVE,
+    OPS_PER_TXN,
+    Chunk,
+    LeaseRecord,
+    _chunk,
+    _chunk_value,
+    _new_record,
+    _record,
+)
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .tables import Table
+    from ..connection import Connection
+    from ..tables.catalog import Table
 
 ACQUIRE_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
 """Acquire transactions may fill most of a request: ``op_size`` already bounds each op from above."""
@@ -264,7 +264,7 @@ def validity(conn: Connection, lease_id: str) -> LeaseRecord:
 
 def check_snapshot_ids(conn: Connection, snapshot_ids: object) -> dict[Table, dict[int, int]]:
     """Validate ``{TableBucket: snapshot_id}`` and group it by table (tables looked up once)."""
-    from .tables import load_table
+    from ..tables.catalog import load_table
 
     if not isinstance(snapshot_ids, Mapping):
         raise InvalidTypeError("snapshot_ids must be a mapping of TableBucket to snapshot id")

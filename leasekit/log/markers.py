@@ -12,11 +12,11 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .errors import IllegalStateError, LeasekitError
-from .zk import Check, Create, Delete, TxnConflict
+from ..errors import IllegalStateError, LeasekitError
+from ..zk import Check, Create, Delete, TxnConflict
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from ..connection import Connection
 
 __all__ = ["in_flight", "guard", "live_tokens", "lost"]
 

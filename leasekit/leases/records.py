@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .errors import CorruptMetadataError
-from .zk import Node, Stat, decode, encode
-from .zkpaths import CHUNK
+from ..errors import CorruptMetadataError
+from ..zk import Node, Stat, decode, encode
+from ..zk.paths import CHUNK
 
 LIVE, DROPPING = "live", "dropping"
 OPS_PER_TXN = 5000

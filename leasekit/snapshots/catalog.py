@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import IllegalStateError, SnapshotNotFoundError, TableNotFoundError
-from .log import BucketState, bucket_state, list_segments, read_states
-from .records import Snapshot, TableBucket
-from .writes import guard, in_flight, lost, lost_error
-from .zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, decode, encode, to_datetime
-from .zkpaths import CHUNK
+from ..errors import IllegalStateError, SnapshotNotFoundError, TableNotFoundError
+from ..log.append import BucketState, bucket_state, list_segments, read_states
+from ..log.markers import guard, in_flight, lost, lost_error
+from ..records import Snapshot, TableBucket
+from ..zk import Create, Delete, Node, Op, SetData, Stat, TxnConflict, decode, encode, to_datetime
+from ..zk.paths import CHUNK
 
 if TYPE_CHECKING:
-    from .tables import Table
+    from ..tables.catalog import Table
 
 __all__ = ["list_snapshots", "get_snapshots", "take_snapshots", "read_latest", "delete_snapshot"]
 
@@ -72,7 +72,7 @@ def take_snapshots(table: Table, spark: Any = None) -> dict[TableBucket, Snapsho
     """Compact every advanced bucket (previous snapshot + log tail) and register the results."""
     from tqdm.auto import tqdm
 
-    from . import spark as lks
+    from .. import spark as lks
 
     spark = lks.session(spark)
     states = read_states(table, range(table.num_buckets))

@@ -1,0 +1,314 @@
+"""The stored formats: one record type per kind of znode, each with its format version and
+its encode/decode. Nothing else in leasekit (nor its tests and benchmarks) packs a value.
+
+Values are msgpack maps with short keys (see ``codec``); decoding garbage, an unknown
+version or a value with missing or ill-typed fields raises ``CorruptMetadataError``
+naming the znode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+from ..errors import CorruptMetadataError
+from . import codec
+from .ops import Node, Stat
+
+__all__ = [
+    "SettingsRecord", "TableRecord", "DroppedTable", "BucketState", "SegmentRecord",
+    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "LIVE", "DROPPING", "CHUNK",
+]
+
+CHUNK = 1000
+"""Buckets per chunk of per-bucket arrays (latest snapshots of a table, pins of a lease)."""
+
+LIVE, DROPPING = "live", "dropping"
+"""States of a lease record."""
+
+R = TypeVar("R")
+
+
+def _load(data: bytes, path: str, version: int, kind: str, build: Callable[[dict[str, Any]], R]) -> R:
+    value = codec.decode(data, path, version)
+    try:
+        return build(value)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise CorruptMetadataError(f"{kind} at {path} is invalid: {exc!r}", path) from None
+
+
+def _ints(values: Any) -> list[int]:
+    if not isinstance(values, list):
+        raise TypeError(f"expected a list of ints, got {type(values).__name__}")
+    return [int(v) for v in values]
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a str, got {type(value).__name__}")
+    return value
+
+
+class SettingsRecord(NamedTuple):
+    """``<ns>/settings``: the namespace settings that differ from their defaults."""
+
+    values: dict[str, Any]
+    """Stored form of each set key (durations in ms)."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"values": self.values}, self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> SettingsRecord:
+        """An empty znode holds no settings."""
+        if not data:
+            return cls({})
+        return _load(data, path, cls.VERSION, "namespace settings", lambda v: cls(dict(v.get("values", {}))))
+
+
+class TableRecord(NamedTuple):
+    """``<ns>/tables/<name>``: a table's definition."""
+
+    table_id: str
+    """Unique id; the table's data metadata lives under ``<ns>/data/<table_id>``."""
+    schema: bytes
+    """The arrow schema, serialized (``tables.schema.serialize_schema``)."""
+    primary_key: tuple[str, ...]
+    """Primary-key column names."""
+    num_buckets: int
+    """Fixed bucket count."""
+    properties: dict[str, Any]
+    """Stored form of the properties set at creation."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"id": self.table_id, "schema": self.schema, "pk": list(self.primary_key),
+                             "n": self.num_buckets, "props": self.properties}, self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> TableRecord:
+        def build(v: dict[str, Any]) -> TableRecord:
+            if not isinstance(v["schema"], bytes):
+                raise TypeError("schema is not bytes")
+            return cls(_str(v["id"]), v["schema"], tuple(_str(k) for k in v["pk"]), int(v["n"]),
+                       dict(v.get("props", {})))
+
+        return _load(data, path, cls.VERSION, "table metadata", build)
+
+
+class DroppedTable(NamedTuple):
+    """``<ns>/dropped/<table_id>``: a drop in progress (its metadata and files still go)."""
+
+    name: str
+    """The table's name when it was dropped."""
+    data_dir: str
+    """Warehouse-relative directory of its files."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"name": self.name, "dir": self.data_dir}, self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> DroppedTable:
+        return _load(data, path, cls.VERSION, "drop marker", lambda v: cls(_str(v["name"]), _str(v["dir"])))
+
+
+class BucketState(NamedTuple):
+    """``<ns>/data/<table_id>/<bucket>``: a bucket's offsets and snapshot counters, with the
+    znode stat for compare-and-set (None for a state not yet stored)."""
+
+    end: int
+    """Next offset to assign."""
+    begin: int
+    """First offset still stored."""
+    ts_floor: int
+    """Lower bound for the next segment's timestamp (keeps _timestamp non-decreasing)."""
+    next_snapshot: int
+    """Id the next snapshot gets."""
+    latest_snapshot: int | None
+    """Id of the newest snapshot, if any."""
+    latest_offset: int
+    """Log offset of the newest snapshot (0 when none)."""
+    stat: Stat | None = None
+    """The znode's stat: ``version`` for compare-and-set, ``mtime_ms`` = last commit time."""
+
+    VERSION = 1
+
+    @classmethod
+    def new(cls, end: int, ts_floor: int) -> BucketState:
+        """The state of a bucket's first commit."""
+        return cls(end, 0, ts_floor, 1, None, 0)
+
+    def encode(self, **changes: Any) -> bytes:
+        """The stored value with ``changes``; the floor always absorbs the last commit time."""
+        s = self._replace(**changes)
+        latest = None if s.latest_snapshot is None else [s.latest_snapshot, s.latest_offset]
+        floor = max(s.ts_floor, self.stat.mtime_ms if self.stat else 0)
+        return codec.encode({"e": s.end, "b": s.begin, "t": floor, "s": s.next_snapshot, "l": latest},
+                            self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str) -> BucketState:
+        def build(v: dict[str, Any]) -> BucketState:
+            latest = v.get("l")
+            return cls(int(v["e"]), int(v["b"]), int(v["t"]), int(v["s"]),
+                       int(latest[0]) if latest else None, int(latest[1]) if latest else 0, node.stat)
+
+        return _load(node.data, path, cls.VERSION, "bucket metadata", build)
+
+
+class SegmentRecord(NamedTuple):
+    """``<ns>/data/<table_id>/<bucket>/log/<base offset>``: one immutable log segment file."""
+
+    file: str
+    """Warehouse-relative path of the Parquet file."""
+    rows: int
+    """Records in the file: the segment holds offsets [base, base + rows)."""
+    size: int
+    """File size in bytes."""
+    ts_floor: int
+    """Timestamp floor at commit; the segment's timestamp is max(this, znode ctime)."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"f": self.file, "n": self.rows, "s": self.size, "t": self.ts_floor}, self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> SegmentRecord:
+        return _load(data, path, cls.VERSION, "segment metadata",
+                     lambda v: cls(_str(v["f"]), int(v["n"]), int(v["s"]), int(v["t"])))
+
+
+class SnapshotRecord(NamedTuple):
+    """``<ns>/data/<table_id>/<bucket>/snapshots/<id>``: one KV snapshot; lease pins are its
+    children."""
+
+    log_offset: int
+    """The snapshot holds the state after records [0, log_offset)."""
+    rows: int
+    """Live keys."""
+    size: int
+    """Bytes of its files."""
+    files: tuple[str, ...]
+    """Warehouse-relative paths of its Parquet files."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"o": self.log_offset, "n": self.rows, "s": self.size, "f": list(self.files)},
+                            self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> SnapshotRecord:
+        return _load(data, path, cls.VERSION, "snapshot metadata",
+                     lambda v: cls(int(v["o"]), int(v["n"]), int(v["s"]), tuple(_str(f) for f in v["f"])))
+
+
+class LatestChunk(NamedTuple):
+    """``<ns>/data/<table_id>/latest/<chunk>``: newest snapshot id of CHUNK buckets (0: none)."""
+
+    ids: list[int]
+    """Index i is bucket chunk * CHUNK + i; trailing buckets without snapshots may be absent."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"a": self.ids}, self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> LatestChunk:
+        return _load(data, path, cls.VERSION, "latest-snapshot array", lambda v: cls(_ints(v["a"])))
+
+
+class LeaseRecord(NamedTuple):
+    """``<ns>/leases/<id>``: a lease; ``stat.mtime_ms`` is the time of its last acquire or renew."""
+
+    duration_ms: int
+    """Duration of the last acquire or renew."""
+    floor_ms: int
+    """Earlier expiry that the next one never goes below (renew only extends, L7)."""
+    owner: str
+    """host:pid of the client that last acquired or renewed it."""
+    state: str
+    """LIVE, or DROPPING while a large lease's pins are removed."""
+    stat: Stat | None = None
+    """The znode's stat (None for a record not yet stored)."""
+
+    VERSION = 1
+
+    @property
+    def expires_ms(self) -> int:
+        """Expiry: never earlier than a previous expiry (renew only extends, L7)."""
+        return max(self.floor_ms, (self.stat.mtime_ms if self.stat else 0) + self.duration_ms)
+
+    def renewed(self, duration_ms: int, owner: str, state: str = LIVE) -> LeaseRecord:
+        """The record after an acquire or renew: every earlier expiry is kept as a floor."""
+        return LeaseRecord(duration_ms, self.expires_ms if self.stat else self.floor_ms, owner, state)
+
+    def encode(self) -> bytes:
+        return codec.encode({"d": self.duration_ms, "f": self.floor_ms, "o": self.owner, "s": self.state},
+                            self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str) -> LeaseRecord:
+        def build(v: dict[str, Any]) -> LeaseRecord:
+            state = _str(v["s"])
+            if state not in (LIVE, DROPPING):
+                raise ValueError(f"unknown lease state {state!r}")
+            return cls(int(v["d"]), int(v["f"]), _str(v["o"]), state, node.stat)
+
+        return _load(node.data, path, cls.VERSION, "lease record", build)
+
+
+class PinChunk(NamedTuple):
+    """``<ns>/leases/<id>/pins/<table_id>.<chunk>``: a lease's pinned snapshot id for each of
+    CHUNK buckets of one table (0: not pinned)."""
+
+    table_id: str
+    """The table's id (from the znode's name)."""
+    chunk: int
+    """Chunk number (from the znode's name): buckets [chunk * CHUNK, (chunk + 1) * CHUNK)."""
+    table: str
+    """The table's name."""
+    ids: list[int]
+    """Pinned snapshot id per bucket of the chunk, always CHUNK long once decoded."""
+    stat: Stat | None = None
+    """The znode's stat (None when the chunk is not stored)."""
+
+    VERSION = 1
+
+    @staticmethod
+    def name(table_id: str, chunk: int) -> str:
+        """The znode name of a chunk."""
+        return f"{table_id}.{chunk}"
+
+    @staticmethod
+    def parse_name(name: str) -> tuple[str, int]:
+        """(table_id, chunk) of a chunk's znode name."""
+        table_id, _, chunk = name.rpartition(".")
+        return table_id, int(chunk)
+
+    @classmethod
+    def empty(cls, table_id: str, chunk: int, table: str) -> PinChunk:
+        return cls(table_id, chunk, table, [0] * CHUNK)
+
+    def encode(self) -> bytes:
+        end = len(self.ids)
+        while end and self.ids[end - 1] == 0:
+            end -= 1
+        return codec.encode({"t": self.table, "a": self.ids[:end]}, self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str, table_id: str, chunk: int) -> PinChunk:
+        def build(v: dict[str, Any]) -> PinChunk:
+            ids = _ints(v["a"])
+            if len(ids) > CHUNK:
+                raise ValueError(f"{len(ids)} entries, at most {CHUNK}")
+            return cls(table_id, chunk, _str(v["t"]), ids + [0] * (CHUNK - len(ids)), node.stat)
+
+        return _load(node.data, path, cls.VERSION, "lease pins", build)
