@@ -23,6 +23,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from leasekit.testing import seed_empty_snapshots
+
 from .common import (
     ORDERS_DDL,
     Benchmark,
@@ -35,7 +37,6 @@ from .common import (
     log,
     median,
     ratio_or_none,
-    seed_empty_snapshots,
     settle,
     temp_warehouse,
     timed,

@@ -22,6 +22,8 @@ import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from leasekit.testing import seed_empty_snapshots
+
 from .common import (
     ORDERS_DDL,
     Benchmark,
@@ -29,7 +31,6 @@ from .common import (
     load_average,
     log,
     median,
-    seed_empty_snapshots,
     temp_warehouse,
     timed,
     zk_monitor,
@@ -52,7 +53,7 @@ LARGE_ID = 70_000
 
 def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
     """Stored value sizes of the lease's record, its pins parent and its pin arrays."""
-    from leasekit.zk import decode, encode
+    from leasekit.zk.formats import PinChunk
 
     paths = conn.paths
     names = conn.store.children(paths.lease_pins(lease_id)) or []
@@ -65,9 +66,8 @@ def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
     for path, node in zip(array_paths, arrays):
         if node is None:
             continue
-        value = decode(node.data, path)
-        value.pop("v")
-        large += len(encode({**value, "a": [LARGE_ID if i else 0 for i in value["a"]]}))
+        chunk = PinChunk.decode(node, path, *paths.parse_lease_chunk(path.rsplit("/", 1)[1]))
+        large += len(chunk._replace(ids=[LARGE_ID if i else 0 for i in chunk.ids]).encode())
     return {
         "record_bytes": len(record.data),
         "pins_parent_bytes": len(parent.data),

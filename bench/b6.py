@@ -18,40 +18,17 @@ from .common import ORDERS_DDL, Benchmark, Outcome, load_average, log, median, t
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from leasekit.connection import Connection
 
-__all__ = ["BENCHMARK", "run", "seed_history"]
+__all__ = ["BENCHMARK", "run"]
 
 FULL = {"buckets": 10_000, "snapshots": 4, "segments": 4, "rows_per_segment": 100, "pinned_every": 10}
 QUICK = {**FULL, "buckets": 1_000}
 TABLE = "orders"
 
 
-def seed_history(conn: Connection, table: Any, snapshots: int, segments: int, rows: int) -> None:
-    """Register ``snapshots`` snapshots and ``segments`` log segments for every bucket of
-    ``table`` straight in ZooKeeper (files are not written: planning reads metadata only)."""
-    from leasekit.zk import Create, encode
-    from leasekit.zk.paths import CHUNK
-
-    paths, tid, n = conn.paths, table.table_id, table.num_buckets
-    end = segments * rows
-    state = encode({"e": end, "b": 0, "t": 0, "s": snapshots + 1, "l": [snapshots, snapshots * rows]})
-    ops: list[Any] = []
-    for b in range(n):
-        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b))]
-        for s in range(1, snapshots + 1):
-            files = [f"{table.data_dir}/snapshots/seed/_bucket={b}/part-{s}.parquet"]
-            ops.append(Create(paths.snapshot(tid, b, s), encode({"o": s * rows, "n": rows, "s": 4096, "f": files})))
-        for g in range(segments):
-            value = encode({"f": f"{table.data_dir}/log/{b}/seed-{g}.parquet", "n": rows, "s": 8192, "t": 0})
-            ops.append(Create(paths.segment(tid, b, g * rows), value))
-    for c in range(0, n, CHUNK):
-        ops.append(Create(paths.latest_chunk(tid, c // CHUNK), encode({"a": [snapshots] * min(CHUNK, n - c)})))
-    conn.store.commit_chunked(ops)
-
-
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     import leasekit as lk
+    from leasekit.testing import seed_history
 
     p = QUICK if quick else FULL
     n = p["buckets"]

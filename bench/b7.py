@@ -120,7 +120,7 @@ def handwritten_dedupe(spark: SparkSession, table: Table, out_dir: str) -> float
     dropped, written as Parquet partitioned by bucket. Returns the metadata-listing seconds."""
     from pyspark.sql import functions as F
 
-    from leasekit.log.append import list_segments
+    from leasekit.log.segments import list_segments
 
     listing, by_bucket = timed(lambda: list_segments(table, range(table.num_buckets)))
     segments = [seg for segs in by_bucket.values() for seg in segs]

@@ -48,7 +48,6 @@ __all__ = [
     "settle",
     "load_average",
     "instrumented",
-    "seed_empty_snapshots",
     "zk_cpu_seconds",
     "zk_monitor",
 ]
@@ -318,29 +317,6 @@ def _java_version() -> str | None:
         if key == "java.version":
             return value
     return None
-
-
-def seed_empty_snapshots(conn: Connection, table: Any, snapshot_id: int = 1) -> None:
-    """Register an empty snapshot (state at offset 0, no files) for every bucket of ``table``
-    straight in ZooKeeper, in the layout ``leasekit.snapshots.register`` writes: the bucket
-    state, its log and snapshots parents, the snapshot znode and the latest-snapshot arrays.
-
-    For lease benchmarks at a scale (10,000+ buckets) where real compactions would take far
-    too long; not atomic overall (``commit_chunked``), which a fresh table does not need.
-    """
-    from leasekit.zk import Create, encode
-    from leasekit.zk.paths import CHUNK
-
-    paths, tid, n = conn.paths, table.table_id, table.num_buckets
-    state = encode({"e": 0, "b": 0, "t": 0, "s": snapshot_id + 1, "l": [snapshot_id, 0]})
-    snapshot = encode({"o": 0, "n": 0, "s": 0, "f": []})
-    ops: list[Any] = []
-    for b in range(n):
-        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b)),
-                Create(paths.snapshot(tid, b, snapshot_id), snapshot)]
-    for c in range(0, n, CHUNK):
-        ops.append(Create(paths.latest_chunk(tid, c // CHUNK), encode({"a": [snapshot_id] * min(CHUNK, n - c)})))
-    conn.store.commit_chunked(ops)
 
 
 def zk_cpu_seconds(conn: Connection) -> float | None:

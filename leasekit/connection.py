@@ -5,24 +5,24 @@ With no ZooKeeper address the embedded server of the (local) warehouse is starte
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from .context import Context
 from .durations import check_id, check_namespace, parse_duration
-from .errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError, LeasekitError
-from .leases import store as leases
+from .errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
+from .leases import admin as lease_admin
+from .leases import store as lease_store
 from .properties import NAMESPACE_SETTINGS, effective, parse_properties
 from .records import AcquireResult, LeaseInfo, RetentionPlan, RetentionReport, TableBucket
 from .tables import catalog as _tables
 from .warehouse import Warehouse
-from .zk import TxnConflict, ZkStore, decode, encode, to_datetime
-from .zk.paths import Paths
+from .zk import TxnConflict, ZkStore, to_datetime
+from .zk.formats import SettingsRecord
 
 if TYPE_CHECKING:
     from .leases.handle import KvSnapshotLease
@@ -30,12 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["connect", "Connection", "DEFAULT_WAREHOUSE"]
 
 DEFAULT_WAREHOUSE = "./leasekit-warehouse"
-
-log = logging.getLogger(__name__)
-
-
-def _identity(ms: int) -> int:
-    return ms
 
 
 def connect(
@@ -76,48 +70,17 @@ def connect(
     store.open()
     conn = Connection(store, wh, namespace)
     try:
-        conn._ensure_namespace()
-        conn._watch_settings()
+        conn.ensure_namespace()
+        conn.watch_settings()
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-class Connection:
-    """A session on one namespace of a ZooKeeper ensemble plus a warehouse of data files."""
-
-    def __init__(self, store: ZkStore, warehouse: Warehouse, namespace: str) -> None:
-        self.store = store
-        self.warehouse = warehouse
-        self.namespace = namespace
-        self.paths = Paths(namespace)
-        self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        self.clock: Callable[[int], int] = _identity
-        """Maps ZooKeeper time (ms) to the time used for expiry decisions; tests inject a shift."""
-        self._settings_cache: dict[str, Any] = {}
-
-    def _watch_settings(self) -> None:
-        def update(data: bytes | None) -> None:
-            try:
-                self._settings_cache = _decode_settings(data or b"", self.paths.settings)
-            except LeasekitError:
-                log.warning("ignoring undecodable namespace settings at %s", self.paths.settings)
-
-        self.store.watch(self.paths.settings, update)
-
-    def cached_settings(self) -> dict[str, Any]:
-        """Namespace settings as last seen through the ZooKeeper watch (no I/O)."""
-        return effective(self._settings_cache, NAMESPACE_SETTINGS)
-
-    def now_ms(self) -> int:
-        """The time used for expiry decisions: the ZooKeeper clock through ``self.clock``."""
-        return self.clock(self.server_time_ms())
-
-    def _ensure_namespace(self) -> None:
-        for path in self.paths.skeleton():
-            if self.store.exists(path) is None:
-                self.store.ensure_path(path)
+class Connection(Context):
+    """A session on one namespace of a ZooKeeper ensemble plus a warehouse of data files: the
+    facade users hold. Services below it take the ``Context`` it extends."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -141,37 +104,20 @@ class Connection:
 
     # -- clock and settings ---------------------------------------------------------------
 
-    def server_time_ms(self) -> int:
-        """The ZooKeeper clock, epoch milliseconds."""
-        return self.store.server_time_ms(self.paths.clock)
-
     def server_time(self) -> datetime:
         """The ZooKeeper clock as a UTC datetime."""
         return to_datetime(self.server_time_ms())
-
-    def _stored_settings(self) -> tuple[dict[str, Any], int]:
-        node = self.store.get(self.paths.settings)
-        if node is None:
-            self._ensure_namespace()
-            return {}, 0
-        stored = _decode_settings(node.data, self.paths.settings)
-        self._settings_cache = stored
-        return stored, node.stat.version
-
-    def settings(self) -> dict[str, Any]:
-        """Namespace-wide settings (defaults filled in; durations as ``timedelta``)."""
-        return effective(self._stored_settings()[0], NAMESPACE_SETTINGS)
 
     def update_settings(self, mapping: Mapping[str, Any]) -> dict[str, Any]:
         """Change namespace-wide settings for every client; returns the new settings."""
         changes = parse_properties(mapping, NAMESPACE_SETTINGS, what="setting")
         while True:
-            stored, version = self._stored_settings()
+            stored, version = self.stored_settings()
             merged = {**stored, **changes}
             if merged == stored:
                 return effective(stored, NAMESPACE_SETTINGS)
             try:
-                self.store.set(self.paths.settings, encode({"values": merged}), version)
+                self.store.set(self.paths.settings, SettingsRecord(merged).encode(), version)
                 return effective(merged, NAMESPACE_SETTINGS)
             except TxnConflict as exc:
                 if exc.reason != "version":
@@ -218,40 +164,40 @@ class Connection:
                                   lease_duration: Any) -> AcquireResult:
         """Pin snapshots for the lease, creating it on first use (Fluss Admin API shape)."""
         check_id(lease_id)
-        duration_ms = leases.lease_duration_ms(self, lease_duration)
-        return leases.acquire(self, lease_id, leases.check_snapshot_ids(self, snapshot_ids), duration_ms)
+        duration_ms = lease_store.lease_duration_ms(self, lease_duration)
+        return lease_store.acquire(self, lease_id, lease_store.check_snapshot_ids(self, snapshot_ids), duration_ms)
 
     def renew_kv_snapshot_lease(self, lease_id: str, lease_duration: Any) -> datetime:
         """Extend the lease to at least now + lease_duration; returns the new expiry."""
         check_id(lease_id)
-        return to_datetime(leases.renew(self, lease_id, leases.lease_duration_ms(self, lease_duration)))
+        return to_datetime(lease_store.renew(self, lease_id, lease_store.lease_duration_ms(self, lease_duration)))
 
     def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets from the lease (idempotent)."""
         from .leases.handle import group_buckets
 
         check_id(lease_id)
-        leases.release(self, lease_id, group_buckets(self, buckets))
+        lease_admin.release(self, lease_id, group_buckets(self, buckets))
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
         """Remove the lease and all its pins; False if it does not exist."""
         check_id(lease_id)
-        return leases.drop(self, lease_id)
+        return lease_admin.drop(self, lease_id)
 
     def leases(self) -> list[LeaseInfo]:
         """Every lease of the namespace, by id (expired ones too, until reclaimed)."""
-        return leases.list_leases(self)
+        return lease_admin.list_leases(self)
 
     def expire_leases(self) -> list[str]:
         """Reclaim leases past expires_at + lease.expiry-grace now; returns their ids."""
-        return leases.expire(self)
+        return lease_admin.expire(self)
 
 
     # -- retention ------------------------------------------------------------------------
 
     def retention_plan(self, table: str | _tables.Table | None = None) -> RetentionPlan:
         """What retention would keep and delete, with reasons (one table or all); changes nothing."""
-        from .retention.planner import retention_plan
+        from .retention.apply import retention_plan
 
         return retention_plan(self, table)
 
@@ -262,7 +208,3 @@ class Connection:
         if not isinstance(dry_run, bool):
             raise InvalidTypeError("dry_run must be a bool")
         return run_retention(self, table, dry_run=dry_run)
-
-
-def _decode_settings(data: bytes, path: str) -> dict[str, Any]:
-    return decode(data, path).get("values", {}) if data else {}

@@ -26,7 +26,7 @@ from .records import RetentionReport
 from .tables.catalog import finish_drop, pending_drops
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .context import Context
 
 __all__ = ["run", "run_once", "check_interval"]
 
@@ -44,7 +44,7 @@ def check_interval(interval: Any) -> timedelta:
     return value
 
 
-def run_once(conn: Connection) -> RetentionReport:
+def run_once(conn: Context) -> RetentionReport:
     """One pass without election: finish pending table drops, then ``conn.run_retention()``
     (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode."""
     started = time.monotonic()
@@ -64,7 +64,7 @@ def run_once(conn: Connection) -> RetentionReport:
     return report
 
 
-def run(conn: Connection, interval: Any = "30s", stop_event: threading.Event | None = None) -> None:
+def run(conn: Context, interval: Any = "30s", stop_event: threading.Event | None = None) -> None:
     """Join the janitor election and, while leader, do a pass every ``interval``.
 
     Blocks until ``stop_event`` is set (a leader finishes its current pass first) or the
@@ -77,7 +77,7 @@ def run(conn: Connection, interval: Any = "30s", stop_event: threading.Event | N
 class Janitor:
     """One janitor on one connection; ``run`` blocks (see ``leasekit.janitor.run``)."""
 
-    def __init__(self, conn: Connection, interval: float, stop: threading.Event) -> None:
+    def __init__(self, conn: Context, interval: float, stop: threading.Event) -> None:
         self.conn = conn
         self.interval = interval
         self.stop = stop

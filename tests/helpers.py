@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from leasekit.testing import seed_empty_snapshots as seed_empty_snapshots
+
 
 def namespace_tree(conn) -> dict[str, bytes]:
     """Every znode of the connection's namespace with its data (the clock excluded)."""
@@ -19,7 +21,7 @@ def read_log(table) -> dict[int, list[dict]]:
     """Every stored log record per bucket, with ``_offset`` and ``_timestamp_ms``, read with pyarrow."""
     import pyarrow.parquet as pq
 
-    from leasekit.log.append import list_segments
+    from leasekit.log.segments import list_segments
 
     out: dict[int, list[dict]] = {}
     for bucket, segs in list_segments(table, range(table.num_buckets)).items():
@@ -31,25 +33,6 @@ def read_log(table) -> dict[int, list[dict]]:
                 rows.append(rec)
         out[bucket] = rows
     return out
-
-
-def seed_empty_snapshots(conn, table, snapshot_id: int = 1) -> None:
-    """Give every bucket an empty snapshot (state at offset 0, no files) straight in the
-    metadata store, for lease tests at a scale where real compactions would take hours."""
-    from leasekit.zk import Create, encode
-    from leasekit.zk.paths import CHUNK
-
-    paths, tid = conn.paths, table.table_id
-    ops = []
-    state = encode({"e": 0, "b": 0, "t": 0, "s": snapshot_id + 1, "l": [snapshot_id, 0]})
-    snapshot = encode({"o": 0, "n": 0, "s": 0, "f": []})
-    for b in range(table.num_buckets):
-        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b)),
-                Create(paths.snapshot(tid, b, snapshot_id), snapshot)]
-    for c in range(0, table.num_buckets, CHUNK):
-        ops.append(Create(paths.latest_chunk(tid, c // CHUNK),
-                          encode({"a": [snapshot_id] * min(CHUNK, table.num_buckets - c)})))
-    conn.store.commit_chunked(ops)
 
 
 def pin_znodes(conn, table, lease_id: str, snapshot_ids: dict[int, int] | None = None) -> dict[int, int]:
@@ -91,9 +74,9 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
     retention reads only snapshot metadata and file names)."""
     import pyarrow as pa
 
-    from leasekit.log.append import read_states
     from leasekit.log.markers import in_flight
-    from leasekit.snapshots.catalog import _Written, register
+    from leasekit.log.state import read_states
+    from leasekit.snapshots.take import Written, register
 
     conn = table.connection
     for r in range(rounds):
@@ -104,5 +87,5 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
             for b, state in enumerate(read_states(table, range(table.num_buckets))):
                 if state is not None:
                     path = f"{rel}/_bucket={b}/part-00000.parquet"
-                    written[b] = _Written(state.end, [path], 1, conn.warehouse.write_parquet(path, pa.table({"id": [b]})))
+                    written[b] = Written(state.end, [path], 1, conn.warehouse.write_parquet(path, pa.table({"id": [b]})))
             register(table, written, token)

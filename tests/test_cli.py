@@ -14,7 +14,7 @@ from helpers import run_cli as run
 from helpers import run_cli_json as run_json
 
 from leasekit import cli, demo, embedded
-from leasekit.log.append import list_segments
+from leasekit.log.segments import list_segments
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 

@@ -17,7 +17,8 @@ from helpers import grow, warehouse_files
 
 import leasekit as lk
 from leasekit import janitor
-from leasekit.zk import Create, Delete, SetData, encode
+from leasekit.zk import Create, Delete, SetData
+from leasekit.zk.formats import DroppedTable
 
 TB = lk.TableBucket
 SCHEMA = "id BIGINT, v STRING"
@@ -215,7 +216,7 @@ def test_pass_finishes_a_half_done_table_drop(conn, caplog) -> None:
     grow(table, 2)
     assert warehouse_files(conn)
     node = conn.store.get(conn.paths.table("t"))
-    marker = encode({"name": "t", "dir": table.data_dir})
+    marker = DroppedTable("t", table.data_dir).encode()
     conn.store.commit([Delete(conn.paths.table("t"), node.stat.version),
                        Create(conn.paths.dropped_table(table.table_id), marker)])
     report = janitor.run_once(conn)
@@ -279,7 +280,7 @@ def test_janitor_killed_mid_pass_next_one_finishes(conn, zookeeper, warehouse, n
 
     assert snapshot_ids(table) == {b: sorted(ids) for b, ids in kept_snaps.items()}
     segments = {(tb.bucket, base) for kind, tb, base in keep if kind == "segment"}
-    from leasekit.log.append import list_segments
+    from leasekit.log.segments import list_segments
 
     stored = {(b, s.base_offset) for b, segs in list_segments(table, range(32)).items() for s in segs}
     assert stored == segments

@@ -15,7 +15,7 @@ import pytest
 from helpers import read_log, warehouse_files
 
 import leasekit as lk
-from leasekit.log.append import list_segments
+from leasekit.log.segments import list_segments
 
 
 def _check_dense(table, expected_ids: set[int]) -> None:
@@ -152,7 +152,7 @@ def test_timestamp_floor_survives_a_backwards_clock(conn):
     # W3: a state written "later" with an older mtime cannot pull timestamps back
     table = conn.create_table("t", "id BIGINT", "id", buckets=1)
     table.append([{"id": 1}])
-    from leasekit.log.append import read_states
+    from leasekit.log.state import read_states
     from leasekit.zk import SetData
 
     state = read_states(table, [0])[0]

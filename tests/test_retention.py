@@ -200,7 +200,7 @@ def test_passes_are_idempotent_and_scoped(conn, spark):
 def test_refused_deletion_keeps_the_segments_it_needs(conn, spark):
     # R2, R3: a snapshot pinned between planning and deleting stays, and so does its log
     import leasekit.retention.apply as reclaim
-    from leasekit import retention
+    from leasekit.retention import planner as retention
     from leasekit.retention.apply import run_retention
 
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1, properties={"log.retention": "0s"})

@@ -236,12 +236,13 @@ def test_bulk_written_segments_are_told_apart_from_each_other(conn, spark):
     table = conn.create_table("t", "id BIGINT, amount DOUBLE", "id", buckets=16)
     lks.write(spark.createDataFrame([(i, 1.0) for i in range(1000)], "id BIGINT, amount DOUBLE"), table)
     table.append([{"id": i, "amount": 2.0} for i in range(1000)])
-    from leasekit.log.append import list_segments
+    from leasekit.log.segments import list_segments
+    from leasekit.spark.frames import log_frame
 
     segments = list_segments(table, range(16))
     names = [s.file.rsplit("/", 1)[1] for segs in segments.values() for s in segs]
     ranges = {b: (0, e) for b, e in enumerate(table.end_offsets().values())}
-    assert lks.log_frame(spark, table, segments, ranges).count() == 2000
+    assert log_frame(spark, table, segments, ranges).count() == 2000
     assert len(names) > len(set(names)) or len(names) == 32  # the collision this guards against
     state = dict(lks.read_at(spark, table).collect())
     assert len(state) == 1000 and set(state.values()) == {2.0}

@@ -1,5 +1,5 @@
-"""Lease upkeep and read-back: release, drop, reclaim and expire leases with their pins; lease
-info and listings, the leases pinning a table, and forgetting a dropped table's pin arrays."""
+"""The lease store's upkeep and read-back: release, drop, remove and expire leases with their
+pins; lease info and listings, the leases pinning a table, forgetting a dropped table's pins."""
 
 from __future__ import annotations
 
@@ -12,15 +12,18 @@ from ..durations import check_id, to_ms
 from ..errors import CorruptMetadataError, LeaseNotFoundError
 from ..records import LeaseInfo, TableBucket
 from ..zk import Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
+from ..zk.formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from ..zk.paths import CHUNK
-from .records import DROPPING, LIVE, OPS_PER_TXN, Chunk, _chunk, _chunk_value, _record
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..tables.catalog import Table
+    from ..context import Context
+    from ..tables.info import TableInfo
 
-__all__ = ["release", "drop", "reclaim", "expire", "info", "list_leases", "pins_of", "leases_pinning",
-           "forget_table"]
+__all__ = ["release", "drop", "remove", "expire", "info", "list_leases", "pins_of", "leases_pinning",
+           "forget_table", "read_pin_chunks"]
+
+OPS_PER_TXN = 5000
+"""Most ops in one transaction that removes pins."""
 
 log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases API's logger name
 
@@ -28,22 +31,23 @@ log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases 
 # -- release, drop, expire ---------------------------------------------------------------
 
 
-def _read_chunks(conn: Connection, lease_id: str) -> list[tuple[str, Chunk]]:
+def read_pin_chunks(conn: Context, lease_id: str) -> list[tuple[str, PinChunk]]:
+    """Every pin array of the lease, with its path."""
     names = conn.store.children(conn.paths.lease_pins(lease_id)) or []
     chunk_paths = [f"{conn.paths.lease_pins(lease_id)}/{n}" for n in names]
     out = []
     for name, path, node in zip(names, chunk_paths, conn.store.get_many(chunk_paths)):
         if node is None:
             continue
-        table_id, _, chunk = name.partition(".")
-        out.append((path, _chunk(node, path, table_id, int(chunk), "")))
+        table_id, chunk = conn.paths.parse_lease_chunk(name)
+        out.append((path, PinChunk.decode(node, path, table_id, chunk)))
     return out
 
 
-def pins_of(conn: Connection, lease_id: str, table: Table | None = None) -> dict[TableBucket, int]:
+def pins_of(conn: Context, lease_id: str, table: TableInfo | None = None) -> dict[TableBucket, int]:
     """The lease's pins (of one table, if given)."""
     out: dict[TableBucket, int] = {}
-    for _, ch in _read_chunks(conn, lease_id):
+    for _, ch in read_pin_chunks(conn, lease_id):
         if table is not None and ch.table_id != table.table_id:
             continue
         for i, sid in enumerate(ch.ids):
@@ -52,7 +56,7 @@ def pins_of(conn: Connection, lease_id: str, table: Table | None = None) -> dict
     return out
 
 
-def release(conn: Connection, lease_id: str, buckets: Mapping[Table, Iterable[int]]) -> None:
+def release(conn: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[int]]) -> None:
     """Unpin these buckets; idempotent, buckets the lease does not pin are ignored (L9)."""
     check_id(lease_id)
     paths = conn.paths
@@ -66,11 +70,11 @@ def release(conn: Connection, lease_id: str, buckets: Mapping[Table, Iterable[in
             path = paths.lease_chunk(lease_id, table.table_id, chunk)
 
             def build(path: str = path, chunk: int = chunk, members: set[int] = members,
-                      table: Table = table) -> list[Op]:
+                      table: TableInfo = table) -> list[Op]:
                 node = conn.store.get(path)
                 if node is None:
                     return []
-                ch = _chunk(node, path, table.table_id, chunk, table.name)
+                ch = PinChunk.decode(node, path, table.table_id, chunk)
                 ids = list(ch.ids)
                 ops: list[Op] = []
                 for b in sorted(members):
@@ -79,7 +83,7 @@ def release(conn: Connection, lease_id: str, buckets: Mapping[Table, Iterable[in
                         ids[b % CHUNK] = 0
                 if not ops:
                     return []
-                ops.append(SetData(path, _chunk_value(ch.table, ids), node.stat.version) if any(ids)
+                ops.append(SetData(path, ch._replace(ids=ids).encode(), node.stat.version) if any(ids)
                            else Delete(path, node.stat.version))
                 return ops
 
@@ -88,13 +92,13 @@ def release(conn: Connection, lease_id: str, buckets: Mapping[Table, Iterable[in
             except TxnConflict as exc:
                 if exc.reason != "nonode":
                     raise
-                _forget_missing_pins(conn, lease_id)
+                forget_missing_pins(conn, lease_id)
                 conn.store.commit_retrying(build, what=f"release from lease {lease_id}")
 
 
-def _forget_missing_pins(conn: Connection, lease_id: str) -> None:
+def forget_missing_pins(conn: Context, lease_id: str) -> None:
     """Clear array entries whose pin znode is gone (its table was force-dropped)."""
-    for path, ch in _read_chunks(conn, lease_id):
+    for path, ch in read_pin_chunks(conn, lease_id):
         targets = [(i, sid) for i, sid in enumerate(ch.ids) if sid]
         nodes = conn.store.get_many([conn.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id)
                                      for i, sid in targets])
@@ -104,19 +108,19 @@ def _forget_missing_pins(conn: Connection, lease_id: str) -> None:
                 ids[i] = 0
         if ids != ch.ids and ch.stat is not None:
             try:
-                conn.store.commit([SetData(path, _chunk_value(ch.table, ids), ch.stat.version) if any(ids)
+                conn.store.commit([SetData(path, ch._replace(ids=ids).encode(), ch.stat.version) if any(ids)
                                    else Delete(path, ch.stat.version)])
             except TxnConflict:
                 pass
 
 
-def drop(conn: Connection, lease_id: str) -> bool:
+def drop(conn: Context, lease_id: str) -> bool:
     """Remove the lease and all its pins; False if it does not exist (L10)."""
     check_id(lease_id)
-    return reclaim(conn, lease_id, expected_version=None)
+    return remove(conn, lease_id, expected_version=None)
 
 
-def reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bool:
+def remove(conn: Context, lease_id: str, expected_version: int | None) -> bool:
     """Delete a lease with its pins. With ``expected_version``, only if nobody renewed it since.
 
     Small leases go in one transaction. Large ones are first marked as dropping (invisible
@@ -129,9 +133,9 @@ def reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bo
         if node is None:
             return False
         version = node.stat.version
-        if expected_version is not None and version != expected_version and _record(node, rec_path).state == LIVE:
+        if expected_version is not None and version != expected_version and LeaseRecord.decode(node, rec_path).state == LIVE:
             return False
-        chunks = _read_chunks(conn, lease_id)
+        chunks = read_pin_chunks(conn, lease_id)
         pin_ops: list[Op] = []
         for path, ch in chunks:
             pin_ops += [Delete(paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id))
@@ -141,9 +145,9 @@ def reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bo
             if len(pin_ops) + 2 <= OPS_PER_TXN:
                 store.commit([*pin_ops, Delete(paths.lease_pins(lease_id)), Delete(rec_path, version)])
                 return True
-            record = _record(node, rec_path)
+            record = LeaseRecord.decode(node, rec_path)
             if record.state == LIVE:
-                store.set(rec_path, record.value(record.duration_ms, record.owner, DROPPING), version)
+                store.set(rec_path, record.renewed(record.duration_ms, record.owner, DROPPING).encode(), version)
             for batch in chunk_ops(pin_ops, max_ops=OPS_PER_TXN):
                 store.commit(batch)
             store.commit([Delete(paths.lease_pins(lease_id)), Delete(rec_path)])
@@ -152,10 +156,10 @@ def reclaim(conn: Connection, lease_id: str, expected_version: int | None) -> bo
             if exc.op.path == rec_path and exc.reason == "nonode":
                 return False
             if exc.reason == "nonode" and "/pins/" not in exc.op.path:
-                _forget_missing_pins(conn, lease_id)  # a pin went with a force-dropped table
+                forget_missing_pins(conn, lease_id)  # a pin went with a force-dropped table
 
 
-def expire(conn: Connection) -> list[str]:
+def expire(conn: Context) -> list[str]:
     """Reclaim every lease past expires_at + lease.expiry-grace; returns their ids (L11)."""
     ids = conn.store.children(conn.paths.leases) or []
     paths = [conn.paths.lease(i) for i in ids]
@@ -167,12 +171,12 @@ def expire(conn: Connection) -> list[str]:
         if node is None:
             continue
         try:
-            record = _record(node, path)
+            record = LeaseRecord.decode(node, path)
         except CorruptMetadataError as exc:
             log.warning("skipping lease %s: %s", lease_id, exc)
             continue
         if record.state == DROPPING or now > record.expires_ms + grace:
-            if reclaim(conn, lease_id, expected_version=node.stat.version):
+            if remove(conn, lease_id, expected_version=node.stat.version):
                 reclaimed.append(lease_id)
     return reclaimed
 
@@ -180,9 +184,9 @@ def expire(conn: Connection) -> list[str]:
 # -- reading ------------------------------------------------------------------------------
 
 
-def _info(conn: Connection, lease_id: str, node: Node) -> LeaseInfo | None:
+def _info(conn: Context, lease_id: str, node: Node) -> LeaseInfo | None:
     path = conn.paths.lease(lease_id)
-    record = _record(node, path)
+    record = LeaseRecord.decode(node, path)
     if record.state != LIVE:
         return None
     return LeaseInfo(
@@ -192,7 +196,7 @@ def _info(conn: Connection, lease_id: str, node: Node) -> LeaseInfo | None:
     )
 
 
-def info(conn: Connection, lease_id: str) -> LeaseInfo:
+def info(conn: Context, lease_id: str) -> LeaseInfo:
     """The lease as stored; ``LeaseNotFoundError`` if it does not exist."""
     check_id(lease_id)
     node = conn.store.get(conn.paths.lease(lease_id))
@@ -202,7 +206,7 @@ def info(conn: Connection, lease_id: str) -> LeaseInfo:
     return result
 
 
-def list_leases(conn: Connection) -> list[LeaseInfo]:
+def list_leases(conn: Context) -> list[LeaseInfo]:
     """Every lease of the namespace (expired ones too, until reclaimed), by id."""
     ids = conn.store.children(conn.paths.leases) or []
     nodes = conn.store.get_many([conn.paths.lease(i) for i in ids])
@@ -215,29 +219,29 @@ def list_leases(conn: Connection) -> list[LeaseInfo]:
     return out
 
 
-def leases_pinning(conn: Connection, table_id: str) -> list[str]:
+def leases_pinning(conn: Context, table_id: str) -> list[str]:
     """Ids of live, unexpired leases that pin any bucket of the table."""
     ids = conn.store.children(conn.paths.leases) or []
     kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
-    candidates = [i for i, names in zip(ids, kids) if names and any(n.startswith(f"{table_id}.") for n in names)]
+    candidates = [i for i, names in zip(ids, kids) if names and any(conn.paths.parse_lease_chunk(n)[0] == table_id for n in names)]
     paths = [conn.paths.lease(i) for i in candidates]
     now, nodes = conn.store.read_with_clock(conn.paths.clock, paths)
     out = []
     for lease_id, path, node in zip(candidates, paths, nodes):
         if node is None:
             continue
-        record = _record(node, path)
+        record = LeaseRecord.decode(node, path)
         if record.state == LIVE and conn.clock(now) <= record.expires_ms:
             out.append(lease_id)
     return out
 
 
-def forget_table(conn: Connection, table_id: str) -> None:
+def forget_table(conn: Context, table_id: str) -> None:
     """Remove a dropped table's pin arrays from every lease (its pin znodes go with its data)."""
     ids = conn.store.children(conn.paths.leases) or []
     kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
     ops: list[Op] = [Delete(f"{conn.paths.lease_pins(i)}/{n}")
-                     for i, names in zip(ids, kids) for n in (names or []) if n.startswith(f"{table_id}.")]
+                     for i, names in zip(ids, kids) for n in (names or []) if conn.paths.parse_lease_chunk(n)[0] == table_id]
     for op in ops:
         try:
             conn.store.commit([op])

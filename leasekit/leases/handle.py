@@ -24,18 +24,18 @@ from ..errors import (
 )
 from ..records import AcquireResult, LeaseInfo, TableBucket
 from ..zk import to_datetime
-from . import store as leases
+from . import admin, store
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..tables.catalog import Table
+    from ..context import Context
+    from ..tables.info import TableInfo
 
 __all__ = ["KvSnapshotLease", "group_buckets"]
 
 log = logging.getLogger(__name__)
 
 
-def group_buckets(conn: Connection, buckets: Iterable[TableBucket]) -> dict[Table, list[int]]:
+def group_buckets(conn: Context, buckets: Iterable[TableBucket]) -> dict[TableInfo, list[int]]:
     """Validate TableBuckets and group their bucket numbers by table."""
     from ..tables.catalog import load_table
 
@@ -46,35 +46,36 @@ def group_buckets(conn: Connection, buckets: Iterable[TableBucket]) -> dict[Tabl
         if not isinstance(tb, TableBucket):
             raise InvalidTypeError(f"buckets must be TableBucket values, not {type(tb).__name__}")
         by_name.setdefault(tb.table, []).append(tb.bucket)
-    out: dict[Table, list[int]] = {}
+    out: dict[TableInfo, list[int]] = {}
     for name, numbers in by_name.items():
         table = load_table(conn, name)
         out[table] = [table.bucket_number(b) for b in numbers]
     return out
 
 
-def table_list(conn: Connection, tables: Any) -> list[Table]:
+def table_list(conn: Context, tables: Any) -> list[TableInfo]:
     """Tables named by a name, a Table, or an iterable of those."""
-    from ..tables.catalog import Table, load_table
+    from ..tables.catalog import load_table
+    from ..tables.info import TableInfo
 
-    if isinstance(tables, (str, Table)):
+    if isinstance(tables, (str, TableInfo)):
         tables = [tables]
     if not isinstance(tables, Iterable):
         raise InvalidTypeError("tables must be a table name or an iterable of table names")
     return [load_table(conn, t) for t in tables]
 
 
-def acquire_latest(conn: Connection, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
+def acquire_latest(conn: Context, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
     """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms)."""
     from ..snapshots.catalog import read_latest
 
-    wanted: dict[Table, dict[int, int]] = {}
+    wanted: dict[TableInfo, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
     for table in table_list(conn, tables):
         latest = read_latest(table)
         wanted[table] = latest
         missing.update({TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest})
-    result, committed_ms = leases.acquire_at(conn, lease_id, wanted, duration_ms,
+    result, committed_ms = store.acquire_at(conn, lease_id, wanted, duration_ms,
                                              refresh=lambda table, buckets: read_latest(table, buckets))
     return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
 
@@ -86,11 +87,11 @@ def _ms(when: datetime) -> int:
 class KvSnapshotLease:
     """A lease that pins KV snapshots so retention cannot delete them while they are read."""
 
-    def __init__(self, conn: Connection, lease_id: str | None = None, duration: Any = "1h", *,
+    def __init__(self, conn: Context, lease_id: str | None = None, duration: Any = "1h", *,
                  keepalive: bool = False, drop_on_exit: bool = True) -> None:
         self._conn = conn
         self.lease_id: str = check_id(lease_id) if lease_id is not None else f"lease-{uuid.uuid4().hex[:16]}"
-        self._duration_ms = leases.lease_duration_ms(conn, duration)
+        self._duration_ms = store.lease_duration_ms(conn, duration)
         if not isinstance(keepalive, bool) or not isinstance(drop_on_exit, bool):
             raise InvalidTypeError("keepalive and drop_on_exit must be bools")
         self.keepalive = keepalive
@@ -135,8 +136,8 @@ class KvSnapshotLease:
     def acquire(self, snapshot_ids: Mapping[TableBucket, int]) -> AcquireResult:
         """Pin these snapshots (moving earlier pins of the same buckets); creates the lease."""
         self._check()
-        wanted = leases.check_snapshot_ids(self._conn, snapshot_ids)
-        result, committed_ms = leases.acquire_at(self._conn, self.lease_id, wanted, self._duration_ms)
+        wanted = store.check_snapshot_ids(self._conn, snapshot_ids)
+        result, committed_ms = store.acquire_at(self._conn, self.lease_id, wanted, self._duration_ms)
         self._note(_ms(result.expires_at), committed_ms)
         return result
 
@@ -150,38 +151,39 @@ class KvSnapshotLease:
     def renew(self, duration: Any = None) -> datetime:
         """Extend the lease to at least now + duration (default: its duration); the new expiry."""
         self._check()
-        duration_ms = None if duration is None else leases.lease_duration_ms(self._conn, duration)
+        duration_ms = None if duration is None else store.lease_duration_ms(self._conn, duration)
         if duration_ms is not None:
             self._duration_ms = duration_ms
-        return to_datetime(self._note(*leases.renew_at(self._conn, self.lease_id, duration_ms)))
+        return to_datetime(self._note(*store.renew_at(self._conn, self.lease_id, duration_ms)))
 
     def release(self, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets (idempotent)."""
         self._check()
-        leases.release(self._conn, self.lease_id, group_buckets(self._conn, buckets))
+        admin.release(self._conn, self.lease_id, group_buckets(self._conn, buckets))
 
     def drop(self) -> bool:
         """Remove the lease and its pins; False if it did not exist."""
         self._stop_keepalive()
-        dropped = leases.drop(self._conn, self.lease_id)
+        dropped = admin.drop(self._conn, self.lease_id)
         self._dropped = True
         return dropped
 
     def info(self) -> LeaseInfo:
         """The lease as stored in ZooKeeper."""
-        return leases.info(self._conn, self.lease_id)
+        return admin.info(self._conn, self.lease_id)
 
-    def read(self, spark: Any, table: str | Table, *, allow_partial: bool = False) -> Any:
+    def read(self, spark: Any, table: str | TableInfo, *, allow_partial: bool = False) -> Any:
         """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12)."""
-        from .. import spark as lks
         from ..snapshots.catalog import get_snapshots
+        from ..spark.frames import files_frame
+        from ..spark.session import session, spark_errors
         from ..tables.catalog import load_table
 
         self._check()
-        spark = lks.session(spark)
+        spark = session(spark)
         table = load_table(self._conn, table)
-        leases.validity(self._conn, self.lease_id)
-        pins = leases.pins_of(self._conn, self.lease_id, table)
+        store.validity(self._conn, self.lease_id)
+        pins = admin.pins_of(self._conn, self.lease_id, table)
         unpinned = [b for b in range(table.num_buckets) if TableBucket(table.name, b) not in pins]
         if unpinned and not allow_partial:
             shown = ", ".join(map(str, unpinned[:10])) + (" ..." if len(unpinned) > 10 else "")
@@ -190,8 +192,8 @@ class KvSnapshotLease:
                 f"{table.name!r} (buckets {shown}); acquire them or pass allow_partial=True"
             )
         snaps = get_snapshots(table, {tb.bucket: sid for tb, sid in pins.items()})
-        with lks.spark_errors(f"read {table.name} through lease {self.lease_id}"):
-            return lks.files_frame(spark, table, [f for s in snaps for f in s.files])
+        with spark_errors(f"read {table.name} through lease {self.lease_id}"):
+            return files_frame(spark, table, [f for s in snaps for f in s.files])
 
     # -- keepalive ------------------------------------------------------------------------
 
@@ -226,7 +228,7 @@ class KvSnapshotLease:
                 continue  # nothing acquired yet: no lease to renew
             while True:
                 try:
-                    self._note(*leases.renew_at(self._conn, self.lease_id, self._duration_ms))
+                    self._note(*store.renew_at(self._conn, self.lease_id, self._duration_ms))
                     break
                 except ZooKeeperUnavailableError as exc:
                     if not self.alive:

@@ -1,5 +1,5 @@
-"""KV snapshot leases in ZooKeeper: acquire, renew and validity (a pin is a child znode of the pinned
-snapshot's znode, so pinning and deleting exclude each other); re-exports lease_admin's upkeep."""
+"""The lease store's writes that pin: acquire and renew, and the validity check of reads (a pin
+is a child znode of the pinned snapshot's znode, so pinning and deleting exclude each other)."""
 
 from __future__ import annotations
 
@@ -28,37 +28,23 @@ from ..zk import (
     op_size,
     to_datetime,
 )
+from ..zk.formats import LIVE, LeaseRecord, PinChunk
 from ..zk.paths import CHUNK
-from .admin import _forget_missing_pins as _forget_missing_pins
-from .admin import _info as _info
-from .admin import _read_chunks as _read_chunks
-from .admin import drop, expire, info, list_leases, pins_of, release
-from .admin import forget_table as forget_table
-from .admin import leases_pinning as leases_pinning
-from .admin import reclaim as reclaim
-from .records import DROPPING as DROPPING
-from .records import (
-    LIVE,
-    OPS_PER_TXN,
-    Chunk,
-    LeaseRecord,
-    _chunk,
-    _chunk_value,
-    _new_record,
-    _record,
-)
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..tables.catalog import Table
+    from ..context import Context
+    from ..tables.info import TableInfo
 
 ACQUIRE_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
 """Acquire transactions may fill most of a request: ``op_size`` already bounds each op from above."""
 
-__all__ = ["acquire", "renew", "release", "drop", "expire", "info", "list_leases", "lease_duration_ms", "pins_of"]
+__all__ = ["acquire", "acquire_at", "renew", "renew_at", "validity", "lease_duration_ms", "check_snapshot_ids"]
+
+OPS_PER_TXN = 5000
+"""Most ops in one acquire transaction (besides its byte budget)."""
 
 
-def lease_duration_ms(conn: Connection, duration: Any) -> int:
+def lease_duration_ms(conn: Context, duration: Any) -> int:
     """L2: a duration > 0 and <= the namespace's lease.max-duration, in ms (no I/O)."""
     value = parse_duration(duration, what="lease duration")
     if value <= timedelta(0):
@@ -72,19 +58,19 @@ def lease_duration_ms(conn: Connection, duration: Any) -> int:
 # -- acquire ------------------------------------------------------------------------------
 
 
-def acquire(conn: Connection, lease_id: str, wanted: Mapping[Table, Mapping[int, int]], duration_ms: int, *,
-            refresh: Callable[[Table, list[int]], dict[int, int]] | None = None) -> AcquireResult:
+def acquire(conn: Context, lease_id: str, wanted: Mapping[TableInfo, Mapping[int, int]], duration_ms: int, *,
+            refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None = None) -> AcquireResult:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_at``)."""
     return acquire_at(conn, lease_id, wanted, duration_ms, refresh=refresh)[0]
 
 
 def acquire_at(
-    conn: Connection,
+    conn: Context,
     lease_id: str,
-    wanted: Mapping[Table, Mapping[int, int]],
+    wanted: Mapping[TableInfo, Mapping[int, int]],
     duration_ms: int,
     *,
-    refresh: Callable[[Table, list[int]], dict[int, int]] | None = None,
+    refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None = None,
 ) -> tuple[AcquireResult, int]:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8);
     also returns the ZooKeeper time of the last commit.
@@ -108,21 +94,22 @@ def acquire_at(
     expires_ms = committed_ms = 0
     stale = True
     record: LeaseRecord | None = None
-    chunks: dict[tuple[str, int], Chunk] = {}
+    chunks: dict[tuple[str, int], PinChunk] = {}
     first = True
     while pending or first:
         if stale:
             chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
             now, nodes = store.read_with_clock(paths.clock, [rec_path, *chunk_paths])
             record = _check_live(conn, nodes[0], rec_path, now, creating=True)
-            chunks = {key: _chunk(n, p, key[0], key[1], tables[key[0]].name)
+            chunks = {key: PinChunk.empty(key[0], key[1], tables[key[0]].name) if n is None
+                      else PinChunk.decode(n, p, key[0], key[1])
                       for key, p, n in zip(pending, chunk_paths, nodes[1:])}
             stale = False
         if record is None:  # the SetData gives the new record's stat: its mtime is the acquire time
-            value = _new_record(duration_ms, conn.owner)
+            value = LeaseRecord(duration_ms, 0, conn.owner, LIVE).encode()
             ops: list[Op] = [Create(rec_path, value), SetData(rec_path, value, 0), Create(paths.lease_pins(lease_id))]
         else:
-            ops = [SetData(rec_path, record.value(duration_ms, conn.owner), record.stat.version)]
+            ops = [SetData(rec_path, record.renewed(duration_ms, conn.owner).encode(), record.stat.version)]
         pin_ops: dict[int, tuple[TableBucket, int]] = {}
         chunk_ops_at: dict[tuple[str, int], tuple[int, list[int]]] = {}
         batch: list[tuple[str, int]] = []
@@ -148,7 +135,7 @@ def acquire_at(
             batch.append(key)
             if ids != ch.ids:
                 chunk_path = paths.lease_chunk(lease_id, key[0], key[1])
-                value = _chunk_value(table.name, ids)
+                value = ch._replace(table=table.name, ids=ids).encode()
                 new_ops.append(Create(chunk_path, value) if ch.stat is None else SetData(chunk_path, value, ch.stat.version))
                 chunk_ops_at[key] = (len(ops) + len(new_ops) - 1, ids)
             ops += new_ops
@@ -177,13 +164,13 @@ def acquire_at(
     return AcquireResult(acquired, unavailable, to_datetime(expires_ms)), committed_ms
 
 
-def _check_live(conn: Connection, node: Node | None, path: str, now: int, *, creating: bool = False) -> LeaseRecord | None:
+def _check_live(conn: Context, node: Node | None, path: str, now: int, *, creating: bool = False) -> LeaseRecord | None:
     lease_id = path.rsplit("/", 1)[1]
     if node is None:
         if creating:
             return None
         raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
-    record = _record(node, path)
+    record = LeaseRecord.decode(node, path)
     if record.state != LIVE:
         raise LeaseExpiredError(f"lease {lease_id!r} is being dropped")
     if conn.clock(now) > record.expires_ms:
@@ -191,10 +178,10 @@ def _check_live(conn: Connection, node: Node | None, path: str, now: int, *, cre
     return record
 
 
-def _resolve(conn: Connection, exc: TxnConflict, pin_ops: dict[int, tuple[TableBucket, int]],
-             work: dict[tuple[str, int], dict[int, int]], tables: dict[str, Table], lease_id: str,
+def _resolve(conn: Context, exc: TxnConflict, pin_ops: dict[int, tuple[TableBucket, int]],
+             work: dict[tuple[str, int], dict[int, int]], tables: dict[str, TableInfo], lease_id: str,
              unavailable: dict[TableBucket, int],
-             refresh: Callable[[Table, list[int]], dict[int, int]] | None) -> None:
+             refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None) -> None:
     """Adjust the work after a failed acquire transaction; the caller re-reads and retries."""
     paths = conn.paths
     if exc.index == 0 and exc.reason == "nonode":
@@ -207,7 +194,7 @@ def _resolve(conn: Connection, exc: TxnConflict, pin_ops: dict[int, tuple[TableB
     snap_paths = [paths.snapshot(by_id[tb.table].table_id, tb.bucket, sid) for tb, sid in targets]
     present = conn.store.get_many(snap_paths)
     missing = [(tb, sid) for (tb, sid), node in zip(targets, present) if node is None]
-    retry: dict[Table, list[int]] = {}
+    retry: dict[TableInfo, list[int]] = {}
     for tb, sid in missing:
         table = by_id[tb.table]
         work[(table.table_id, tb.bucket // CHUNK)].pop(tb.bucket, None)
@@ -225,12 +212,12 @@ def _resolve(conn: Connection, exc: TxnConflict, pin_ops: dict[int, tuple[TableB
 # -- renew and validity -----------------------------------------------------------------
 
 
-def renew(conn: Connection, lease_id: str, duration_ms: int | None) -> int:
+def renew(conn: Context, lease_id: str, duration_ms: int | None) -> int:
     """Extend the lease; returns the new expiry (ms). Only extends, never shortens (L7, L8)."""
     return renew_at(conn, lease_id, duration_ms)[0]
 
 
-def renew_at(conn: Connection, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
+def renew_at(conn: Context, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
     """``renew``, also returning the ZooKeeper time of the renewal (ms)."""
     check_id(lease_id)
     path = conn.paths.lease(lease_id)
@@ -241,7 +228,7 @@ def renew_at(conn: Connection, lease_id: str, duration_ms: int | None) -> tuple[
             raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
         duration = record.duration_ms if duration_ms is None else duration_ms
         try:
-            stat = conn.store.set(path, record.value(duration, conn.owner), record.stat.version)
+            stat = conn.store.set(path, record.renewed(duration, conn.owner).encode(), record.stat.version)
         except TxnConflict as exc:
             if exc.reason == "nonode":
                 raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while renewing") from None
@@ -249,7 +236,7 @@ def renew_at(conn: Connection, lease_id: str, duration_ms: int | None) -> tuple[
         return max(record.expires_ms, stat.mtime_ms + duration), stat.mtime_ms
 
 
-def validity(conn: Connection, lease_id: str) -> LeaseRecord:
+def validity(conn: Context, lease_id: str) -> LeaseRecord:
     """The live, unexpired lease record; ``LeaseExpiredError`` otherwise (for reads, L12)."""
     check_id(lease_id)
     path = conn.paths.lease(lease_id)
@@ -262,7 +249,7 @@ def validity(conn: Connection, lease_id: str) -> LeaseRecord:
     return record
 
 
-def check_snapshot_ids(conn: Connection, snapshot_ids: object) -> dict[Table, dict[int, int]]:
+def check_snapshot_ids(conn: Context, snapshot_ids: object) -> dict[TableInfo, dict[int, int]]:
     """Validate ``{TableBucket: snapshot_id}`` and group it by table (tables looked up once)."""
     from ..tables.catalog import load_table
 
@@ -277,7 +264,7 @@ def check_snapshot_ids(conn: Connection, snapshot_ids: object) -> dict[Table, di
         if sid < 1:
             raise InvalidArgumentError(f"snapshot ids start at 1, got {sid} for {tb}")
         by_name.setdefault(tb.table, {})[tb.bucket] = sid
-    out: dict[Table, dict[int, int]] = {}
+    out: dict[TableInfo, dict[int, int]] = {}
     for name, wanted in by_name.items():
         table = load_table(conn, name)
         out[table] = {table.bucket_number(b): sid for b, sid in wanted.items()}

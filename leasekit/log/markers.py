@@ -16,13 +16,13 @@ from ..errors import IllegalStateError, LeasekitError
 from ..zk import Check, Create, Delete, TxnConflict
 
 if TYPE_CHECKING:
-    from ..connection import Connection
+    from ..context import Context
 
 __all__ = ["in_flight", "guard", "live_tokens", "lost"]
 
 
 @contextlib.contextmanager
-def in_flight(conn: Connection) -> Iterator[str]:
+def in_flight(conn: Context) -> Iterator[str]:
     """Mark a write in progress for this block; yields the token its file paths must carry."""
     token = uuid.uuid4().hex
     path = conn.paths.write(token)
@@ -34,12 +34,12 @@ def in_flight(conn: Connection) -> Iterator[str]:
             conn.store.commit([Delete(path)])
 
 
-def guard(conn: Connection, token: str) -> Check:
+def guard(conn: Context, token: str) -> Check:
     """Transaction op that fails unless the write's marker still exists."""
     return Check(conn.paths.write(token), -1)
 
 
-def lost(conn: Connection, exc: TxnConflict, token: str) -> bool:
+def lost(conn: Context, exc: TxnConflict, token: str) -> bool:
     """Whether a failed commit failed on the write's marker."""
     return exc.reason == "nonode" and exc.op.path == conn.paths.write(token)
 
@@ -51,6 +51,6 @@ def lost_error(token: str) -> IllegalStateError:
     )
 
 
-def live_tokens(conn: Connection) -> frozenset[str]:
+def live_tokens(conn: Context) -> frozenset[str]:
     """Tokens of every write in progress in the namespace."""
     return frozenset(conn.store.children(conn.paths.writes) or [])

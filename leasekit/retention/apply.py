@@ -1,37 +1,46 @@
-"""Applying a retention plan: expire leases, then delete snapshots, log segments and orphan
-files, metadata first and files after. Every step is atomic on its own, so a pass killed
-half way leaves consistent metadata and the next pass finishes the work (R7).
+"""The retention entry points: the plan users see, and its application — expire leases, then
+delete snapshots, log segments and orphan files, metadata first and files after. Every step is
+atomic on its own, so a pass killed half way leaves consistent metadata and the next pass
+finishes the work (R7).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import LeasekitError
-from ..leases import store as leases
-from ..log.append import delete_segments
-from ..records import RetentionItem, RetentionReport
+from ..leases import admin as lease_admin
+from ..log.segments import delete_segments
+from ..records import RetentionItem, RetentionPlan, RetentionReport
 from ..snapshots.catalog import delete_snapshot
-from .planner import Metadata, gather, plan, uris
+from .gather import Metadata, gather
+from .planner import plan, uris
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..tables.catalog import Table
+    from ..context import Context
+    from ..tables.info import TableInfo
 
-__all__ = ["run_retention"]
+__all__ = ["retention_plan", "run_retention"]
 
 log = logging.getLogger(__name__)
 
 
-def run_retention(conn: Connection, table: str | Table | None = None, *, dry_run: bool = False,
+def retention_plan(conn: Context, table: str | TableInfo | None = None) -> RetentionPlan:
+    """The retention plan for one table (or all), leases included; changes nothing (R6)."""
+    result = plan(gather(conn, table))
+    return dataclasses.replace(result, items=uris(result.items, conn.warehouse))
+
+
+def run_retention(conn: Context, table: str | TableInfo | None = None, *, dry_run: bool = False,
                   progress: Callable[[int], None] | None = None) -> RetentionReport:
     """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing."""
     meta = gather(conn, table)
     result = plan(meta)
     if dry_run:
-        return RetentionReport(uris(result.deletes, conn), result.reclaimable_bytes, list(result.skipped), True)
+        return RetentionReport(uris(result.deletes, conn.warehouse), result.reclaimable_bytes, list(result.skipped), True)
     done: list[RetentionItem] = []
     errors: list[str] = list(result.skipped)
     step = progress or (lambda n: None)
@@ -40,7 +49,7 @@ def run_retention(conn: Connection, table: str | Table | None = None, *, dry_run
     versions = {x.lease_id: x.version for x in meta.leases}
     for item in (i for i in result.deletes if i.kind == "lease"):
         try:
-            if leases.reclaim(conn, str(item.item_id), expected_version=versions[str(item.item_id)]):
+            if lease_admin.remove(conn, str(item.item_id), expected_version=versions[str(item.item_id)]):
                 done.append(item)
             else:
                 errors.append(f"lease {item.item_id}: renewed or gone since the plan; kept")
@@ -85,10 +94,10 @@ def run_retention(conn: Connection, table: str | Table | None = None, *, dry_run
         step(1)
     freed = sum(i.size_bytes for i in done)
     log.info("retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors))
-    return RetentionReport(uris(done, conn), freed, errors, False)
+    return RetentionReport(uris(done, conn.warehouse), freed, errors, False)
 
 
-def _still_below_kept(meta: Metadata, table: Table, bucket: int, items: list[RetentionItem],
+def _still_below_kept(meta: Metadata, table: TableInfo, bucket: int, items: list[RetentionItem],
                       done: list[RetentionItem]) -> list[RetentionItem]:
     """Segments still wholly below every remaining snapshot after some deletions were refused."""
     deleted = {int(i.item_id) for i in done if i.kind == "snapshot" and i.table_bucket

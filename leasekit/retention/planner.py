@@ -1,192 +1,24 @@
-"""Retention planning: ``gather`` reads metadata and files, ``plan`` decides what to keep and
-delete and why. ``plan`` is a pure function of what was gathered and the ZooKeeper time.
+"""The retention planner: a pure function from gathered metadata and the ZooKeeper time to a
+plan that gives every lease, snapshot, segment and orphan file a keep or delete and a reason.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import posixpath
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ..durations import format_duration, to_ms
-from ..errors import CorruptMetadataError, LeasekitError
-from ..log.markers import live_tokens
 from ..records import RetentionItem, RetentionPlan, TableBucket
-from ..warehouse import FileEntry
-from ..zk import decode, to_datetime
-from ..zk.paths import CHUNK
+from ..zk import to_datetime
+from .gather import LeaseMeta, Metadata, SnapshotMeta, TableMeta
 
 if TYPE_CHECKING:
-    from ..connection import Connection
-    from ..tables.catalog import Table
+    from ..warehouse import Warehouse
 
-__all__ = ["Metadata", "gather", "plan", "retention_plan"]
+__all__ = ["plan", "protected_snapshots", "uris"]
 
-
-class SnapshotMeta(NamedTuple):
-    snapshot_id: int
-    log_offset: int
-    size_bytes: int
-    files: tuple[str, ...]
-    """Warehouse-relative paths."""
-    pins: int
-    """Pin znodes under the snapshot (from its stat)."""
-
-
-class SegmentMeta(NamedTuple):
-    base_offset: int
-    end_offset: int
-    size_bytes: int
-    timestamp_ms: int
-    file: str
-    """Warehouse-relative path."""
-
-
-class TableMeta(NamedTuple):
-    table: Table
-    begin: dict[int, int]
-    """Beginning offset per written bucket."""
-    snapshots: dict[int, list[SnapshotMeta]]
-    segments: dict[int, list[SegmentMeta]]
-    committed: dict[int, dict[str, int]]
-    """Committed offset per consumer group, per bucket (for log.retention.respect-consumers)."""
-
-
-class LeaseMeta(NamedTuple):
-    lease_id: str
-    expires_ms: int
-    state: str
-    version: int
-    pins: dict[tuple[str, int, int], None]
-    """(table_id, bucket, snapshot_id) of every pin."""
-
-
-class Metadata(NamedTuple):
-    """Everything a plan is computed from."""
-
-    now_ms: int
-    tables: list[TableMeta]
-    leases: list[LeaseMeta]
-    files: list[FileEntry]
-    grace_ms: int
-    orphan_min_age_ms: int
-    skipped: list[str]
-    protected_dirs: tuple[str, ...]
-    """Warehouse directories whose files are never orphans (tables whose metadata was unreadable)."""
-    in_flight: frozenset[str] = frozenset()
-    """Tokens of writes in progress: files carrying one are not orphans yet."""
-
-
-# -- gathering ----------------------------------------------------------------------------
-
-
-def _gather_table(conn: Connection, table: Table, skipped: list[str]) -> TableMeta:
-    from ..log.append import bucket_state
-
-    store, paths, tid = conn.store, conn.paths, table.table_id
-    buckets = list(range(table.num_buckets))
-    state_paths = [paths.bucket(tid, b) for b in buckets]
-    begin: dict[int, int] = {}
-    for b, path, node in zip(buckets, state_paths, store.get_many(state_paths)):
-        if node is not None:
-            try:
-                begin[b] = bucket_state(node, path).begin
-            except CorruptMetadataError as exc:
-                skipped.append(str(exc))
-    written = sorted(begin)
-    snap_names = store.children_many([paths.snapshots(tid, b) for b in written])
-    seg_names = store.children_many([paths.log(tid, b) for b in written])
-    snap_keys = [(b, int(n)) for b, names in zip(written, snap_names) for n in (names or [])]
-    seg_keys = [(b, int(n)) for b, names in zip(written, seg_names) for n in (names or [])]
-    snap_paths = [paths.snapshot(tid, b, i) for b, i in snap_keys]
-    seg_paths = [paths.segment(tid, b, o) for b, o in seg_keys]
-    nodes = store.get_many(snap_paths + seg_paths)
-    snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in written}
-    segments: dict[int, list[SegmentMeta]] = {b: [] for b in written}
-    for (b, sid), path, node in zip(snap_keys, snap_paths, nodes[:len(snap_paths)]):
-        if node is None:
-            continue
-        try:
-            v = decode(node.data, path)
-            snapshots[b].append(SnapshotMeta(sid, v["o"], v["s"], tuple(v["f"]), node.stat.num_children))
-        except (CorruptMetadataError, KeyError, TypeError) as exc:
-            skipped.append(str(exc) if isinstance(exc, LeasekitError) else f"snapshot metadata at {path} is incomplete")
-    for (b, base), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths):]):
-        if node is None:
-            continue
-        try:
-            v = decode(node.data, path)
-            segments[b].append(SegmentMeta(base, base + v["n"], v["s"], max(node.stat.ctime_ms, v["t"]), v["f"]))
-        except (CorruptMetadataError, KeyError, TypeError) as exc:
-            skipped.append(str(exc) if isinstance(exc, LeasekitError) else f"segment metadata at {path} is incomplete")
-    return TableMeta(table, begin, snapshots, segments, {})
-
-
-def _gather_leases(conn: Connection, skipped: list[str]) -> list[LeaseMeta]:
-    from ..leases.store import _record
-
-    store, paths = conn.store, conn.paths
-    ids = store.children(paths.leases) or []
-    records = store.get_many([paths.lease(i) for i in ids])
-    chunk_names = store.children_many([paths.lease_pins(i) for i in ids])
-    chunk_keys = [(i, n) for i, names in zip(ids, chunk_names) for n in (names or [])]
-    chunk_paths = [f"{paths.lease_pins(i)}/{n}" for i, n in chunk_keys]
-    pins: dict[str, dict[tuple[str, int, int], None]] = {i: {} for i in ids}
-    for (lease_id, name), path, node in zip(chunk_keys, chunk_paths, store.get_many(chunk_paths)):
-        if node is None:
-            continue
-        try:
-            table_id, _, chunk = name.partition(".")
-            for i, sid in enumerate(decode(node.data, path)["a"]):
-                if sid:
-                    pins[lease_id][(table_id, int(chunk) * CHUNK + i, sid)] = None
-        except (CorruptMetadataError, KeyError, TypeError, ValueError) as exc:
-            skipped.append(str(exc) if isinstance(exc, LeasekitError) else f"lease pins at {path} are unreadable")
-    out = []
-    for lease_id, node in zip(ids, records):
-        if node is None:
-            continue
-        try:
-            record = _record(node, paths.lease(lease_id))
-        except CorruptMetadataError as exc:
-            skipped.append(str(exc))
-            continue
-        out.append(LeaseMeta(lease_id, record.expires_ms, record.state, node.stat.version, pins[lease_id]))
-    return out
-
-
-def gather(conn: Connection, table: str | Table | None = None) -> Metadata:
-    """Read what a retention plan needs: tables (or one), every lease, the warehouse files."""
-    from ..tables.catalog import list_tables, load_table
-
-    skipped: list[str] = []
-    protected: list[str] = []
-    names = [table] if table is not None else list_tables(conn)
-    tables: list[TableMeta] = []
-    for name in names:
-        try:
-            tables.append(_gather_table(conn, load_table(conn, name), skipped))
-        except CorruptMetadataError as exc:
-            skipped.append(str(exc))
-            protected.append(f"tables/{name}/")
-    leases = _gather_leases(conn, skipped)
-    in_flight = live_tokens(conn)  # before listing files: a newer write's files are young anyway
-    settings = conn.settings()
-    files = conn.warehouse.list(f"tables/{tables[0].table.name}" if table is not None and tables else "tables")
-    now = conn.now_ms()
-    return Metadata(now, tables, leases, files, to_ms(settings["lease.expiry-grace"]),
-                    to_ms(settings["orphan.min-age"]), skipped, tuple(protected), in_flight)
-
-
-def retention_plan(conn: Connection, table: str | Table | None = None) -> RetentionPlan:
-    """The retention plan for one table (or all), leases included; changes nothing."""
-    result = plan(gather(conn, table))
-    return dataclasses.replace(result, items=uris(result.items, conn))
-
-
-# -- planning -----------------------------------------------------------------------------
 
 
 def _when(ms: int) -> str:
@@ -220,23 +52,45 @@ def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
     return items, ending
 
 
-def _plan_snapshots(tm: TableMeta, bucket: int, holders: dict[tuple[str, int, int], list[LeaseMeta]],
-                    ending: set[str]) -> tuple[list[RetentionItem], SnapshotMeta | None]:
+def protected_snapshots(meta: Metadata, ending: set[str]) -> dict[tuple[str, int, int], str]:
+    """Every snapshot retention must keep, keyed (table_id, bucket, snapshot_id), with the reason
+    (R1, R2, L5): the newest ``kv.snapshot.num-retained`` of its bucket, pinned by a lease that
+    does not end in this pass (``ending``), or pinned by pins of no known lease."""
+    holders: dict[tuple[str, int, int], list[LeaseMeta]] = {}
+    for lease in meta.leases:
+        for key in lease.pins:
+            holders.setdefault(key, []).append(lease)
+    protected: dict[tuple[str, int, int], str] = {}
+    for tm in meta.tables:
+        retained = tm.table.properties["kv.snapshot.num-retained"]
+        tid = tm.table.table_id
+        for bucket, snaps in tm.snapshots.items():
+            for rank, snap in enumerate(sorted(snaps, key=lambda s: -s.snapshot_id)):
+                key = (tid, bucket, snap.snapshot_id)
+                leases = holders.get(key, [])
+                live = [x for x in leases if x.lease_id not in ending]
+                unknown = snap.pins - len(leases)
+                if rank < retained:
+                    protected[key] = f"newest {retained} of bucket"
+                elif live:
+                    protected[key] = "pinned by " + ", ".join(
+                        f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live)
+                elif unknown > 0:
+                    protected[key] = f"pinned by {unknown} pin(s) of no known lease"
+    return protected
+
+
+def _plan_snapshots(tm: TableMeta, bucket: int, protected: dict[tuple[str, int, int], str],
+                    pinned_by: dict[tuple[str, int, int], list[str]]) -> tuple[list[RetentionItem], SnapshotMeta | None]:
     retained = tm.table.properties["kv.snapshot.num-retained"]
     tb = TableBucket(tm.table.name, bucket)
     items, kept = [], []
-    for rank, snap in enumerate(sorted(tm.snapshots.get(bucket, []), key=lambda s: -s.snapshot_id)):
-        leases = holders.get((tm.table.table_id, bucket, snap.snapshot_id), [])
-        live = [x for x in leases if x.lease_id not in ending]
-        unknown = snap.pins - len(leases)
-        if rank < retained:
-            reason = f"newest {retained} of bucket"
-        elif live:
-            reason = "pinned by " + ", ".join(f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live)
-        elif unknown > 0:
-            reason = f"pinned by {unknown} pin(s) of no known lease"
-        else:
-            gone = f"; its lease(s) {', '.join(x.lease_id for x in leases)} expire in this pass" if leases else ""
+    for snap in sorted(tm.snapshots.get(bucket, []), key=lambda s: -s.snapshot_id):
+        key = (tm.table.table_id, bucket, snap.snapshot_id)
+        reason = protected.get(key)
+        if reason is None:
+            ending = pinned_by.get(key)
+            gone = f"; its lease(s) {', '.join(ending)} expire in this pass" if ending else ""
             items.append(RetentionItem("snapshot", tb, snap.snapshot_id, "delete",
                                        f"older than the newest {retained} of bucket, not pinned{gone}", snap.size_bytes))
             continue
@@ -338,19 +192,20 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
 def plan(meta: Metadata) -> RetentionPlan:
     """Decide every keep and delete (R1, R3, R4, R5, R6): a pure function of ``meta``."""
     items, ending = _plan_leases(meta)
-    holders: dict[tuple[str, int, int], list[LeaseMeta]] = {}
+    protected = protected_snapshots(meta, ending)
+    pinned_by: dict[tuple[str, int, int], list[str]] = {}
     for lease in meta.leases:
         for key in lease.pins:
-            holders.setdefault(key, []).append(lease)
+            pinned_by.setdefault(key, []).append(lease.lease_id)
     for tm in meta.tables:
         for bucket in sorted(set(tm.snapshots) | set(tm.segments)):
-            snap_items, oldest = _plan_snapshots(tm, bucket, holders, ending)
+            snap_items, oldest = _plan_snapshots(tm, bucket, protected, pinned_by)
             items += snap_items
             items += _plan_segments(meta, tm, bucket, oldest)
     items += _plan_orphans(meta)
     return RetentionPlan(items, to_datetime(meta.now_ms), list(meta.skipped))
 
 
-def uris(items: Iterable[RetentionItem], conn: Connection) -> list[RetentionItem]:
+def uris(items: Iterable[RetentionItem], warehouse: Warehouse) -> list[RetentionItem]:
     """Items with orphan ids as full URIs (the public form of item_id)."""
-    return [i._replace(item_id=conn.warehouse.uri(i.item_id)) if i.kind == "orphan" else i for i in items]
+    return [i._replace(item_id=warehouse.uri(i.item_id)) if i.kind == "orphan" else i for i in items]

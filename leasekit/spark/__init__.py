@@ -1,210 +1,38 @@
-"""Spark: the session, reads of snapshots and of the log, union reads, compaction, bulk writes.
+"""Spark, the public functions: reads of snapshots, union reads at log offsets, bulk writes.
 
-The only module that imports pyspark at import time. Library calls take ``spark=None``
-and use the active session; nothing here forces a master.
+Only this package imports pyspark at import time. Library calls take ``spark=None`` and use
+the active session; nothing here forces a master.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import posixpath
-import sys
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
-from ..errors import (
-    IllegalStateError,
-    InvalidArgumentError,
-    InvalidTypeError,
-    LeasekitError,
-    OffsetOutOfRangeError,
-)
+from ..errors import InvalidArgumentError, InvalidTypeError, LeasekitError, OffsetOutOfRangeError
+from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
-from ..records import LogSegment, OffsetRange, Snapshot, TableBucket
-from ..tables import schema as schemas
+from ..log.segments import list_segments
+from ..log.state import read_states
+from ..records import OffsetRange, Snapshot, TableBucket
+from ..snapshots.catalog import get_snapshots, list_snapshots
 from ..tables.bucketing import spark_bucket_column
+from .frames import bucket_of_path, files_frame, kv_state, log_frame, table_ddl
+from .session import micros_timestamps, session, spark_errors, spark_session, struct_type
 
 if TYPE_CHECKING:
-    from ..tables.catalog import Table
+    from ..tables.info import TableInfo
 
 __all__ = ["spark_session", "read_snapshots", "read_at", "write"]
-
-_TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
-_LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-
-
-def spark_session(app_name: str = "leasekit") -> SparkSession:
-    """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise)."""
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    if not os.environ.get("JAVA_HOME"):
-        from ..embedded.java import java_home
-
-        os.environ["JAVA_HOME"] = java_home()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    with spark_errors("start Spark"):
-        # Spark's console progress bar would draw over leasekit's own progress bars.
-        return SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false").getOrCreate()
-
-
-def session(spark: SparkSession | None) -> SparkSession:
-    if spark is None:
-        return spark_session()
-    if not isinstance(spark, SparkSession):
-        raise InvalidTypeError(f"spark must be a SparkSession, not {type(spark).__name__}")
-    return spark
-
-
-@contextlib.contextmanager
-def spark_errors(what: str) -> Iterator[None]:
-    """Translate Spark and Py4J errors into ``IllegalStateError``."""
-    from py4j.protocol import Py4JError
-
-    try:
-        yield
-    except LeasekitError:
-        raise
-    except (PySparkException, Py4JError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise IllegalStateError(f"{what}: Spark failed: {first}") from None
-
-
-_conf_lock = threading.Lock()
-_conf_users: dict[tuple[int, str], tuple[int, str | None]] = {}
-
-
-@contextlib.contextmanager
-def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """Set SQL confs for this block; concurrent blocks share them and the last one restores."""
-    with _conf_lock:
-        for key, value in settings.items():
-            users, previous = _conf_users.get((id(spark), key), (0, None))
-            if users == 0:
-                previous = spark.conf.get(key, None)
-                spark.conf.set(key, value)
-            _conf_users[(id(spark), key)] = (users + 1, previous)
-    try:
-        yield
-    finally:
-        with _conf_lock:
-            for key in settings:
-                users, previous = _conf_users.pop((id(spark), key))
-                if users > 1:
-                    _conf_users[(id(spark), key)] = (users - 1, previous)
-                elif previous is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, previous)
-
-
-def micros_timestamps(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
-    """Write timestamps as INT64 microseconds (readable by every Parquet reader) for this block."""
-    return session_conf(spark, {_TIMESTAMP_CONF: "TIMESTAMP_MICROS"})
-
-
-def known_files(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
-    """leasekit passes exact file lists: no distributed listing job is needed to index them."""
-    return session_conf(spark, {_LISTING_CONF: str(2**31 - 1)})
-
-
-def struct_type(spark: SparkSession, ddl: str) -> StructType:
-    return spark.createDataFrame([], ddl).schema
-
-
-def _table_ddl(table: Table) -> str:
-    return schemas.to_ddl(table.schema)
-
-
-def _spark_path(table: Table, location: str) -> str:
-    return table.connection.warehouse.to_spark(location)
-
-
-def files_frame(spark: SparkSession, table: Table, files: list[str]) -> DataFrame:
-    """Rows of table-column Parquet files (snapshot files), with the table's schema."""
-    ddl = _table_ddl(table)
-    if not files:
-        return spark.createDataFrame([], ddl)
-    with known_files(spark):
-        return spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files])
-
-
-def log_frame(spark: SparkSession, table: Table, segments: Mapping[int, list[LogSegment]],
-              ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
-    """Log records of ``segments`` with ``start <= _offset < limit`` for each bucket's range.
-
-    Columns: ``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns.
-    """
-    from ..log.append import log_schema
-
-    ddl = schemas.to_ddl(log_schema(table))
-    used = [
-        (bucket, seg)
-        for bucket, segs in segments.items()
-        for seg in segs
-        if seg.base_offset < ranges[bucket][1] and seg.end_offset > ranges[bucket][0]
-    ]
-    columns = [f.name for f in table.schema]
-    if not used:
-        empty = spark.createDataFrame([], f"_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, {ddl}")
-        return empty.select("_bucket", "_offset", "_timestamp", "_op", *columns)
-    meta = spark.createDataFrame(
-        [(_file_key(seg.file), b, seg.base_offset, seg.timestamp_ms, *ranges[b]) for b, seg in used],
-        "_file STRING, _bucket INT, _base BIGINT, _ts BIGINT, _start BIGINT, _limit BIGINT",
-    )
-    with known_files(spark):
-        files = spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used])
-    records = (
-        files.withColumn("_file", F.substring_index(F.col("_metadata.file_path"), "/", -2))
-        .withColumn("_row", F.col("_metadata.row_index"))
-        .join(F.broadcast(meta), "_file")
-        .withColumn("_offset", F.col("_base") + F.col("_row"))
-        .where((F.col("_offset") >= F.col("_start")) & (F.col("_offset") < F.col("_limit")))
-    )
-    return records.select(
-        "_bucket", "_offset", F.timestamp_millis(F.col("_ts")).alias("_timestamp"), "_op", *columns
-    )
-
-
-def _file_key(location: str) -> str:
-    """A segment file's parent directory and name: unique across segments, as Spark's bulk
-    writes reuse part-file names in each bucket directory."""
-    return "/".join(location.rstrip("/").split("/")[-2:])
-
-
-def kv_state(table: Table, base: DataFrame, changes: DataFrame, *, by_bucket: bool = False) -> DataFrame:
-    """Last write wins per key over ``base`` rows (oldest) then ``changes`` in offset order.
-
-    Deleted keys are dropped. With ``by_bucket`` the result keeps a ``_bucket`` column and is
-    partitioned by it, so each bucket's rows are written by one task.
-    """
-    key = list(table.primary_key)
-    values = [f.name for f in table.schema if f.name not in table.primary_key]
-    columns = [f.name for f in table.schema]
-    union = base.select(*columns, F.lit("upsert").alias("_op"), F.lit(-1).cast("long").alias("_ord")).unionByName(
-        changes.select(*columns, "_op", F.col("_offset").alias("_ord"))
-    )
-    group: list[Any] = list(key)
-    if by_bucket:
-        union = union.withColumn("_bucket", spark_bucket_column(key, table.num_buckets))
-        union = union.repartition(max(1, min(table.num_buckets, 256)), "_bucket")
-        group = ["_bucket", *key]
-    latest = union.groupBy(*group).agg(F.max_by(F.struct(*values, "_op"), "_ord").alias("_last"))
-    out: list[Column | str] = [*group, *[F.col(f"_last.{v}").alias(v) for v in values]]
-    return latest.where(F.col("_last._op") != "delete").select(*out)
 
 
 # -- public reads -------------------------------------------------------------------------
 
 
-def _snapshot_map(table: Table, snapshot_ids: Any) -> dict[int, int]:
+def _snapshot_map(table: TableInfo, snapshot_ids: Any) -> dict[int, int]:
     if not isinstance(snapshot_ids, Mapping):
         raise InvalidTypeError("snapshot_ids must be a mapping of TableBucket (or bucket number) to snapshot id")
     out: dict[int, int] = {}
@@ -218,10 +46,8 @@ def _snapshot_map(table: Table, snapshot_ids: Any) -> dict[int, int]:
     return out
 
 
-def read_snapshots(spark: SparkSession | None, table: Table, snapshot_ids: Mapping[Any, int]) -> DataFrame:
+def read_snapshots(spark: SparkSession | None, table: TableInfo, snapshot_ids: Mapping[Any, int]) -> DataFrame:
     """Rows of the given snapshots (table columns only); ``SnapshotNotFoundError`` if one is gone."""
-    from ..snapshots.catalog import get_snapshots
-
     spark = session(spark)
     wanted = _snapshot_map(table, snapshot_ids)
     snaps = get_snapshots(table, wanted)
@@ -229,11 +55,8 @@ def read_snapshots(spark: SparkSession | None, table: Table, snapshot_ids: Mappi
         return files_frame(spark, table, [f for s in snaps for f in s.files])
 
 
-def read_at(spark: SparkSession | None, table: Table, offsets: Mapping[Any, int] | None = None) -> DataFrame:
+def read_at(spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, int] | None = None) -> DataFrame:
     """Union read: the KV state at ``offsets`` (default: end offsets) from snapshot + log tail (S1)."""
-    from ..log.append import list_segments, read_states
-    from ..snapshots.catalog import list_snapshots
-
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
     if offsets is None:
@@ -274,10 +97,11 @@ def read_at(spark: SparkSession | None, table: Table, offsets: Mapping[Any, int]
         return kv_state(table, files_frame(spark, table, base_files), changes)
 
 
-def write(df: DataFrame, table: Table) -> dict[TableBucket, OffsetRange]:
-    """Bulk upsert from Spark: one task per bucket writes segment files, then offsets commit."""
-    from ..log.append import SegmentFile, commit_segments
+# -- bulk writes --------------------------------------------------------------------------
 
+
+def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
+    """Bulk upsert from Spark: one task per bucket writes segment files, then offsets commit."""
     if not isinstance(df, DataFrame):
         raise InvalidTypeError(f"df must be a Spark DataFrame, not {type(df).__name__}")
     spark = df.sparkSession
@@ -288,7 +112,7 @@ def write(df: DataFrame, table: Table) -> dict[TableBucket, OffsetRange]:
     missing = [k for k in table.primary_key if k.lower() not in names]
     if missing:
         raise InvalidArgumentError(f"missing primary-key columns: {', '.join(missing)}")
-    target = struct_type(spark, _table_ddl(table))
+    target = struct_type(spark, table_ddl(table))
     columns = [
         (F.col(names[f.name.lower()]) if f.name.lower() in names else F.lit(None)).cast(f.dataType).alias(f.name)
         for f in target
@@ -320,17 +144,7 @@ def write(df: DataFrame, table: Table) -> dict[TableBucket, OffsetRange]:
         return commit_segments(table, [f for f in files if f.rows > 0], token)
 
 
-def bucket_of_path(rel: str) -> int | None:
-    """The bucket of a data file Spark wrote under ``_bucket=N/`` (None for side files)."""
-    if not rel.endswith(".parquet") or posixpath.basename(rel).startswith((".", "_")):
-        return None
-    parent = posixpath.basename(posixpath.dirname(rel))
-    if not parent.startswith("_bucket="):
-        return None
-    return int(parent.split("=", 1)[1])
-
-
-def _check_not_null(table: Table, meta: Any, rel: str) -> None:
+def _check_not_null(table: TableInfo, meta: Any, rel: str) -> None:
     """Reject files with nulls in key or NOT NULL columns, using the Parquet statistics."""
     required = {f.name for f in table.schema if not f.nullable}
     for i in range(meta.num_row_groups):

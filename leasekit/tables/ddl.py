@@ -10,24 +10,10 @@ from typing import NamedTuple, NoReturn
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError, InvalidTypeError
+from .types import COMMENT, MAX_DEPTH, NAME_BY_TYPE, SUPPORTED, TYPE_BY_NAME, normalize_field
 
 __all__ = ["parse_ddl", "to_ddl"]
 
-_MAX_DEPTH = 32
-_COMMENT = b"comment"
-_SIMPLE = (  # Spark names (the first is the one printed) and their arrow types
-    ("BOOLEAN", pa.bool_()), ("TINYINT BYTE", pa.int8()), ("SMALLINT SHORT", pa.int16()),
-    ("INT INTEGER", pa.int32()), ("BIGINT LONG", pa.int64()), ("FLOAT REAL", pa.float32()),
-    ("DOUBLE", pa.float64()), ("STRING", pa.string()), ("BINARY", pa.binary()),
-    ("DATE", pa.date32()), ("TIMESTAMP_LTZ TIMESTAMP", pa.timestamp("us", tz="UTC")),
-    ("TIMESTAMP_NTZ", pa.timestamp("us")),
-)  # fmt: skip
-_TYPE_BY_NAME = {name: arrow for names, arrow in _SIMPLE for name in names.split()}
-_NAME_BY_TYPE = {arrow: names.split()[0] for names, arrow in _SIMPLE}
-_SUPPORTED = (
-    "BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, DECIMAL(p,s), STRING, VARCHAR(n), "
-    "CHAR(n), BINARY, DATE, TIMESTAMP, TIMESTAMP_LTZ, TIMESTAMP_NTZ, ARRAY, MAP, STRUCT"
-)
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "0": "\0", "Z": "\x1a"}
 _TOKEN = re.compile(
@@ -142,7 +128,7 @@ class _DdlParser:
                 comment = self.string_literal()
             else:
                 break
-        metadata = None if comment is None else {_COMMENT: comment.encode("utf-8")}
+        metadata = None if comment is None else {COMMENT: comment.encode("utf-8")}
         return pa.field(name, data_type, nullable, metadata)
 
     def string_literal(self) -> str:
@@ -167,8 +153,8 @@ class _DdlParser:
 
     def data_type(self, depth: int) -> pa.DataType:
         token = self.peek()
-        if depth >= _MAX_DEPTH:
-            self.fail(f"types may nest at most {_MAX_DEPTH} levels deep")
+        if depth >= MAX_DEPTH:
+            self.fail(f"types may nest at most {MAX_DEPTH} levels deep")
         if token.kind != "word":
             self.expected("a data type")
         self.advance()
@@ -205,11 +191,11 @@ class _DdlParser:
                 self.fail(f"{name} length must be at least 1", token)
             self.expect(")", f"')' to close {name}(")
             return pa.string()
-        if name not in _TYPE_BY_NAME:
-            self.fail(f"unsupported data type {token.text!r}; supported: {_SUPPORTED}", token)
+        if name not in TYPE_BY_NAME:
+            self.fail(f"unsupported data type {token.text!r}; supported: {SUPPORTED}", token)
         if self.peek().kind == "(":
             self.fail(f"{name} takes no parameters")
-        return _TYPE_BY_NAME[name]
+        return TYPE_BY_NAME[name]
 
 
 def parse_ddl(text: str) -> pa.Schema:
@@ -237,7 +223,7 @@ def _field_ddl(field: pa.Field, separator: str) -> str:
     if not _PLAIN_NAME.fullmatch(name):
         name = "`" + name.replace("`", "``") + "`"
     text = name + separator + _type_ddl(field.type) + ("" if field.nullable else " NOT NULL")
-    comment = (field.metadata or {}).get(_COMMENT)
+    comment = (field.metadata or {}).get(COMMENT)
     if comment is not None:
         escaped = comment.decode("utf-8", errors="replace").replace("\\", "\\\\")
         escaped = escaped.replace("'", "\\'")
@@ -255,7 +241,7 @@ def _type_ddl(data_type: pa.DataType) -> str:
         return f"MAP<{_type_ddl(data_type.key_type)}, {_type_ddl(data_type.item_type)}>"
     if pa.types.is_struct(data_type):
         return "STRUCT<" + ", ".join(_field_ddl(f, ": ") for f in data_type) + ">"
-    return _NAME_BY_TYPE[data_type]
+    return NAME_BY_TYPE[data_type]
 
 
 def to_ddl(schema: pa.Schema) -> str:
@@ -264,10 +250,8 @@ def to_ddl(schema: pa.Schema) -> str:
     Zoned timestamps print as TIMESTAMP_LTZ, which means the same whatever
     ``spark.sql.timestampType`` is. Reserved column names are allowed here.
     """
-    from .schema import _normalize_field  # schema imports this module
-
     if not isinstance(schema, pa.Schema):
         raise InvalidTypeError(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
     if not len(schema):
         raise InvalidArgumentError("a schema needs at least one column")
-    return ", ".join(_field_ddl(_normalize_field(f, f.name), " ") for f in schema)
+    return ", ".join(_field_ddl(normalize_field(f, f.name), " ") for f in schema)

@@ -12,7 +12,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CorruptMetadataError, InvalidArgumentError, InvalidTypeError
-from .ddl import _COMMENT, _MAX_DEPTH, _NAME_BY_TYPE, _SUPPORTED, parse_ddl, to_ddl
+from .ddl import parse_ddl, to_ddl
+from .types import check_names, normalize_field
 
 __all__ = [
     "RESERVED_COLUMNS",
@@ -40,61 +41,6 @@ def _type_error(what: str, expected: str, value: object) -> InvalidTypeError:
 # --- validation and normalization ---------------------------------------------------------
 
 
-def _check_names(names: Sequence[str], where: str) -> None:
-    seen: dict[str, str] = {}
-    for name in names:
-        if not name:
-            raise InvalidArgumentError(f"{where}: column names must not be empty")
-        other = seen.get(name.lower())
-        seen.setdefault(name.lower(), name)
-        if other is not None:
-            raise InvalidArgumentError(
-                f"{where}: duplicate column name {name!r} "
-                f"(names are case-insensitive; {other!r} exists)"
-            )
-
-
-def _normalize_type(data_type: pa.DataType, path: str, depth: int) -> pa.DataType:
-    t = pa.types
-    if depth >= _MAX_DEPTH:
-        raise InvalidArgumentError(f"column {path!r}: types may nest at most {_MAX_DEPTH} levels")
-    if data_type in _NAME_BY_TYPE:
-        return data_type
-    if t.is_string(data_type) or t.is_large_string(data_type):
-        return pa.string()
-    if t.is_binary(data_type) or t.is_large_binary(data_type):
-        return pa.binary()
-    if t.is_date64(data_type):
-        return pa.date32()
-    if t.is_timestamp(data_type):  # a zoned timestamp is an instant, kept in UTC
-        return pa.timestamp("us", tz="UTC" if data_type.tz else None)
-    if t.is_decimal(data_type) and 1 <= data_type.precision <= 38 and data_type.scale >= 0:
-        return pa.decimal128(data_type.precision, data_type.scale)
-    if t.is_list(data_type) or t.is_large_list(data_type):
-        item = data_type.value_field
-        item_type = _normalize_type(item.type, f"{path}.element", depth + 1)
-        return pa.list_(pa.field("item", item_type, item.nullable))
-    if t.is_map(data_type):
-        key = _normalize_type(data_type.key_type, f"{path}.key", depth + 1)
-        item = data_type.item_field
-        value = _normalize_type(item.type, f"{path}.value", depth + 1)
-        return pa.map_(pa.field("key", key, False), pa.field("value", value, item.nullable))
-    if t.is_struct(data_type) and data_type.num_fields:
-        fields = list(data_type)
-        _check_names([f.name for f in fields], f"struct column {path!r}")
-        return pa.struct([_normalize_field(f, f"{path}.{f.name}", depth + 1) for f in fields])
-    hint = " (use a signed type)" if t.is_unsigned_integer(data_type) else ""
-    raise InvalidArgumentError(
-        f"column {path!r} has unsupported type {data_type}{hint}; supported: {_SUPPORTED}"
-    )
-
-
-def _normalize_field(field: pa.Field, path: str, depth: int = 0) -> pa.Field:
-    comment = (field.metadata or {}).get(_COMMENT)
-    metadata = None if comment is None else {_COMMENT: comment}
-    return pa.field(field.name, _normalize_type(field.type, path, depth), field.nullable, metadata)
-
-
 def parse_schema(schema: str | pa.Schema) -> pa.Schema:
     """A validated, normalized arrow schema from Spark DDL text or an arrow schema.
 
@@ -109,14 +55,14 @@ def parse_schema(schema: str | pa.Schema) -> pa.Schema:
         raise _type_error("schema", "a DDL str or a pyarrow.Schema", schema)
     if not fields:
         raise InvalidArgumentError("a schema needs at least one column")
-    _check_names([f.name for f in fields], "schema")
+    check_names([f.name for f in fields], "schema")
     for field in fields:
         if field.name.lower() in RESERVED_COLUMNS:
             raise InvalidArgumentError(
                 f"column name {field.name!r} is reserved ({', '.join(RESERVED_COLUMNS)} are "
                 "added by the change log); rename the column"
             )
-    return pa.schema([_normalize_field(f, f.name) for f in fields])
+    return pa.schema([normalize_field(f, f.name) for f in fields])
 
 
 # --- primary keys ------------------------------------------------------------------------

@@ -3,7 +3,6 @@ codec with its format version, transactions, compare-and-set, pipelined reads, t
 
 from __future__ import annotations
 
-from .codec import FORMAT_VERSION, decode, encode
 from .codec import MAX_VALUE_BYTES as MAX_VALUE_BYTES
 from .codec import to_datetime as to_datetime
 from .ops import MAX_REQUEST_BYTES as MAX_REQUEST_BYTES
@@ -19,9 +18,6 @@ from .store import ZkStore
 from .store import translated as translated
 
 __all__ = [
-    "FORMAT_VERSION",
-    "encode",
-    "decode",
     "Stat",
     "Node",
     "Create",

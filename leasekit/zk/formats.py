@@ -14,14 +14,12 @@ from typing import Any, NamedTuple, TypeVar
 from ..errors import CorruptMetadataError
 from . import codec
 from .ops import Node, Stat
+from .paths import CHUNK
 
 __all__ = [
     "SettingsRecord", "TableRecord", "DroppedTable", "BucketState", "SegmentRecord",
     "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "LIVE", "DROPPING", "CHUNK",
 ]
-
-CHUNK = 1000
-"""Buckets per chunk of per-bucket arrays (latest snapshots of a table, pins of a lease)."""
 
 LIVE, DROPPING = "live", "dropping"
 """States of a lease record."""
@@ -281,17 +279,6 @@ class PinChunk(NamedTuple):
     """The znode's stat (None when the chunk is not stored)."""
 
     VERSION = 1
-
-    @staticmethod
-    def name(table_id: str, chunk: int) -> str:
-        """The znode name of a chunk."""
-        return f"{table_id}.{chunk}"
-
-    @staticmethod
-    def parse_name(name: str) -> tuple[str, int]:
-        """(table_id, chunk) of a chunk's znode name."""
-        table_id, _, chunk = name.rpartition(".")
-        return table_id, int(chunk)
 
     @classmethod
     def empty(cls, table_id: str, chunk: int, table: str) -> PinChunk:

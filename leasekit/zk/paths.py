@@ -78,6 +78,12 @@ class Paths:
         """The lease's pinned snapshot ids for buckets [chunk*CHUNK, (chunk+1)*CHUNK) of a table."""
         return f"{self.lease_pins(lease_id)}/{table_id}.{chunk}"
 
+    @staticmethod
+    def parse_lease_chunk(name: str) -> tuple[str, int]:
+        """(table_id, chunk) of the name of a lease's pin-array znode."""
+        table_id, _, chunk = name.rpartition(".")
+        return table_id, int(chunk)
+
     def write(self, token: str) -> str:
         """Ephemeral marker of a write in progress; its files carry ``token`` in their path."""
         return f"{self.writes}/{token}"

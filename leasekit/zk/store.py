@@ -24,7 +24,6 @@ from ..errors import (
     PermissionDeniedError,
     ZooKeeperUnavailableError,
 )
-from .codec import decode
 from .ops import (
     MAX_REQUEST_BYTES,
     Create,
@@ -201,13 +200,6 @@ class ZkStore:
             except kx.NoNodeError:
                 return None
         return Node(data, _stat(stat))
-
-    def get_value(self, path: str) -> tuple[dict[str, Any], Stat] | None:
-        """The decoded value at ``path`` with its stat, or None."""
-        node = self.get(path)
-        if node is None:
-            return None
-        return decode(node.data, path), node.stat
 
     def get_many(self, paths: Sequence[str]) -> list[Node | None]:
         """Read many znodes in pipelined multiRead batches; None where a znode is missing."""

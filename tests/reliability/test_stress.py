@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import leasekit as lk
-from leasekit.leases import store as lease_store
-from leasekit.log.append import list_segments
+from leasekit.leases import admin as lease_admin
+from leasekit.log.segments import list_segments
 from leasekit.snapshots.catalog import list_snapshots, read_latest
-from leasekit.zk import decode
-from leasekit.zk.paths import CHUNK
+from leasekit.zk.formats import CHUNK, BucketState, LeaseRecord, PinChunk, SnapshotRecord
 
 TB = lk.TableBucket
 
@@ -373,7 +372,7 @@ class Stress:
         """A violation only if the same lease still pins it and is still unexpired."""
         now = conn.server_time_ms()
         try:
-            again = lease_store.info(conn, seen.lease_id)
+            again = lease_admin.info(conn, seen.lease_id)
         except lk.LeaseNotFoundError:
             return
         if again.created_at == seen.created_at and again.pins.get(tb) == sid and _ms(again.expires_at) >= now:
@@ -475,7 +474,7 @@ def metadata_consistency(conn) -> list[str]:
         if node is None:
             continue
         try:
-            record = lease_store._record(node, path)
+            record = LeaseRecord.decode(node, path)
         except lk.CorruptMetadataError as exc:
             problems.append(f"orphan lease: {exc}")
             continue
@@ -486,10 +485,10 @@ def metadata_consistency(conn) -> list[str]:
         arrays[lease_id] = {}
         for name in store.children(paths.lease_pins(lease_id)) or []:
             chunk_path = f"{paths.lease_pins(lease_id)}/{name}"
-            table_id, _, chunk = name.partition(".")
-            for i, sid in enumerate(decode(store.get(chunk_path).data, chunk_path)["a"]):
+            table_id, chunk = paths.parse_lease_chunk(name)
+            for i, sid in enumerate(PinChunk.decode(store.get(chunk_path), chunk_path, table_id, chunk).ids):
                 if sid:
-                    bucket = int(chunk) * CHUNK + i
+                    bucket = chunk * CHUNK + i
                     arrays[lease_id][(table_id, bucket)] = sid
                     if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
                         problems.append(f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin")
@@ -497,16 +496,16 @@ def metadata_consistency(conn) -> list[str]:
         table = conn.table(name)
         tid = table.table_id
         for bucket in range(BUCKETS):
-            state = decode(store.get(paths.bucket(tid, bucket)).data, paths.bucket(tid, bucket))
+            state = BucketState.decode(store.get(paths.bucket(tid, bucket)), paths.bucket(tid, bucket))
             ids = sorted(int(s) for s in store.children(paths.snapshots(tid, bucket)) or [])
-            latest = state["l"][0] if state["l"] else None
-            if ids and (latest != ids[-1] or state["s"] <= ids[-1]):
+            latest = state.latest_snapshot
+            if ids and (latest != ids[-1] or state.next_snapshot <= ids[-1]):
                 problems.append(f"{name}/{bucket}: bucket state {state} disagrees with snapshots {ids}")
             if read_latest(table, [bucket]).get(bucket) != latest:
                 problems.append(f"{name}/{bucket}: latest-snapshot array disagrees with the bucket state")
             for sid in ids:
                 snap_path = paths.snapshot(tid, bucket, sid)
-                files = decode(store.get(snap_path).data, snap_path)["f"]
+                files = SnapshotRecord.decode(store.get(snap_path).data, snap_path).files
                 if not all(os.path.exists(conn.warehouse.uri(f)) for f in files):
                     problems.append(f"orphan snapshot metadata: {name}/{bucket} snapshot {sid} lost files")
                 for holder in store.children(snap_path) or []:

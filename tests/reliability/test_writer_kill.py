@@ -15,7 +15,7 @@ import pytest
 from helpers import read_log, warehouse_files
 
 import leasekit as lk
-from leasekit.log.append import list_segments
+from leasekit.log.segments import list_segments
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time

@@ -1,0 +1,87 @@
+"""The context every service takes: the ZooKeeper store and paths of one namespace, the
+warehouse, the clock that decides expiry, and the namespace settings. It imports no service."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from .errors import LeasekitError
+from .properties import NAMESPACE_SETTINGS, effective
+from .warehouse import Warehouse
+from .zk import ZkStore
+from .zk.formats import SettingsRecord
+from .zk.paths import Paths
+
+__all__ = ["Context"]
+
+log = logging.getLogger("leasekit.connection")
+
+
+def _identity(ms: int) -> int:
+    return ms
+
+
+class Context:
+    """One namespace of a ZooKeeper ensemble plus a warehouse of data files."""
+
+    def __init__(self, store: ZkStore, warehouse: Warehouse, namespace: str) -> None:
+        self.store = store
+        self.warehouse = warehouse
+        self.namespace = namespace
+        self.paths = Paths(namespace)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        """host:pid, recorded on leases this client acquires or renews."""
+        self.clock: Callable[[int], int] = _identity
+        """Maps ZooKeeper time (ms) to the time used for expiry decisions; tests inject a shift."""
+        self._settings_cache: dict[str, Any] = {}
+
+    # -- clock ------------------------------------------------------------------------------
+
+    def server_time_ms(self) -> int:
+        """The ZooKeeper clock, epoch milliseconds."""
+        return self.store.server_time_ms(self.paths.clock)
+
+    def now_ms(self) -> int:
+        """The time used for expiry decisions: the ZooKeeper clock through ``self.clock``."""
+        return self.clock(self.server_time_ms())
+
+    # -- namespace and settings -------------------------------------------------------------
+
+    def ensure_namespace(self) -> None:
+        """Create the namespace's fixed znodes where missing."""
+        for path in self.paths.skeleton():
+            if self.store.exists(path) is None:
+                self.store.ensure_path(path)
+
+    def watch_settings(self) -> None:
+        """Keep ``cached_settings`` current from a ZooKeeper watch on the settings znode."""
+
+        def update(data: bytes | None) -> None:
+            try:
+                self._settings_cache = SettingsRecord.decode(data or b"", self.paths.settings).values
+            except LeasekitError:
+                log.warning("ignoring undecodable namespace settings at %s", self.paths.settings)
+
+        self.store.watch(self.paths.settings, update)
+
+    def cached_settings(self) -> dict[str, Any]:
+        """Namespace settings as last seen through the ZooKeeper watch (no I/O)."""
+        return effective(self._settings_cache, NAMESPACE_SETTINGS)
+
+    def stored_settings(self) -> tuple[dict[str, Any], int]:
+        """The settings stored now (set keys only) and the znode version, for compare-and-set."""
+        node = self.store.get(self.paths.settings)
+        if node is None:
+            self.ensure_namespace()
+            return {}, 0
+        stored = SettingsRecord.decode(node.data, self.paths.settings).values
+        self._settings_cache = stored
+        return stored, node.stat.version
+
+    def settings(self) -> dict[str, Any]:
+        """Namespace-wide settings (defaults filled in; durations as ``timedelta``)."""
+        return effective(self.stored_settings()[0], NAMESPACE_SETTINGS)

@@ -1,0 +1,85 @@
+"""Log segments: the Parquet schema of segment files, listing a bucket's segments, and deleting
+a prefix of them (znodes and the new beginning offset first, files after)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from ..records import LogSegment, TableBucket
+from ..zk import Delete, Op, SetData
+from ..zk.formats import BucketState, SegmentRecord
+
+if TYPE_CHECKING:
+    from ..tables.info import TableInfo
+
+__all__ = ["OP_COLUMN", "log_schema", "list_segments", "delete_segments"]
+
+OP_COLUMN = "_op"
+
+
+def log_schema(table: TableInfo) -> pa.Schema:
+    """Schema of segment files: the table's columns (non-key ones nullable, for deletes) and ``_op``."""
+    fields = [f if f.name in table.primary_key else f.with_nullable(True) for f in table.schema]
+    return pa.schema([*fields, pa.field(OP_COLUMN, pa.string(), nullable=False)])
+
+
+def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[LogSegment]]:
+    """Every stored segment of each bucket, by base offset (children listed and read pipelined)."""
+    store, paths, tid = table.connection.store, table.connection.paths, table.table_id
+    buckets = list(buckets)
+    names = store.children_many([paths.log(tid, b) for b in buckets])
+    wanted = [(b, int(n)) for b, kids in zip(buckets, names) for n in (kids or [])]
+    seg_paths = [paths.segment(tid, b, base) for b, base in wanted]
+    nodes = store.get_many(seg_paths)
+    out: dict[int, list[LogSegment]] = {b: [] for b in buckets}
+    warehouse = table.connection.warehouse
+    for (bucket, base), path, node in zip(wanted, seg_paths, nodes):
+        if node is None:
+            continue  # deleted by retention between listing and reading
+        rec = SegmentRecord.decode(node.data, path)
+        out[bucket].append(LogSegment(
+            TableBucket(table.name, bucket), base, base + rec.rows,
+            max(node.stat.ctime_ms, rec.ts_floor), rec.size, warehouse.uri(rec.file),
+        ))
+    for segs in out.values():
+        segs.sort(key=lambda s: s.base_offset)
+    return out
+
+
+
+def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tuple[list[str], int]:
+    """Delete a prefix of a bucket's segments: znodes and the new beginning offset in one
+    transaction, files after (R3). Returns the deleted files and their bytes.
+    """
+    conn = table.connection
+    paths, tid = conn.paths, table.table_id
+    wanted = sorted(set(bases))
+    deleted: list[tuple[str, int]] = []
+
+    def build() -> list[Op]:
+        deleted.clear()
+        seg_paths = [paths.segment(tid, bucket, b) for b in wanted]
+        nodes = conn.store.get_many([paths.bucket(tid, bucket), *seg_paths])
+        if nodes[0] is None:
+            return []
+        state = BucketState.decode(nodes[0], paths.bucket(tid, bucket))
+        ops: list[Op] = []
+        begin = state.begin
+        for path, node in zip(seg_paths, nodes[1:]):
+            if node is None:
+                continue  # deleted by an earlier pass
+            rec = SegmentRecord.decode(node.data, path)
+            ops.append(Delete(path, node.stat.version))
+            deleted.append((rec.file, rec.size))
+            begin = max(begin, int(path.rsplit("/", 1)[1]) + rec.rows)
+        if not ops:
+            return []
+        ops.append(SetData(paths.bucket(tid, bucket), state.encode(begin=begin), state.stat.version))
+        return ops
+
+    conn.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")
+    conn.warehouse.delete_files(f for f, _ in deleted)
+    return [f for f, _ in deleted], sum(size for _, size in deleted)

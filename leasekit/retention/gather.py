@@ -1,0 +1,172 @@
+"""Gathering for retention: read, in pipelined batches, what a plan is computed from — the
+tables' snapshots and segments, every lease with its pins, writes in progress, the files."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..durations import to_ms
+from ..errors import CorruptMetadataError
+from ..log.markers import live_tokens
+from ..warehouse import FileEntry
+from ..zk.formats import BucketState, LeaseRecord, PinChunk, SegmentRecord, SnapshotRecord
+from ..zk.paths import CHUNK
+
+if TYPE_CHECKING:
+    from ..context import Context
+    from ..tables.info import TableInfo
+
+__all__ = ["Metadata", "TableMeta", "LeaseMeta", "SnapshotMeta", "SegmentMeta", "gather"]
+
+
+class SnapshotMeta(NamedTuple):
+    snapshot_id: int
+    log_offset: int
+    size_bytes: int
+    files: tuple[str, ...]
+    """Warehouse-relative paths."""
+    pins: int
+    """Pin znodes under the snapshot (from its stat)."""
+
+
+class SegmentMeta(NamedTuple):
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+    timestamp_ms: int
+    file: str
+    """Warehouse-relative path."""
+
+
+class TableMeta(NamedTuple):
+    table: TableInfo
+    begin: dict[int, int]
+    """Beginning offset per written bucket."""
+    snapshots: dict[int, list[SnapshotMeta]]
+    segments: dict[int, list[SegmentMeta]]
+    committed: dict[int, dict[str, int]]
+    """Committed offset per consumer group, per bucket (for log.retention.respect-consumers)."""
+
+
+class LeaseMeta(NamedTuple):
+    lease_id: str
+    expires_ms: int
+    state: str
+    version: int
+    pins: dict[tuple[str, int, int], None]
+    """(table_id, bucket, snapshot_id) of every pin."""
+
+
+class Metadata(NamedTuple):
+    """Everything a plan is computed from."""
+
+    now_ms: int
+    tables: list[TableMeta]
+    leases: list[LeaseMeta]
+    files: list[FileEntry]
+    grace_ms: int
+    orphan_min_age_ms: int
+    skipped: list[str]
+    protected_dirs: tuple[str, ...]
+    """Warehouse directories whose files are never orphans (tables whose metadata was unreadable)."""
+    in_flight: frozenset[str] = frozenset()
+    """Tokens of writes in progress: files carrying one are not orphans yet."""
+
+
+def _gather_table(conn: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
+    store, paths, tid = conn.store, conn.paths, table.table_id
+    buckets = list(range(table.num_buckets))
+    state_paths = [paths.bucket(tid, b) for b in buckets]
+    begin: dict[int, int] = {}
+    for b, path, node in zip(buckets, state_paths, store.get_many(state_paths)):
+        if node is not None:
+            try:
+                begin[b] = BucketState.decode(node, path).begin
+            except CorruptMetadataError as exc:
+                skipped.append(str(exc))
+    written = sorted(begin)
+    snap_names = store.children_many([paths.snapshots(tid, b) for b in written])
+    seg_names = store.children_many([paths.log(tid, b) for b in written])
+    snap_keys = [(b, int(n)) for b, names in zip(written, snap_names) for n in (names or [])]
+    seg_keys = [(b, int(n)) for b, names in zip(written, seg_names) for n in (names or [])]
+    snap_paths = [paths.snapshot(tid, b, i) for b, i in snap_keys]
+    seg_paths = [paths.segment(tid, b, o) for b, o in seg_keys]
+    nodes = store.get_many(snap_paths + seg_paths)
+    snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in written}
+    segments: dict[int, list[SegmentMeta]] = {b: [] for b in written}
+    for (b, sid), path, node in zip(snap_keys, snap_paths, nodes[:len(snap_paths)]):
+        if node is None:
+            continue
+        try:
+            snap = SnapshotRecord.decode(node.data, path)
+        except CorruptMetadataError as exc:
+            skipped.append(str(exc))
+            continue
+        snapshots[b].append(SnapshotMeta(sid, snap.log_offset, snap.size, snap.files, node.stat.num_children))
+    for (b, base), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths):]):
+        if node is None:
+            continue
+        try:
+            rec = SegmentRecord.decode(node.data, path)
+        except CorruptMetadataError as exc:
+            skipped.append(str(exc))
+            continue
+        segments[b].append(SegmentMeta(base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file))
+    return TableMeta(table, begin, snapshots, segments, {})
+
+
+def _gather_leases(conn: Context, skipped: list[str]) -> list[LeaseMeta]:
+    store, paths = conn.store, conn.paths
+    ids = store.children(paths.leases) or []
+    records = store.get_many([paths.lease(i) for i in ids])
+    chunk_names = store.children_many([paths.lease_pins(i) for i in ids])
+    chunk_keys = [(i, n) for i, names in zip(ids, chunk_names) for n in (names or [])]
+    chunk_paths = [f"{paths.lease_pins(i)}/{n}" for i, n in chunk_keys]
+    pins: dict[str, dict[tuple[str, int, int], None]] = {i: {} for i in ids}
+    for (lease_id, name), path, node in zip(chunk_keys, chunk_paths, store.get_many(chunk_paths)):
+        if node is None:
+            continue
+        try:
+            table_id, chunk = paths.parse_lease_chunk(name)
+            pin_chunk = PinChunk.decode(node, path, table_id, chunk)
+        except (CorruptMetadataError, ValueError) as exc:
+            skipped.append(str(exc) if isinstance(exc, CorruptMetadataError) else f"lease pins at {path} are unreadable")
+            continue
+        for i, sid in enumerate(pin_chunk.ids):
+            if sid:
+                pins[lease_id][(table_id, chunk * CHUNK + i, sid)] = None
+    out = []
+    for lease_id, node in zip(ids, records):
+        if node is None:
+            continue
+        try:
+            record = LeaseRecord.decode(node, paths.lease(lease_id))
+        except CorruptMetadataError as exc:
+            skipped.append(str(exc))
+            continue
+        out.append(LeaseMeta(lease_id, record.expires_ms, record.state, node.stat.version, pins[lease_id]))
+    return out
+
+
+def gather(conn: Context, table: str | TableInfo | None = None) -> Metadata:
+    """Read what a retention plan needs: tables (or one), every lease, the warehouse files."""
+    from ..tables.catalog import list_tables, load_table
+
+    skipped: list[str] = []
+    protected: list[str] = []
+    names = [table] if table is not None else list_tables(conn)
+    tables: list[TableMeta] = []
+    for name in names:
+        try:
+            tables.append(_gather_table(conn, load_table(conn, name), skipped))
+        except CorruptMetadataError as exc:
+            skipped.append(str(exc))
+            protected.append(f"tables/{name}/")
+    leases = _gather_leases(conn, skipped)
+    in_flight = live_tokens(conn)  # before listing files: a newer write's files are young anyway
+    settings = conn.settings()
+    files = conn.warehouse.list(f"tables/{tables[0].table.name}" if table is not None and tables else "tables")
+    now = conn.now_ms()
+    return Metadata(now, tables, leases, files, to_ms(settings["lease.expiry-grace"]),
+                    to_ms(settings["orphan.min-age"]), skipped, tuple(protected), in_flight)
+

@@ -1,0 +1,112 @@
+"""DataFrames over leasekit's files: snapshot files, log records with offsets and timestamps,
+and the KV state (last write per key wins) that compaction and union reads compute."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..log.segments import log_schema
+from ..records import LogSegment
+from ..tables import schema as schemas
+from ..tables.bucketing import spark_bucket_column
+from .session import known_files
+
+if TYPE_CHECKING:
+    from ..tables.info import TableInfo
+
+__all__ = ["table_ddl", "files_frame", "log_frame", "kv_state", "bucket_of_path"]
+
+
+def table_ddl(table: TableInfo) -> str:
+    return schemas.to_ddl(table.schema)
+
+
+def _spark_path(table: TableInfo, location: str) -> str:
+    return table.connection.warehouse.to_spark(location)
+
+
+def files_frame(spark: SparkSession, table: TableInfo, files: list[str]) -> DataFrame:
+    """Rows of table-column Parquet files (snapshot files), with the table's schema."""
+    ddl = table_ddl(table)
+    if not files:
+        return spark.createDataFrame([], ddl)
+    with known_files(spark):
+        return spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files])
+
+
+def log_frame(spark: SparkSession, table: TableInfo, segments: Mapping[int, list[LogSegment]],
+              ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
+    """Log records of ``segments`` with ``start <= _offset < limit`` for each bucket's range.
+
+    Columns: ``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns.
+    """
+    ddl = schemas.to_ddl(log_schema(table))
+    used = [
+        (bucket, seg)
+        for bucket, segs in segments.items()
+        for seg in segs
+        if seg.base_offset < ranges[bucket][1] and seg.end_offset > ranges[bucket][0]
+    ]
+    columns = [f.name for f in table.schema]
+    if not used:
+        empty = spark.createDataFrame([], f"_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, {ddl}")
+        return empty.select("_bucket", "_offset", "_timestamp", "_op", *columns)
+    meta = spark.createDataFrame(
+        [(_file_key(seg.file), b, seg.base_offset, seg.timestamp_ms, *ranges[b]) for b, seg in used],
+        "_file STRING, _bucket INT, _base BIGINT, _ts BIGINT, _start BIGINT, _limit BIGINT",
+    )
+    with known_files(spark):
+        files = spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used])
+    records = (
+        files.withColumn("_file", F.substring_index(F.col("_metadata.file_path"), "/", -2))
+        .withColumn("_row", F.col("_metadata.row_index"))
+        .join(F.broadcast(meta), "_file")
+        .withColumn("_offset", F.col("_base") + F.col("_row"))
+        .where((F.col("_offset") >= F.col("_start")) & (F.col("_offset") < F.col("_limit")))
+    )
+    return records.select(
+        "_bucket", "_offset", F.timestamp_millis(F.col("_ts")).alias("_timestamp"), "_op", *columns
+    )
+
+
+def _file_key(location: str) -> str:
+    """A segment file's parent directory and name: unique across segments, as Spark's bulk
+    writes reuse part-file names in each bucket directory."""
+    return "/".join(location.rstrip("/").split("/")[-2:])
+
+
+def kv_state(table: TableInfo, base: DataFrame, changes: DataFrame, *, by_bucket: bool = False) -> DataFrame:
+    """Last write wins per key over ``base`` rows (oldest) then ``changes`` in offset order.
+
+    Deleted keys are dropped. With ``by_bucket`` the result keeps a ``_bucket`` column and is
+    partitioned by it, so each bucket's rows are written by one task.
+    """
+    key = list(table.primary_key)
+    values = [f.name for f in table.schema if f.name not in table.primary_key]
+    columns = [f.name for f in table.schema]
+    union = base.select(*columns, F.lit("upsert").alias("_op"), F.lit(-1).cast("long").alias("_ord")).unionByName(
+        changes.select(*columns, "_op", F.col("_offset").alias("_ord"))
+    )
+    group: list[Any] = list(key)
+    if by_bucket:
+        union = union.withColumn("_bucket", spark_bucket_column(key, table.num_buckets))
+        union = union.repartition(max(1, min(table.num_buckets, 256)), "_bucket")
+        group = ["_bucket", *key]
+    latest = union.groupBy(*group).agg(F.max_by(F.struct(*values, "_op"), "_ord").alias("_last"))
+    out: list[Column | str] = [*group, *[F.col(f"_last.{v}").alias(v) for v in values]]
+    return latest.where(F.col("_last._op") != "delete").select(*out)
+
+
+def bucket_of_path(rel: str) -> int | None:
+    """The bucket of a data file Spark wrote under ``_bucket=N/`` (None for side files)."""
+    if not rel.endswith(".parquet") or posixpath.basename(rel).startswith((".", "_")):
+        return None
+    parent = posixpath.basename(posixpath.dirname(rel))
+    if not parent.startswith("_bucket="):
+        return None
+    return int(parent.split("=", 1)[1])

@@ -1,0 +1,101 @@
+"""The SparkSession leasekit uses (the active one, or ``local[*]``), Spark error translation and
+SQL settings scoped to a block."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from ..errors import IllegalStateError, InvalidTypeError, LeasekitError
+
+__all__ = ["spark_session", "session", "spark_errors", "session_conf", "micros_timestamps", "known_files",
+           "struct_type"]
+
+_TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
+_LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+def spark_session(app_name: str = "leasekit") -> SparkSession:
+    """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if not os.environ.get("JAVA_HOME"):
+        from ..embedded.java import java_home
+
+        os.environ["JAVA_HOME"] = java_home()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with spark_errors("start Spark"):
+        # Spark's console progress bar would draw over leasekit's own progress bars.
+        return SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false").getOrCreate()
+
+
+def session(spark: SparkSession | None) -> SparkSession:
+    if spark is None:
+        return spark_session()
+    if not isinstance(spark, SparkSession):
+        raise InvalidTypeError(f"spark must be a SparkSession, not {type(spark).__name__}")
+    return spark
+
+
+@contextlib.contextmanager
+def spark_errors(what: str) -> Iterator[None]:
+    """Translate Spark and Py4J errors into ``IllegalStateError``."""
+    from py4j.protocol import Py4JError
+
+    try:
+        yield
+    except LeasekitError:
+        raise
+    except (PySparkException, Py4JError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise IllegalStateError(f"{what}: Spark failed: {first}") from None
+
+
+_conf_lock = threading.Lock()
+_conf_users: dict[tuple[int, str], tuple[int, str | None]] = {}
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set SQL confs for this block; concurrent blocks share them and the last one restores."""
+    with _conf_lock:
+        for key, value in settings.items():
+            users, previous = _conf_users.get((id(spark), key), (0, None))
+            if users == 0:
+                previous = spark.conf.get(key, None)
+                spark.conf.set(key, value)
+            _conf_users[(id(spark), key)] = (users + 1, previous)
+    try:
+        yield
+    finally:
+        with _conf_lock:
+            for key in settings:
+                users, previous = _conf_users.pop((id(spark), key))
+                if users > 1:
+                    _conf_users[(id(spark), key)] = (users - 1, previous)
+                elif previous is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, previous)
+
+
+def micros_timestamps(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """Write timestamps as INT64 microseconds (readable by every Parquet reader) for this block."""
+    return session_conf(spark, {_TIMESTAMP_CONF: "TIMESTAMP_MICROS"})
+
+
+def known_files(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """leasekit passes exact file lists: no distributed listing job is needed to index them."""
+    return session_conf(spark, {_LISTING_CONF: str(2**31 - 1)})
+
+
+def struct_type(spark: SparkSession, ddl: str) -> StructType:
+    return spark.createDataFrame([], ddl).schema

@@ -1,0 +1,76 @@
+"""Seeding for tests and benchmarks: table history registered straight in ZooKeeper, in the
+layout leasekit itself writes, at scales (10,000+ buckets) where real writes and Spark
+compactions would take hours. Not for production data: nothing here is atomic overall.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from .zk import Create, Op
+from .zk.formats import BucketState, LatestChunk, SegmentRecord, SnapshotRecord
+from .zk.paths import CHUNK
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .tables.info import TableInfo
+
+__all__ = ["seed_empty_snapshots", "seed_history"]
+
+
+def _latest_arrays(ctx: Context, table: TableInfo, snapshot_id: int) -> list[Op]:
+    n, tid = table.num_buckets, table.table_id
+    return [Create(ctx.paths.latest_chunk(tid, c // CHUNK), LatestChunk([snapshot_id] * min(CHUNK, n - c)).encode())
+            for c in range(0, n, CHUNK)]
+
+
+def seed_empty_snapshots(ctx: Context, table: TableInfo, snapshot_id: int = 1) -> None:
+    """Give every bucket of a fresh table one empty snapshot (the state at offset 0, no files)
+    with id ``snapshot_id``: what lease tests and benchmarks pin."""
+    paths, tid = ctx.paths, table.table_id
+    state = BucketState(0, 0, 0, snapshot_id + 1, snapshot_id, 0).encode()
+    snapshot = SnapshotRecord(0, 0, 0, ()).encode()
+    ops: list[Op] = []
+    for b in range(table.num_buckets):
+        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b)),
+                Create(paths.snapshot(tid, b, snapshot_id), snapshot)]
+    ctx.store.commit_chunked([*ops, *_latest_arrays(ctx, table, snapshot_id)])
+
+
+def seed_history(ctx: Context, table: TableInfo, snapshots: int, segments: int, rows_per_segment: int, *,
+                 file_bytes: int | None = None) -> None:
+    """Give every bucket of a fresh table ``segments`` log segments of ``rows_per_segment``
+    records (timestamp 0) and ``snapshots`` snapshots, snapshot i at log offset
+    i * rows_per_segment.
+
+    With ``file_bytes``, a placeholder file of that size is written for every snapshot and
+    segment (a local warehouse only; they are listed and deleted, never read as Parquet), so
+    retention lists and deletes real files; without it, no file exists.
+    """
+    paths, tid, rows = ctx.paths, table.table_id, rows_per_segment
+    end = segments * rows
+    state = BucketState(end, 0, 0, snapshots + 1, snapshots, snapshots * rows).encode()
+    size = file_bytes or 0
+    files: list[str] = []
+    ops: list[Op] = []
+    for b in range(table.num_buckets):
+        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b))]
+        for s in range(1, snapshots + 1):
+            rel = f"{table.data_dir}/snapshots/seed-{s}/_bucket={b}/part-0.parquet"
+            files.append(rel)
+            ops.append(Create(paths.snapshot(tid, b, s), SnapshotRecord(s * rows, rows, size, (rel,)).encode()))
+        for g in range(segments):
+            rel = f"{table.data_dir}/log/{b}/seed-{g}.parquet"
+            files.append(rel)
+            ops.append(Create(paths.segment(tid, b, g * rows), SegmentRecord(rel, rows, size, 0).encode()))
+    if file_bytes is not None:
+        if not ctx.warehouse.is_local:
+            raise ValueError("seed_history writes files into local warehouses only")
+        payload = b"\0" * file_bytes
+        for rel in files:
+            path = os.path.join(ctx.warehouse.location, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(payload)
+    ctx.store.commit_chunked([*ops, *_latest_arrays(ctx, table, snapshots)])
