@@ -12,7 +12,7 @@ from typing import Any
 from .errors import LeasekitError
 from .properties import NAMESPACE_SETTINGS, effective
 from .warehouse import Warehouse
-from .zk import ZkStore
+from .zk import Node, ServerClock, ZkStore
 from .zk.formats import SettingsRecord
 from .zk.paths import Paths
 
@@ -38,16 +38,27 @@ class Context:
         self.clock: Callable[[int], int] = _identity
         """Maps ZooKeeper time (ms) to the time used for expiry decisions; tests inject a shift."""
         self._settings_cache: dict[str, Any] = {}
+        self.server_clock = ServerClock(lambda: store.server_time_ms(self.paths.clock))
+        """The ZooKeeper clock, estimated between writes that read it."""
 
     # -- clock ------------------------------------------------------------------------------
 
     def server_time_ms(self) -> int:
-        """The ZooKeeper clock, epoch milliseconds."""
-        return self.store.server_time_ms(self.paths.clock)
+        """The ZooKeeper clock, epoch milliseconds: an estimate from a reading at most a few
+        seconds old (no ZooKeeper write per call), for display."""
+        return self.server_clock.now_ms()
 
     def now_ms(self) -> int:
-        """The time used for expiry decisions: the ZooKeeper clock through ``self.clock``."""
-        return self.clock(self.server_time_ms())
+        """The time used for expiry and age decisions: the ZooKeeper clock read now (one write),
+        through ``self.clock``."""
+        return self.clock(self.server_clock.fresh_ms())
+
+    def read_with_clock(self, paths: list[str]) -> tuple[int, list[Node | None]]:
+        """The ZooKeeper clock (epoch ms, read first) and the znodes at ``paths``, in one
+        pipelined batch; the reading also refreshes ``server_clock``."""
+        now, nodes = self.store.read_with_clock(self.paths.clock, paths)
+        self.server_clock.observe(now)
+        return now, nodes
 
     # -- namespace and settings -------------------------------------------------------------
 
@@ -60,7 +71,7 @@ class Context:
     def watch_settings(self) -> None:
         """Keep ``cached_settings`` current from a ZooKeeper watch on the settings znode."""
 
-        def update(data: bytes | None) -> None:
+        def update(data: bytes | None, stat: object) -> None:
             try:
                 self._settings_cache = SettingsRecord.decode(data or b"", self.paths.settings).values
             except LeasekitError:

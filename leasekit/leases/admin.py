@@ -163,7 +163,7 @@ def expire(conn: Context) -> list[str]:
     """Reclaim every lease past expires_at + lease.expiry-grace; returns their ids (L11)."""
     ids = conn.store.children(conn.paths.leases) or []
     paths = [conn.paths.lease(i) for i in ids]
-    now, nodes = conn.store.read_with_clock(conn.paths.clock, paths)
+    now, nodes = conn.read_with_clock(paths)
     now = conn.clock(now)
     grace = to_ms(conn.settings()["lease.expiry-grace"])
     reclaimed = []
@@ -225,7 +225,7 @@ def leases_pinning(conn: Context, table_id: str) -> list[str]:
     kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
     candidates = [i for i, names in zip(ids, kids) if names and any(conn.paths.parse_lease_chunk(n)[0] == table_id for n in names)]
     paths = [conn.paths.lease(i) for i in candidates]
-    now, nodes = conn.store.read_with_clock(conn.paths.clock, paths)
+    now, nodes = conn.read_with_clock(paths)
     out = []
     for lease_id, path, node in zip(candidates, paths, nodes):
         if node is None:

@@ -99,7 +99,7 @@ def acquire_at(
     while pending or first:
         if stale:
             chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
-            now, nodes = store.read_with_clock(paths.clock, [rec_path, *chunk_paths])
+            now, nodes = conn.read_with_clock([rec_path, *chunk_paths])
             record = _check_live(conn, nodes[0], rec_path, now, creating=True)
             chunks = {key: PinChunk.empty(key[0], key[1], tables[key[0]].name) if n is None
                       else PinChunk.decode(n, p, key[0], key[1])
@@ -222,7 +222,7 @@ def renew_at(conn: Context, lease_id: str, duration_ms: int | None) -> tuple[int
     check_id(lease_id)
     path = conn.paths.lease(lease_id)
     while True:
-        now, (node,) = conn.store.read_with_clock(conn.paths.clock, [path])
+        now, (node,) = conn.read_with_clock([path])
         record = _check_live(conn, node, path, now)
         if record is None:  # pragma: no cover - _check_live raises for a missing lease
             raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
@@ -240,7 +240,7 @@ def validity(conn: Context, lease_id: str) -> LeaseRecord:
     """The live, unexpired lease record; ``LeaseExpiredError`` otherwise (for reads, L12)."""
     check_id(lease_id)
     path = conn.paths.lease(lease_id)
-    now, (node,) = conn.store.read_with_clock(conn.paths.clock, [path])
+    now, (node,) = conn.read_with_clock([path])
     if node is None:
         raise LeaseExpiredError(f"lease {lease_id!r} does not exist (expired or dropped)")
     record = _check_live(conn, node, path, now)

@@ -9,6 +9,7 @@ from ..durations import to_ms
 from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
 from ..warehouse import FileEntry
+from ..zk import GetChildren, GetData
 from ..zk.formats import BucketState, LeaseRecord, PinChunk, SegmentRecord, SnapshotRecord
 from ..zk.paths import CHUNK
 
@@ -76,19 +77,25 @@ class Metadata(NamedTuple):
 def _gather_table(conn: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
     store, paths, tid = conn.store, conn.paths, table.table_id
     buckets = list(range(table.num_buckets))
-    state_paths = [paths.bucket(tid, b) for b in buckets]
+    n = len(buckets)
+    # One pipelined batch for the bucket states and both child listings of every bucket.
+    results = store.read_many([*(GetData(paths.bucket(tid, b)) for b in buckets),
+                               *(GetChildren(paths.snapshots(tid, b)) for b in buckets),
+                               *(GetChildren(paths.log(tid, b)) for b in buckets)])
+    for result in results:
+        if result.error is not None:
+            raise result.error
     begin: dict[int, int] = {}
-    for b, path, node in zip(buckets, state_paths, store.get_many(state_paths)):
-        if node is not None:
+    for b, result in zip(buckets, results[:n]):
+        if result.value is not None:
+            path = paths.bucket(tid, b)
             try:
-                begin[b] = BucketState.decode(node, path).begin
+                begin[b] = BucketState.decode(result.value, path).begin  # type: ignore[arg-type]
             except CorruptMetadataError as exc:
                 skipped.append(str(exc))
     written = sorted(begin)
-    snap_names = store.children_many([paths.snapshots(tid, b) for b in written])
-    seg_names = store.children_many([paths.log(tid, b) for b in written])
-    snap_keys = [(b, int(n)) for b, names in zip(written, snap_names) for n in (names or [])]
-    seg_keys = [(b, int(n)) for b, names in zip(written, seg_names) for n in (names or [])]
+    snap_keys = [(b, int(name)) for b in written for name in (results[n + b].value or [])]
+    seg_keys = [(b, int(name)) for b in written for name in (results[2 * n + b].value or [])]
     snap_paths = [paths.snapshot(tid, b, i) for b, i in snap_keys]
     seg_paths = [paths.segment(tid, b, o) for b, o in seg_keys]
     nodes = store.get_many(snap_paths + seg_paths)

@@ -1,29 +1,22 @@
-"""The ZooKeeper layer: the only package that imports kazoo. Owns the session, the msgpack
-codec with its format version, transactions, compare-and-set, pipelined reads, the clock and errors."""
+"""The ZooKeeper layer, the only package that imports kazoo: the session, paths, the codec and
+one typed format per znode kind, transactions, pipelined reads, the clock, watches, elections."""
 
 from __future__ import annotations
 
+from .clock import ServerClock
 from .codec import MAX_VALUE_BYTES as MAX_VALUE_BYTES
 from .codec import to_datetime as to_datetime
+from .errors import translated
 from .ops import MAX_REQUEST_BYTES as MAX_REQUEST_BYTES
 from .ops import MAX_TXN_BYTES as MAX_TXN_BYTES
 from .ops import MAX_TXN_OPS as MAX_TXN_OPS
-from .ops import Check, Create, Delete, Node, SetData, Stat, TxnConflict
-from .ops import Op as Op
-from .ops import chunk_ops as chunk_ops
-from .ops import op_size as op_size
-from .reads import READS_PER_REQUEST as READS_PER_REQUEST
-from .reads import MultiRead as MultiRead
+from .ops import Check, Create, Delete, Node, Op, SetData, Stat, TxnConflict, chunk_ops, op_size
+from .reads import READS_PER_REQUEST, GetChildren, GetData, ReadResult
 from .store import ZkStore
-from .store import translated as translated
+from .watches import Watch
 
 __all__ = [
-    "Stat",
-    "Node",
-    "Create",
-    "SetData",
-    "Delete",
-    "Check",
-    "TxnConflict",
-    "ZkStore",
+    "MAX_VALUE_BYTES", "MAX_REQUEST_BYTES", "MAX_TXN_BYTES", "MAX_TXN_OPS", "READS_PER_REQUEST",
+    "Stat", "Node", "Op", "Create", "SetData", "Delete", "Check", "TxnConflict", "chunk_ops", "op_size",
+    "GetData", "GetChildren", "ReadResult", "ZkStore", "Watch", "ServerClock", "translated", "to_datetime",
 ]

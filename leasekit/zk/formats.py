@@ -41,6 +41,12 @@ def _ints(values: Any) -> list[int]:
     return [int(v) for v in values]
 
 
+def _strs(values: Any) -> tuple[str, ...]:
+    if not isinstance(values, list):
+        raise TypeError(f"expected a list of str, got {type(values).__name__}")
+    return tuple(_str(v) for v in values)
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a str, got {type(value).__name__}")
@@ -91,7 +97,7 @@ class TableRecord(NamedTuple):
         def build(v: dict[str, Any]) -> TableRecord:
             if not isinstance(v["schema"], bytes):
                 raise TypeError("schema is not bytes")
-            return cls(_str(v["id"]), v["schema"], tuple(_str(k) for k in v["pk"]), int(v["n"]),
+            return cls(_str(v["id"]), v["schema"], _strs(v["pk"]), int(v["n"]),
                        dict(v.get("props", {})))
 
         return _load(data, path, cls.VERSION, "table metadata", build)
@@ -204,7 +210,7 @@ class SnapshotRecord(NamedTuple):
     @classmethod
     def decode(cls, data: bytes, path: str) -> SnapshotRecord:
         return _load(data, path, cls.VERSION, "snapshot metadata",
-                     lambda v: cls(int(v["o"]), int(v["n"]), int(v["s"]), tuple(_str(f) for f in v["f"])))
+                     lambda v: cls(int(v["o"]), int(v["n"]), int(v["s"]), _strs(v["f"])))
 
 
 class LatestChunk(NamedTuple):

@@ -37,7 +37,8 @@ class Node(NamedTuple):
     stat: Stat
 
 
-def _stat(s: Any) -> Stat:
+def stat_of(s: Any) -> Stat:
+    """The Stat of a kazoo ZnodeStat."""
     return Stat(s.version, s.ctime, s.mtime, s.numChildren, s.cversion)
 
 

@@ -1,22 +1,52 @@
-"""Pipelined reads of the ZooKeeper layer: the multiRead request (ZooKeeper >= 3.6) and
-the fallback to one pipelined request per read for servers without it."""
+"""Pipelined reads of the ZooKeeper layer: getData and getChildren reads of mixed kinds sent
+in multiRead requests (ZooKeeper >= 3.6; one pipelined request per read on older servers),
+each read with its own result, so one missing or unreadable znode does not fail a batch."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from kazoo import exceptions as kx
+from kazoo.client import KazooClient
 from kazoo.protocol import serialization as ser
 from kazoo.protocol.states import ZnodeStat
 
-if TYPE_CHECKING:
-    from .store import ZkStore
+from ..errors import LeasekitError
+from .errors import translate
+from .ops import Node, stat_of
+
+__all__ = ["GetData", "GetChildren", "Read", "ReadResult", "Reader", "READS_PER_REQUEST", "MultiRead"]
 
 READS_PER_REQUEST = 500
 """Reads carried by one multiRead request (responses stay far below 1 MB)."""
 
 _GET_DATA, _GET_CHILDREN = 4, 8
+
+
+class GetData(NamedTuple):
+    """Read a znode's data and stat."""
+
+    path: str
+
+
+class GetChildren(NamedTuple):
+    """List a znode's children."""
+
+    path: str
+
+
+Read = GetData | GetChildren
+
+
+class ReadResult(NamedTuple):
+    """The outcome of one read of a batch."""
+
+    value: Node | list[str] | None
+    """The node (GetData) or the sorted child names (GetChildren); None if the znode is missing
+    or the read failed."""
+    error: LeasekitError | None = None
+    """Why the read failed (for example ``PermissionDeniedError``); None when it did not."""
 
 
 class MultiRead(NamedTuple):
@@ -62,32 +92,70 @@ class MultiRead(NamedTuple):
                 results.append(kx.EXCEPTIONS[code]())
 
 
-class _Singles:
-    """One pipelined request per read: for servers without multiRead (before 3.6)."""
+def _wire(read: Read) -> tuple[int, str]:
+    return (_GET_DATA if isinstance(read, GetData) else _GET_CHILDREN, read.path)
 
-    def __init__(self, store: ZkStore, ops: Sequence[tuple[int, str]]) -> None:
-        client = store.client
-        self._results = [client.get_async(p) if t == _GET_DATA else client.get_children_async(p) for t, p in ops]
 
-    def get(self, timeout: float) -> list[Any]:
-        out: list[Any] = []
-        for result in self._results:
-            try:
-                out.append(result.get(timeout=timeout))
-            except kx.NoNodeError as exc:
-                out.append(exc)
+class _Pending(NamedTuple):
+    reads: tuple[tuple[int, str], ...]
+    result: Any
+    """kazoo async result of a MultiRead, or a list of per-read async results."""
+
+
+class Reader:
+    """Sends batches of reads without waiting and collects their per-read results; falls back
+    to single pipelined reads for good once the server turns multiRead down."""
+
+    def __init__(self, client: Callable[[], KazooClient], timeout: float) -> None:
+        self._client = client
+        self._timeout = timeout
+        self.multi_read = True
+        """False once the server answered that it does not implement multiRead (before 3.6)."""
+
+    def send(self, reads: Sequence[Read]) -> list[_Pending]:
+        """Send ``reads`` as requests of READS_PER_REQUEST reads each; nothing is awaited."""
+        wire = [_wire(r) for r in reads]
+        return [self._send(tuple(wire[i:i + READS_PER_REQUEST])) for i in range(0, len(wire), READS_PER_REQUEST)]
+
+    def _send(self, ops: tuple[tuple[int, str], ...]) -> _Pending:
+        client = self._client()
+        if self.multi_read:
+            result = client.handler.async_result()
+            client._call(MultiRead(ops), result)
+            return _Pending(ops, result)
+        return _Pending(ops, [client.get_async(p) if t == _GET_DATA else client.get_children_async(p) for t, p in ops])
+
+    def collect(self, pending: Sequence[_Pending]) -> list[ReadResult]:
+        """Per-read results of sent batches, in order. Errors of a whole request (connection
+        loss, say) raise; errors of single reads are kept in their results."""
+        out: list[ReadResult] = []
+        for batch in pending:
+            out += [_result(t, item) for (t, _), item in zip(batch.reads, self._raw(batch))]
         return out
 
-
-class _FallbackOnUnimplemented:
-    """A multiRead result that switches the store to single reads if the server lacks it."""
-
-    def __init__(self, store: ZkStore, ops: Sequence[tuple[int, str]], result: Any) -> None:
-        self._store, self._ops, self._result = store, ops, result
-
-    def get(self, timeout: float) -> list[Any]:
+    def _raw(self, batch: _Pending) -> list[Any]:
+        timeout = self._timeout * 3
+        if isinstance(batch.result, list):
+            items = []
+            for result in batch.result:
+                try:
+                    items.append(result.get(timeout=timeout))
+                except (kx.NoNodeError, kx.NoAuthError) as exc:  # this read alone failed
+                    items.append(exc)
+            return items
         try:
-            return self._result.get(timeout=timeout)
+            return batch.result.get(timeout=timeout)
         except kx.UnimplementedError:
-            self._store._multi_read = False
-            return _Singles(self._store, self._ops).get(timeout)
+            self.multi_read = False
+            return self._raw(self._send(batch.reads))
+
+
+def _result(op_type: int, item: Any) -> ReadResult:
+    if isinstance(item, kx.NoNodeError):
+        return ReadResult(None)
+    if isinstance(item, BaseException):
+        return ReadResult(None, translate(item, "read in a batch"))
+    if op_type == _GET_DATA:
+        data, stat = item
+        return ReadResult(Node(data or b"", stat_of(stat)))
+    return ReadResult(sorted(item))

@@ -1,5 +1,6 @@
-"""The ZooKeeper session of the ZooKeeper layer: ZkStore's reads, transactions, compare-and-set,
-the server clock, and the translation of kazoo's errors into ``leasekit.errors``."""
+"""The ZooKeeper session of the ZooKeeper layer: ``ZkStore`` connects, reads, commits
+transactions and compare-and-set loops, and hands out watches and elections. Error
+translation, pipelined reads, watches, the clock and elections live in their own modules."""
 
 from __future__ import annotations
 
@@ -7,23 +8,22 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import RetryFailedError
 from kazoo.security import make_digest_acl
 
 from ..errors import (
     IllegalStateError,
-    InvalidArgumentError,
-    LeasekitError,
     MetadataTooLargeError,
     PermissionDeniedError,
     ZooKeeperUnavailableError,
 )
+from .election import Election
+from .errors import conflict_reason, translated
 from .ops import (
     MAX_REQUEST_BYTES,
     Create,
@@ -33,78 +33,28 @@ from .ops import (
     SetData,
     Stat,
     TxnConflict,
-    _stat,
     chunk_ops,
     op_size,
+    stat_of,
 )
-from .reads import (
-    _GET_CHILDREN,
-    _GET_DATA,
-    READS_PER_REQUEST,
-    MultiRead,
-    _FallbackOnUnimplemented,
-    _Singles,
-)
+from .reads import GetChildren, GetData, Read, Reader, ReadResult
+from .watches import Dispatcher, Watch, watch_children, watch_data
+
+__all__ = ["ZkStore"]
 
 log = logging.getLogger(__package__)  # "leasekit.zk": the layer logs (and passes to kazoo) one logger
 
 T = TypeVar("T")
 
-_CONFLICTS: dict[type[BaseException], str] = {
-    kx.NoNodeError: "nonode",
-    kx.NodeExistsError: "exists",
-    kx.BadVersionError: "version",
-    kx.NotEmptyError: "notempty",
-}
 
-
-@contextlib.contextmanager
-def translated(what: str = "ZooKeeper call") -> Iterator[None]:
-    """Translate kazoo errors raised inside into ``leasekit.errors``."""
-    try:
-        yield
-    except LeasekitError:
-        raise
-    except (kx.NoAuthError, kx.AuthFailedError) as exc:
-        raise PermissionDeniedError(f"{what}: ZooKeeper denied access ({type(exc).__name__})") from None
-    except (
-        kx.ConnectionLoss,
-        kx.SessionExpiredError,
-        kx.OperationTimeoutError,
-        kx.ConnectionClosedError,
-        KazooTimeoutError,
-        RetryFailedError,
-        kx.SessionMovedError,
-    ) as exc:
-        raise ZooKeeperUnavailableError(f"{what}: ZooKeeper unavailable ({type(exc).__name__})") from None
-    except kx.BadArgumentsError as exc:
-        raise InvalidArgumentError(f"{what}: bad arguments ({exc})") from None
-    except kx.KazooException as exc:
-        raise IllegalStateError(f"{what}: ZooKeeper error {type(exc).__name__}: {exc}") from None
-
-
-class Election:
-    """A leader election: ``run(func)`` blocks until this client leads, runs ``func`` and gives
-    up leadership when it returns; ``cancel()`` stops waiting; ``contenders()`` lists ids."""
-
-    def __init__(self, recipe: Any) -> None:
-        self._recipe = recipe
-
-    def run(self, func: Callable[..., Any], *args: Any) -> Any:
-        with translated("leader election"):
-            return self._recipe.run(func, *args)
-
-    def cancel(self) -> None:
-        with contextlib.suppress(kx.KazooException):
-            self._recipe.cancel()
-
-    def contenders(self) -> list[str]:
-        with translated("list election contenders"):
-            return list(self._recipe.contenders())
+def _value(result: ReadResult) -> Any:
+    if result.error is not None:
+        raise result.error
+    return result.value
 
 
 class ZkStore:
-    """A ZooKeeper session with leasekit's codec, transactions and retries.
+    """A ZooKeeper session with leasekit's transactions, pipelined reads, watches and retries.
 
     ``hosts`` is a kazoo connect string; ``auth`` a (user, password) pair that
     turns on digest ACLs for everything this store creates.
@@ -123,7 +73,8 @@ class ZkStore:
         self._client: KazooClient | None = None
         self.round_trips = 0
         """Request batches sent and awaited (a pipelined batch counts once)."""
-        self._multi_read = True
+        self._reader = Reader(lambda: self.client, timeout)
+        self._dispatcher = Dispatcher()
 
     # -- session --------------------------------------------------------------------------
 
@@ -160,7 +111,8 @@ class ZkStore:
         self._client = client
 
     def close(self) -> None:
-        """End the session (its ephemeral znodes go with it)."""
+        """End the session (its ephemeral znodes go with it) and stop delivering watches."""
+        self._dispatcher.close()
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
@@ -199,47 +151,7 @@ class ZkStore:
                 data, stat = self.client.retry(self.client.get, path)
             except kx.NoNodeError:
                 return None
-        return Node(data, _stat(stat))
-
-    def get_many(self, paths: Sequence[str]) -> list[Node | None]:
-        """Read many znodes in pipelined multiRead batches; None where a znode is missing."""
-        results = self._read_many([(_GET_DATA, p) for p in paths], f"read {len(paths)} znodes")
-        return [None if r is None else Node(r[0], _stat(r[1])) for r in results]
-
-    def _read_many(self, ops: Sequence[tuple[int, str]], what: str) -> list[Any]:
-        """Results of getData/getChildren ops (None for a missing znode), batched by multiRead."""
-
-        def attempt() -> list[Any]:
-            return self._collect(self._send_batches(ops))
-
-        if not ops:
-            return []
-        return self._pipelined(attempt, what)
-
-    def _send_batches(self, ops: Sequence[tuple[int, str]]) -> list[Any]:
-        """Send ``ops`` as multiRead requests of READS_PER_REQUEST, without waiting."""
-        return [self._send_reads(ops[i:i + READS_PER_REQUEST]) for i in range(0, len(ops), READS_PER_REQUEST)]
-
-    def _collect(self, pending: Sequence[Any]) -> list[Any]:
-        """Results of sent batches in order: None for a missing znode; other errors raise."""
-        out: list[Any] = []
-        for result in pending:
-            for item in result.get(timeout=self.timeout * 3):
-                if isinstance(item, kx.NoNodeError):
-                    out.append(None)
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    out.append(item)
-        return out
-
-    def _send_reads(self, ops: Sequence[tuple[int, str]]) -> Any:
-        client = self.client
-        result = client.handler.async_result()
-        if self._multi_read:
-            client._call(MultiRead(tuple(ops)), result)
-            return _FallbackOnUnimplemented(self, ops, result)
-        return _Singles(self, ops)
+        return Node(data, stat_of(stat))
 
     def children(self, path: str) -> list[str] | None:
         """Sorted child names of ``path``, or None if it does not exist."""
@@ -250,13 +162,20 @@ class ZkStore:
             except kx.NoNodeError:
                 return None
 
-    def election(self, path: str, identifier: str) -> Election:
-        """A leader election at ``path`` with kazoo's recipe, errors translated."""
-        return Election(self.client.Election(path, identifier))
+    def read_many(self, reads: Sequence[Read]) -> list[ReadResult]:
+        """Reads of mixed kinds in pipelined multiRead batches, each with its own result: a
+        missing znode gives value None, a refused read its error, and the batch goes on."""
+        if not reads:
+            return []
+        return self._pipelined(lambda: self._reader.collect(self._reader.send(reads)), f"{len(reads)} reads")
 
-    def watch(self, path: str, callback: Callable[[bytes | None], None]) -> None:
-        """Call ``callback`` with the data of ``path`` now and after every change (None: deleted)."""
-        self.client.DataWatch(path, lambda data, stat: callback(data))
+    def get_many(self, paths: Sequence[str]) -> list[Node | None]:
+        """Read many znodes in pipelined multiRead batches; None where a znode is missing."""
+        return [_value(r) for r in self.read_many([GetData(p) for p in paths])]
+
+    def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
+        """Sorted children of many znodes in pipelined multiRead batches; None where missing."""
+        return [_value(r) for r in self.read_many([GetChildren(p) for p in paths])]
 
     def read_with_clock(self, clock_path: str, paths: Sequence[str]) -> tuple[int, list[Node | None]]:
         """The ZooKeeper clock (epoch ms) and the znodes at ``paths``, in one pipelined batch.
@@ -266,27 +185,40 @@ class ZkStore:
 
         def attempt() -> tuple[int, list[Node | None]]:
             clock = self.client.set_async(clock_path, b"")
-            pending = self._send_batches([(_GET_DATA, p) for p in paths])
+            pending = self._reader.send([GetData(p) for p in paths])
             now = clock.get(timeout=self.timeout).mtime
-            return now, [None if r is None else Node(r[0], _stat(r[1])) for r in self._collect(pending)]
+            return now, [_value(r) for r in self._reader.collect(pending)]
 
         return self._pipelined(attempt, f"read the clock and {len(paths)} znodes")
-
-    def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
-        """Sorted children of many znodes in pipelined multiRead batches; None where missing."""
-        results = self._read_many([(_GET_CHILDREN, p) for p in paths], f"list {len(paths)} znodes")
-        return [None if r is None else sorted(r) for r in results]
 
     def exists(self, path: str) -> Stat | None:
         self.round_trips += 1
         with translated(f"stat {path}"):
             stat = self.client.retry(self.client.exists, path)
-        return None if stat is None else _stat(stat)
+        return None if stat is None else stat_of(stat)
 
     def _pipelined(self, attempt: Callable[[], T], what: str) -> T:
         self.round_trips += 1
         with translated(what):
             return self.client.retry(attempt)
+
+    # -- watches and elections ------------------------------------------------------------
+
+    def watch(self, path: str, callback: Callable[[bytes | None, Stat | None], None], *,
+              debounce: float = 0.0) -> Watch:
+        """Call ``callback(data, stat)`` now and after every change of ``path`` ((None, None)
+        while it does not exist), on the store's watch thread; ``Watch.remove()`` stops it."""
+        return watch_data(self.client, self._dispatcher, path, callback, debounce=debounce)
+
+    def watch_children(self, path: str, callback: Callable[[list[str] | None], None], *,
+                       debounce: float = 0.0) -> Watch:
+        """Call ``callback(children)`` now and after every change of ``path``'s children (None
+        once when it is deleted, ending the watch), on the store's watch thread."""
+        return watch_children(self.client, self._dispatcher, path, callback, debounce=debounce)
+
+    def election(self, path: str, identifier: str) -> Election:
+        """A leader election at ``path`` with kazoo's recipe, errors translated."""
+        return Election(self.client.Election(path, identifier))
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -326,12 +258,12 @@ class ZkStore:
             results = txn.commit()
         for index, result in enumerate(results):
             if isinstance(result, BaseException) and not isinstance(result, kx.RolledBackError):
-                reason = next((r for cls, r in _CONFLICTS.items() if isinstance(result, cls)), None)
+                reason = conflict_reason(result)
                 if reason is None:
                     with translated(f"transaction op {ops[index].path}"):
                         raise result
                 raise TxnConflict(index, ops[index], reason or "unknown")
-        return [_stat(r) if hasattr(r, "mtime") else r for r in results]
+        return [stat_of(r) if hasattr(r, "mtime") else r for r in results]
 
     def commit_chunked(self, ops: Sequence[Op]) -> None:
         """Run ``ops`` in as few transactions as ZooKeeper's limits allow (not atomic overall)."""

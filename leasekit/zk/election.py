@@ -1,0 +1,33 @@
+"""Leader election of the ZooKeeper layer: kazoo's recipe with its errors translated."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from kazoo import exceptions as kx
+
+from .errors import translated
+
+__all__ = ["Election"]
+
+
+class Election:
+    """A leader election: ``run(func)`` blocks until this client leads, runs ``func`` and gives
+    up leadership when it returns; ``cancel()`` stops waiting; ``contenders()`` lists ids."""
+
+    def __init__(self, recipe: Any) -> None:
+        self._recipe = recipe
+
+    def run(self, func: Callable[..., Any], *args: Any) -> Any:
+        with translated("leader election"):
+            return self._recipe.run(func, *args)
+
+    def cancel(self) -> None:
+        with contextlib.suppress(kx.KazooException):
+            self._recipe.cancel()
+
+    def contenders(self) -> list[str]:
+        with translated("list election contenders"):
+            return list(self._recipe.contenders())

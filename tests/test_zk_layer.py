@@ -1,0 +1,242 @@
+"""The ZooKeeper layer on the real server: typed stored formats, pipelined reads of mixed kinds
+with per-item results, watches (removable, off kazoo's thread, debounced) and the server clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgpack
+import pytest
+
+import leasekit as lk
+from leasekit.zk import Create, Delete, GetChildren, GetData, SetData
+from leasekit.zk.clock import ServerClock
+from leasekit.zk.formats import (
+    BucketState,
+    DroppedTable,
+    LatestChunk,
+    LeaseRecord,
+    PinChunk,
+    SegmentRecord,
+    SettingsRecord,
+    SnapshotRecord,
+    TableRecord,
+)
+from leasekit.zk.ops import Node, Stat
+
+STAT = Stat(3, 1_000, 2_000, 0, 0)
+
+
+def wait_for(check, seconds: float = 5.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+# -- stored formats -------------------------------------------------------------------------
+
+RECORDS = [
+    (SettingsRecord({"orphan.min-age": 0}), lambda d: SettingsRecord.decode(d, "/p")),
+    (TableRecord("abc", b"\x01\x02", ("id",), 4, {"log.retention": 0}), lambda d: TableRecord.decode(d, "/p")),
+    (DroppedTable("t", "tables/t/abc"), lambda d: DroppedTable.decode(d, "/p")),
+    (BucketState(10, 2, 5_000, 3, 2, 8, STAT), lambda d: BucketState.decode(Node(d, STAT), "/p")),
+    (SegmentRecord("tables/t/log/0/x.parquet", 10, 4096, 7), lambda d: SegmentRecord.decode(d, "/p")),
+    (SnapshotRecord(10, 3, 4096, ("a.parquet", "b.parquet")), lambda d: SnapshotRecord.decode(d, "/p")),
+    (LatestChunk([1, 0, 3]), lambda d: LatestChunk.decode(d, "/p")),
+    (LeaseRecord(60_000, 5, "host:1", "live", STAT), lambda d: LeaseRecord.decode(Node(d, STAT), "/p")),
+    (PinChunk("abc", 2, "t", [0] * 999 + [4], STAT), lambda d: PinChunk.decode(Node(d, STAT), "/p", "abc", 2)),
+]
+
+
+@pytest.mark.parametrize("record, decode", RECORDS, ids=[type(r).__name__ for r, _ in RECORDS])
+def test_every_format_round_trips_and_refuses_other_versions_and_garbage(record, decode):
+    # section 5: msgpack with a format version; unknown versions or garbage raise naming the path
+    data = record.encode()
+    assert decode(data) == record
+    raw = msgpack.unpackb(data, raw=False)
+    assert raw["v"] == type(record).VERSION
+    for bad in (msgpack.packb({**raw, "v": 99}, use_bin_type=True), b"\xc1garbage", msgpack.packb([1, 2])):
+        with pytest.raises(lk.CorruptMetadataError) as info:
+            decode(bad)
+        assert info.value.path == "/p" and "/p" in str(info.value)
+
+
+STRICT = [r for r in RECORDS if not isinstance(r[0], SettingsRecord)]  # settings: every key optional
+
+
+@pytest.mark.parametrize("record, decode", STRICT, ids=[type(r).__name__ for r, _ in STRICT])
+def test_missing_or_ill_typed_fields_are_corrupt_metadata(record, decode):
+    raw = msgpack.unpackb(record.encode(), raw=False)
+    optional = {"props", "l"}  # a table's properties; a bucket's latest snapshot
+    for key in [k for k in raw if k != "v"]:
+        for value in (None, [{}]):
+            if key in optional and value is None:
+                continue
+            with pytest.raises(lk.CorruptMetadataError, match="/p"):
+                decode(msgpack.packb({**raw, key: value}, use_bin_type=True))
+        if key in optional:
+            continue
+        with pytest.raises(lk.CorruptMetadataError, match="/p"):
+            decode(msgpack.packb({k: v for k, v in raw.items() if k != key}, use_bin_type=True))
+
+
+def test_lease_record_keeps_every_earlier_expiry_as_its_floor():
+    # L7: renew only extends
+    stored = LeaseRecord(60_000, 0, "a", "live", STAT)
+    assert stored.expires_ms == 62_000
+    shorter = stored.renewed(1_000, "b")
+    assert shorter.floor_ms == 62_000 and shorter.owner == "b" and shorter.stat is None
+
+
+# -- pipelined reads --------------------------------------------------------------------------
+
+
+def test_read_many_mixes_kinds_and_gives_each_read_its_own_result(conn):
+    root = f"{conn.paths.root}/r"
+    conn.store.commit([Create(root, b"top"), Create(f"{root}/a", b"1"), Create(f"{root}/b", b"2")])
+    results = conn.store.read_many([GetData(f"{root}/a"), GetChildren(root), GetData(f"{root}/missing"),
+                                    GetChildren(f"{root}/missing"), GetData(root)])
+    assert [r.error for r in results] == [None] * 5
+    assert results[0].value.data == b"1"
+    assert results[1].value == ["a", "b"]
+    assert results[2].value is None and results[3].value is None  # missing: no error, batch goes on
+    assert results[4].value.data == b"top"
+
+
+def test_a_refused_read_fails_alone(zookeeper, warehouse, namespace, conn):
+    # section 9 (auth): an ACL'd znode refuses this reader; the other reads of the batch succeed
+    with lk.connect(zookeeper, warehouse, namespace=f"{namespace}x", auth=("alice", "pw")) as alice:
+        secret = f"{alice.paths.root}/secret"
+        alice.store.commit([Create(secret, b"s")])
+        public = f"{conn.paths.root}/public"
+        conn.store.commit([Create(public, b"p")])
+        results = conn.store.read_many([GetData(secret), GetData(public), GetChildren(secret)])
+        assert isinstance(results[0].error, lk.PermissionDeniedError) and results[0].value is None
+        assert results[1].value.data == b"p" and results[1].error is None
+        assert isinstance(results[2].error, lk.PermissionDeniedError)
+        with pytest.raises(lk.PermissionDeniedError):
+            conn.store.get_many([public, secret])
+
+
+def test_reads_over_many_batches_keep_their_order(conn):
+    root = f"{conn.paths.root}/many"
+    conn.store.commit_chunked([Create(root)] + [Create(f"{root}/{i:05d}", str(i).encode()) for i in range(1200)])
+    paths = [f"{root}/{i:05d}" for i in range(1200)]
+    before = conn.store.round_trips
+    nodes = conn.store.get_many(paths)
+    assert conn.store.round_trips - before == 1  # three multiRead requests, one pipelined round trip
+    assert [n.data for n in nodes] == [str(i).encode() for i in range(1200)]
+
+
+# -- watches ------------------------------------------------------------------------------------
+
+
+def test_data_watch_runs_off_kazoos_thread_sees_changes_and_stops_when_removed(conn):
+    path = f"{conn.paths.root}/w"
+    seen: list[bytes | None] = []
+    threads: set[str] = set()
+
+    def callback(data, stat):
+        threads.add(threading.current_thread().name)
+        conn.store.get(conn.paths.root)  # a ZooKeeper call from the callback does not deadlock
+        seen.append(data)
+
+    watch = conn.store.watch(path, callback)
+    wait_for(lambda: seen == [None])  # absent at first
+    conn.store.commit([Create(path, b"1")])
+    wait_for(lambda: seen[-1:] == [b"1"])
+    conn.store.set(path, b"2")
+    wait_for(lambda: seen[-1:] == [b"2"])
+    conn.store.commit([Delete(path)])
+    wait_for(lambda: seen[-1:] == [None])
+    watch.remove()
+    assert not watch.active
+    conn.store.commit([Create(path, b"3")])
+    time.sleep(0.5)
+    assert b"3" not in seen
+    assert threads == {"leasekit-watches"}
+
+
+def test_debounced_watch_delivers_a_burst_once_with_the_newest_value(conn):
+    path = f"{conn.paths.root}/d"
+    conn.store.commit([Create(path, b"0")])
+    seen: list[bytes] = []
+    watch = conn.store.watch(path, lambda data, stat: seen.append(data), debounce=0.5)
+    wait_for(lambda: seen == [b"0"])
+    for i in range(1, 21):
+        conn.store.set(path, str(i).encode())
+    wait_for(lambda: seen[-1:] == [b"20"], 5)
+    time.sleep(0.7)
+    assert len(seen) <= 3  # 20 changes, a few deliveries
+    watch.remove()
+
+
+def test_children_watch_follows_children_and_ends_on_delete(conn):
+    path = f"{conn.paths.root}/c"
+    conn.store.commit([Create(path)])
+    seen: list[list[str] | None] = []
+    watch = conn.store.watch_children(path, seen.append)
+    wait_for(lambda: seen == [[]])
+    conn.store.commit([Create(f"{path}/b"), Create(f"{path}/a")])
+    wait_for(lambda: seen[-1:] == [["a", "b"]])
+    conn.store.commit([Delete(f"{path}/a")])
+    wait_for(lambda: seen[-1:] == [["b"]])
+    conn.store.commit([Delete(f"{path}/b"), Delete(path)])
+    wait_for(lambda: seen[-1:] == [None])
+    assert not watch.active
+
+
+def test_watch_on_a_closed_connection_is_a_typed_error(zookeeper, warehouse, namespace):
+    other = lk.connect(zookeeper, warehouse, namespace=namespace)
+    other.close()
+    with pytest.raises(lk.IllegalStateError):
+        other.store.watch(other.paths.settings, lambda data, stat: None)
+
+
+# -- the server clock -----------------------------------------------------------------------------
+
+
+def test_server_time_does_not_write_on_every_read(conn):
+    # section 5 (write load): the clock znode is written at most every few seconds for display
+    conn.server_time()
+    version = conn.store.get(conn.paths.clock).stat.version
+    times = [conn.server_time() for _ in range(50)]
+    assert conn.store.get(conn.paths.clock).stat.version == version
+    assert times == sorted(times)
+    # L7/L11: a decision reads the ZooKeeper clock itself, with a write
+    decided = conn.now_ms()
+    assert conn.store.get(conn.paths.clock).stat.version == version + 1
+    assert abs(decided - conn.server_time_ms()) < 1_000
+
+
+def test_clock_estimate_refreshes_after_max_age():
+    local = [100.0]
+    readings = iter([1_000_000, 1_005_500])
+    clock = ServerClock(lambda: next(readings), max_age=5.0, monotonic=lambda: local[0])
+    assert clock.estimate_ms() is None
+    assert clock.now_ms() == 1_000_000  # first reading
+    local[0] += 2.0
+    assert clock.now_ms() == 1_002_000  # estimated: no read
+    local[0] += 3.5
+    assert clock.now_ms() == 1_005_500  # older than max_age: read again
+    clock.observe(1_010_000)
+    assert clock.estimate_ms() == 1_010_000
+
+
+def test_settings_watch_keeps_other_clients_current(zookeeper, warehouse, namespace, conn):
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
+        conn.update_settings({"lease.max-duration": "2h"})
+        wait_for(lambda: other.cached_settings()["lease.max-duration"].total_seconds() == 7200)
+
+
+def test_set_on_a_changed_version_is_a_conflict(conn):
+    path = f"{conn.paths.root}/v"
+    conn.store.commit([Create(path, b"a")])
+    conn.store.set(path, b"b", 0)
+    with pytest.raises(lk.LeasekitError):
+        conn.store.commit([SetData(path, b"c", 0)])
