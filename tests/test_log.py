@@ -102,7 +102,7 @@ def test_writer_dying_before_commit_leaves_only_orphan_files(conn, zookeeper, wa
     before_ends = table.end_offsets()
     before_files = warehouse_files(conn)
     script = textwrap.dedent(f"""
-        import os, leasekit as lk, leasekit.log as log
+        import os, leasekit as lk, leasekit.log.append as log
         def die(*args, **kwargs):
             os._exit(9)
         log.commit_segments = die
