@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+import posixpath
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..errors import LeasekitError
+from ..errors import CorruptMetadataError, InvalidArgumentError, LeasekitError, TableNotFoundError
 from ..leases import admin as lease_admin
+from ..log.markers import live_tokens
 from ..log.segments import delete_segments
 from ..records import RetentionItem, RetentionPlan, RetentionReport
 from ..snapshots.catalog import delete_snapshot
-from .gather import Metadata, gather
-from .planner import plan, uris
+from ..tables.catalog import load_table
+from .gather import Metadata, TableMeta, gather, gather_table
+from .planner import is_companion, plan, referenced_files, uris
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -85,6 +88,16 @@ def run_retention(conn: Context, table: str | TableInfo | None = None, *, dry_ru
         step(len(items))
 
     orphans = [i for i in result.deletes if i.kind == "orphan"]
+    if orphans:
+        # R4, W2: the plan read markers, metadata and files one after another; a write may
+        # have committed in between. Only files that are orphans still are deleted.
+        try:
+            current = still_orphans(conn, (str(i.item_id) for i in orphans))
+        except LeasekitError as exc:
+            errors.append(f"orphans: could not re-check them before deleting, kept: {exc}")
+            current = set()
+        step(len(orphans) - len([i for i in orphans if str(i.item_id) in current]))
+        orphans = [i for i in orphans if str(i.item_id) in current]
     for item in orphans:
         try:
             conn.warehouse.delete_files([str(item.item_id)])
@@ -95,6 +108,40 @@ def run_retention(conn: Context, table: str | TableInfo | None = None, *, dry_ru
     freed = sum(i.size_bytes for i in done)
     log.info("retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors))
     return RetentionReport(uris(done, conn.warehouse), freed, errors, False)
+
+
+def still_orphans(conn: Context, paths: Iterable[str]) -> set[str]:
+    """Of ``paths`` (orphans in a plan), those that are orphans still: read again just before
+    they are deleted, write markers first, then the metadata of the tables they belong to.
+
+    Closes the window between a plan's reads: a write that committed after the plan read
+    its table is referenced now, and one still in progress carries a live marker (R4, W2).
+    """
+    paths = sorted(set(paths))
+    if not paths:
+        return set()
+    in_flight = live_tokens(conn)
+    skipped: list[str] = []
+    metas: list[TableMeta] = []
+    protected: list[str] = []
+    for name in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
+        try:
+            metas.append(gather_table(conn, load_table(conn, name), skipped))
+        except (TableNotFoundError, InvalidArgumentError):
+            continue  # no such table (any more): nothing references its files
+        except CorruptMetadataError:
+            protected.append(f"tables/{name}/")
+            continue
+        if skipped:  # part of the table's metadata is unreadable: it may reference any file
+            protected.append(f"tables/{name}/")
+            skipped.clear()
+    referenced = referenced_files(metas)
+    dirs = {posixpath.dirname(f) for f in referenced}
+    return {
+        p for p in paths
+        if p not in referenced and not is_companion(p, referenced, dirs)
+        and not p.startswith(tuple(protected)) and not any(t in p for t in in_flight)
+    }
 
 
 def _still_below_kept(meta: Metadata, table: TableInfo, bucket: int, items: list[RetentionItem],

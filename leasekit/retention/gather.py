@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..durations import to_ms
 from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
+from ..tables.catalog import list_tables, load_table
 from ..warehouse import FileEntry
 from ..zk import GetChildren, GetData
 from ..zk.formats import BucketState, LeaseRecord, PinChunk, SegmentRecord, SnapshotRecord
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["Metadata", "TableMeta", "LeaseMeta", "SnapshotMeta", "SegmentMeta", "gather"]
+__all__ = ["Metadata", "TableMeta", "LeaseMeta", "SnapshotMeta", "SegmentMeta", "gather", "gather_table"]
 
 
 class SnapshotMeta(NamedTuple):
@@ -74,7 +75,7 @@ class Metadata(NamedTuple):
     """Tokens of writes in progress: files carrying one are not orphans yet."""
 
 
-def _gather_table(conn: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
+def gather_table(conn: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
     store, paths, tid = conn.store, conn.paths, table.table_id
     buckets = list(range(table.num_buckets))
     n = len(buckets)
@@ -157,20 +158,24 @@ def _gather_leases(conn: Context, skipped: list[str]) -> list[LeaseMeta]:
 
 def gather(conn: Context, table: str | TableInfo | None = None) -> Metadata:
     """Read what a retention plan needs: tables (or one), every lease, the warehouse files."""
-    from ..tables.catalog import list_tables, load_table
 
+
+    # R4, W2: write markers before table metadata, metadata before files. A write that
+    # commits after its metadata was read then still shows its marker here; one that
+    # starts later writes files that are either too new to be listed or re-checked
+    # before deletion (``retention.apply.still_orphans``).
+    in_flight = live_tokens(conn)
     skipped: list[str] = []
     protected: list[str] = []
     names = [table] if table is not None else list_tables(conn)
     tables: list[TableMeta] = []
     for name in names:
         try:
-            tables.append(_gather_table(conn, load_table(conn, name), skipped))
+            tables.append(gather_table(conn, load_table(conn, name), skipped))
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             protected.append(f"tables/{name}/")
     leases = _gather_leases(conn, skipped)
-    in_flight = live_tokens(conn)  # before listing files: a newer write's files are young anyway
     settings = conn.settings()
     files = conn.warehouse.list(f"tables/{tables[0].table.name}" if table is not None and tables else "tables")
     now = conn.now_ms()

@@ -17,7 +17,7 @@ from .gather import LeaseMeta, Metadata, SnapshotMeta, TableMeta
 if TYPE_CHECKING:
     from ..warehouse import Warehouse
 
-__all__ = ["plan", "protected_snapshots", "uris"]
+__all__ = ["plan", "protected_snapshots", "referenced_files", "is_companion", "uris"]
 
 
 
@@ -138,12 +138,12 @@ def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotM
     return items
 
 
-def _companion_of(path: str, referenced: set[str], dirs: set[str]) -> bool:
+def is_companion(path: str, referenced: set[str], dirs: set[str]) -> bool:
     """Spark's side files of referenced data files: checksums and job markers."""
     directory, name = posixpath.split(path)
     if name.startswith(".") and name.endswith(".crc"):
         target = posixpath.join(directory, name[1:-4])
-        return target in referenced or _companion_of(target, referenced, dirs)
+        return target in referenced or is_companion(target, referenced, dirs)
     return name == "_SUCCESS" and any(d == directory or d.startswith(directory + "/") for d in dirs)
 
 
@@ -159,15 +159,23 @@ def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
     return None
 
 
+def referenced_files(tables: Iterable[TableMeta]) -> set[str]:
+    """Every file the tables' metadata names: snapshot files and log segments."""
+    referenced: set[str] = set()
+    for tm in tables:
+        referenced.update(f for snaps in tm.snapshots.values() for s in snaps for f in s.files)
+        referenced.update(s.file for segs in tm.segments.values() for s in segs)
+    return referenced
+
+
 def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
-    referenced = {f for tm in meta.tables for snaps in tm.snapshots.values() for s in snaps for f in s.files}
-    referenced |= {s.file for tm in meta.tables for segs in tm.segments.values() for s in segs}
+    referenced = referenced_files(meta.tables)
     dirs = {posixpath.dirname(f) for f in referenced}
     ids = {tm.table.table_id: tm.table.name for tm in meta.tables}
     min_age = format_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
     items = []
     for entry in sorted(meta.files, key=lambda e: e.path):
-        if entry.path in referenced or _companion_of(entry.path, referenced, dirs):
+        if entry.path in referenced or is_companion(entry.path, referenced, dirs):
             continue
         if entry.path.startswith(meta.protected_dirs):
             continue
