@@ -6,6 +6,11 @@ catch the builtin families keep working.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .records import OffsetRange, TableBucket
+
 __all__ = [
     "LeasekitError",
     "InvalidArgumentError",
@@ -20,6 +25,7 @@ __all__ = [
     "LeaseExpiredError",
     "NotPinnedError",
     "IllegalStateError",
+    "PartialAppendError",
     "IllegalOperationError",
     "CommitFailedError",
     "NoOffsetForBucketError",
@@ -85,6 +91,28 @@ class NotPinnedError(LeasekitError):
 
 class IllegalStateError(LeasekitError):
     """The call is not allowed in the current state."""
+
+
+class PartialAppendError(IllegalStateError):
+    """An append that spans several ZooKeeper transactions stopped after some of them
+    committed. Exactly ``committed`` is visible; retrying ``remaining`` with the same
+    operation (``operation``: "upsert" or "delete") never duplicates a record."""
+
+    def __init__(self, message: str, committed: dict[TableBucket, OffsetRange], uncommitted: list[TableBucket],
+                 remaining: Any = None, operation: str = "upsert", unknown: list[TableBucket] | None = None) -> None:
+        super().__init__(message)
+        self.committed = committed
+        """Buckets whose records are visible, with their offset ranges."""
+        self.uncommitted = uncommitted
+        """Buckets of the append with nothing committed."""
+        self.remaining = remaining
+        """The rows of ``uncommitted``: a pyarrow Table in the table's schema (primary-key
+        columns only for a delete), or a Spark DataFrame for ``leasekit.spark.write``."""
+        self.operation = operation
+        """"upsert" (retry with ``table.append``) or "delete" (retry with ``table.delete``)."""
+        self.unknown = unknown or []
+        """Buckets whose commit outcome is unknown (ZooKeeper unreachable); their rows are
+        not in ``remaining``: compare their end offsets before writing them again."""
 
 
 class IllegalOperationError(LeasekitError):

@@ -17,8 +17,9 @@ def warehouse_files(conn) -> set[str]:
     return {e.path for e in conn.warehouse.list("tables")}
 
 
-def read_log(table) -> dict[int, list[dict]]:
-    """Every stored log record per bucket, with ``_offset`` and ``_timestamp_ms``, read with pyarrow."""
+def read_log(table, since: dict[int, int] | None = None) -> dict[int, list[dict]]:
+    """Every stored log record per bucket, with ``_offset`` and ``_timestamp_ms``, read with pyarrow
+    (only the segments that reach past ``since[bucket]``, when given)."""
     import pyarrow.parquet as pq
 
     from leasekit.log.segments import list_segments
@@ -27,6 +28,8 @@ def read_log(table) -> dict[int, list[dict]]:
     for bucket, segs in list_segments(table, range(table.num_buckets)).items():
         rows = []
         for seg in segs:
+            if since is not None and seg.end_offset <= since.get(bucket, 0):
+                continue
             for i, rec in enumerate(pq.read_table(seg.file).to_pylist()):
                 rec["_offset"] = seg.base_offset + i
                 rec["_timestamp_ms"] = seg.timestamp_ms

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import TableNotFoundError, ZooKeeperUnavailableError
+from ..errors import (
+    LeasekitError,
+    PartialAppendError,
+    TableNotFoundError,
+    ZooKeeperUnavailableError,
+)
 from ..records import OffsetRange, TableBucket
 from ..tables import schema as schemas
 from ..tables.bucketing import bucket_ids
-from ..zk import Create, Op, SetData, TxnConflict
+from ..zk import MAX_REQUEST_BYTES, MAX_TXN_OPS, Create, Op, SetData, TxnConflict, op_size
 from ..zk.formats import BucketState, SegmentRecord
 from .markers import guard, in_flight, lost, lost_error
 from .segments import OP_COLUMN, log_schema
@@ -31,7 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SegmentFile", "append", "commit_segments"]
 
-BUCKETS_PER_TXN = 200
+APPEND_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
+"""Budget of one append transaction; ``_bucket_bytes`` bounds each bucket's ops from above."""
+_BIG = 2**62
+"""Stands in for every offset, size and time when a bucket's ops are sized before its state is read."""
 
 
 class SegmentFile(NamedTuple):
@@ -84,26 +92,100 @@ def append(table: TableInfo, rows: Any, op: str) -> dict[TableBucket, OffsetRang
         else:
             with ThreadPoolExecutor(max_workers=4) as pool:
                 files = list(pool.map(write, pieces))
-        return commit_segments(table, files, token)
+
+        def rest(buckets: Sequence[int]) -> pa.Table:
+            """The rows of ``buckets`` as the same operation takes them again."""
+            rows = data.filter(pa.array(np.isin(sorted_ids, np.asarray(buckets, dtype=sorted_ids.dtype))))
+            wanted = [f for f in table.schema if not keys_only or f.name in table.primary_key]
+            return pa.Table.from_arrays([rows.column(f.name) for f in wanted], schema=pa.schema(wanted))
+
+        return commit_segments(table, files, token, rest=rest, operation=op)
 
 
-def commit_segments(table: TableInfo, files: Sequence[SegmentFile], token: str) -> dict[TableBucket, OffsetRange]:
+def commit_segments(table: TableInfo, files: Sequence[SegmentFile], token: str, *,
+                    rest: Callable[[list[int]], Any] | None = None,
+                    operation: str = "upsert") -> dict[TableBucket, OffsetRange]:
     """Register complete segment files of the in-flight write ``token``, assigning dense
     offsets per bucket.
 
-    Each group of buckets commits in one transaction guarded by the bucket znodes'
-    versions, so concurrent appenders never duplicate or skip an offset, and by the
-    write's marker, so files orphan cleanup may have taken are never committed.
+    Buckets commit in as few transactions as ZooKeeper's request limit allows (usually
+    one), each guarded by the bucket znodes' versions, so concurrent appenders never
+    duplicate or skip an offset, and by the write's marker, so files orphan cleanup may
+    have taken are never committed. When a later transaction fails after earlier ones
+    committed, ``PartialAppendError`` says exactly what is visible and carries the rows
+    that are not (``rest`` of the uncommitted buckets) for a retry.
     """
     by_bucket: dict[int, list[SegmentFile]] = {}
     for f in files:
         by_bucket.setdefault(f.bucket, []).append(f)
-    buckets = sorted(by_bucket)
+    groups = _groups(table, by_bucket)
     result: dict[TableBucket, OffsetRange] = {}
-    for i in range(0, len(buckets), BUCKETS_PER_TXN):
-        group = buckets[i:i + BUCKETS_PER_TXN]
-        result.update(_commit_group(table, {b: by_bucket[b] for b in group}, token))
+    for n, group in enumerate(groups):
+        try:
+            result.update(_commit_group(table, {b: by_bucket[b] for b in group}, token))
+        except LeasekitError as exc:
+            if not result:
+                raise  # nothing is visible: the plain error ("nothing was committed; retry") holds
+            unknown = group if isinstance(exc, ZooKeeperUnavailableError) else []
+            left = [b for g in groups[n:] for b in g if b not in unknown]
+            raise _partial(table, result, left, unknown, exc, rest(left) if rest else None, operation) from exc
     return result
+
+
+def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) -> int:
+    """An upper bound of the bytes a bucket's ops take in an append transaction."""
+    paths, tid = table.connection.paths, table.table_id
+    state = BucketState(_BIG, _BIG, _BIG, _BIG, _BIG, _BIG).encode()
+    first = op_size(Create(paths.bucket(tid, bucket), state)) + op_size(Create(paths.log(tid, bucket))) \
+        + op_size(Create(paths.snapshots(tid, bucket)))
+    size = max(first, op_size(SetData(paths.bucket(tid, bucket), state)))
+    for seg in segs:
+        value = SegmentRecord(seg.rel, _BIG, _BIG, _BIG).encode()
+        size += op_size(Create(paths.segment(tid, bucket, _BIG), value))
+    return size
+
+
+def _groups(table: TableInfo, by_bucket: dict[int, list[SegmentFile]]) -> list[list[int]]:
+    """Buckets in order, split into transactions of at most APPEND_TXN_BYTES (a bucket
+    whose ops alone exceed it goes alone, and ZooKeeper's limit then refuses it)."""
+    guard_bytes = op_size(guard(table.connection, "0" * 32))
+    groups: list[list[int]] = []
+    group: list[int] = []
+    size = ops = 0
+    for bucket in sorted(by_bucket):
+        segs = by_bucket[bucket]
+        bucket_bytes, bucket_ops = _bucket_bytes(table, bucket, segs), 3 + len(segs)
+        if group and (size + bucket_bytes > APPEND_TXN_BYTES or ops + bucket_ops > MAX_TXN_OPS):
+            groups.append(group)
+            group, size, ops = [], 0, 0
+        if not group:
+            size, ops = guard_bytes, 1
+        group.append(bucket)
+        size += bucket_bytes
+        ops += bucket_ops
+    if group:
+        groups.append(group)
+    return groups
+
+
+def _partial(table: TableInfo, committed: dict[TableBucket, OffsetRange], left: list[int], unknown: list[int],
+             cause: LeasekitError, remaining: Any, operation: str) -> PartialAppendError:
+    shown = ", ".join(f"{tb.bucket} [{r.start}, {r.end})" for tb, r in list(committed.items())[:20])
+    more = f" and {len(committed) - 20} more" if len(committed) > 20 else ""
+    retry = "table.delete(exc.remaining)" if operation == "delete" else "table.append(exc.remaining)"
+    if remaining is not None and not isinstance(remaining, pa.Table):
+        retry = "leasekit.spark.write(exc.remaining, table)"  # a Spark DataFrame
+    doubt = (f"; the outcome for bucket(s) {', '.join(map(str, unknown))} is unknown (ZooKeeper unreachable): "
+             "compare their end offsets (exc.unknown) before writing their rows again" if unknown else "")
+    message = (
+        f"append to {table.name!r} committed only part of its buckets: a later transaction failed "
+        f"({type(cause).__name__}, see exc.__cause__); "
+        f"bucket(s) {shown}{more} are committed and visible (exc.committed); bucket(s) "
+        f"{', '.join(map(str, left)) or 'none'} are not (exc.uncommitted){doubt}. Do not retry the whole "
+        f"write: retry with {retry}, which holds exactly the rows not committed"
+    )
+    return PartialAppendError(message, dict(committed), [TableBucket(table.name, b) for b in left],
+                              remaining, operation, [TableBucket(table.name, b) for b in unknown])
 
 
 def _commit_group(table: TableInfo, files: dict[int, list[SegmentFile]], token: str) -> dict[TableBucket, OffsetRange]:
@@ -156,7 +238,8 @@ def _commit_group(table: TableInfo, files: dict[int, list[SegmentFile]], token: 
 
 
 def _committed(table: TableInfo, planned: dict[TableBucket, OffsetRange], files: dict[int, list[SegmentFile]]) -> bool:
-    """Whether an append whose commit outcome is unknown did commit (one txn: all or nothing)."""
+    """Whether a group whose commit outcome is unknown did commit: its transaction is all or
+    nothing, so its first bucket decides for the group (never for other groups)."""
     if not planned:
         return False
     tb, rng = next(iter(planned.items()))

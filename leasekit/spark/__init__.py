@@ -141,7 +141,12 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
             warehouse.delete_dir(rel)
             raise
         files.sort(key=lambda f: (f.bucket, f.rel))
-        return commit_segments(table, [f for f in files if f.rows > 0], token)
+
+        def rest(buckets: list[int]) -> DataFrame:
+            """The input rows of ``buckets`` (lazily), for a retry after a partial commit."""
+            return df.where(spark_bucket_column(list(table.primary_key), table.num_buckets).isin(buckets))
+
+        return commit_segments(table, [f for f in files if f.rows > 0], token, rest=rest)
 
 
 def _check_not_null(table: TableInfo, meta: Any, rel: str) -> None:

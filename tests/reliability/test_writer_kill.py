@@ -24,7 +24,7 @@ CHILD = textwrap.dedent("""
 
     zookeeper, warehouse, namespace, signal_file = sys.argv[1:5]
 
-    def stall(table, files, token):
+    def stall(table, files, token, **_):
         # the files are complete; tell the parent which, then wait to be killed
         tmp = signal_file + ".tmp"
         with open(tmp, "w") as f:
@@ -139,11 +139,11 @@ def test_writer_stalled_past_orphan_min_age_keeps_its_files(conn, events, monkey
     commit = log.commit_segments
     plans = []
 
-    def stalled_commit(table, files, token):
+    def stalled_commit(table, files, token, **kwargs):
         time.sleep(1.5)  # the files are now older than orphan.min-age and unreferenced
         plans.append(conn.retention_plan())
         conn.run_retention()
-        return commit(table, files, token)
+        return commit(table, files, token, **kwargs)
 
     monkeypatch.setattr(log, "commit_segments", stalled_commit)
     ranges = events.append([{"id": i, "v": "late"} for i in range(500, 510)])
@@ -168,11 +168,11 @@ def test_writer_whose_marker_is_gone_cannot_commit(conn, events, monkeypatch):
     commit = log.commit_segments
     swept = []
 
-    def session_lost(table, files, token):
+    def session_lost(table, files, token, **kwargs):
         conn.store.commit([Delete(conn.paths.write(token))])  # as if the session had expired
         time.sleep(1.2)
         swept.extend(i.item_id for i in conn.run_retention().deleted if i.kind == "orphan")
-        return commit(table, files, token)
+        return commit(table, files, token, **kwargs)
 
     monkeypatch.setattr(log, "commit_segments", session_lost)
     with pytest.raises(lk.IllegalStateError, match="lost its ZooKeeper session"):
