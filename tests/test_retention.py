@@ -109,6 +109,22 @@ def test_log_retention_bytes_deletes_oldest_first(conn, spark):
     assert table.beginning_offsets()[TB("t", 0)] == table.snapshots(0)[-1].log_offset
 
 
+def test_respect_consumers_says_no_group_has_committed(conn, spark):
+    # R3, R6: with log.retention.respect-consumers and no committed offsets, the reason says so
+    table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1,
+                              properties={"log.retention": "0s", "log.retention.respect-consumers": True})
+    other = conn.create_table("u", "id BIGINT, v STRING", "id", buckets=1, properties={"log.retention": "0s"})
+    _history(table, spark, 3)
+    _history(other, spark, 3)
+    plan = conn.retention_plan()
+    deletes = [i for i in plan.items if i.kind == "segment" and i.action == "delete"]
+    mine = [i for i in deletes if i.table_bucket.table == "t"]
+    assert mine and all(i.reason.endswith("; log.retention.respect-consumers: no consumer group has "
+                                          "committed offsets for this table") for i in mine)
+    others = [i for i in deletes if i.table_bucket.table == "u"]
+    assert others and not any("respect-consumers" in i.reason for i in others)
+
+
 def test_orphans_respect_min_age_and_never_touch_referenced_files(conn, spark):
     # R4
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2)

@@ -129,6 +129,8 @@ def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotM
             else:
                 why = (f"older than log.retention {format_duration(props['log.retention'])} (age {_age(age)})"
                        if old else f"log over log.retention.bytes {limit}")
+                if respect and not tm.committed:  # consumer offsets are not gathered yet: say so
+                    why += "; log.retention.respect-consumers: no consumer group has committed offsets for this table"
                 items.append(RetentionItem("segment", tb, seg.base_offset, "delete",
                                            f"below log start of snapshot {oldest.snapshot_id}; {why}", seg.size_bytes))
                 remaining -= seg.size_bytes
