@@ -69,7 +69,8 @@ class Context:
                 self.store.ensure_path(path)
 
     def watch_settings(self) -> None:
-        """Keep ``cached_settings`` current from a ZooKeeper watch on the settings znode."""
+        """Read the settings now and keep ``cached_settings`` current from a ZooKeeper watch
+        on the settings znode (delivered on the store's watch thread)."""
 
         def update(data: bytes | None, stat: object) -> None:
             try:
@@ -78,6 +79,7 @@ class Context:
                 log.warning("ignoring undecodable namespace settings at %s", self.paths.settings)
 
         self.store.watch(self.paths.settings, update)
+        self.stored_settings()  # current now, before the watch's first delivery
 
     def cached_settings(self) -> dict[str, Any]:
         """Namespace settings as last seen through the ZooKeeper watch (no I/O)."""
