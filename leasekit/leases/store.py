@@ -3,6 +3,8 @@ is a child znode of the pinned snapshot's znode, so pinning and deleting exclude
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,8 +16,10 @@ from ..errors import (
     InvalidTypeError,
     LeaseExpiredError,
     LeaseNotFoundError,
+    TableNotFoundError,
 )
 from ..records import AcquireResult, TableBucket
+from ..tables import fence
 from ..zk import (
     MAX_REQUEST_BYTES,
     Create,
@@ -95,21 +99,32 @@ def acquire_at(
     stale = True
     record: LeaseRecord | None = None
     chunks: dict[tuple[str, int], PinChunk] = {}
+    fences: dict[str, int] = {}
     first = True
+    wait = 0.005
     while pending or first:
         if stale:
+            tids = sorted({tid for tid, _ in pending})
+            fence_paths = [p for tid in tids for p in (paths.table_data(tid), paths.dropped_table(tid))]
             chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
-            now, nodes = conn.read_with_clock([rec_path, *chunk_paths])
+            now, nodes = conn.read_with_clock([rec_path, *fence_paths, *chunk_paths])
             record = _check_live(conn, nodes[0], rec_path, now, creating=True)
+            fenced = _fences(conn, [tables[tid] for tid in tids], nodes[1:1 + len(fence_paths)], now)
+            if fenced is None:  # a drop is deciding: it may be refused, or the table goes
+                time.sleep(random.uniform(0, wait))
+                wait = min(wait * 2, 0.1)
+                continue
+            fences = fenced
             chunks = {key: PinChunk.empty(key[0], key[1], tables[key[0]].name) if n is None
                       else PinChunk.decode(n, p, key[0], key[1])
-                      for key, p, n in zip(pending, chunk_paths, nodes[1:])}
+                      for key, p, n in zip(pending, chunk_paths, nodes[1 + len(fence_paths):])}
             stale = False
         if record is None:  # the SetData gives the new record's stat: its mtime is the acquire time
             value = LeaseRecord(duration_ms, 0, conn.owner, LIVE).encode()
             ops: list[Op] = [Create(rec_path, value), SetData(rec_path, value, 0), Create(paths.lease_pins(lease_id))]
         else:
             ops = [SetData(rec_path, record.renewed(duration_ms, conn.owner).encode(), record.stat.version)]
+        ops += [fence.fence_check(conn, tid, version) for tid, version in fences.items()]
         pin_ops: dict[int, tuple[TableBucket, int]] = {}
         chunk_ops_at: dict[tuple[str, int], tuple[int, list[int]]] = {}
         batch: list[tuple[str, int]] = []
@@ -162,6 +177,23 @@ def acquire_at(
                 acquired[TableBucket(table.name, bucket)] = sid
         pending = [k for k in pending if k not in batch]
     return AcquireResult(acquired, unavailable, to_datetime(expires_ms)), committed_ms
+
+
+def _fences(conn: Context, tables: list[TableInfo], nodes: list[Node | None], now: int) -> dict[str, int] | None:
+    """Data znode version per table for the acquire's fence checks; None while a drop is
+    deciding; ``TableNotFoundError`` once a drop committed. ``nodes``: data znode and drop
+    marker of each table."""
+    out: dict[str, int] = {}
+    waiting = False
+    for table, data, dropped in zip(tables, nodes[::2], nodes[1::2]):
+        if data is None or dropped is not None:
+            raise TableNotFoundError(f"table {table.name!r} was dropped")
+        if fence.is_marked(data):
+            if conn.clock(now) - data.stat.mtime_ms > fence.STALE_MARK_MS:
+                fence.unmark(conn, table.table_id, data.stat.version)  # its dropper died
+            waiting = True
+        out[table.table_id] = data.stat.version
+    return None if waiting else out
 
 
 def _check_live(conn: Context, node: Node | None, path: str, now: int, *, creating: bool = False) -> LeaseRecord | None:

@@ -6,6 +6,9 @@ buckets, log and snapshots live under ``data/<id>`` (see ``zk.paths``).
 
 from __future__ import annotations
 
+import contextlib
+import random
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,14 +25,17 @@ from ..errors import (
     TableExistsError,
     TableNotFoundError,
 )
+from ..leases.admin import forget_table, leases_pinning
 from ..properties import TABLE_PROPERTIES, parse_properties
 from ..zk import Check, Create, Delete, TxnConflict
 from ..zk.formats import DroppedTable, TableRecord
+from . import fence
 from . import schema as schemas
 from .table import Table
 
 if TYPE_CHECKING:
     from ..context import Context
+    from .info import TableInfo
 
 __all__ = ["create_table", "load_table", "list_tables", "drop_table", "finish_drop", "pending_drops",
            "MAX_BUCKETS"]
@@ -92,28 +98,60 @@ def list_tables(conn: Context) -> list[str]:
 
 
 def drop_table(conn: Context, name: object, *, force: bool = False) -> None:
-    """Remove the table: its znode and a drop marker in one step, then data metadata, then files."""
-    from ..leases.admin import forget_table, leases_pinning
+    """Remove the table: its znode and a drop marker in one step, then data metadata, then files.
 
-    table = load_table(conn, name)
-    pinned_by = leases_pinning(conn, table.table_id)
-    if pinned_by and not force:
-        raise IllegalStateError(
-            f"table {table.name!r} is pinned by lease(s) {', '.join(pinned_by)}; drop or release them, "
-            "or pass force=True"
-        )
-    path = conn.paths.table(table.name)
-    marker = DroppedTable(table.name, table.data_dir).encode()
-    try:  # the Check makes sure the name still belongs to the table loaded above
-        conn.store.commit([Check(conn.paths.table_data(table.table_id), -1), Delete(path),
-                           Create(conn.paths.dropped_table(table.table_id), marker)])
-    except TxnConflict as exc:
-        if exc.reason == "nonode":
-            raise TableNotFoundError(f"table {table.name!r} does not exist") from None
-        raise
+    The table's data znode is marked first and the pinning leases read after, so an acquire
+    either committed before the mark (and is seen here) or fails its fence check (DESIGN §9).
+    """
+    delay = 0.002
+    for _ in range(_DROP_ATTEMPTS):
+        table = load_table(conn, name)
+        pinned_by = _mark_and_drop(conn, table, force)
+        if pinned_by is not None:
+            break
+        time.sleep(random.uniform(0, delay))
+        delay = min(delay * 2, 0.05)
+    else:
+        raise IllegalStateError(f"drop of table {table.name!r}: gave up after {_DROP_ATTEMPTS} concurrent changes")
     if pinned_by or force:
         forget_table(conn, table.table_id)
     finish_drop(conn, table.table_id)
+
+
+_DROP_ATTEMPTS = 1000
+
+
+def _mark_and_drop(conn: Context, table: TableInfo, force: bool) -> list[str] | None:
+    """One attempt: mark the fence, check the pinning leases, commit the drop or unmark and
+    refuse. Returns the leases pinning the table, or None when the attempt must be retried."""
+    data_path = conn.paths.table_data(table.table_id)
+    now, (node,) = conn.read_with_clock([data_path])
+    if node is None:
+        raise TableNotFoundError(f"table {table.name!r} does not exist")
+    if fence.is_marked(node) and conn.clock(now) - node.stat.mtime_ms <= fence.STALE_MARK_MS:
+        return None  # another dropper is deciding: wait for it
+    try:
+        marked = fence.mark(conn, table.table_id, node.stat.version)
+    except TxnConflict:
+        return None
+    try:
+        pinned_by = leases_pinning(conn, table.table_id)
+        if pinned_by and not force:
+            raise IllegalStateError(
+                f"table {table.name!r} is pinned by lease(s) {', '.join(pinned_by)}; drop or release them, "
+                "or pass force=True"
+            )
+        marker = DroppedTable(table.name, table.data_dir).encode()
+        conn.store.commit([Check(data_path, marked), Delete(conn.paths.table(table.name)),
+                           Create(conn.paths.dropped_table(table.table_id), marker)])
+    except TxnConflict:
+        fence.unmark(conn, table.table_id, marked)
+        return None
+    except BaseException:
+        with contextlib.suppress(LeasekitError):
+            fence.unmark(conn, table.table_id, marked)
+        raise
+    return pinned_by
 
 
 def finish_drop(conn: Context, table_id: str) -> None:

@@ -17,7 +17,7 @@ from .ops import Node, Stat
 from .paths import CHUNK
 
 __all__ = [
-    "SettingsRecord", "TableRecord", "DroppedTable", "BucketState", "SegmentRecord",
+    "SettingsRecord", "TableRecord", "DropMark", "DroppedTable", "BucketState", "SegmentRecord",
     "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "LIVE", "DROPPING", "CHUNK",
 ]
 
@@ -101,6 +101,25 @@ class TableRecord(NamedTuple):
                        dict(v.get("props", {})))
 
         return _load(data, path, cls.VERSION, "table metadata", build)
+
+
+class DropMark(NamedTuple):
+    """``<ns>/data/<table_id>`` while a drop decides (the drop fence); the znode is empty while
+    the table lives."""
+
+    state: str = "dropping"
+    """Always "dropping"."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"state": self.state}, self.VERSION)
+
+    @staticmethod
+    def is_marked(node: Node) -> bool:
+        """Whether a table's data znode carries the mark (any value does: the table lives
+        while it is empty)."""
+        return bool(node.data)
 
 
 class DroppedTable(NamedTuple):
