@@ -26,9 +26,10 @@ __all__ = [
 ]
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+# Matched with fullmatch: "$" would also accept a trailing newline.
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*")
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def parse_duration(value: object, *, what: str = "duration") -> timedelta:
@@ -44,7 +45,7 @@ def parse_duration(value: object, *, what: str = "duration") -> timedelta:
             raise InvalidDurationError(f"{what} is out of range: {value!r}")
         result = timedelta(seconds=value)
     elif isinstance(value, str):
-        match = _DURATION.match(value)
+        match = _DURATION.fullmatch(value)
         if not match:
             raise InvalidDurationError(
                 f"{what} {value!r} is not a duration; use a number and a unit: 500ms, 90s, 30m, 2h, 7d"
@@ -81,7 +82,7 @@ def check_table_name(name: object) -> str:
     """Return ``name`` if it is a valid table name, else raise ``InvalidArgumentError``."""
     if not isinstance(name, str):
         raise InvalidTypeError(f"table name must be a str, not {type(name).__name__}")
-    if not _TABLE_NAME.match(name):
+    if not _TABLE_NAME.fullmatch(name):
         raise InvalidArgumentError(
             f"invalid table name {name!r}: use 1-128 of [A-Za-z0-9_.-], not starting with . or -"
         )
@@ -92,7 +93,7 @@ def check_id(value: object, *, what: str = "lease id", error: type[InvalidArgume
     """Return ``value`` if it follows the id rule (1-128 of [A-Za-z0-9._-], not . or ..)."""
     if not isinstance(value, str):
         raise error(f"{what} must be a str, not {type(value).__name__}")
-    if not _ID.match(value) or value in (".", ".."):
+    if not _ID.fullmatch(value) or value in (".", ".."):
         raise error(f"invalid {what} {value!r}: use 1-128 of [A-Za-z0-9._-], not '.' or '..'")
     return value
 

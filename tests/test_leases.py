@@ -33,7 +33,7 @@ def both(table, sid):
 
 # -- L1, L2: ids and durations ---------------------------------------------------------
 
-BAD_IDS = ["", ".", "..", "a/b", "x" * 129, "with space", "ünïcode", "a\nb"]
+BAD_IDS = ["", ".", "..", "a/b", "x" * 129, "with space", "ünïcode", "a\nb", "q3\n", "q3\r\n"]
 
 
 @pytest.mark.parametrize("lease_id", BAD_IDS)
