@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import leasekit as lk
+from leasekit import spark as lks
 
 ALLOWED = (lk.LeasekitError, ValueError, TypeError)
 
@@ -29,6 +30,10 @@ snapshot_maps = st.one_of(values, st.dictionaries(st.one_of(buckets, scalars), s
 
 FUZZ = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+SPARK_FUZZ = settings(max_examples=25, deadline=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 @pytest.fixture
@@ -108,3 +113,38 @@ def test_fuzz_connect_arguments(tmp_path, zookeeper, namespace, auth, timeout):
         lk.connect(zookeeper, str(tmp_path / "wh"), namespace=namespace, auth=auth, timeout=timeout).close()
     except ALLOWED:
         pass
+
+
+@pytest.fixture
+def snapshotted(conn):
+    """Table "t" with snapshot 1 of both buckets (written without a Spark job)."""
+    from helpers import grow
+
+    t = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2)
+    grow(t, 1)
+    return t
+
+
+@SPARK_FUZZ
+@given(target=st.one_of(values, st.just("the table")), ids=snapshot_maps, offsets=st.one_of(st.none(), snapshot_maps),
+       df=values)
+def test_fuzz_spark_functions(spark, snapshotted, target, ids, offsets, df):
+    # DESIGN §9 fuzz, §6.4: leasekit.spark takes a Table object; anything else is a TypeError
+    table = snapshotted if target == "the table" else target
+    _call(lks.read_snapshots, spark, table, ids)
+    _call(lks.read_at, spark, table, offsets)
+    _call(lks.write, df, snapshotted)  # df is never a DataFrame here: refused before any Spark job
+    frame = spark.createDataFrame([(1, "a")], "id BIGINT, v STRING")
+    if table is not snapshotted:
+        _call(lks.write, frame, table)
+
+
+@pytest.mark.parametrize("call", ["read_snapshots", "read_at", "write"])
+def test_spark_functions_given_a_table_name_say_what_to_pass(spark, snapshotted, call):
+    # DESIGN §6.4 (table is a Table object), §6.10 (TypeError where the type is wrong)
+    frame = spark.createDataFrame([(1, "a")], "id BIGINT, v STRING")
+    calls = {"read_snapshots": lambda: lks.read_snapshots(spark, "t", {lk.TableBucket("t", 0): 1}),
+             "read_at": lambda: lks.read_at(spark, "t"),
+             "write": lambda: lks.write(frame, "t")}
+    with pytest.raises(lk.InvalidTypeError, match=r"table must be a Table object, e.g. conn.table\('t'\), not str"):
+        calls[call]()

@@ -20,16 +20,22 @@ from ..log.state import read_states
 from ..records import OffsetRange, Snapshot, TableBucket
 from ..snapshots.catalog import get_snapshots, list_snapshots
 from ..tables.bucketing import spark_bucket_column
+from ..tables.info import TableInfo
 from .frames import bucket_of_path, files_frame, kv_state, log_frame, table_ddl
 from .session import micros_timestamps, session, spark_errors, spark_session, struct_type
-
-if TYPE_CHECKING:
-    from ..tables.info import TableInfo
 
 __all__ = ["spark_session", "read_snapshots", "read_at", "write"]
 
 
 # -- public reads -------------------------------------------------------------------------
+
+
+def _check_table(table: object) -> TableInfo:
+    """``table`` if it is a Table: these functions need its connection, which a name lacks."""
+    if not isinstance(table, TableInfo):
+        hint = f"conn.table({table!r})" if isinstance(table, str) else "conn.table('orders')"
+        raise InvalidTypeError(f"table must be a Table object, e.g. {hint}, not {type(table).__name__}")
+    return table
 
 
 def _snapshot_map(table: TableInfo, snapshot_ids: Any) -> dict[int, int]:
@@ -48,6 +54,7 @@ def _snapshot_map(table: TableInfo, snapshot_ids: Any) -> dict[int, int]:
 
 def read_snapshots(spark: SparkSession | None, table: TableInfo, snapshot_ids: Mapping[Any, int]) -> DataFrame:
     """Rows of the given snapshots (table columns only); ``SnapshotNotFoundError`` if one is gone."""
+    table = _check_table(table)
     spark = session(spark)
     wanted = _snapshot_map(table, snapshot_ids)
     snaps = get_snapshots(table, wanted)
@@ -57,6 +64,7 @@ def read_snapshots(spark: SparkSession | None, table: TableInfo, snapshot_ids: M
 
 def read_at(spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, int] | None = None) -> DataFrame:
     """Union read: the KV state at ``offsets`` (default: end offsets) from snapshot + log tail (S1)."""
+    table = _check_table(table)
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
     if offsets is None:
@@ -104,6 +112,7 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
     """Bulk upsert from Spark: one task per bucket writes segment files, then offsets commit."""
     if not isinstance(df, DataFrame):
         raise InvalidTypeError(f"df must be a Spark DataFrame, not {type(df).__name__}")
+    table = _check_table(table)
     spark = df.sparkSession
     names = {c.lower(): c for c in df.columns}
     extra = [c for c in df.columns if c.lower() not in {f.name.lower() for f in table.schema}]
