@@ -113,3 +113,18 @@ def test_import_is_light():
             for _ in range(3)]
     assert sorted(float(r[0]) for r in runs)[1] < 0.5
     assert all(r[1:4] == ["False", "False", "False"] for r in runs)
+
+
+
+def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, namespace):
+    # DESIGN 6.10: connect() and the settings watch it sets up translate ZooKeeper's NoAuthError
+    from kazoo.security import make_digest_acl
+
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
+        conn.store.client.set_acls(conn.paths.settings, [make_digest_acl("analyst", "s3cret", all=True)])
+        with pytest.raises(lk.PermissionDeniedError, match="settings"):
+            conn.watch_settings()  # the watch's first read, as connect() makes it
+        with pytest.raises(lk.PermissionDeniedError, match="settings"):
+            lk.connect(zookeeper, warehouse, namespace=namespace)
+        with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as allowed:
+            assert allowed.cached_settings() == allowed.settings()
