@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from .context import Context
 from .durations import check_id, check_namespace, parse_duration
-from .errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
+from .errors import IllegalStateError, InvalidArgumentError, InvalidDurationError, InvalidTypeError
 from .leases import admin as lease_admin
 from .leases import store as lease_store
 from .properties import NAMESPACE_SETTINGS, effective, parse_properties
@@ -120,8 +120,8 @@ class Connection(Context):
                 self.store.set(self.paths.settings, SettingsRecord(merged).encode(), version)
                 return effective(merged, NAMESPACE_SETTINGS)
             except TxnConflict as exc:
-                if exc.reason != "version":
-                    raise
+                if exc.reason not in ("version", "nonode"):  # nonode: deleted meanwhile, recreated on re-read
+                    raise IllegalStateError(f"cannot update settings at {self.paths.settings}: {exc}") from None
 
     # -- tables ---------------------------------------------------------------------------
 

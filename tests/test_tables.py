@@ -165,3 +165,42 @@ def test_bucket_arguments(conn):
         table.snapshots(bucket="0")
     assert table.snapshots(bucket=1) == []
     assert table.latest_snapshots() == {}
+
+
+@pytest.mark.parametrize("parent", ["tables", "data"])
+def test_create_table_in_a_namespace_missing_a_znode_says_so(conn, parent):
+    # DESIGN 6.10: a failed transaction surfaces as a documented error naming the cause
+    from leasekit.zk import Delete
+
+    conn.store.commit([Delete(getattr(conn.paths, parent))])
+    with pytest.raises(lk.IllegalStateError, match=f"{getattr(conn.paths, parent)} is missing from namespace"):
+        conn.create_table("t", "id BIGINT", "id")
+    with lk.connect(conn.zookeeper, conn.warehouse.location, namespace=conn.namespace):
+        pass  # connecting again recreates the namespace's znodes
+    assert conn.create_table("t", "id BIGINT", "id").name == "t"
+
+
+def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(conn):
+    # DESIGN 6.10: the failed drop names the missing znode and leaves the table in place
+    from leasekit.drop_fence import STALE_MARK_MS
+
+    from leasekit.zk import Delete
+
+    table = conn.create_table("t", "id BIGINT", "id", buckets=2)
+    conn.store.commit([Delete(conn.paths.dropped)])
+    with pytest.raises(lk.IllegalStateError, match=f"{conn.paths.dropped} is missing from namespace"):
+        conn.drop_table("t")
+    assert conn.table("t") == table
+    with lk.connect(conn.zookeeper, conn.warehouse.location, namespace=conn.namespace):
+        pass  # connecting again recreates the namespace's znodes
+    conn.clock = lambda ms: ms + STALE_MARK_MS + 1000  # the failed drop's fence is taken over once stale
+    conn.drop_table("t")
+    assert conn.tables() == []
+
+
+def test_a_failed_transaction_is_an_illegal_state_error(conn):
+    # DESIGN 6.10: the ZooKeeper layer's conflict error, if a caller missed it, is still documented
+    from leasekit.zk import Delete
+
+    with pytest.raises(lk.IllegalStateError):
+        conn.store.commit([Delete(conn.paths.table("nope"))])

@@ -106,6 +106,8 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
             ) from None
         if exc.reason == "nonode":
             raise SnapshotNotFoundError(f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}") from None
-        raise
+        raise IllegalStateError(
+            f"snapshot {snapshot_id} of {snap.table_bucket} changed while being deleted; try again"
+        ) from None
     conn.warehouse.delete_files(SnapshotRecord.decode(node.data, path).files)
     return snap

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import TableNotFoundError
+from ..errors import IllegalStateError, TableNotFoundError
 from ..log.markers import guard, in_flight, lost, lost_error
 from ..log.segments import list_segments
 from ..log.state import read_states
@@ -134,7 +134,7 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
                 raise lost_error(token) from None
             if exc.reason == "nonode":
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
-            raise
+            raise IllegalStateError(f"cannot register snapshots of {table.name!r}: {exc}") from None
         stats = iter(r for r in results if isinstance(r, Stat))
         for bucket in group:
             if bucket in chosen:

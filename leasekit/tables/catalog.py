@@ -74,7 +74,7 @@ def create_table(
     except TxnConflict as exc:
         if exc.reason == "exists":
             raise TableExistsError(f"table {name!r} exists already") from None
-        raise
+        raise _namespace_incomplete(conn, f"create table {name!r}", exc) from None
     return load_table(conn, name)
 
 
@@ -144,14 +144,25 @@ def _mark_and_drop(conn: Context, table: TableInfo, force: bool) -> list[str] | 
         marker = DroppedTable(table.name, table.data_dir).encode()
         conn.store.commit([Check(data_path, marked), Delete(conn.paths.table(table.name)),
                            Create(conn.paths.dropped_table(table.table_id), marker)])
-    except TxnConflict:
-        fence.unmark(conn, table.table_id, marked)
-        return None
+    except TxnConflict as exc:
+        with contextlib.suppress(LeasekitError):
+            fence.unmark(conn, table.table_id, marked)
+        if exc.index == 2:  # the drop marker's parent is missing (the fence stays until it is stale)
+            raise _namespace_incomplete(conn, f"drop table {table.name!r}", exc) from None
+        return None  # the fence moved or the table went: start over
     except BaseException:
         with contextlib.suppress(LeasekitError):
             fence.unmark(conn, table.table_id, marked)
         raise
     return pinned_by
+
+
+def _namespace_incomplete(conn: Context, what: str, exc: TxnConflict) -> IllegalStateError:
+    parent = exc.op.path.rsplit("/", 1)[0]
+    return IllegalStateError(
+        f"cannot {what}: {parent} is missing from namespace {conn.namespace!r} (was it deleted?); "
+        "connect again to recreate the namespace's znodes"
+    )
 
 
 def finish_drop(conn: Context, table_id: str) -> None:

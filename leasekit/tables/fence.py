@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import IllegalStateError
 from ..zk import Check, Create, Delete, Node, SetData, TxnConflict
 from ..zk.formats import DropMark
 
@@ -37,7 +38,12 @@ def unmark(conn: Context, table_id: str, version: int) -> bool:
     marker = conn.paths.dropped_table(table_id)
     try:
         conn.store.commit([Create(marker), Delete(marker), SetData(conn.paths.table_data(table_id), b"", version)])
-    except TxnConflict:
+    except TxnConflict as exc:
+        if exc.index == 0 and exc.reason == "nonode":
+            raise IllegalStateError(
+                f"cannot clear the drop fence of table {table_id}: {conn.paths.dropped} is missing from "
+                f"namespace {conn.namespace!r}; connect again to recreate the namespace's znodes"
+            ) from None
         return False
     return True
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from ..errors import LeasekitError
+from ..errors import IllegalStateError
 
 MAX_TXN_BYTES = 512 * 1024
 MAX_REQUEST_BYTES = 1_000_000
@@ -75,8 +75,10 @@ class Check(NamedTuple):
 Op = Create | SetData | Delete | Check
 
 
-class TxnConflict(LeasekitError):
-    """A transaction failed on one op; ``reason`` is "nonode", "exists", "version" or "notempty"."""
+class TxnConflict(IllegalStateError):
+    """A transaction failed on one op; ``reason`` is "nonode", "exists", "version" or "notempty".
+
+    Callers translate it into a meaningful error; one that escapes is still an IllegalStateError."""
 
     def __init__(self, index: int, op: Op, reason: str) -> None:
         super().__init__(f"transaction op {index} ({type(op).__name__} {op.path}) failed: {reason}")
