@@ -307,6 +307,19 @@ def test_release_is_idempotent_and_keeps_the_lease(conn, orders):
     assert [i.lease_id for i in conn.leases()] == ["q3"]
 
 
+def test_release_ignores_bucket_numbers_the_table_does_not_have(conn, orders):
+    # L9: buckets the lease does not pin are ignored, bucket numbers the table does not have included
+    lease = conn.lease("q3", "1h")
+    lease.acquire(both(orders, 2))
+    lease.release([TB("orders", 7), TB("orders", -1), TB("orders", 0)])
+    assert lease.info().pins == {TB("orders", b): 2 for b in (1, 2, 3)}
+    before = namespace_tree(conn)
+    conn.release_kv_snapshot_lease("q3", [TB("orders", 4), TB("orders", 10**9)])
+    assert namespace_tree(conn) == before
+    conn.release_kv_snapshot_lease("q3", [TB("orders", 1), TB("orders", 99)])
+    assert lease.info().pins == {TB("orders", 2): 2, TB("orders", 3): 2}
+
+
 def test_drop_removes_lease_and_pins_in_one_step(conn, orders):
     # L10
     lease = conn.lease("q3", "1h")
@@ -414,7 +427,7 @@ def test_bad_acquire_input_writes_nothing(conn, orders, snapshot_ids, error):
 
 @pytest.mark.parametrize("buckets, error", [
     ([("orders", 0)], TypeError), (TB("orders", 0), TypeError), ("orders", TypeError),
-    ([TB("nope", 0)], lk.TableNotFoundError), ([TB("orders", 7)], lk.BucketNotFoundError),
+    ([TB("nope", 0)], lk.TableNotFoundError), ([TB("orders", "0")], TypeError), ([TB("orders", 1.0)], TypeError),
 ])
 def test_bad_release_input_writes_nothing(conn, orders, buckets, error):
     conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")

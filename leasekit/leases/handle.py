@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 
 def group_buckets(conn: Context, buckets: Iterable[TableBucket]) -> dict[TableInfo, list[int]]:
-    """Validate TableBuckets and group their bucket numbers by table."""
+    """Validate TableBuckets and group their bucket numbers by table, for release: numbers the
+    table does not have are left out, as a lease cannot pin them (L9)."""
     from ..tables.catalog import load_table
 
     if isinstance(buckets, (str, bytes, TableBucket)) or not isinstance(buckets, Iterable):
@@ -45,11 +46,13 @@ def group_buckets(conn: Context, buckets: Iterable[TableBucket]) -> dict[TableIn
     for tb in buckets:
         if not isinstance(tb, TableBucket):
             raise InvalidTypeError(f"buckets must be TableBucket values, not {type(tb).__name__}")
+        if isinstance(tb.bucket, bool) or not isinstance(tb.bucket, int):
+            raise InvalidTypeError(f"bucket of {tb} must be an int, not {type(tb.bucket).__name__}")
         by_name.setdefault(tb.table, []).append(tb.bucket)
     out: dict[TableInfo, list[int]] = {}
     for name, numbers in by_name.items():
         table = load_table(conn, name)
-        out[table] = [table.bucket_number(b) for b in numbers]
+        out[table] = [b for b in numbers if 0 <= b < table.num_buckets]
     return out
 
 
