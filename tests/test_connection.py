@@ -91,10 +91,14 @@ def test_acl_protects_writes(zookeeper, warehouse, namespace):
         owner.create_table("t", "id BIGINT", "id")
         with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as same:
             same.table("t").append([{"id": 1}])
-        with pytest.raises(lk.PermissionDeniedError):
-            with lk.connect(zookeeper, warehouse, namespace=namespace) as stranger:
+        with lk.connect(zookeeper, warehouse, namespace=namespace) as stranger:  # DESIGN §9: connecting works
+            assert stranger.tables() == ["t"]
+            with pytest.raises(lk.PermissionDeniedError):  # ... the write is refused
                 stranger.create_table("u", "id BIGINT", "id")
+            with pytest.raises(lk.PermissionDeniedError):
+                stranger.table("t").append([{"id": 2}])
         assert owner.tables() == ["t"]
+        assert sum(owner.table("t").end_offsets().values()) == 1
 
 
 def test_closed_connection_raises_typed_error(zookeeper, warehouse, namespace):

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.security import make_digest_acl
+from kazoo.security import make_acl, make_digest_acl
 
 from ..errors import (
     IllegalStateError,
@@ -85,7 +85,9 @@ class ZkStore:
         if self._auth is not None:
             user, password = self._auth
             auth_data = [("digest", f"{user}:{password}")]
-            default_acl = [make_digest_acl(user, password, all=True)]
+            # Like Kafka's secured ZooKeeper: the user may do anything, everyone else may read
+            # (so connect works), and a write without the credentials is refused.
+            default_acl = [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
         retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0, "ignore_expire": True}
         client = KazooClient(
             hosts=self.hosts,
