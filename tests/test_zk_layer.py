@@ -110,9 +110,11 @@ def test_read_many_mixes_kinds_and_gives_each_read_its_own_result(conn):
 
 def test_a_refused_read_fails_alone(zookeeper, warehouse, namespace, conn):
     # section 9 (auth): an ACL'd znode refuses this reader; the other reads of the batch succeed
+    from kazoo.security import make_digest_acl
+
     with lk.connect(zookeeper, warehouse, namespace=f"{namespace}x", auth=("alice", "pw")) as alice:
         secret = f"{alice.paths.root}/secret"
-        alice.store.commit([Create(secret, b"s")])
+        alice.store.client.create(secret, b"s", acl=[make_digest_acl("alice", "pw", all=True)])  # no world read
         public = f"{conn.paths.root}/public"
         conn.store.commit([Create(public, b"p")])
         results = conn.store.read_many([GetData(secret), GetData(public), GetChildren(secret)])
