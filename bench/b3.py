@@ -1,5 +1,5 @@
 """B3: lease metadata bytes per pinned bucket at 100,000 buckets (target <= 8 B), beside
-the JSON equivalent.
+the JSON equivalent and ZooKeeper's bytes per pin with the pin znodes counted.
 
 ``acquire_latest`` pins a 100,000-bucket table (one empty snapshot per bucket, registered
 straight in ZooKeeper by ``seed_empty_snapshots``). The lease's own metadata is its record
@@ -9,11 +9,15 @@ znode plus its pin arrays (``/<ns>/leases/<id>/pins/<table_id>.<chunk>``, one zn
 ``json.dumps({"table/bucket": snapshot_id, ...})`` of the same pins.
 
 The pins themselves are empty child znodes of the snapshot znodes (one per pinned bucket),
-counted and checked for empty data here; their cost is ZooKeeper's per-znode overhead
-(path, stat, in-memory node), reported for context as the growth of ZooKeeper's
-``approximate_data_size`` (path + data bytes) per pin, not as lease metadata.
+counted and checked for empty data here. Their cost is reported beside the target as
+ZooKeeper bytes per pin: the growth of the server's ``approximate_data_size`` (mntr; path
+plus data bytes of every znode the acquire created: the pins and the lease's own znodes),
+plus ``ZNODE_RECORD_BYTES`` for each znode added (mntr ``znode_count``), over the pins. The
+sum of the pin paths' and the lease znodes' path and data bytes is computed from the paths
+too, as a cross-check of the server's figure.
 
-Deterministic: one run is the default; each run uses a fresh lease, dropped afterwards.
+Each run uses a fresh lease, dropped afterwards; the figures are deterministic, the
+acquire time is not.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .common import (
     load_average,
     log,
     median,
+    spread,
     temp_warehouse,
     timed,
     zk_monitor,
@@ -49,10 +54,17 @@ QUICK = {**FULL, "buckets": 10_000}
 TABLE = "orders"
 LARGE_ID = 70_000
 """A snapshot id >= 65,536: msgpack stores it in 5 bytes instead of 1 (ids < 128)."""
+ZNODE_RECORD_BYTES = 76
+"""Fixed bytes of one znode in ZooKeeper's snapshot files besides its path and data
+(``DataTree.serializeNode``): path and data length prefixes (4 + 4), the ACL reference (8)
+and the persisted stat (60: czxid, mzxid, ctime, mtime, pzxid, ephemeralOwner as 8 bytes;
+version, cversion, aversion as 4). The server's heap holds more per znode (Java objects,
+the parent's child set); that is not counted."""
 
 
 def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
-    """Stored value sizes of the lease's record, its pins parent and its pin arrays."""
+    """Stored value sizes of the lease's record, its pins parent and its pin arrays (and the
+    bytes of those znodes' paths)."""
     from leasekit.zk.formats import PinChunk
 
     paths = conn.paths
@@ -62,6 +74,7 @@ def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
     if record is None or parent is None or any(a is None for a in arrays):
         raise RuntimeError(f"lease {lease_id} changed while measuring it")
     array_bytes = sum(len(a.data) for a in arrays if a is not None)
+    path_bytes = sum(len(path.encode()) for path in [paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths])
     large = 0
     for path, node in zip(array_paths, arrays):
         if node is None:
@@ -75,24 +88,26 @@ def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
         "array_bytes": array_bytes,
         "array_bytes_at_large_ids": large,
         "total_bytes": len(record.data) + len(parent.data) + array_bytes,
+        "path_bytes": path_bytes,
     }
 
 
-def _pin_znodes(conn: Connection, table: Table, lease_id: str, snapshot_id: int) -> tuple[int, int]:
-    """(pin znodes of ``lease_id`` under the table's snapshots, their total data bytes)."""
+def _pin_znodes(conn: Connection, table: Table, lease_id: str, snapshot_id: int) -> tuple[int, int, int]:
+    """(pin znodes of ``lease_id`` under the table's snapshots, their data bytes, their path bytes)."""
     paths, tid = conn.paths, table.table_id
     snaps = [paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)]
     kids = conn.store.children_many(snaps)
     pins = [f"{s}/{lease_id}" for s, names in zip(snaps, kids) if names and lease_id in names]
     nodes = conn.store.get_many(pins)
-    return sum(1 for n in nodes if n is not None), sum(len(n.data) for n in nodes if n is not None)
+    found = [(p, n) for p, n in zip(pins, nodes) if n is not None]
+    return len(found), sum(len(n.data) for _, n in found), sum(len(p.encode()) for p, _ in found)
 
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     p = QUICK if quick else FULL
     n = p["buckets"]
     results: list[dict[str, Any]] = []
-    checks = {"all_pinned": True, "one_empty_pin_znode_per_bucket": True}
+    checks = {"all_pinned": True, "one_empty_pin_znode_per_bucket": True, "server_counts_match_paths": True}
     with temp_warehouse("B3") as conn:
         table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
         log(f"B3: seeding an empty snapshot for each of {n:,} buckets")
@@ -107,7 +122,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             meta = lease_metadata(conn, lease.lease_id)
             json_bytes = len(json.dumps({f"{tb.table}/{tb.bucket}": sid
                                          for tb, sid in result.acquired.items()}).encode())
-            pin_znodes, pin_bytes = _pin_znodes(conn, table, lease.lease_id, p["snapshot_id"])
+            pin_znodes, pin_bytes, pin_path_bytes = _pin_znodes(conn, table, lease.lease_id, p["snapshot_id"])
             checks["one_empty_pin_znode_per_bucket"] &= pin_znodes == n and pin_bytes == 0
             figures: dict[str, Any] = {
                 "bytes_per_bucket": meta["total_bytes"] / n,
@@ -118,22 +133,44 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                                                   + meta["array_bytes_at_large_ids"]) / n,
                 "pin_znodes": pin_znodes,
                 "pin_data_bytes": pin_bytes,
+                "pin_path_bytes": pin_path_bytes,
+                "pin_path_bytes_per_pin": pin_path_bytes / n,
+                # path + data bytes of every znode acquire created, from the paths themselves
+                "created_path_and_data_bytes": pin_path_bytes + pin_bytes + meta["path_bytes"] + meta["total_bytes"],
                 "acquire_s": acquire_s,
                 "acquire_round_trips": trips,
                 "load_average": load_average(),
             }
             if before and after:
                 figures["zk_znodes_added"] = after["znode_count"] - before["znode_count"]
-                figures["zk_approximate_bytes_per_pin"] = (
-                    after["approximate_data_size"] - before["approximate_data_size"]) / n
+                figures["zk_approximate_data_size_growth"] = (after["approximate_data_size"]
+                                                              - before["approximate_data_size"])
+                figures["zk_approximate_bytes_per_pin"] = figures["zk_approximate_data_size_growth"] / n
+                figures["zk_bytes_per_pin"] = (figures["zk_approximate_data_size_growth"]
+                                               + ZNODE_RECORD_BYTES * figures["zk_znodes_added"]) / n
+                checks["server_counts_match_paths"] &= (
+                    figures["zk_znodes_added"] == pin_znodes + 2 + meta["array_znodes"]
+                    and figures["zk_approximate_data_size_growth"] == figures["created_path_and_data_bytes"])
+            else:  # no mntr answer: the same sum from the paths
+                figures["zk_bytes_per_pin"] = (figures["created_path_and_data_bytes"] + ZNODE_RECORD_BYTES
+                                               * (pin_znodes + 2 + meta["array_znodes"])) / n
             log(f"B3: run {i + 1}/{runs}: {meta['total_bytes']:,} bytes of lease metadata "
                 f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON {figures['json_bytes_per_bucket']:.2f} B), "
-                f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes); acquire {acquire_s:.2f}s, {trips} round trips")
+                f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path bytes each), "
+                f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, {trips} round trips")
             lease.drop()
             results.append(figures)
     last = results[-1]
     figures = {
         "bytes_per_bucket": round(median([r["bytes_per_bucket"] for r in results]), 3),
+        "spread": spread([r["bytes_per_bucket"] for r in results]),
+        "zk_bytes_per_pin": round(median([r["zk_bytes_per_pin"] for r in results]), 1),
+        "zk_bytes_per_pin_spread": spread([r["zk_bytes_per_pin"] for r in results], 1),
+        "zk_bytes_per_pin_counts": (f"growth of ZooKeeper's approximate_data_size (path + data bytes of the "
+                                    f"{n:,} pin znodes and the lease's own znodes) + {ZNODE_RECORD_BYTES} B "
+                                    "per znode added (length prefixes, ACL reference, persisted stat in "
+                                    "ZooKeeper's snapshot format), over the pins; heap overhead not counted"),
+        "znode_record_bytes": ZNODE_RECORD_BYTES,
         "json_bytes_per_bucket": round(median([r["json_bytes_per_bucket"] for r in results]), 3),
         "bytes_per_bucket_at_large_ids": round(median([r["bytes_per_bucket_at_large_ids"] for r in results]), 3),
         "total_bytes": last["total_bytes"],
@@ -143,28 +180,33 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "json_bytes": last["json_bytes"],
         "pin_znodes": last["pin_znodes"],
         "pin_data_bytes": last["pin_data_bytes"],
+        "pin_path_bytes_per_pin": round(last["pin_path_bytes_per_pin"], 1),
         "zk_approximate_bytes_per_pin": (round(median([r["zk_approximate_bytes_per_pin"] for r in results]), 1)
                                          if "zk_approximate_bytes_per_pin" in last else None),
+        "zk_znodes_added": last.get("zk_znodes_added"),
         "acquire_s": round(median([r["acquire_s"] for r in results]), 3),
+        "acquire_s_spread": spread([r["acquire_s"] for r in results]),
         "acquire_round_trips": last["acquire_round_trips"],
         "load_average": median([r["load_average"] or 0.0 for r in results]),
+        "load_averages": [r["load_average"] for r in results],
         "seed_s": round(seed_s, 1),
     }
-    figures["note"] = (f"JSON {figures['json_bytes_per_bucket']:.1f} B; "
-                       f"{figures['bytes_per_bucket_at_large_ids']:.2f} B with snapshot ids ≥ 65,536; "
-                       f"plus {figures['pin_znodes']:,} empty pin znodes")
+    figures["note"] = (f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin counting the pin znodes "
+                       f"({figures['pin_path_bytes_per_pin']:.0f} B path + {ZNODE_RECORD_BYTES} B per znode); "
+                       f"JSON {figures['json_bytes_per_bucket']:.1f} B; "
+                       f"{figures['bytes_per_bucket_at_large_ids']:.2f} B with snapshot ids ≥ 65,536")
     parameters = {**p, "runs": runs, "quick": quick}
     return Outcome(figures["bytes_per_bucket"], figures, results, parameters, checks)
 
 
 BENCHMARK = Benchmark(
     id="B3",
-    what="lease metadata bytes per pinned bucket at 100,000 buckets (record + pin arrays), JSON beside it",
+    what="lease metadata bytes per pinned bucket at 100,000 buckets (record + pin arrays); JSON and ZooKeeper bytes per pin (pin znodes counted) beside it",
     metric="value",
     target=8.0,
     op="<=",
     run=run,
     unit="B",
+    target_note="ZooKeeper bytes per pin with the pin znodes reported",
     spark=False,
-    default_runs=1,
 )

@@ -43,6 +43,7 @@ __all__ = [
     "cpu_figures",
     "ratio_or_none",
     "median",
+    "spread",
     "alternate",
     "machine_info",
     "settle",
@@ -103,8 +104,8 @@ class Benchmark:
     """Further targets, checked as ``Outcome.checks`` (shown beside the main target)."""
     spark: bool = True
     """Whether the benchmark needs a SparkSession (ZooKeeper-only ones do not)."""
-    default_runs: int = 3
-    """Timed runs when ``--runs`` is not given (1 for deterministic measurements)."""
+    default_runs: int = 5
+    """Timed runs when ``--runs`` is not given (DESIGN.md section 8: the median of at least 5)."""
 
     def passes(self, measured: float) -> bool:
         return measured <= self.target if self.op == "<=" else measured >= self.target
@@ -260,6 +261,25 @@ def load_average() -> float | None:
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def spread(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
+    """How per-run figures spread around their median: min, quartiles, max, IQR and the count.
+
+    Quartiles are ``statistics.quantiles(method="inclusive")`` (equal to min and max for
+    fewer than 2 runs), so the IQR is that of the runs themselves, not an estimate.
+    """
+    ordered = sorted(float(v) for v in values)
+    q1, q2, q3 = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else ordered * 3
+    return {
+        "n": len(ordered),
+        "min": round(ordered[0], digits),
+        "q1": round(q1, digits),
+        "median": round(q2, digits),
+        "q3": round(q3, digits),
+        "max": round(ordered[-1], digits),
+        "iqr": round(q3 - q1, digits),
+    }
 
 
 def alternate(run_index: int, sides: Sequence[str]) -> list[str]:

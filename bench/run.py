@@ -27,38 +27,60 @@ TABLE_END = "<!-- results:end -->"
 INTRO = """\
 # leasekit benchmarks
 
-The performance targets of DESIGN.md section 8, each measured side by side in one process.
+The performance targets of DESIGN.md section 8, each measured side by side in one process
+against the floor: the fastest way a user could do the same thing without leasekit, given
+the same knowledge (exact file lists, schemas, the Spark settings leasekit uses).
 
 ```
-.venv/bin/python -m bench.run B7            # full size, 3 timed runs, median reported
-.venv/bin/python -m bench.run B1 --runs 5
+.venv/bin/python -m bench.run B7            # full size, 5 timed runs, median and spread reported
+.venv/bin/python -m bench.run B1 --runs 7
 .venv/bin/python -m bench.run B7 --quick    # small data, a smoke test (writes B7.quick.json)
 .venv/bin/python -m bench.run B2            # ZooKeeper only: no SparkSession, 9 runs by default
-.venv/bin/python -m bench.run B3            # deterministic: 1 run by default
+.venv/bin/python -m bench.run B3            # ZooKeeper only, 5 runs (the byte figures are deterministic)
 ```
 
 Every benchmark gets its own temporary warehouse, a fresh namespace, the embedded ZooKeeper
 of that warehouse (stopped at the end) and, if it uses Spark, one SparkSession (`local[*]`,
-no UI, 4g driver, UTC). Data is seeded numpy written through leasekit. One untimed run of
-each side warms the JVM up; timed runs alternate which side goes first, after flushing
-files and a GC. The ratio is the median over runs of leasekit / baseline wall time within
-the run; the CPU ratio (Spark JVM + Python CPU seconds; for B2 ZooKeeper server JVM +
-Python) is reported too, as it suffers less from other work on a shared machine. The last
-stdout line is the summary JSON; `bench/results/ID.json` adds each run's raw figures, the
-machine (with the 1-minute load average of each run) and the parameters. Exit status 0 also
-when a target is missed (`"pass": false`), nonzero on errors.
+no UI, 4g driver, UTC). Data is seeded numpy written through leasekit; history at scales
+where real writes would take hours is registered straight in ZooKeeper by
+`leasekit.testing` (`seed_empty_snapshots`, `seed_history`), in the formats of
+`leasekit.zk.formats`. One untimed run of each side warms up; timed runs alternate which
+side goes first, after flushing files and a GC. At least 5 timed runs by default (9 for
+B2). The headline is the median over runs (for ratios: of leasekit / baseline wall time
+within each run), and beside it the spread of the per-run figures: min–max and the
+interquartile range (`"spread"` in the results: n, min, q1, median, q3, max, iqr). The CPU
+ratio (Spark JVM + Python CPU seconds; for B2 ZooKeeper server JVM + Python) is reported
+too, as it suffers less from other work on the machine. The last stdout line is the
+summary JSON; `bench/results/ID.json` adds each run's raw figures, the machine (with the
+1-minute load average of each run, `load_average` per run and `load_averages` in the
+summary) and the parameters. Exit status 0 also when a target is missed (`"pass": false`),
+nonzero on errors.
+
+**The machine is shared.** The results below come from a 2-core machine on which test
+suites ran at the same time; each row gives the median 1-minute load average its results
+file records (a load of 8 on 2 cores means the benchmark got roughly a quarter of the CPU
+it would alone). Wall-time figures there are noisy, which the per-run spread shows; the CPU
+ratios are steadier. Run on a quiet machine before drawing conclusions from a ratio within
+a few percent of its target.
 
 - **B1**: `groupBy(status)` with count and sum(amount), collected, over 10M rows in 16
   buckets: `lease.read(spark, table)` over a lease that `acquire_latest` pinned (untimed,
-  before the runs; dropped after them) vs `spark.read.parquet` of the same snapshot files.
-  The leasekit side includes the read's ZooKeeper work (lease validity, pins, snapshots).
-  leasekit passes the table's schema and its exact file list, so Spark skips schema
-  inference from Parquet footers and file indexing, which the baseline does: hence ratios
-  below 1.
+  before the runs; dropped after them) vs the floor, `spark.read.schema(ddl).parquet(*files)`
+  with the same exact file list (the snapshot's files, as the Spark paths leasekit uses)
+  and the same schema DDL leasekit reads with: nothing inferred from footers, nothing
+  listed from directories. leasekit scopes
+  `spark.sql.sources.parallelPartitionDiscovery.threshold` to the maximum around its read
+  (never a distributed listing job for a known file list); a user with the same knowledge
+  would set it too, so the floor runs with it set for the session (untimed). At 16 files it
+  changes nothing (Spark's default threshold is 32 paths; `listing_conf_matters` in the
+  results says so). The leasekit side includes the read's ZooKeeper work (lease validity,
+  pins, snapshots); each side is split into building the DataFrame and running the query
+  (`leasekit_frame_s`, `baseline_frame_s`, `query_ratio`), and the results file breaks the
+  leasekit side down by call (`leasekit_breakdown_s`).
 - **B2**: `lease.acquire_latest` over a 10,000-bucket table whose buckets each have one
-  empty snapshot (registered straight in ZooKeeper: a real compaction of 10,000 buckets
-  would take far too long) vs bare kazoo transactions, on the connection's own kazoo
-  client, creating 10,000 empty znodes with paths of the pins' length and shape
+  empty snapshot (`seed_empty_snapshots`: a real compaction of 10,000 buckets would take
+  far too long) vs bare kazoo transactions, on the connection's own kazoo client, creating
+  10,000 empty znodes with paths of the pins' length and shape
   (`/<ns>/bare/<tid>/<bucket>/snapshots/0000000001/<lease>`, parents created untimed).
   10,000 such creates serialize to 1.53 MB, over ZooKeeper's 1 MB request limit
   (jute.maxbuffer; one transaction is refused with a dropped connection), so the baseline
@@ -73,20 +95,47 @@ when a target is missed (`"pass": false`), nonzero on errors.
   100,000-bucket table (seeded as in B2): the stored values of the lease record and of
   its pin arrays (`/<ns>/leases/<id>/pins/<table_id>.<chunk>`, msgpack, one znode per
   1,000 buckets), read back with `get_many`, over 100,000; beside it the JSON equivalent
-  (`json.dumps({"table/bucket": snapshot_id, ...})`). The pins themselves are 100,000
-  empty znodes (children of the snapshot znodes, counted and checked empty): their cost is
-  ZooKeeper's per-znode overhead (path, stat, in-memory node), not lease metadata; for
-  context the results file gives the growth of ZooKeeper's `approximate_data_size` (path +
-  data bytes) per pin. Array entries are msgpack ints: 1 byte for the seeded snapshot id 1
-  (ids < 128), 3 bytes below 65,536, 5 bytes beyond; the figure for ids ≥ 65,536 is
-  reported too. Deterministic: 1 run by default.
+  (`json.dumps({"table/bucket": snapshot_id, ...})`). Array entries are msgpack ints:
+  1 byte for the seeded snapshot id 1 (ids < 128), 3 bytes below 65,536, 5 bytes beyond;
+  the figure for ids ≥ 65,536 is reported too. The target (≤ 8 B) is for this figure.
+  Reported beside it, **ZooKeeper bytes per pin counting the pin znodes**: the pins are
+  100,000 empty znodes (children of the snapshot znodes, counted and checked empty), and
+  the figure is (growth of the server's `approximate_data_size` over the acquire, from
+  `mntr` via `leasekit.embedded.four_letter`: the path and data bytes of every znode the
+  acquire created, pins and the lease's own znodes) + 76 B × (growth of `znode_count`),
+  over the pins. 76 B is the fixed part of a znode in ZooKeeper's snapshot format besides
+  its path and data: path and data length prefixes (4 + 4), the ACL reference (8) and the
+  persisted stat (60). The server's heap overhead per znode (Java objects, the parent's
+  child set) is larger and not counted. The benchmark cross-checks the server's growth
+  against the path and data bytes computed from the paths (`server_counts_match_paths`).
+  Each run uses a fresh lease (dropped afterwards); the byte figures are deterministic, the
+  acquire time is not.
+- **B6**: `conn.retention_plan()` over a 10,000-bucket table with 4 snapshots and 4 log
+  segments per bucket and a lease pinning the oldest snapshot of every tenth bucket,
+  seeded by `seed_history(..., file_bytes=64)`: the metadata straight in ZooKeeper and a
+  64-byte placeholder file per snapshot and segment in the warehouse (80,000 files in
+  50,000 directories), so the warehouse listing that orphan planning needs is part of the
+  timed plan. The plan gives all 80,001 items (snapshots, segments, the lease) a keep/delete
+  and a reason; the results give the files listed (`files_listed`, checked to include
+  every seeded file) and the listing's seconds, the ZooKeeper round trips (reads go in
+  `multiRead` batches of 500; each pipelined batch counts once) and the CPU seconds of
+  this process and the ZooKeeper server.
 - **B7**: `table.snapshot()` vs a hand-written PySpark dedupe of the same log (2M records,
-  1M keys, 5% deletes, 16 buckets): offsets from segment base offset +
-  `_metadata.row_index`, `max_by` per key, deletes dropped, Parquet partitioned by bucket.
-  Each run builds a fresh table untimed (a snapshot is taken once per log advance). The
-  results file breaks leasekit's time down (ZooKeeper, planning, listing, footers, Spark).
+  1M keys, 5% deletes, 16 buckets): the segment list from ZooKeeper, the segment files read
+  with the log schema leasekit reads them with and with leasekit's listing setting (as in
+  B1; here there are about 100 segment files, over Spark's default threshold of 32, so
+  without it the baseline would start a distributed listing job that leasekit skips),
+  offsets from segment base offset + `_metadata.row_index`, `max_by` per key, deletes
+  dropped. leasekit partitions its compaction by bucket and writes one file per bucket; the
+  baseline repartitions by bucket (into as many partitions as buckets) before the
+  aggregation and writes `partitionBy(bucket)`, so it too writes one file per bucket
+  (without the repartition it wrote one file per bucket per shuffle partition: 32 files at
+  full size where leasekit wrote 16). Both file counts are recorded and checked equal
+  (`file_counts_equal`). Each run builds a fresh table untimed (a snapshot is taken once
+  per log advance). The results file breaks leasekit's time down (ZooKeeper, planning,
+  listing, footers, Spark).
 
-Latest results (2 shared cores; expect ±20% noise between runs when the machine is busy):
+Latest results:
 """
 
 ORDER = re.compile(r"(\D*)(\d*)")
@@ -98,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"benchmark id: {', '.join(sorted(REGISTRY, key=_natural))}")
     parser.add_argument("--quick", action="store_true", help="small data, for a smoke test")
     parser.add_argument("--runs", type=int, default=None,
-                        help="timed runs (default 3, 1 for deterministic ones such as B3); the median is reported")
+                        help="timed runs (default 5, 9 for B2); the median and the spread of the runs are reported")
     args = parser.parse_args(argv)
     if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -179,11 +228,17 @@ def _table_row(r: dict[str, Any]) -> str:
     if r.get("target_note"):
         target += f", {r['target_note']}"
     measured = f"{r[metric]:.3f}{unit and ' ' + unit}"
+    runs = r.get("spread")
+    if runs and runs.get("n", 0) > 1:
+        measured += (f" [{runs['n']} runs: {runs['min']:.3f}–{runs['max']:.3f}, "
+                     f"IQR {runs['q1']:.3f}–{runs['q3']:.3f}]")
     details = [f"{k[:-2]} {_seconds(r[k])}" for k in ("leasekit_s", "baseline_s") if k in r]
     if r.get("cpu_ratio") is not None:
         details.append(f"CPU ratio {r['cpu_ratio']:.3f}")
     if r.get("note"):
         details.append(r["note"])
+    if r.get("load_average") is not None:
+        details.append(f"1-min load average {r['load_average']:.1f} (median of runs)")
     if details:
         measured += f" ({', '.join(details)})"
     failed = [k for k, ok in r.get("checks", {}).items() if not ok]
