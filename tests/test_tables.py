@@ -182,8 +182,7 @@ def test_create_table_in_a_namespace_missing_a_znode_says_so(conn, parent):
 
 def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(conn):
     # DESIGN 6.10: the failed drop names the missing znode and leaves the table in place
-    from leasekit.drop_fence import STALE_MARK_MS
-
+    from leasekit.tables.fence import STALE_MARK_MS
     from leasekit.zk import Delete
 
     table = conn.create_table("t", "id BIGINT", "id", buckets=2)
