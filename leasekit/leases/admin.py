@@ -31,23 +31,23 @@ log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases 
 # -- release, drop, expire ---------------------------------------------------------------
 
 
-def read_pin_chunks(conn: Context, lease_id: str) -> list[tuple[str, PinChunk]]:
+def read_pin_chunks(ctx: Context, lease_id: str) -> list[tuple[str, PinChunk]]:
     """Every pin array of the lease, with its path."""
-    names = conn.store.children(conn.paths.lease_pins(lease_id)) or []
-    chunk_paths = [f"{conn.paths.lease_pins(lease_id)}/{n}" for n in names]
+    names = ctx.store.children(ctx.paths.lease_pins(lease_id)) or []
+    chunk_paths = [f"{ctx.paths.lease_pins(lease_id)}/{n}" for n in names]
     out = []
-    for name, path, node in zip(names, chunk_paths, conn.store.get_many(chunk_paths)):
+    for name, path, node in zip(names, chunk_paths, ctx.store.get_many(chunk_paths)):
         if node is None:
             continue
-        table_id, chunk = conn.paths.parse_lease_chunk(name)
+        table_id, chunk = ctx.paths.parse_lease_chunk(name)
         out.append((path, PinChunk.decode(node, path, table_id, chunk)))
     return out
 
 
-def pins_of(conn: Context, lease_id: str, table: TableInfo | None = None) -> dict[TableBucket, int]:
+def pins_of(ctx: Context, lease_id: str, table: TableInfo | None = None) -> dict[TableBucket, int]:
     """The lease's pins (of one table, if given)."""
     out: dict[TableBucket, int] = {}
-    for _, ch in read_pin_chunks(conn, lease_id):
+    for _, ch in read_pin_chunks(ctx, lease_id):
         if table is not None and ch.table_id != table.table_id:
             continue
         for i, sid in enumerate(ch.ids):
@@ -56,11 +56,11 @@ def pins_of(conn: Context, lease_id: str, table: TableInfo | None = None) -> dic
     return out
 
 
-def release(conn: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[int]]) -> None:
+def release(ctx: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[int]]) -> None:
     """Unpin these buckets; idempotent, buckets the lease does not pin are ignored (L9)."""
     check_id(lease_id)
-    paths = conn.paths
-    if conn.store.exists(paths.lease(lease_id)) is None:
+    paths = ctx.paths
+    if ctx.store.exists(paths.lease(lease_id)) is None:
         raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
     for table, wanted in buckets.items():
         by_chunk: dict[int, set[int]] = {}
@@ -71,7 +71,7 @@ def release(conn: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[i
 
             def build(path: str = path, chunk: int = chunk, members: set[int] = members,
                       table: TableInfo = table) -> list[Op]:
-                node = conn.store.get(path)
+                node = ctx.store.get(path)
                 if node is None:
                     return []
                 ch = PinChunk.decode(node, path, table.table_id, chunk)
@@ -88,19 +88,19 @@ def release(conn: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[i
                 return ops
 
             try:
-                conn.store.commit_retrying(build, what=f"release from lease {lease_id}")
+                ctx.store.commit_retrying(build, what=f"release from lease {lease_id}")
             except TxnConflict as exc:
                 if exc.reason != "nonode":
                     raise
-                forget_missing_pins(conn, lease_id)
-                conn.store.commit_retrying(build, what=f"release from lease {lease_id}")
+                forget_missing_pins(ctx, lease_id)
+                ctx.store.commit_retrying(build, what=f"release from lease {lease_id}")
 
 
-def forget_missing_pins(conn: Context, lease_id: str) -> None:
+def forget_missing_pins(ctx: Context, lease_id: str) -> None:
     """Clear array entries whose pin znode is gone (its table was force-dropped)."""
-    for path, ch in read_pin_chunks(conn, lease_id):
+    for path, ch in read_pin_chunks(ctx, lease_id):
         targets = [(i, sid) for i, sid in enumerate(ch.ids) if sid]
-        nodes = conn.store.get_many([conn.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id)
+        nodes = ctx.store.get_many([ctx.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id)
                                      for i, sid in targets])
         ids = list(ch.ids)
         for (i, _), node in zip(targets, nodes):
@@ -108,25 +108,25 @@ def forget_missing_pins(conn: Context, lease_id: str) -> None:
                 ids[i] = 0
         if ids != ch.ids and ch.stat is not None:
             try:
-                conn.store.commit([SetData(path, ch._replace(ids=ids).encode(), ch.stat.version) if any(ids)
+                ctx.store.commit([SetData(path, ch._replace(ids=ids).encode(), ch.stat.version) if any(ids)
                                    else Delete(path, ch.stat.version)])
             except TxnConflict:
                 pass
 
 
-def drop(conn: Context, lease_id: str) -> bool:
+def drop(ctx: Context, lease_id: str) -> bool:
     """Remove the lease and all its pins; False if it does not exist (L10)."""
     check_id(lease_id)
-    return remove(conn, lease_id, expected_version=None)
+    return remove(ctx, lease_id, expected_version=None)
 
 
-def remove(conn: Context, lease_id: str, expected_version: int | None) -> bool:
+def remove(ctx: Context, lease_id: str, expected_version: int | None) -> bool:
     """Delete a lease with its pins. With ``expected_version``, only if nobody renewed it since.
 
     Small leases go in one transaction. Large ones are first marked as dropping (invisible
     to users, still protecting their snapshots), then emptied chunk by chunk.
     """
-    paths, store = conn.paths, conn.store
+    paths, store = ctx.paths, ctx.store
     rec_path = paths.lease(lease_id)
     while True:
         node = store.get(rec_path)
@@ -135,7 +135,7 @@ def remove(conn: Context, lease_id: str, expected_version: int | None) -> bool:
         version = node.stat.version
         if expected_version is not None and version != expected_version and LeaseRecord.decode(node, rec_path).state == LIVE:
             return False
-        chunks = read_pin_chunks(conn, lease_id)
+        chunks = read_pin_chunks(ctx, lease_id)
         pin_ops: list[Op] = []
         for path, ch in chunks:
             pin_ops += [Delete(paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id))
@@ -156,16 +156,16 @@ def remove(conn: Context, lease_id: str, expected_version: int | None) -> bool:
             if exc.op.path == rec_path and exc.reason == "nonode":
                 return False
             if exc.reason == "nonode" and "/pins/" not in exc.op.path:
-                forget_missing_pins(conn, lease_id)  # a pin went with a force-dropped table
+                forget_missing_pins(ctx, lease_id)  # a pin went with a force-dropped table
 
 
-def expire(conn: Context) -> list[str]:
+def expire(ctx: Context) -> list[str]:
     """Reclaim every lease past expires_at + lease.expiry-grace; returns their ids (L11)."""
-    ids = conn.store.children(conn.paths.leases) or []
-    paths = [conn.paths.lease(i) for i in ids]
-    now, nodes = conn.read_with_clock(paths)
-    now = conn.clock(now)
-    grace = to_ms(conn.settings()["lease.expiry-grace"])
+    ids = ctx.store.children(ctx.paths.leases) or []
+    paths = [ctx.paths.lease(i) for i in ids]
+    now, nodes = ctx.read_with_clock(paths)
+    now = ctx.clock(now)
+    grace = to_ms(ctx.settings()["lease.expiry-grace"])
     reclaimed = []
     for lease_id, path, node in zip(ids, paths, nodes):
         if node is None:
@@ -176,7 +176,7 @@ def expire(conn: Context) -> list[str]:
             log.warning("skipping lease %s: %s", lease_id, exc)
             continue
         if record.state == DROPPING or now > record.expires_ms + grace:
-            if remove(conn, lease_id, expected_version=node.stat.version):
+            if remove(ctx, lease_id, expected_version=node.stat.version):
                 reclaimed.append(lease_id)
     return reclaimed
 
@@ -184,66 +184,66 @@ def expire(conn: Context) -> list[str]:
 # -- reading ------------------------------------------------------------------------------
 
 
-def _info(conn: Context, lease_id: str, node: Node) -> LeaseInfo | None:
-    path = conn.paths.lease(lease_id)
+def _info(ctx: Context, lease_id: str, node: Node) -> LeaseInfo | None:
+    path = ctx.paths.lease(lease_id)
     record = LeaseRecord.decode(node, path)
     if record.state != LIVE:
         return None
     return LeaseInfo(
-        lease_id, pins_of(conn, lease_id), timedelta(milliseconds=record.duration_ms),
+        lease_id, pins_of(ctx, lease_id), timedelta(milliseconds=record.duration_ms),
         to_datetime(node.stat.ctime_ms), to_datetime(node.stat.mtime_ms), to_datetime(record.expires_ms),
         record.owner,
     )
 
 
-def info(conn: Context, lease_id: str) -> LeaseInfo:
+def info(ctx: Context, lease_id: str) -> LeaseInfo:
     """The lease as stored; ``LeaseNotFoundError`` if it does not exist."""
     check_id(lease_id)
-    node = conn.store.get(conn.paths.lease(lease_id))
-    result = None if node is None else _info(conn, lease_id, node)
+    node = ctx.store.get(ctx.paths.lease(lease_id))
+    result = None if node is None else _info(ctx, lease_id, node)
     if result is None:
         raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
     return result
 
 
-def list_leases(conn: Context) -> list[LeaseInfo]:
+def list_leases(ctx: Context) -> list[LeaseInfo]:
     """Every lease of the namespace (expired ones too, until reclaimed), by id."""
-    ids = conn.store.children(conn.paths.leases) or []
-    nodes = conn.store.get_many([conn.paths.lease(i) for i in ids])
+    ids = ctx.store.children(ctx.paths.leases) or []
+    nodes = ctx.store.get_many([ctx.paths.lease(i) for i in ids])
     out = []
     for lease_id, node in zip(ids, nodes):
         if node is not None:
-            item = _info(conn, lease_id, node)
+            item = _info(ctx, lease_id, node)
             if item is not None:
                 out.append(item)
     return out
 
 
-def leases_pinning(conn: Context, table_id: str) -> list[str]:
+def leases_pinning(ctx: Context, table_id: str) -> list[str]:
     """Ids of live, unexpired leases that pin any bucket of the table."""
-    ids = conn.store.children(conn.paths.leases) or []
-    kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
-    candidates = [i for i, names in zip(ids, kids) if names and any(conn.paths.parse_lease_chunk(n)[0] == table_id for n in names)]
-    paths = [conn.paths.lease(i) for i in candidates]
-    now, nodes = conn.read_with_clock(paths)
+    ids = ctx.store.children(ctx.paths.leases) or []
+    kids = ctx.store.children_many([ctx.paths.lease_pins(i) for i in ids])
+    candidates = [i for i, names in zip(ids, kids) if names and any(ctx.paths.parse_lease_chunk(n)[0] == table_id for n in names)]
+    paths = [ctx.paths.lease(i) for i in candidates]
+    now, nodes = ctx.read_with_clock(paths)
     out = []
     for lease_id, path, node in zip(candidates, paths, nodes):
         if node is None:
             continue
         record = LeaseRecord.decode(node, path)
-        if record.state == LIVE and conn.clock(now) <= record.expires_ms:
+        if record.state == LIVE and ctx.clock(now) <= record.expires_ms:
             out.append(lease_id)
     return out
 
 
-def forget_table(conn: Context, table_id: str) -> None:
+def forget_table(ctx: Context, table_id: str) -> None:
     """Remove a dropped table's pin arrays from every lease (its pin znodes go with its data)."""
-    ids = conn.store.children(conn.paths.leases) or []
-    kids = conn.store.children_many([conn.paths.lease_pins(i) for i in ids])
-    ops: list[Op] = [Delete(f"{conn.paths.lease_pins(i)}/{n}")
-                     for i, names in zip(ids, kids) for n in (names or []) if conn.paths.parse_lease_chunk(n)[0] == table_id]
+    ids = ctx.store.children(ctx.paths.leases) or []
+    kids = ctx.store.children_many([ctx.paths.lease_pins(i) for i in ids])
+    ops: list[Op] = [Delete(f"{ctx.paths.lease_pins(i)}/{n}")
+                     for i, names in zip(ids, kids) for n in (names or []) if ctx.paths.parse_lease_chunk(n)[0] == table_id]
     for op in ops:
         try:
-            conn.store.commit([op])
+            ctx.store.commit([op])
         except TxnConflict:
             pass  # the lease went away meanwhile

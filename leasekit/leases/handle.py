@@ -35,7 +35,7 @@ __all__ = ["KvSnapshotLease", "group_buckets"]
 log = logging.getLogger(__name__)
 
 
-def group_buckets(conn: Context, buckets: Iterable[TableBucket]) -> dict[TableInfo, list[int]]:
+def group_buckets(ctx: Context, buckets: Iterable[TableBucket]) -> dict[TableInfo, list[int]]:
     """Validate TableBuckets and group their bucket numbers by table, for release: numbers the
     table does not have are left out, as a lease cannot pin them (L9)."""
     from ..tables.catalog import load_table
@@ -51,12 +51,12 @@ def group_buckets(conn: Context, buckets: Iterable[TableBucket]) -> dict[TableIn
         by_name.setdefault(tb.table, []).append(tb.bucket)
     out: dict[TableInfo, list[int]] = {}
     for name, numbers in by_name.items():
-        table = load_table(conn, name)
+        table = load_table(ctx, name)
         out[table] = [b for b in numbers if 0 <= b < table.num_buckets]
     return out
 
 
-def table_list(conn: Context, tables: Any) -> list[TableInfo]:
+def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
     """Tables named by a name, a Table, or an iterable of those."""
     from ..tables.catalog import load_table
     from ..tables.info import TableInfo
@@ -65,20 +65,20 @@ def table_list(conn: Context, tables: Any) -> list[TableInfo]:
         tables = [tables]
     if not isinstance(tables, Iterable):
         raise InvalidTypeError("tables must be a table name or an iterable of table names")
-    return [load_table(conn, t) for t in tables]
+    return [load_table(ctx, t) for t in tables]
 
 
-def acquire_latest(conn: Context, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
+def acquire_latest(ctx: Context, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
     """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms)."""
     from ..snapshots.catalog import read_latest
 
     wanted: dict[TableInfo, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
-    for table in table_list(conn, tables):
+    for table in table_list(ctx, tables):
         latest = read_latest(table)
         wanted[table] = latest
         missing.update({TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest})
-    result, committed_ms = store.acquire_at(conn, lease_id, wanted, duration_ms,
+    result, committed_ms = store.acquire_at(ctx, lease_id, wanted, duration_ms,
                                              refresh=lambda table, buckets: read_latest(table, buckets))
     return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
 
@@ -90,11 +90,11 @@ def _ms(when: datetime) -> int:
 class KvSnapshotLease:
     """A lease that pins KV snapshots so retention cannot delete them while they are read."""
 
-    def __init__(self, conn: Context, lease_id: str | None = None, duration: Any = "1h", *,
+    def __init__(self, ctx: Context, lease_id: str | None = None, duration: Any = "1h", *,
                  keepalive: bool = False, drop_on_exit: bool = True) -> None:
-        self._conn = conn
+        self._ctx = ctx
         self.lease_id: str = check_id(lease_id) if lease_id is not None else f"lease-{uuid.uuid4().hex[:16]}"
-        self._duration_ms = store.lease_duration_ms(conn, duration)
+        self._duration_ms = store.lease_duration_ms(ctx, duration)
         if not isinstance(keepalive, bool) or not isinstance(drop_on_exit, bool):
             raise InvalidTypeError("keepalive and drop_on_exit must be bools")
         self.keepalive = keepalive
@@ -112,7 +112,7 @@ class KvSnapshotLease:
         """Remember the expiry and the ZooKeeper time of the commit that set it (for ``alive``)."""
         self._expires_ms = expires_ms
         self._dropped = False
-        self._seen = (self._conn.clock(committed_ms), time.monotonic())
+        self._seen = (self._ctx.clock(committed_ms), time.monotonic())
         return expires_ms
 
     def _check(self) -> None:
@@ -139,41 +139,41 @@ class KvSnapshotLease:
     def acquire(self, snapshot_ids: Mapping[TableBucket, int]) -> AcquireResult:
         """Pin these snapshots (moving earlier pins of the same buckets); creates the lease."""
         self._check()
-        wanted = store.check_snapshot_ids(self._conn, snapshot_ids)
-        result, committed_ms = store.acquire_at(self._conn, self.lease_id, wanted, self._duration_ms)
+        wanted = store.check_snapshot_ids(self._ctx, snapshot_ids)
+        result, committed_ms = store.acquire_at(self._ctx, self.lease_id, wanted, self._duration_ms)
         self._note(_ms(result.expires_at), committed_ms)
         return result
 
     def acquire_latest(self, tables: str | Iterable[str]) -> AcquireResult:
         """Pin the newest snapshot of every bucket of ``tables``."""
         self._check()
-        result, committed_ms = acquire_latest(self._conn, self.lease_id, tables, self._duration_ms)
+        result, committed_ms = acquire_latest(self._ctx, self.lease_id, tables, self._duration_ms)
         self._note(_ms(result.expires_at), committed_ms)
         return result
 
     def renew(self, duration: Any = None) -> datetime:
         """Extend the lease to at least now + duration (default: its duration); the new expiry."""
         self._check()
-        duration_ms = None if duration is None else store.lease_duration_ms(self._conn, duration)
+        duration_ms = None if duration is None else store.lease_duration_ms(self._ctx, duration)
         if duration_ms is not None:
             self._duration_ms = duration_ms
-        return to_datetime(self._note(*store.renew_at(self._conn, self.lease_id, duration_ms)))
+        return to_datetime(self._note(*store.renew_at(self._ctx, self.lease_id, duration_ms)))
 
     def release(self, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets (idempotent)."""
         self._check()
-        admin.release(self._conn, self.lease_id, group_buckets(self._conn, buckets))
+        admin.release(self._ctx, self.lease_id, group_buckets(self._ctx, buckets))
 
     def drop(self) -> bool:
         """Remove the lease and its pins; False if it did not exist."""
         self._stop_keepalive()
-        dropped = admin.drop(self._conn, self.lease_id)
+        dropped = admin.drop(self._ctx, self.lease_id)
         self._dropped = True
         return dropped
 
     def info(self) -> LeaseInfo:
         """The lease as stored in ZooKeeper."""
-        return admin.info(self._conn, self.lease_id)
+        return admin.info(self._ctx, self.lease_id)
 
     def read(self, spark: Any, table: str | TableInfo, *, allow_partial: bool = False) -> Any:
         """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12)."""
@@ -184,9 +184,9 @@ class KvSnapshotLease:
 
         self._check()
         spark = session(spark)
-        table = load_table(self._conn, table)
-        store.validity(self._conn, self.lease_id)
-        pins = admin.pins_of(self._conn, self.lease_id, table)
+        table = load_table(self._ctx, table)
+        store.validity(self._ctx, self.lease_id)
+        pins = admin.pins_of(self._ctx, self.lease_id, table)
         unpinned = [b for b in range(table.num_buckets) if TableBucket(table.name, b) not in pins]
         if unpinned and not allow_partial:
             shown = ", ".join(map(str, unpinned[:10])) + (" ..." if len(unpinned) > 10 else "")
@@ -231,7 +231,7 @@ class KvSnapshotLease:
                 continue  # nothing acquired yet: no lease to renew
             while True:
                 try:
-                    self._note(*store.renew_at(self._conn, self.lease_id, self._duration_ms))
+                    self._note(*store.renew_at(self._ctx, self.lease_id, self._duration_ms))
                     break
                 except ZooKeeperUnavailableError as exc:
                     if not self.alive:

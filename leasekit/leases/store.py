@@ -48,12 +48,12 @@ OPS_PER_TXN = 5000
 """Most ops in one acquire transaction (besides its byte budget)."""
 
 
-def lease_duration_ms(conn: Context, duration: Any) -> int:
+def lease_duration_ms(ctx: Context, duration: Any) -> int:
     """L2: a duration > 0 and <= the namespace's lease.max-duration, in ms (no I/O)."""
     value = parse_duration(duration, what="lease duration")
     if value <= timedelta(0):
         raise InvalidDurationError(f"lease duration must be greater than 0, got {duration!r}")
-    limit = conn.cached_settings()["lease.max-duration"]
+    limit = ctx.cached_settings()["lease.max-duration"]
     if value > limit:
         raise InvalidDurationError(f"lease duration {duration!r} exceeds lease.max-duration ({limit})")
     return to_ms(value)
@@ -62,14 +62,14 @@ def lease_duration_ms(conn: Context, duration: Any) -> int:
 # -- acquire ------------------------------------------------------------------------------
 
 
-def acquire(conn: Context, lease_id: str, wanted: Mapping[TableInfo, Mapping[int, int]], duration_ms: int, *,
+def acquire(ctx: Context, lease_id: str, wanted: Mapping[TableInfo, Mapping[int, int]], duration_ms: int, *,
             refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None = None) -> AcquireResult:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_at``)."""
-    return acquire_at(conn, lease_id, wanted, duration_ms, refresh=refresh)[0]
+    return acquire_at(ctx, lease_id, wanted, duration_ms, refresh=refresh)[0]
 
 
 def acquire_at(
-    conn: Context,
+    ctx: Context,
     lease_id: str,
     wanted: Mapping[TableInfo, Mapping[int, int]],
     duration_ms: int,
@@ -85,7 +85,7 @@ def acquire_at(
     unavailable; with ``refresh`` (acquire_latest) its bucket is looked up again (L6).
     """
     check_id(lease_id)
-    paths, store = conn.paths, conn.store
+    paths, store = ctx.paths, ctx.store
     rec_path = paths.lease(lease_id)
     tables = {t.table_id: t for t in wanted}
     work: dict[tuple[str, int], dict[int, int]] = {}
@@ -107,9 +107,9 @@ def acquire_at(
             tids = sorted({tid for tid, _ in pending})
             fence_paths = [p for tid in tids for p in (paths.table_data(tid), paths.dropped_table(tid))]
             chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
-            now, nodes = conn.read_with_clock([rec_path, *fence_paths, *chunk_paths])
-            record = _check_live(conn, nodes[0], rec_path, now, creating=True)
-            fenced = _fences(conn, [tables[tid] for tid in tids], nodes[1:1 + len(fence_paths)], now)
+            now, nodes = ctx.read_with_clock([rec_path, *fence_paths, *chunk_paths])
+            record = _check_live(ctx, nodes[0], rec_path, now, creating=True)
+            fenced = _fences(ctx, [tables[tid] for tid in tids], nodes[1:1 + len(fence_paths)], now)
             if fenced is None:  # a drop is deciding: it may be refused, or the table goes
                 time.sleep(random.uniform(0, wait))
                 wait = min(wait * 2, 0.1)
@@ -120,11 +120,11 @@ def acquire_at(
                       for key, p, n in zip(pending, chunk_paths, nodes[1 + len(fence_paths):])}
             stale = False
         if record is None:  # the SetData gives the new record's stat: its mtime is the acquire time
-            value = LeaseRecord(duration_ms, 0, conn.owner, LIVE).encode()
+            value = LeaseRecord(duration_ms, 0, ctx.owner, LIVE).encode()
             ops: list[Op] = [Create(rec_path, value), SetData(rec_path, value, 0), Create(paths.lease_pins(lease_id))]
         else:
-            ops = [SetData(rec_path, record.renewed(duration_ms, conn.owner).encode(), record.stat.version)]
-        ops += [fence.fence_check(conn, tid, version) for tid, version in fences.items()]
+            ops = [SetData(rec_path, record.renewed(duration_ms, ctx.owner).encode(), record.stat.version)]
+        ops += [fence.fence_check(ctx, tid, version) for tid, version in fences.items()]
         pin_ops: dict[int, tuple[TableBucket, int]] = {}
         chunk_ops_at: dict[tuple[str, int], tuple[int, list[int]]] = {}
         batch: list[tuple[str, int]] = []
@@ -158,14 +158,14 @@ def acquire_at(
         try:
             results = store.commit(ops)
         except TxnConflict as exc:
-            _resolve(conn, exc, pin_ops, work, tables, lease_id, unavailable, refresh)
+            _resolve(ctx, exc, pin_ops, work, tables, lease_id, unavailable, refresh)
             stale = True
             continue
         first = False
         stat = next(r for r in results if isinstance(r, Stat))
         committed_ms = stat.mtime_ms
         expires_ms = max(record.expires_ms if record else 0, stat.mtime_ms + duration_ms)
-        record = LeaseRecord(duration_ms, record.expires_ms if record else 0, conn.owner, LIVE, stat)
+        record = LeaseRecord(duration_ms, record.expires_ms if record else 0, ctx.owner, LIVE, stat)
         for key in batch:
             if key in chunk_ops_at:
                 index, ids = chunk_ops_at[key]
@@ -179,7 +179,7 @@ def acquire_at(
     return AcquireResult(acquired, unavailable, to_datetime(expires_ms)), committed_ms
 
 
-def _fences(conn: Context, tables: list[TableInfo], nodes: list[Node | None], now: int) -> dict[str, int] | None:
+def _fences(ctx: Context, tables: list[TableInfo], nodes: list[Node | None], now: int) -> dict[str, int] | None:
     """Data znode version per table for the acquire's fence checks; None while a drop is
     deciding; ``TableNotFoundError`` once a drop committed. ``nodes``: data znode and drop
     marker of each table."""
@@ -189,14 +189,14 @@ def _fences(conn: Context, tables: list[TableInfo], nodes: list[Node | None], no
         if data is None or dropped is not None:
             raise TableNotFoundError(f"table {table.name!r} was dropped")
         if fence.is_marked(data):
-            if conn.clock(now) - data.stat.mtime_ms > fence.STALE_MARK_MS:
-                fence.unmark(conn, table.table_id, data.stat.version)  # its dropper died
+            if ctx.clock(now) - data.stat.mtime_ms > fence.STALE_MARK_MS:
+                fence.unmark(ctx, table.table_id, data.stat.version)  # its dropper died
             waiting = True
         out[table.table_id] = data.stat.version
     return None if waiting else out
 
 
-def _check_live(conn: Context, node: Node | None, path: str, now: int, *, creating: bool = False) -> LeaseRecord | None:
+def _check_live(ctx: Context, node: Node | None, path: str, now: int, *, creating: bool = False) -> LeaseRecord | None:
     lease_id = path.rsplit("/", 1)[1]
     if node is None:
         if creating:
@@ -205,17 +205,17 @@ def _check_live(conn: Context, node: Node | None, path: str, now: int, *, creati
     record = LeaseRecord.decode(node, path)
     if record.state != LIVE:
         raise LeaseExpiredError(f"lease {lease_id!r} is being dropped")
-    if conn.clock(now) > record.expires_ms:
+    if ctx.clock(now) > record.expires_ms:
         raise LeaseExpiredError(f"lease {lease_id!r} expired at {to_datetime(record.expires_ms).isoformat()}")
     return record
 
 
-def _resolve(conn: Context, exc: TxnConflict, pin_ops: dict[int, tuple[TableBucket, int]],
+def _resolve(ctx: Context, exc: TxnConflict, pin_ops: dict[int, tuple[TableBucket, int]],
              work: dict[tuple[str, int], dict[int, int]], tables: dict[str, TableInfo], lease_id: str,
              unavailable: dict[TableBucket, int],
              refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None) -> None:
     """Adjust the work after a failed acquire transaction; the caller re-reads and retries."""
-    paths = conn.paths
+    paths = ctx.paths
     if exc.index == 0 and exc.reason == "nonode":
         raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while acquiring")
     if not (isinstance(exc.op, Create) and exc.reason == "nonode" and exc.index in pin_ops):
@@ -224,7 +224,7 @@ def _resolve(conn: Context, exc: TxnConflict, pin_ops: dict[int, tuple[TableBuck
     by_id = {t.name: t for t in tables.values()}
     targets = list(pin_ops.values())
     snap_paths = [paths.snapshot(by_id[tb.table].table_id, tb.bucket, sid) for tb, sid in targets]
-    present = conn.store.get_many(snap_paths)
+    present = ctx.store.get_many(snap_paths)
     missing = [(tb, sid) for (tb, sid), node in zip(targets, present) if node is None]
     retry: dict[TableInfo, list[int]] = {}
     for tb, sid in missing:
@@ -244,23 +244,23 @@ def _resolve(conn: Context, exc: TxnConflict, pin_ops: dict[int, tuple[TableBuck
 # -- renew and validity -----------------------------------------------------------------
 
 
-def renew(conn: Context, lease_id: str, duration_ms: int | None) -> int:
+def renew(ctx: Context, lease_id: str, duration_ms: int | None) -> int:
     """Extend the lease; returns the new expiry (ms). Only extends, never shortens (L7, L8)."""
-    return renew_at(conn, lease_id, duration_ms)[0]
+    return renew_at(ctx, lease_id, duration_ms)[0]
 
 
-def renew_at(conn: Context, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
+def renew_at(ctx: Context, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
     """``renew``, also returning the ZooKeeper time of the renewal (ms)."""
     check_id(lease_id)
-    path = conn.paths.lease(lease_id)
+    path = ctx.paths.lease(lease_id)
     while True:
-        now, (node,) = conn.read_with_clock([path])
-        record = _check_live(conn, node, path, now)
+        now, (node,) = ctx.read_with_clock([path])
+        record = _check_live(ctx, node, path, now)
         if record is None:  # pragma: no cover - _check_live raises for a missing lease
             raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
         duration = record.duration_ms if duration_ms is None else duration_ms
         try:
-            stat = conn.store.set(path, record.renewed(duration, conn.owner).encode(), record.stat.version)
+            stat = ctx.store.set(path, record.renewed(duration, ctx.owner).encode(), record.stat.version)
         except TxnConflict as exc:
             if exc.reason == "nonode":
                 raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while renewing") from None
@@ -268,20 +268,20 @@ def renew_at(conn: Context, lease_id: str, duration_ms: int | None) -> tuple[int
         return max(record.expires_ms, stat.mtime_ms + duration), stat.mtime_ms
 
 
-def validity(conn: Context, lease_id: str) -> LeaseRecord:
+def validity(ctx: Context, lease_id: str) -> LeaseRecord:
     """The live, unexpired lease record; ``LeaseExpiredError`` otherwise (for reads, L12)."""
     check_id(lease_id)
-    path = conn.paths.lease(lease_id)
-    now, (node,) = conn.read_with_clock([path])
+    path = ctx.paths.lease(lease_id)
+    now, (node,) = ctx.read_with_clock([path])
     if node is None:
         raise LeaseExpiredError(f"lease {lease_id!r} does not exist (expired or dropped)")
-    record = _check_live(conn, node, path, now)
+    record = _check_live(ctx, node, path, now)
     if record is None:  # pragma: no cover
         raise LeaseExpiredError(f"lease {lease_id!r} does not exist")
     return record
 
 
-def check_snapshot_ids(conn: Context, snapshot_ids: object) -> dict[TableInfo, dict[int, int]]:
+def check_snapshot_ids(ctx: Context, snapshot_ids: object) -> dict[TableInfo, dict[int, int]]:
     """Validate ``{TableBucket: snapshot_id}`` and group it by table (tables looked up once)."""
     from ..tables.catalog import load_table
 
@@ -298,6 +298,6 @@ def check_snapshot_ids(conn: Context, snapshot_ids: object) -> dict[TableInfo, d
         by_name.setdefault(tb.table, {})[tb.bucket] = sid
     out: dict[TableInfo, dict[int, int]] = {}
     for name, wanted in by_name.items():
-        table = load_table(conn, name)
+        table = load_table(ctx, name)
         out[table] = {table.bucket_number(b): sid for b, sid in wanted.items()}
     return out

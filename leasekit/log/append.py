@@ -189,14 +189,14 @@ def _partial(table: TableInfo, committed: dict[TableBucket, OffsetRange], left: 
 
 
 def _commit_group(table: TableInfo, files: dict[int, list[SegmentFile]], token: str) -> dict[TableBucket, OffsetRange]:
-    conn = table.connection
-    paths = conn.paths
+    ctx = table.connection
+    paths = ctx.paths
     tid = table.table_id
     planned: dict[TableBucket, OffsetRange] = {}
 
     def build() -> list[Op]:
         states = read_states(table, files)
-        ops: list[Op] = [guard(conn, token)]
+        ops: list[Op] = [guard(ctx, token)]
         planned.clear()
         for (bucket, segs), state in zip(files.items(), states):
             start = 0 if state is None else state.end
@@ -217,13 +217,13 @@ def _commit_group(table: TableInfo, files: dict[int, list[SegmentFile]], token: 
             planned[TableBucket(table.name, bucket)] = OffsetRange(start, offset)
         return ops
 
-    deadline = time.monotonic() + conn.store.timeout * 3
+    deadline = time.monotonic() + ctx.store.timeout * 3
     while True:
         try:
-            conn.store.commit_retrying(build, what=f"append to {table.name}")
+            ctx.store.commit_retrying(build, what=f"append to {table.name}")
             return dict(planned)
         except TxnConflict as exc:
-            if lost(conn, exc, token):
+            if lost(ctx, exc, token):
                 raise lost_error(token) from None
             if exc.reason == "nonode":
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None

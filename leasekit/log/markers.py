@@ -22,26 +22,26 @@ __all__ = ["in_flight", "guard", "live_tokens", "lost"]
 
 
 @contextlib.contextmanager
-def in_flight(conn: Context) -> Iterator[str]:
+def in_flight(ctx: Context) -> Iterator[str]:
     """Mark a write in progress for this block; yields the token its file paths must carry."""
     token = uuid.uuid4().hex
-    path = conn.paths.write(token)
-    conn.store.commit([Create(path, b"", ephemeral=True)])
+    path = ctx.paths.write(token)
+    ctx.store.commit([Create(path, b"", ephemeral=True)])
     try:
         yield token
     finally:
         with contextlib.suppress(LeasekitError):
-            conn.store.commit([Delete(path)])
+            ctx.store.commit([Delete(path)])
 
 
-def guard(conn: Context, token: str) -> Check:
+def guard(ctx: Context, token: str) -> Check:
     """Transaction op that fails unless the write's marker still exists."""
-    return Check(conn.paths.write(token), -1)
+    return Check(ctx.paths.write(token), -1)
 
 
-def lost(conn: Context, exc: TxnConflict, token: str) -> bool:
+def lost(ctx: Context, exc: TxnConflict, token: str) -> bool:
     """Whether a failed commit failed on the write's marker."""
-    return exc.reason == "nonode" and exc.op.path == conn.paths.write(token)
+    return exc.reason == "nonode" and exc.op.path == ctx.paths.write(token)
 
 
 def lost_error(token: str) -> IllegalStateError:
@@ -51,6 +51,6 @@ def lost_error(token: str) -> IllegalStateError:
     )
 
 
-def live_tokens(conn: Context) -> frozenset[str]:
+def live_tokens(ctx: Context) -> frozenset[str]:
     """Tokens of every write in progress in the namespace."""
-    return frozenset(conn.store.children(conn.paths.writes) or [])
+    return frozenset(ctx.store.children(ctx.paths.writes) or [])

@@ -54,15 +54,15 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
     """Delete a prefix of a bucket's segments: znodes and the new beginning offset in one
     transaction, files after (R3). Returns the deleted files and their bytes.
     """
-    conn = table.connection
-    paths, tid = conn.paths, table.table_id
+    ctx = table.connection
+    paths, tid = ctx.paths, table.table_id
     wanted = sorted(set(bases))
     deleted: list[tuple[str, int]] = []
 
     def build() -> list[Op]:
         deleted.clear()
         seg_paths = [paths.segment(tid, bucket, b) for b in wanted]
-        nodes = conn.store.get_many([paths.bucket(tid, bucket), *seg_paths])
+        nodes = ctx.store.get_many([paths.bucket(tid, bucket), *seg_paths])
         if nodes[0] is None:
             return []
         state = BucketState.decode(nodes[0], paths.bucket(tid, bucket))
@@ -80,6 +80,6 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
         ops.append(SetData(paths.bucket(tid, bucket), state.encode(begin=begin), state.stat.version))
         return ops
 
-    conn.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")
-    conn.warehouse.delete_files(f for f, _ in deleted)
+    ctx.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")
+    ctx.warehouse.delete_files(f for f, _ in deleted)
     return [f for f, _ in deleted], sum(size for _, size in deleted)

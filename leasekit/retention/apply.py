@@ -31,19 +31,19 @@ __all__ = ["retention_plan", "run_retention"]
 log = logging.getLogger(__name__)
 
 
-def retention_plan(conn: Context, table: str | TableInfo | None = None) -> RetentionPlan:
+def retention_plan(ctx: Context, table: str | TableInfo | None = None) -> RetentionPlan:
     """The retention plan for one table (or all), leases included; changes nothing (R6)."""
-    result = plan(gather(conn, table))
-    return dataclasses.replace(result, items=uris(result.items, conn.warehouse))
+    result = plan(gather(ctx, table))
+    return dataclasses.replace(result, items=uris(result.items, ctx.warehouse))
 
 
-def run_retention(conn: Context, table: str | TableInfo | None = None, *, dry_run: bool = False,
+def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run: bool = False,
                   progress: Callable[[int], None] | None = None) -> RetentionReport:
     """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing."""
-    meta = gather(conn, table)
+    meta = gather(ctx, table)
     result = plan(meta)
     if dry_run:
-        return RetentionReport(uris(result.deletes, conn.warehouse), result.reclaimable_bytes, list(result.skipped), True)
+        return RetentionReport(uris(result.deletes, ctx.warehouse), result.reclaimable_bytes, list(result.skipped), True)
     done: list[RetentionItem] = []
     errors: list[str] = list(result.skipped)
     step = progress or (lambda n: None)
@@ -52,7 +52,7 @@ def run_retention(conn: Context, table: str | TableInfo | None = None, *, dry_ru
     versions = {x.lease_id: x.version for x in meta.leases}
     for item in (i for i in result.deletes if i.kind == "lease"):
         try:
-            if lease_admin.remove(conn, str(item.item_id), expected_version=versions[str(item.item_id)]):
+            if lease_admin.remove(ctx, str(item.item_id), expected_version=versions[str(item.item_id)]):
                 done.append(item)
             else:
                 errors.append(f"lease {item.item_id}: renewed or gone since the plan; kept")
@@ -92,7 +92,7 @@ def run_retention(conn: Context, table: str | TableInfo | None = None, *, dry_ru
         # R4, W2: the plan read markers, metadata and files one after another; a write may
         # have committed in between. Only files that are orphans still are deleted.
         try:
-            current = still_orphans(conn, (str(i.item_id) for i in orphans))
+            current = still_orphans(ctx, (str(i.item_id) for i in orphans))
         except LeasekitError as exc:
             errors.append(f"orphans: could not re-check them before deleting, kept: {exc}")
             current = set()
@@ -100,17 +100,17 @@ def run_retention(conn: Context, table: str | TableInfo | None = None, *, dry_ru
         orphans = [i for i in orphans if str(i.item_id) in current]
     for item in orphans:
         try:
-            conn.warehouse.delete_files([str(item.item_id)])
+            ctx.warehouse.delete_files([str(item.item_id)])
             done.append(item)
         except LeasekitError as exc:
             errors.append(f"orphan {item.item_id}: {exc}")
         step(1)
     freed = sum(i.size_bytes for i in done)
     log.info("retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors))
-    return RetentionReport(uris(done, conn.warehouse), freed, errors, False)
+    return RetentionReport(uris(done, ctx.warehouse), freed, errors, False)
 
 
-def still_orphans(conn: Context, paths: Iterable[str]) -> set[str]:
+def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
     """Of ``paths`` (orphans in a plan), those that are orphans still: read again just before
     they are deleted, write markers first, then the metadata of the tables they belong to.
 
@@ -120,13 +120,13 @@ def still_orphans(conn: Context, paths: Iterable[str]) -> set[str]:
     paths = sorted(set(paths))
     if not paths:
         return set()
-    in_flight = live_tokens(conn)
+    in_flight = live_tokens(ctx)
     skipped: list[str] = []
     metas: list[TableMeta] = []
     protected: list[str] = []
     for name in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
         try:
-            metas.append(gather_table(conn, load_table(conn, name), skipped))
+            metas.append(gather_table(ctx, load_table(ctx, name), skipped))
         except (TableNotFoundError, InvalidArgumentError):
             continue  # no such table (any more): nothing references its files
         except CorruptMetadataError:

@@ -75,8 +75,8 @@ class Metadata(NamedTuple):
     """Tokens of writes in progress: files carrying one are not orphans yet."""
 
 
-def gather_table(conn: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
-    store, paths, tid = conn.store, conn.paths, table.table_id
+def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
+    store, paths, tid = ctx.store, ctx.paths, table.table_id
     buckets = list(range(table.num_buckets))
     n = len(buckets)
     # One pipelined batch for the bucket states and both child listings of every bucket.
@@ -123,8 +123,8 @@ def gather_table(conn: Context, table: TableInfo, skipped: list[str]) -> TableMe
     return TableMeta(table, begin, snapshots, segments, {})
 
 
-def _gather_leases(conn: Context, skipped: list[str]) -> list[LeaseMeta]:
-    store, paths = conn.store, conn.paths
+def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
+    store, paths = ctx.store, ctx.paths
     ids = store.children(paths.leases) or []
     records = store.get_many([paths.lease(i) for i in ids])
     chunk_names = store.children_many([paths.lease_pins(i) for i in ids])
@@ -156,7 +156,7 @@ def _gather_leases(conn: Context, skipped: list[str]) -> list[LeaseMeta]:
     return out
 
 
-def gather(conn: Context, table: str | TableInfo | None = None) -> Metadata:
+def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
     """Read what a retention plan needs: tables (or one), every lease, the warehouse files."""
 
 
@@ -164,21 +164,21 @@ def gather(conn: Context, table: str | TableInfo | None = None) -> Metadata:
     # commits after its metadata was read then still shows its marker here; one that
     # starts later writes files that are either too new to be listed or re-checked
     # before deletion (``retention.apply.still_orphans``).
-    in_flight = live_tokens(conn)
+    in_flight = live_tokens(ctx)
     skipped: list[str] = []
     protected: list[str] = []
-    names = [table] if table is not None else list_tables(conn)
+    names = [table] if table is not None else list_tables(ctx)
     tables: list[TableMeta] = []
     for name in names:
         try:
-            tables.append(gather_table(conn, load_table(conn, name), skipped))
+            tables.append(gather_table(ctx, load_table(ctx, name), skipped))
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             protected.append(f"tables/{name}/")
-    leases = _gather_leases(conn, skipped)
-    settings = conn.settings()
-    files = conn.warehouse.list(f"tables/{tables[0].table.name}" if table is not None and tables else "tables")
-    now = conn.now_ms()
+    leases = _gather_leases(ctx, skipped)
+    settings = ctx.settings()
+    files = ctx.warehouse.list(f"tables/{tables[0].table.name}" if table is not None and tables else "tables")
+    now = ctx.now_ms()
     return Metadata(now, tables, leases, files, to_ms(settings["lease.expiry-grace"]),
                     to_ms(settings["orphan.min-age"]), skipped, tuple(protected), in_flight)
 

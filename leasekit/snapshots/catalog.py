@@ -86,21 +86,21 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
     znode with children, so this is atomic with respect to acquire) or when it is the
     bucket's newest snapshot.
     """
-    conn = table.connection
+    ctx = table.connection
     bucket = table.bucket_number(bucket)
-    path = conn.paths.snapshot(table.table_id, bucket, snapshot_id)
-    state_path = conn.paths.bucket(table.table_id, bucket)
-    node, state_node = conn.store.get_many([path, state_path])
+    path = ctx.paths.snapshot(table.table_id, bucket, snapshot_id)
+    state_path = ctx.paths.bucket(table.table_id, bucket)
+    node, state_node = ctx.store.get_many([path, state_path])
     if node is None:
         raise SnapshotNotFoundError(f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}")
     snap = _snapshot(table, bucket, snapshot_id, path, node)
     if state_node is not None and BucketState.decode(state_node, state_path).latest_snapshot == snapshot_id:
         raise IllegalStateError(f"snapshot {snapshot_id} is the newest of {snap.table_bucket}; it is never deleted")
     try:
-        conn.store.commit([Delete(path, node.stat.version)])
+        ctx.store.commit([Delete(path, node.stat.version)])
     except TxnConflict as exc:
         if exc.reason == "notempty":
-            holders = conn.store.children(path) or []
+            holders = ctx.store.children(path) or []
             raise IllegalStateError(
                 f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) {', '.join(holders)}"
             ) from None
@@ -109,5 +109,5 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
         raise IllegalStateError(
             f"snapshot {snapshot_id} of {snap.table_bucket} changed while being deleted; try again"
         ) from None
-    conn.warehouse.delete_files(SnapshotRecord.decode(node.data, path).files)
+    ctx.warehouse.delete_files(SnapshotRecord.decode(node.data, path).files)
     return snap

@@ -88,8 +88,8 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
     A bucket whose latest snapshot already reaches the same offset (a concurrent snapshot
     won) is skipped and its files are deleted.
     """
-    conn = table.connection
-    paths, tid = conn.paths, table.table_id
+    ctx = table.connection
+    paths, tid = ctx.paths, table.table_id
     out: dict[TableBucket, Snapshot] = {}
     stale: list[str] = []
     by_chunk: dict[int, list[int]] = {}
@@ -101,10 +101,10 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
         def build(chunk: int = chunk, group: list[int] = group, chosen: dict[int, int] = chosen) -> list[Op]:
             chosen.clear()
             summary_path = paths.latest_chunk(tid, chunk)
-            nodes = conn.store.get_many([*(paths.bucket(tid, b) for b in group), summary_path])
+            nodes = ctx.store.get_many([*(paths.bucket(tid, b) for b in group), summary_path])
             summary = nodes[-1]
             array = list(LatestChunk.decode(summary.data, summary_path).ids) if summary is not None else []
-            ops: list[Op] = [guard(conn, token)]
+            ops: list[Op] = [guard(ctx, token)]
             for bucket, node in zip(group, nodes[:-1]):
                 if node is None:
                     raise TableNotFoundError(f"table {table.name!r} was dropped")
@@ -128,9 +128,9 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
             return ops
 
         try:
-            results = conn.store.commit_retrying(build, what=f"register snapshots of {table.name}")
+            results = ctx.store.commit_retrying(build, what=f"register snapshots of {table.name}")
         except TxnConflict as exc:
-            if lost(conn, exc, token):
+            if lost(ctx, exc, token):
                 raise lost_error(token) from None
             if exc.reason == "nonode":
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
@@ -141,12 +141,12 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
                 w = written[bucket]
                 created = next(stats).mtime_ms
                 tb = TableBucket(table.name, bucket)
-                uri = conn.warehouse.uri
+                uri = ctx.warehouse.uri
                 out[tb] = Snapshot(tb, chosen[bucket], w.log_offset, w.rows, w.size, to_datetime(created),
                                    tuple(uri(f) for f in w.files))
             else:
                 stale.extend(written[bucket].files)
-    conn.warehouse.delete_files(stale)
+    ctx.warehouse.delete_files(stale)
     return out
 
 

@@ -52,7 +52,7 @@ def _check_buckets(buckets: object) -> int:
 
 
 def create_table(
-    conn: Context,
+    ctx: Context,
     name: str,
     schema: str | pa.Schema,
     primary_key: str | Sequence[str],
@@ -67,37 +67,37 @@ def create_table(
     props = parse_properties(properties, TABLE_PROPERTIES, what="table property")
     table_id = uuid.uuid4().hex
     record = TableRecord(table_id, schemas.serialize_schema(arrow_schema), key, num_buckets, props)
-    paths = conn.paths
+    paths = ctx.paths
     try:
-        conn.store.commit([Create(paths.table(name), record.encode()), Create(paths.table_data(table_id)),
+        ctx.store.commit([Create(paths.table(name), record.encode()), Create(paths.table_data(table_id)),
                            Create(paths.latest(table_id))])
     except TxnConflict as exc:
         if exc.reason == "exists":
             raise TableExistsError(f"table {name!r} exists already") from None
-        raise _namespace_incomplete(conn, f"create table {name!r}", exc) from None
-    return load_table(conn, name)
+        raise _namespace_incomplete(ctx, f"create table {name!r}", exc) from None
+    return load_table(ctx, name)
 
 
-def load_table(conn: Context, name: object) -> Table:
+def load_table(ctx: Context, name: object) -> Table:
     if not isinstance(name, str) and hasattr(name, "table_id"):
         name = name.name  # a Table object
     check_table_name(name)
-    path = conn.paths.table(name)
-    node = conn.store.get(path)
+    path = ctx.paths.table(name)
+    node = ctx.store.get(path)
     if node is None:
         raise TableNotFoundError(f"table {name!r} does not exist")
     record = TableRecord.decode(node.data, path)
     try:
-        return Table(conn, name, record, node.stat.ctime_ms)
+        return Table(ctx, name, record, node.stat.ctime_ms)
     except LeasekitError as exc:  # an undecodable schema
         raise CorruptMetadataError(f"table metadata at {path} is invalid: {exc}", path) from None
 
 
-def list_tables(conn: Context) -> list[str]:
-    return conn.store.children(conn.paths.tables) or []
+def list_tables(ctx: Context) -> list[str]:
+    return ctx.store.children(ctx.paths.tables) or []
 
 
-def drop_table(conn: Context, name: object, *, force: bool = False) -> None:
+def drop_table(ctx: Context, name: object, *, force: bool = False) -> None:
     """Remove the table: its znode and a drop marker in one step, then data metadata, then files.
 
     The table's data znode is marked first and the pinning leases read after, so an acquire
@@ -105,8 +105,8 @@ def drop_table(conn: Context, name: object, *, force: bool = False) -> None:
     """
     delay = 0.002
     for _ in range(_DROP_ATTEMPTS):
-        table = load_table(conn, name)
-        pinned_by = _mark_and_drop(conn, table, force)
+        table = load_table(ctx, name)
+        pinned_by = _mark_and_drop(ctx, table, force)
         if pinned_by is not None:
             break
         time.sleep(random.uniform(0, delay))
@@ -114,69 +114,69 @@ def drop_table(conn: Context, name: object, *, force: bool = False) -> None:
     else:
         raise IllegalStateError(f"drop of table {table.name!r}: gave up after {_DROP_ATTEMPTS} concurrent changes")
     if pinned_by or force:
-        forget_table(conn, table.table_id)
-    finish_drop(conn, table.table_id)
+        forget_table(ctx, table.table_id)
+    finish_drop(ctx, table.table_id)
 
 
 _DROP_ATTEMPTS = 1000
 
 
-def _mark_and_drop(conn: Context, table: TableInfo, force: bool) -> list[str] | None:
+def _mark_and_drop(ctx: Context, table: TableInfo, force: bool) -> list[str] | None:
     """One attempt: mark the fence, check the pinning leases, commit the drop or unmark and
     refuse. Returns the leases pinning the table, or None when the attempt must be retried."""
-    data_path = conn.paths.table_data(table.table_id)
-    now, (node,) = conn.read_with_clock([data_path])
+    data_path = ctx.paths.table_data(table.table_id)
+    now, (node,) = ctx.read_with_clock([data_path])
     if node is None:
         raise TableNotFoundError(f"table {table.name!r} does not exist")
-    if fence.is_marked(node) and conn.clock(now) - node.stat.mtime_ms <= fence.STALE_MARK_MS:
+    if fence.is_marked(node) and ctx.clock(now) - node.stat.mtime_ms <= fence.STALE_MARK_MS:
         return None  # another dropper is deciding: wait for it
     try:
-        marked = fence.mark(conn, table.table_id, node.stat.version)
+        marked = fence.mark(ctx, table.table_id, node.stat.version)
     except TxnConflict:
         return None
     try:
-        pinned_by = leases_pinning(conn, table.table_id)
+        pinned_by = leases_pinning(ctx, table.table_id)
         if pinned_by and not force:
             raise IllegalStateError(
                 f"table {table.name!r} is pinned by lease(s) {', '.join(pinned_by)}; drop or release them, "
                 "or pass force=True"
             )
         marker = DroppedTable(table.name, table.data_dir).encode()
-        conn.store.commit([Check(data_path, marked), Delete(conn.paths.table(table.name)),
-                           Create(conn.paths.dropped_table(table.table_id), marker)])
+        ctx.store.commit([Check(data_path, marked), Delete(ctx.paths.table(table.name)),
+                           Create(ctx.paths.dropped_table(table.table_id), marker)])
     except TxnConflict as exc:
         with contextlib.suppress(LeasekitError):
-            fence.unmark(conn, table.table_id, marked)
+            fence.unmark(ctx, table.table_id, marked)
         if exc.index == 2:  # the drop marker's parent is missing (the fence stays until it is stale)
-            raise _namespace_incomplete(conn, f"drop table {table.name!r}", exc) from None
+            raise _namespace_incomplete(ctx, f"drop table {table.name!r}", exc) from None
         return None  # the fence moved or the table went: start over
     except BaseException:
         with contextlib.suppress(LeasekitError):
-            fence.unmark(conn, table.table_id, marked)
+            fence.unmark(ctx, table.table_id, marked)
         raise
     return pinned_by
 
 
-def _namespace_incomplete(conn: Context, what: str, exc: TxnConflict) -> IllegalStateError:
+def _namespace_incomplete(ctx: Context, what: str, exc: TxnConflict) -> IllegalStateError:
     parent = exc.op.path.rsplit("/", 1)[0]
     return IllegalStateError(
-        f"cannot {what}: {parent} is missing from namespace {conn.namespace!r} (was it deleted?); "
+        f"cannot {what}: {parent} is missing from namespace {ctx.namespace!r} (was it deleted?); "
         "connect again to recreate the namespace's znodes"
     )
 
 
-def finish_drop(conn: Context, table_id: str) -> None:
+def finish_drop(ctx: Context, table_id: str) -> None:
     """Complete a drop recorded by its marker: metadata first, files second, marker last."""
-    marker_path = conn.paths.dropped_table(table_id)
-    node = conn.store.get(marker_path)
+    marker_path = ctx.paths.dropped_table(table_id)
+    node = ctx.store.get(marker_path)
     if node is None:
         return
     marker = DroppedTable.decode(node.data, marker_path)
-    conn.store.delete_tree(conn.paths.table_data(table_id))
-    conn.warehouse.delete_dir(marker.data_dir)
-    conn.store.delete_tree(marker_path)
+    ctx.store.delete_tree(ctx.paths.table_data(table_id))
+    ctx.warehouse.delete_dir(marker.data_dir)
+    ctx.store.delete_tree(marker_path)
 
 
-def pending_drops(conn: Context) -> list[str]:
+def pending_drops(ctx: Context) -> list[str]:
     """Ids of dropped tables whose data is not yet removed (a dropper died half way)."""
-    return conn.store.children(conn.paths.dropped) or []
+    return ctx.store.children(ctx.paths.dropped) or []

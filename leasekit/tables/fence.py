@@ -23,31 +23,31 @@ def is_marked(node: Node) -> bool:
     return DropMark.is_marked(node)
 
 
-def mark(conn: Context, table_id: str, version: int) -> int:
+def mark(ctx: Context, table_id: str, version: int) -> int:
     """Mark the table's data znode if it still has ``version``; its new version.
 
     Raises ``TxnConflict`` ("version": someone else marked or unmarked it; "nonode": dropped)."""
-    return conn.store.set(conn.paths.table_data(table_id), DropMark().encode(), version).version
+    return ctx.store.set(ctx.paths.table_data(table_id), DropMark().encode(), version).version
 
 
-def unmark(conn: Context, table_id: str, version: int) -> bool:
+def unmark(ctx: Context, table_id: str, version: int) -> bool:
     """Clear a mark of ``version``, unless the drop committed meanwhile; whether it was cleared.
 
     Creating and deleting the drop marker in the same transaction fails if a drop committed
     (its marker exists until the data is gone), so a committed drop always stays fenced."""
-    marker = conn.paths.dropped_table(table_id)
+    marker = ctx.paths.dropped_table(table_id)
     try:
-        conn.store.commit([Create(marker), Delete(marker), SetData(conn.paths.table_data(table_id), b"", version)])
+        ctx.store.commit([Create(marker), Delete(marker), SetData(ctx.paths.table_data(table_id), b"", version)])
     except TxnConflict as exc:
         if exc.index == 0 and exc.reason == "nonode":
             raise IllegalStateError(
-                f"cannot clear the drop fence of table {table_id}: {conn.paths.dropped} is missing from "
-                f"namespace {conn.namespace!r}; connect again to recreate the namespace's znodes"
+                f"cannot clear the drop fence of table {table_id}: {ctx.paths.dropped} is missing from "
+                f"namespace {ctx.namespace!r}; connect again to recreate the namespace's znodes"
             ) from None
         return False
     return True
 
 
-def fence_check(conn: Context, table_id: str, version: int) -> Check:
+def fence_check(ctx: Context, table_id: str, version: int) -> Check:
     """Transaction op of an acquire: fails if the table was marked or dropped since it was read."""
-    return Check(conn.paths.table_data(table_id), version)
+    return Check(ctx.paths.table_data(table_id), version)
