@@ -24,6 +24,8 @@ from .common import (
     ORDERS_DDL,
     Benchmark,
     Outcome,
+    Timer,
+    instrumented,
     load_average,
     log,
     median,
@@ -44,6 +46,14 @@ FULL = {"buckets": 10_000, "snapshots": 4, "segments": 4, "rows_per_segment": 10
         "file_bytes": 64}
 QUICK = {**FULL, "buckets": 1_000}
 TABLE = "orders"
+
+# Where retention_plan spends its time (exclusive seconds per label); the rest is glue.
+PROFILE = {
+    "zk_write_markers": "leasekit.retention.gather:live_tokens",
+    "zk_gather_table": "leasekit.retention.gather:gather_table",
+    "zk_gather_leases": "leasekit.retention.gather:_gather_leases",
+    "planning": "leasekit.retention.apply:plan",
+}
 
 
 @contextlib.contextmanager
@@ -90,7 +100,8 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             seen: list[tuple[float, int]] = []
             settle(None)
             trips, cpu = conn.store.round_trips, zk_cpu_seconds(conn)
-            with listings(seen):
+            timer = Timer()
+            with listings(seen), instrumented(timer, PROFILE):
                 plan_s, plan = timed(conn.retention_plan)
             trips, cpu_after = conn.store.round_trips - trips, zk_cpu_seconds(conn)
             snaps = [x for x in plan.items if x.kind == "snapshot"]
@@ -108,6 +119,8 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                             "deletes": deletes, "reclaimable_bytes": plan.reclaimable_bytes,
                             "listings": len(seen), "files_listed": files_listed,
                             "listing_s": sum(seconds for seconds, _ in seen),
+                            "breakdown_s": {**{k: timer.seconds.get(k, 0.0) for k in PROFILE},
+                                            "file_listing": sum(seconds for seconds, _ in seen)},
                             "cpu_s": None if cpu is None or cpu_after is None else round(cpu_after - cpu, 3),
                             "load_average": load_average()})
             log(f"B6: run {i + 1}/{runs}: {plan_s:.2f}s, {len(plan.items):,} items ({deletes:,} deletes), "
@@ -118,6 +131,8 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "listing_s": round(median([r["listing_s"] for r in results]), 3),
         "cpu_s": (None if any(r["cpu_s"] is None for r in results)
                   else round(median([r["cpu_s"] for r in results]), 3)),
+        "breakdown_s": {k: round(median([r["breakdown_s"][k] for r in results]), 3)
+                        for k in results[0]["breakdown_s"]},
         "files_listed": results[-1]["files_listed"],
         "listings": results[-1]["listings"],
         "round_trips": results[-1]["round_trips"],
