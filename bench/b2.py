@@ -38,6 +38,7 @@ from .common import (
     median,
     ratio_or_none,
     settle,
+    spread,
     temp_warehouse,
     timed,
     zk_cpu_seconds,
@@ -213,6 +214,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     figures = {
         "leasekit_s": round(leasekit_s, 4),
         "baseline_s": round(baseline_s, 4),
+        "spread": spread([r["ratio"] for r in results]),
         "ratio_of_medians": round(leasekit_s / baseline_s, 3),
         "round_trips": int(median([r["round_trips"] for r in results])),
         "round_trips_per_1000_pins": round(per_1000, 3),
@@ -221,6 +223,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "note": f"{per_1000:.2f} round trips per 1,000 pins; baseline {bare.transactions} pipelined "
                 f"transaction{'s' if bare.transactions > 1 else ''} (1 MB request limit)",
         "load_average": median([r["load_average"] or 0.0 for r in results]),
+        "load_averages": [r["load_average"] for r in results],
         **cpu_figures(results),
         "leasekit_breakdown_s": breakdown,
         "pins": n,

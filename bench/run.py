@@ -56,12 +56,11 @@ summary JSON; `bench/results/ID.json` adds each run's raw figures, the machine (
 summary) and the parameters. Exit status 0 also when a target is missed (`"pass": false`),
 nonzero on errors.
 
-**The machine is shared.** The results below come from a 2-core machine on which test
-suites ran at the same time; each row gives the median 1-minute load average its results
-file records (a load of 8 on 2 cores means the benchmark got roughly a quarter of the CPU
-it would alone). Wall-time figures there are noisy, which the per-run spread shows; the CPU
-ratios are steadier. Run on a quiet machine before drawing conclusions from a ratio within
-a few percent of its target.
+**The machine is shared.** Results may come from a machine other work runs on; each row
+gives the median 1-minute load average its results file records (`load_average`; per run
+in `load_averages`). Wall-time figures are then noisy, which the per-run spread shows; the
+CPU ratios are steadier. Run on a quiet machine before drawing conclusions from a ratio
+within a few percent of its target.
 
 - **B1**: `groupBy(status)` with count and sum(amount), collected, over 10M rows in 16
   buckets: `lease.read(spark, table)` over a lease that `acquire_latest` pinned (untimed,
@@ -108,8 +107,11 @@ a few percent of its target.
   persisted stat (60). The server's heap overhead per znode (Java objects, the parent's
   child set) is larger and not counted. The benchmark cross-checks the server's growth
   against the path and data bytes computed from the paths (`server_counts_match_paths`).
-  Each run uses a fresh lease (dropped afterwards); the byte figures are deterministic, the
-  acquire time is not.
+  Each run uses a fresh warehouse with its own embedded ZooKeeper, seeded anew: in one
+  server, the seeding plus four acquire/drop cycles of ~1 MB transactions filled its 1 GB
+  heap (it retains its last 500 transactions; 840,000 retained create ops were on the heap,
+  79 s of full GCs) and the fifth acquire failed with ConnectionLoss. The byte figures are
+  deterministic, the acquire time is not.
 - **B6**: `conn.retention_plan()` over a 10,000-bucket table with 4 snapshots and 4 log
   segments per bucket and a lease pinning the oldest snapshot of every tenth bucket,
   seeded by `seed_history(..., file_bytes=64)`: the metadata straight in ZooKeeper and a
@@ -118,8 +120,9 @@ a few percent of its target.
   timed plan. The plan gives all 80,001 items (snapshots, segments, the lease) a keep/delete
   and a reason; the results give the files listed (`files_listed`, checked to include
   every seeded file) and the listing's seconds, the ZooKeeper round trips (reads go in
-  `multiRead` batches of 500; each pipelined batch counts once) and the CPU seconds of
-  this process and the ZooKeeper server.
+  `multiRead` batches of 500; each pipelined batch counts once), the CPU seconds of this
+  process and the ZooKeeper server, and the plan's time by step (`breakdown_s`: gathering
+  the table's metadata, the leases and the write markers, the listing, planning).
 - **B7**: `table.snapshot()` vs a hand-written PySpark dedupe of the same log (2M records,
   1M keys, 5% deletes, 16 buckets): the segment list from ZooKeeper, the segment files read
   with the log schema leasekit reads them with and with leasekit's listing setting (as in
