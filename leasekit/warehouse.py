@@ -120,7 +120,7 @@ class Warehouse:
             infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         prefix = len(self._root) + 1
         return [
-            FileEntry(info.path[prefix:], info.size or 0, int(info.mtime.timestamp() * 1000) if info.mtime else 0)
+            FileEntry(info.path[prefix:], info.size or 0, (info.mtime_ns or 0) // 1_000_000)
             for info in infos
             if info.type == pafs.FileType.File
         ]

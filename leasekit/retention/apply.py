@@ -139,7 +139,7 @@ def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
     dirs = {posixpath.dirname(f) for f in referenced}
     return {
         p for p in paths
-        if p not in referenced and not is_companion(p, referenced, dirs)
+        if p not in referenced and not is_companion(p, referenced, lambda: dirs)
         and not p.startswith(tuple(protected)) and not any(t in p for t in in_flight)
     }
 

@@ -3,6 +3,7 @@ tables' snapshots and segments, every lease with its pins, writes in progress, t
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..durations import to_ms
@@ -157,27 +158,31 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
 
 
 def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
-    """Read what a retention plan needs: tables (or one), every lease, the warehouse files."""
+    """Read what a retention plan needs: tables (or one), every lease, the warehouse files.
 
-
-    # R4, W2: write markers before table metadata, metadata before files. A write that
-    # commits after its metadata was read then still shows its marker here; one that
-    # starts later writes files that are either too new to be listed or re-checked
-    # before deletion (``retention.apply.still_orphans``).
+    The files are listed on a second thread while ZooKeeper is read (the listing and the
+    reads wait on different things)."""
+    # R4, W2: write markers first. A write that commits after its table's metadata was read
+    # then still shows its marker here; one that starts later has files too young to be
+    # orphans, or files that the applier re-checks before it deletes them
+    # (``retention.apply.still_orphans``): a plan alone never deletes anything.
     in_flight = live_tokens(ctx)
-    skipped: list[str] = []
-    protected: list[str] = []
-    names = [table] if table is not None else list_tables(ctx)
-    tables: list[TableMeta] = []
-    for name in names:
-        try:
-            tables.append(gather_table(ctx, load_table(ctx, name), skipped))
-        except CorruptMetadataError as exc:
-            skipped.append(str(exc))
-            protected.append(f"tables/{name}/")
-    leases = _gather_leases(ctx, skipped)
-    settings = ctx.settings()
-    files = ctx.warehouse.list(f"tables/{tables[0].table.name}" if table is not None and tables else "tables")
+    name = None if table is None else (table if isinstance(table, str) else table.name)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasekit-listing") as pool:
+        listing = pool.submit(ctx.warehouse.list, "tables" if name is None else f"tables/{name}")
+        skipped: list[str] = []
+        protected: list[str] = []
+        names = [table] if table is not None else list_tables(ctx)
+        tables: list[TableMeta] = []
+        for each in names:
+            try:
+                tables.append(gather_table(ctx, load_table(ctx, each), skipped))
+            except CorruptMetadataError as exc:
+                skipped.append(str(exc))
+                protected.append(f"tables/{each}/")
+        leases = _gather_leases(ctx, skipped)
+        settings = ctx.settings()
+        files = listing.result()
     now = ctx.now_ms()
     return Metadata(now, tables, leases, files, to_ms(settings["lease.expiry-grace"]),
                     to_ms(settings["orphan.min-age"]), skipped, tuple(protected), in_flight)

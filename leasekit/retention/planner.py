@@ -5,9 +5,9 @@ plan that gives every lease, snapshot, segment and orphan file a keep or delete 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..durations import format_duration, to_ms
 from ..records import RetentionItem, RetentionPlan, TableBucket
@@ -81,8 +81,9 @@ def protected_snapshots(meta: Metadata, ending: set[str]) -> dict[tuple[str, int
 
 
 def _plan_snapshots(tm: TableMeta, bucket: int, protected: dict[tuple[str, int, int], str],
-                    pinned_by: dict[tuple[str, int, int], list[str]]) -> tuple[list[RetentionItem], SnapshotMeta | None]:
-    retained = tm.table.properties["kv.snapshot.num-retained"]
+                    pinned_by: dict[tuple[str, int, int], list[str]],
+                    props: dict[str, Any]) -> tuple[list[RetentionItem], SnapshotMeta | None]:
+    retained = props["kv.snapshot.num-retained"]
     tb = TableBucket(tm.table.name, bucket)
     items, kept = [], []
     for snap in sorted(tm.snapshots.get(bucket, []), key=lambda s: -s.snapshot_id):
@@ -99,8 +100,8 @@ def _plan_snapshots(tm: TableMeta, bucket: int, protected: dict[tuple[str, int, 
     return items, min(kept, key=lambda s: s.log_offset, default=None)
 
 
-def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotMeta | None) -> list[RetentionItem]:
-    props = tm.table.properties
+def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotMeta | None,
+                   props: dict[str, Any]) -> list[RetentionItem]:
     retention_ms = to_ms(props["log.retention"])
     limit = props["log.retention.bytes"]
     respect = props["log.retention.respect-consumers"]
@@ -140,13 +141,26 @@ def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotM
     return items
 
 
-def is_companion(path: str, referenced: set[str], dirs: set[str]) -> bool:
-    """Spark's side files of referenced data files: checksums and job markers."""
+def is_companion(path: str, referenced: set[str], dirs: Callable[[], set[str]]) -> bool:
+    """Spark's side files of referenced data files: checksums and job markers. ``dirs`` gives
+    the directories of the referenced files (computed only when a job marker needs them)."""
     directory, name = posixpath.split(path)
     if name.startswith(".") and name.endswith(".crc"):
         target = posixpath.join(directory, name[1:-4])
         return target in referenced or is_companion(target, referenced, dirs)
-    return name == "_SUCCESS" and any(d == directory or d.startswith(directory + "/") for d in dirs)
+    return name == "_SUCCESS" and any(d == directory or d.startswith(directory + "/") for d in dirs())
+
+
+def _directories(files: set[str]) -> Callable[[], set[str]]:
+    """The directories of ``files``, computed on first use and then kept."""
+    cache: list[set[str]] = []
+
+    def get() -> set[str]:
+        if not cache:
+            cache.append({posixpath.dirname(f) for f in files})
+        return cache[0]
+
+    return get
 
 
 def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
@@ -172,7 +186,7 @@ def referenced_files(tables: Iterable[TableMeta]) -> set[str]:
 
 def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
     referenced = referenced_files(meta.tables)
-    dirs = {posixpath.dirname(f) for f in referenced}
+    dirs = _directories(referenced)
     ids = {tm.table.table_id: tm.table.name for tm in meta.tables}
     min_age = format_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
     items = []
@@ -208,10 +222,11 @@ def plan(meta: Metadata) -> RetentionPlan:
         for key in lease.pins:
             pinned_by.setdefault(key, []).append(lease.lease_id)
     for tm in meta.tables:
+        props = tm.table.properties
         for bucket in sorted(set(tm.snapshots) | set(tm.segments)):
-            snap_items, oldest = _plan_snapshots(tm, bucket, protected, pinned_by)
+            snap_items, oldest = _plan_snapshots(tm, bucket, protected, pinned_by, props)
             items += snap_items
-            items += _plan_segments(meta, tm, bucket, oldest)
+            items += _plan_segments(meta, tm, bucket, oldest, props)
     items += _plan_orphans(meta)
     return RetentionPlan(items, to_datetime(meta.now_ms), list(meta.skipped))
 

@@ -42,9 +42,9 @@ def _ints(values: Any) -> list[int]:
 
 
 def _strs(values: Any) -> tuple[str, ...]:
-    if not isinstance(values, list):
-        raise TypeError(f"expected a list of str, got {type(values).__name__}")
-    return tuple(_str(v) for v in values)
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"expected a list of str, got {values!r:.80}")
+    return tuple(values)
 
 
 def _str(value: Any) -> str:

@@ -10,11 +10,10 @@ from typing import Any, NamedTuple
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.protocol import serialization as ser
-from kazoo.protocol.states import ZnodeStat
 
 from ..errors import LeasekitError
 from .errors import translate
-from .ops import Node, stat_of
+from .ops import Node, Stat, stat_of
 
 __all__ = ["GetData", "GetChildren", "Read", "ReadResult", "Reader", "READS_PER_REQUEST", "MultiRead"]
 
@@ -29,11 +28,15 @@ class GetData(NamedTuple):
 
     path: str
 
+    OP = _GET_DATA
+
 
 class GetChildren(NamedTuple):
     """List a znode's children."""
 
     path: str
+
+    OP = _GET_CHILDREN
 
 
 Read = GetData | GetChildren
@@ -66,8 +69,8 @@ class MultiRead(NamedTuple):
         return out + ser.multiheader_struct.pack(-1, True, -1)
 
     @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
-        results: list[Any] = []
+    def deserialize(cls, data: bytes, offset: int) -> list[ReadResult]:
+        results: list[ReadResult] = []
         while True:
             op_type, done, _ = ser.multiheader_struct.unpack_from(data, offset)
             offset += ser.multiheader_struct.size
@@ -75,9 +78,9 @@ class MultiRead(NamedTuple):
                 return results
             if op_type == _GET_DATA:
                 value, offset = ser.read_buffer(data, offset)
-                stat = ZnodeStat._make(ser.stat_struct.unpack_from(data, offset))
+                s = ser.stat_struct.unpack_from(data, offset)  # ZnodeStat's fields, in order
                 offset += ser.stat_struct.size
-                results.append((value or b"", stat))
+                results.append(ReadResult(Node(value or b"", Stat(s[4], s[2], s[3], s[9], s[5]))))
             elif op_type == _GET_CHILDREN:
                 (count,) = ser.int_struct.unpack_from(data, offset)
                 offset += ser.int_struct.size
@@ -85,15 +88,12 @@ class MultiRead(NamedTuple):
                 for _ in range(count):
                     name, offset = ser.read_string(data, offset)
                     names.append(name)
-                results.append(names)
+                names.sort()
+                results.append(ReadResult(names))
             else:
                 (code,) = ser.int_struct.unpack_from(data, offset)
                 offset += ser.int_struct.size
-                results.append(kx.EXCEPTIONS[code]())
-
-
-def _wire(read: Read) -> tuple[int, str]:
-    return (_GET_DATA if isinstance(read, GetData) else _GET_CHILDREN, read.path)
+                results.append(_result(_GET_DATA, kx.EXCEPTIONS[code]()))
 
 
 class _Pending(NamedTuple):
@@ -114,7 +114,7 @@ class Reader:
 
     def send(self, reads: Sequence[Read]) -> list[_Pending]:
         """Send ``reads`` as requests of READS_PER_REQUEST reads each; nothing is awaited."""
-        wire = [_wire(r) for r in reads]
+        wire = [(r.OP, r.path) for r in reads]
         return [self._send(tuple(wire[i:i + READS_PER_REQUEST])) for i in range(0, len(wire), READS_PER_REQUEST)]
 
     def _send(self, ops: tuple[tuple[int, str], ...]) -> _Pending:
@@ -130,24 +130,24 @@ class Reader:
         loss, say) raise; errors of single reads are kept in their results."""
         out: list[ReadResult] = []
         for batch in pending:
-            out += [_result(t, item) for (t, _), item in zip(batch.reads, self._raw(batch))]
+            out += self._results(batch)
         return out
 
-    def _raw(self, batch: _Pending) -> list[Any]:
+    def _results(self, batch: _Pending) -> list[ReadResult]:
         timeout = self._timeout * 3
-        if isinstance(batch.result, list):
+        if isinstance(batch.result, list):  # single reads: kazoo's own results
             items = []
             for result in batch.result:
                 try:
                     items.append(result.get(timeout=timeout))
                 except (kx.NoNodeError, kx.NoAuthError) as exc:  # this read alone failed
                     items.append(exc)
-            return items
+            return [_result(t, item) for (t, _), item in zip(batch.reads, items)]
         try:
-            return batch.result.get(timeout=timeout)
+            return batch.result.get(timeout=timeout)  # MultiRead.deserialize made ReadResults
         except kx.UnimplementedError:
             self.multi_read = False
-            return self._raw(self._send(batch.reads))
+            return self._results(self._send(batch.reads))
 
 
 def _result(op_type: int, item: Any) -> ReadResult:
