@@ -103,6 +103,7 @@ def _plan_snapshots(tm: TableMeta, bucket: int, protected: dict[tuple[str, int, 
 def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotMeta | None,
                    props: dict[str, Any]) -> list[RetentionItem]:
     retention_ms = to_ms(props["log.retention"])
+    retention = format_duration(props["log.retention"])
     limit = props["log.retention.bytes"]
     respect = props["log.retention.respect-consumers"]
     tb = TableBucket(tm.table.name, bucket)
@@ -124,11 +125,11 @@ def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotM
             over = limit is not None and remaining > limit
             behind = sorted((g, o) for g, o in tm.committed.get(bucket, {}).items() if o < seg.end_offset)
             if not (old or over):
-                reason = f"within log.retention {format_duration(props['log.retention'])} (age {_age(age)})"
+                reason = f"within log.retention {retention} (age {_age(age)})"
             elif respect and behind:
                 reason = f"consumer group {behind[0][0]} has not committed past it (at offset {behind[0][1]})"
             else:
-                why = (f"older than log.retention {format_duration(props['log.retention'])} (age {_age(age)})"
+                why = (f"older than log.retention {retention} (age {_age(age)})"
                        if old else f"log over log.retention.bytes {limit}")
                 if respect and not tm.committed:  # consumer offsets are not gathered yet: say so
                     why += "; log.retention.respect-consumers: no consumer group has committed offsets for this table"

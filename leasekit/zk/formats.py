@@ -27,12 +27,19 @@ LIVE, DROPPING = "live", "dropping"
 R = TypeVar("R")
 
 
+_INVALID = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+def _invalid(kind: str, path: str, exc: Exception) -> CorruptMetadataError:
+    return CorruptMetadataError(f"{kind} at {path} is invalid: {exc!r}", path)
+
+
 def _load(data: bytes, path: str, version: int, kind: str, build: Callable[[dict[str, Any]], R]) -> R:
     value = codec.decode(data, path, version)
     try:
         return build(value)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise CorruptMetadataError(f"{kind} at {path} is invalid: {exc!r}", path) from None
+    except _INVALID as exc:
+        raise _invalid(kind, path, exc) from None
 
 
 def _ints(values: Any) -> list[int]:
@@ -203,8 +210,11 @@ class SegmentRecord(NamedTuple):
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> SegmentRecord:
-        return _load(data, path, cls.VERSION, "segment metadata",
-                     lambda v: cls(_str(v["f"]), int(v["n"]), int(v["s"]), int(v["t"])))
+        v = codec.decode(data, path, cls.VERSION)  # read 40,000 at a time by retention: kept inline
+        try:
+            return cls(_str(v["f"]), int(v["n"]), int(v["s"]), int(v["t"]))
+        except _INVALID as exc:
+            raise _invalid("segment metadata", path, exc) from None
 
 
 class SnapshotRecord(NamedTuple):
@@ -228,8 +238,11 @@ class SnapshotRecord(NamedTuple):
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> SnapshotRecord:
-        return _load(data, path, cls.VERSION, "snapshot metadata",
-                     lambda v: cls(int(v["o"]), int(v["n"]), int(v["s"]), _strs(v["f"])))
+        v = codec.decode(data, path, cls.VERSION)  # read 40,000 at a time by retention: kept inline
+        try:
+            return cls(int(v["o"]), int(v["n"]), int(v["s"]), _strs(v["f"]))
+        except _INVALID as exc:
+            raise _invalid("snapshot metadata", path, exc) from None
 
 
 class LatestChunk(NamedTuple):
