@@ -40,7 +40,10 @@ _REQUIRED_JARS = (
 _OPTIONAL_JARS = ("commons-io-*.jar", "audience-annotations-*.jar")
 
 _JVM_FLAGS = (
-    "-Xmx1g",
+    # ZooKeeper keeps its last 500 transactions on the heap (zookeeper.commitLogCount, which
+    # it never lowers below 500): acquires of 100,000 pins send ~1 MB transactions, and a
+    # few of them filled a 1 GB heap. -Xmx is a limit, not a reservation.
+    "-Xmx2g",
     "-XX:+UseSerialGC",
     "-Djava.net.preferIPv4Stack=true",
     "-Dzookeeper.admin.enableServer=false",
