@@ -6,7 +6,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..durations import to_ms
+from ..durations import check_table_name, to_ms
 from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
 from ..tables.catalog import list_tables, load_table
@@ -167,7 +167,7 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
     # orphans, or files that the applier re-checks before it deletes them
     # (``retention.apply.still_orphans``): a plan alone never deletes anything.
     in_flight = live_tokens(ctx)
-    name = None if table is None else (table if isinstance(table, str) else table.name)
+    name = None if table is None else check_table_name(table if isinstance(table, str) else getattr(table, "name", table))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasekit-listing") as pool:
         listing = pool.submit(ctx.warehouse.list, "tables" if name is None else f"tables/{name}")
         skipped: list[str] = []

@@ -33,7 +33,7 @@ __all__ = ["spark_session", "read_snapshots", "read_at", "write"]
 def _check_table(table: object) -> TableInfo:
     """``table`` if it is a Table: these functions need its connection, which a name lacks."""
     if not isinstance(table, TableInfo):
-        hint = f"ctx.table({table!r})" if isinstance(table, str) else "ctx.table('orders')"
+        hint = f"conn.table({table!r})" if isinstance(table, str) else "conn.table('orders')"
         raise InvalidTypeError(f"table must be a Table object, e.g. {hint}, not {type(table).__name__}")
     return table
 
