@@ -124,3 +124,15 @@ def test_acquire_latest_races_snapshots_and_deletion(conn, spark):
     assert not errors, errors
     assert counts["acquires"] > 3
     assert counts["deleted"] > 0, counts
+
+
+def test_100000_pin_leases_acquired_and_dropped_again_and_again(conn):
+    # L14: every acquire of 100,000 pins sends ~1 MB transactions that ZooKeeper keeps on its
+    # heap (its last 500 transactions); the embedded server must hold them, cycle after cycle.
+    table = conn.create_table("wide", "id BIGINT", "id", buckets=100_000)
+    seed_empty_snapshots(conn, table)
+    for cycle in range(6):
+        lease = conn.lease(f"cycle-{cycle}", "1h")
+        assert len(lease.acquire_latest("wide").acquired) == 100_000
+        assert lease.drop()
+    assert conn.leases() == []
