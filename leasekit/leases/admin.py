@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..durations import check_id, to_ms
 from ..errors import CorruptMetadataError, LeaseNotFoundError
 from ..records import LeaseInfo, TableBucket
-from ..zk import Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
+from ..zk import MAX_TXN_OPS, Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
 from ..zk.formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from ..zk.paths import CHUNK
 
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["release", "drop", "remove", "expire", "info", "list_leases", "pins_of", "leases_pinning",
            "forget_table", "read_pin_chunks"]
 
-OPS_PER_TXN = 5000
-"""Most ops in one transaction that removes pins."""
 
 log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases API's logger name
 
@@ -142,13 +140,13 @@ def remove(ctx: Context, lease_id: str, expected_version: int | None) -> bool:
                         for i, sid in enumerate(ch.ids) if sid]
             pin_ops.append(Delete(path, ch.stat.version if ch.stat else -1))
         try:
-            if len(pin_ops) + 2 <= OPS_PER_TXN:
+            if len(pin_ops) + 2 <= MAX_TXN_OPS:
                 store.commit([*pin_ops, Delete(paths.lease_pins(lease_id)), Delete(rec_path, version)])
                 return True
             record = LeaseRecord.decode(node, rec_path)
             if record.state == LIVE:
                 store.set(rec_path, record.renewed(record.duration_ms, record.owner, DROPPING).encode(), version)
-            for batch in chunk_ops(pin_ops, max_ops=OPS_PER_TXN):
+            for batch in chunk_ops(pin_ops, max_ops=MAX_TXN_OPS):
                 store.commit(batch)
             store.commit([Delete(paths.lease_pins(lease_id)), Delete(rec_path)])
             return True

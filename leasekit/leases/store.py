@@ -22,6 +22,7 @@ from ..records import AcquireResult, TableBucket
 from ..tables import fence
 from ..zk import (
     MAX_REQUEST_BYTES,
+    MAX_TXN_OPS,
     Create,
     Delete,
     Node,
@@ -44,8 +45,6 @@ ACQUIRE_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
 
 __all__ = ["acquire", "acquire_at", "renew", "renew_at", "validity", "lease_duration_ms", "check_snapshot_ids"]
 
-OPS_PER_TXN = 5000
-"""Most ops in one acquire transaction (besides its byte budget)."""
 
 
 def lease_duration_ms(ctx: Context, duration: Any) -> int:
@@ -79,7 +78,7 @@ def acquire_at(
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8);
     also returns the ZooKeeper time of the last commit.
 
-    One pipelined read, then transactions of up to OPS_PER_TXN ops, each carrying the pins of
+    One pipelined read, then transactions of up to MAX_TXN_OPS ops, each carrying the pins of
     whole chunks together with those chunks' arrays and the lease record (whose mtime becomes
     the acquire time). A snapshot that is missing, or deleted while we pin, is reported
     unavailable; with ``refresh`` (acquire_latest) its bucket is looked up again (L6).
@@ -144,7 +143,7 @@ def acquire_at(
                     new_ops.append(Delete(paths.pin(key[0], bucket, current, lease_id)))
                 ids[bucket % CHUNK] = sid
             new_bytes = sum(op_size(op) for op in new_ops) + 2 * CHUNK * 8
-            if batch and (len(ops) + len(new_ops) + 1 > OPS_PER_TXN or txn_bytes + new_bytes > ACQUIRE_TXN_BYTES):
+            if batch and (len(ops) + len(new_ops) + 1 > MAX_TXN_OPS or txn_bytes + new_bytes > ACQUIRE_TXN_BYTES):
                 break
             txn_bytes += new_bytes
             batch.append(key)
