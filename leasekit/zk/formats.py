@@ -27,19 +27,12 @@ LIVE, DROPPING = "live", "dropping"
 R = TypeVar("R")
 
 
-_INVALID = (KeyError, TypeError, ValueError, IndexError, AttributeError)
-
-
-def _invalid(kind: str, path: str, exc: Exception) -> CorruptMetadataError:
-    return CorruptMetadataError(f"{kind} at {path} is invalid: {exc!r}", path)
-
-
 def _load(data: bytes, path: str, version: int, kind: str, build: Callable[[dict[str, Any]], R]) -> R:
     value = codec.decode(data, path, version)
     try:
         return build(value)
-    except _INVALID as exc:
-        raise _invalid(kind, path, exc) from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise CorruptMetadataError(f"{kind} at {path} is invalid: {exc!r}", path) from None
 
 
 def _ints(values: Any) -> list[int]:
@@ -210,11 +203,8 @@ class SegmentRecord(NamedTuple):
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> SegmentRecord:
-        v = codec.decode(data, path, cls.VERSION)  # read 40,000 at a time by retention: kept inline
-        try:
-            return cls(_str(v["f"]), int(v["n"]), int(v["s"]), int(v["t"]))
-        except _INVALID as exc:
-            raise _invalid("segment metadata", path, exc) from None
+        return _load(data, path, cls.VERSION, "segment metadata",
+                     lambda v: cls(_str(v["f"]), int(v["n"]), int(v["s"]), int(v["t"])))
 
 
 class SnapshotRecord(NamedTuple):
@@ -238,11 +228,8 @@ class SnapshotRecord(NamedTuple):
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> SnapshotRecord:
-        v = codec.decode(data, path, cls.VERSION)  # read 40,000 at a time by retention: kept inline
-        try:
-            return cls(int(v["o"]), int(v["n"]), int(v["s"]), _strs(v["f"]))
-        except _INVALID as exc:
-            raise _invalid("snapshot metadata", path, exc) from None
+        return _load(data, path, cls.VERSION, "snapshot metadata",
+                     lambda v: cls(int(v["o"]), int(v["n"]), int(v["s"]), _strs(v["f"])))
 
 
 class LatestChunk(NamedTuple):
