@@ -23,6 +23,7 @@ from .errors import (
     ZooKeeperUnavailableError,
 )
 from .records import RetentionReport
+from .retention.apply import run_retention
 from .tables.catalog import finish_drop, pending_drops
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def check_interval(interval: Any) -> timedelta:
 
 
 def run_once(conn: Context) -> RetentionReport:
-    """One pass without election: finish pending table drops, then ``conn.run_retention()``
+    """One pass without election: finish pending table drops, then ``run_retention``
     (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode."""
     started = time.monotonic()
     errors: list[str] = []
@@ -54,7 +55,7 @@ def run_once(conn: Context) -> RetentionReport:
             finish_drop(conn, table_id)
         except LeasekitError as exc:
             errors.append(f"dropped table {table_id}: {exc}")
-    report = conn.run_retention()
+    report = run_retention(conn)
     if errors:
         report = dataclasses.replace(report, errors=errors + report.errors)
     for error in report.errors:
