@@ -168,9 +168,9 @@ def test_acquire_latest_pins_newest_and_reports_buckets_without_snapshot(conn, s
 def test_acquire_latest_retries_when_the_latest_disappears(conn, orders, spark, monkeypatch):
     # L6: between reading the latest ids and pinning, a newer snapshot arrives and the one
     # just read is deleted; acquire_latest must pin the newer one instead.
-    import leasekit.snapshots.catalog as snapshots
+    import leasekit.leases.handle as handle
 
-    real = snapshots.read_latest
+    real = handle.read_latest
     calls = []
 
     def racing_read_latest(table, buckets=None):
@@ -183,7 +183,7 @@ def test_acquire_latest_retries_when_the_latest_disappears(conn, orders, spark, 
         calls.append(buckets)
         return ids
 
-    monkeypatch.setattr(snapshots, "read_latest", racing_read_latest)
+    monkeypatch.setattr(handle, "read_latest", racing_read_latest)
     result = conn.lease("q3", "1h").acquire_latest("orders")
     assert result.acquired == both(orders, 3)
     assert result.unavailable == {}

@@ -23,12 +23,14 @@ from ..errors import (
     ZooKeeperUnavailableError,
 )
 from ..records import AcquireResult, LeaseInfo, TableBucket
+from ..snapshots.catalog import get_snapshots, read_latest
+from ..tables.catalog import load_table
+from ..tables.info import TableInfo
 from ..zk import to_datetime
 from . import admin, store
 
 if TYPE_CHECKING:
     from ..context import Context
-    from ..tables.info import TableInfo
 
 __all__ = ["KvSnapshotLease", "group_buckets"]
 
@@ -38,8 +40,6 @@ log = logging.getLogger(__name__)
 def group_buckets(ctx: Context, buckets: Iterable[TableBucket]) -> dict[TableInfo, list[int]]:
     """Validate TableBuckets and group their bucket numbers by table, for release: numbers the
     table does not have are left out, as a lease cannot pin them (L9)."""
-    from ..tables.catalog import load_table
-
     if isinstance(buckets, (str, bytes, TableBucket)) or not isinstance(buckets, Iterable):
         raise InvalidTypeError("buckets must be an iterable of TableBucket")
     by_name: dict[str, list[int]] = {}
@@ -58,9 +58,6 @@ def group_buckets(ctx: Context, buckets: Iterable[TableBucket]) -> dict[TableInf
 
 def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
     """Tables named by a name, a Table, or an iterable of those."""
-    from ..tables.catalog import load_table
-    from ..tables.info import TableInfo
-
     if isinstance(tables, (str, TableInfo)):
         tables = [tables]
     if not isinstance(tables, Iterable):
@@ -70,8 +67,6 @@ def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
 
 def acquire_latest(ctx: Context, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
     """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms)."""
-    from ..snapshots.catalog import read_latest
-
     wanted: dict[TableInfo, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
     for table in table_list(ctx, tables):
@@ -177,10 +172,8 @@ class KvSnapshotLease:
 
     def read(self, spark: Any, table: str | TableInfo, *, allow_partial: bool = False) -> Any:
         """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12)."""
-        from ..snapshots.catalog import get_snapshots
         from ..spark.frames import files_frame
         from ..spark.session import session, spark_errors
-        from ..tables.catalog import load_table
 
         self._check()
         spark = session(spark)

@@ -20,6 +20,7 @@ from ..errors import (
 )
 from ..records import AcquireResult, TableBucket
 from ..tables import fence
+from ..tables.catalog import load_table
 from ..zk import (
     MAX_REQUEST_BYTES,
     MAX_TXN_OPS,
@@ -282,8 +283,6 @@ def validity(ctx: Context, lease_id: str) -> LeaseRecord:
 
 def check_snapshot_ids(ctx: Context, snapshot_ids: object) -> dict[TableInfo, dict[int, int]]:
     """Validate ``{TableBucket: snapshot_id}`` and group it by table (tables looked up once)."""
-    from ..tables.catalog import load_table
-
     if not isinstance(snapshot_ids, Mapping):
         raise InvalidTypeError("snapshot_ids must be a mapping of TableBucket to snapshot id")
     by_name: dict[str, dict[int, int]] = {}
