@@ -58,22 +58,28 @@ PROFILE = {
 
 @contextlib.contextmanager
 def listings(seen: list[tuple[float, int]]) -> Iterator[list[tuple[float, int]]]:
-    """Record ``(seconds, files)`` of every ``Warehouse.list`` call in the block."""
+    """Record ``(seconds, files)`` of every warehouse listing in the block (``Warehouse.scan``
+    and ``Warehouse.list``)."""
     from leasekit.warehouse import Warehouse
 
-    original = Warehouse.list
+    originals = {"scan": Warehouse.scan, "list": Warehouse.list}
 
-    def counted(self: Warehouse, rel_dir: str) -> Any:
-        start = time.perf_counter()
-        entries = original(self, rel_dir)
-        seen.append((time.perf_counter() - start, len(entries)))
-        return entries
+    def counted(original: Any) -> Any:
+        def call(self: Warehouse, rel_dir: str) -> Any:
+            start = time.perf_counter()
+            found = original(self, rel_dir)
+            seen.append((time.perf_counter() - start, len(getattr(found, "paths", found))))
+            return found
 
-    Warehouse.list = counted  # type: ignore[method-assign]
+        return call
+
+    for name, original in originals.items():
+        setattr(Warehouse, name, counted(original))
     try:
         yield seen
     finally:
-        Warehouse.list = original  # type: ignore[method-assign]
+        for name, original in originals.items():
+            setattr(Warehouse, name, original)
 
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from .errors import IllegalStateError, InvalidArgumentError
 
-__all__ = ["Warehouse", "FileEntry"]
+__all__ = ["Warehouse", "FileEntry", "Listing"]
 
 _SPARK_SCHEMES = {"s3": "s3a"}
 
@@ -41,6 +41,23 @@ def io_errors(what: str) -> Iterator[None]:
         yield
     except (OSError, pa.ArrowException) as exc:
         raise IllegalStateError(f"{what}: {exc}") from None
+
+
+class Listing:
+    """The files found below a warehouse directory (``Warehouse.scan``)."""
+
+    def __init__(self, warehouse: Warehouse, paths: list[str], entries: dict[str, FileEntry] | None) -> None:
+        self.paths = paths
+        """Every file found, relative to the warehouse root."""
+        self._warehouse = warehouse
+        self._entries = entries
+
+    def entries(self, rels: Iterable[str]) -> list[FileEntry]:
+        """Sizes and times of ``rels`` (paths of this listing): from the listing where it has
+        them, else read now; files deleted since the scan are left out."""
+        if self._entries is None:
+            return self._warehouse.stat(rels)
+        return [self._entries[rel] for rel in rels if rel in self._entries]
 
 
 class Warehouse:
@@ -124,6 +141,44 @@ class Warehouse:
             for info in infos
             if info.type == pafs.FileType.File
         ]
+
+    def scan(self, rel_dir: str) -> Listing:
+        """The files below ``rel_dir`` (recursively; none if it does not exist): their paths now,
+        their sizes and times on demand.
+
+        A local scan reads names and types from the directories alone, without a stat call per
+        file, so a caller that needs the sizes and times of a few files (the unreferenced ones,
+        say) does not pay for all of them; remote listings carry them anyway and keep them.
+        """
+        if not self.is_local:
+            entries = self.list(rel_dir)
+            return Listing(self, [e.path for e in entries], {e.path: e for e in entries})
+        prefix = len(self.location) + 1
+        paths: list[str] = []
+        pending = [os.path.join(self.location, rel_dir)]
+        with io_errors(f"list {self.uri(rel_dir)}"):
+            while pending:
+                try:
+                    scanner = os.scandir(pending.pop())
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # absent, or removed since its parent was read
+                with scanner:
+                    for entry in scanner:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.path)
+                        elif entry.is_file():
+                            paths.append(entry.path[prefix:])
+        return Listing(self, paths, None)
+
+    def stat(self, rels: Iterable[str]) -> list[FileEntry]:
+        """Size and modification time of each of ``rels`` that exists."""
+        rels = list(rels)
+        if not rels:
+            return []
+        with io_errors(f"stat {len(rels)} files in {self.location}"):
+            infos = self.fs.get_file_info([self.fs_path(rel) for rel in rels])
+        return [FileEntry(rel, info.size or 0, (info.mtime_ns or 0) // 1_000_000)
+                for rel, info in zip(rels, infos) if info.type == pafs.FileType.File]
 
     def exists(self, rel: str) -> bool:
         with io_errors(f"stat {self.uri(rel)}"):

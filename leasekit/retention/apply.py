@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import posixpath
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -16,11 +15,14 @@ from ..errors import CorruptMetadataError, InvalidArgumentError, LeasekitError, 
 from ..leases import admin as lease_admin
 from ..log.markers import live_tokens
 from ..log.segments import delete_segments
+from ..memory import collector_paused
 from ..records import RetentionItem, RetentionPlan, RetentionReport
 from ..snapshots.catalog import delete_snapshot
 from ..tables.catalog import load_table
-from .gather import Metadata, TableMeta, gather, gather_table
-from .planner import is_companion, plan, referenced_files, uris
+from .gather import gather, gather_table
+from .meta import Metadata, TableMeta
+from .planner import plan, uris
+from .references import referenced_files, unreferenced
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -33,15 +35,17 @@ log = logging.getLogger(__name__)
 
 def retention_plan(ctx: Context, table: str | TableInfo | None = None) -> RetentionPlan:
     """The retention plan for one table (or all), leases included; changes nothing (R6)."""
-    result = plan(gather(ctx, table))
-    return dataclasses.replace(result, items=uris(result.items, ctx.warehouse))
+    with collector_paused():
+        result = plan(gather(ctx, table))
+        return dataclasses.replace(result, items=uris(result.items, ctx.warehouse))
 
 
 def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run: bool = False,
                   progress: Callable[[int], None] | None = None) -> RetentionReport:
     """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing."""
-    meta = gather(ctx, table)
-    result = plan(meta)
+    with collector_paused():
+        meta = gather(ctx, table)
+        result = plan(meta)
     if dry_run:
         return RetentionReport(uris(result.deletes, ctx.warehouse), result.reclaimable_bytes, list(result.skipped), True)
     done: list[RetentionItem] = []
@@ -135,12 +139,9 @@ def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
         if skipped:  # part of the table's metadata is unreadable: it may reference any file
             protected.append(f"tables/{name}/")
             skipped.clear()
-    referenced = referenced_files(metas)
-    dirs = {posixpath.dirname(f) for f in referenced}
     return {
-        p for p in paths
-        if p not in referenced and not is_companion(p, referenced, lambda: dirs)
-        and not p.startswith(tuple(protected)) and not any(t in p for t in in_flight)
+        p for p in unreferenced(paths, referenced_files(metas))
+        if not p.startswith(tuple(protected)) and not any(t in p for t in in_flight)
     }
 
 

@@ -4,76 +4,23 @@ tables' snapshots and segments, every lease with its pins, writes in progress, t
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ..durations import check_table_name, to_ms
 from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
 from ..tables.catalog import list_tables, load_table
-from ..warehouse import FileEntry
 from ..zk import GetChildren, GetData
 from ..zk.formats import BucketState, LeaseRecord, PinChunk, SegmentRecord, SnapshotRecord
 from ..zk.paths import CHUNK
+from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
+from .references import referenced_files, unreferenced
 
 if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["Metadata", "TableMeta", "LeaseMeta", "SnapshotMeta", "SegmentMeta", "gather", "gather_table"]
-
-
-class SnapshotMeta(NamedTuple):
-    snapshot_id: int
-    log_offset: int
-    size_bytes: int
-    files: tuple[str, ...]
-    """Warehouse-relative paths."""
-    pins: int
-    """Pin znodes under the snapshot (from its stat)."""
-
-
-class SegmentMeta(NamedTuple):
-    base_offset: int
-    end_offset: int
-    size_bytes: int
-    timestamp_ms: int
-    file: str
-    """Warehouse-relative path."""
-
-
-class TableMeta(NamedTuple):
-    table: TableInfo
-    begin: dict[int, int]
-    """Beginning offset per written bucket."""
-    snapshots: dict[int, list[SnapshotMeta]]
-    segments: dict[int, list[SegmentMeta]]
-    committed: dict[int, dict[str, int]]
-    """Committed offset per consumer group, per bucket (for log.retention.respect-consumers)."""
-
-
-class LeaseMeta(NamedTuple):
-    lease_id: str
-    expires_ms: int
-    state: str
-    version: int
-    pins: dict[tuple[str, int, int], None]
-    """(table_id, bucket, snapshot_id) of every pin."""
-
-
-class Metadata(NamedTuple):
-    """Everything a plan is computed from."""
-
-    now_ms: int
-    tables: list[TableMeta]
-    leases: list[LeaseMeta]
-    files: list[FileEntry]
-    grace_ms: int
-    orphan_min_age_ms: int
-    skipped: list[str]
-    protected_dirs: tuple[str, ...]
-    """Warehouse directories whose files are never orphans (tables whose metadata was unreadable)."""
-    in_flight: frozenset[str] = frozenset()
-    """Tokens of writes in progress: files carrying one are not orphans yet."""
+__all__ = ["gather", "gather_table"]
 
 
 def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
@@ -81,9 +28,10 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
     buckets = list(range(table.num_buckets))
     n = len(buckets)
     # One pipelined batch for the bucket states and both child listings of every bucket.
+    snap_dirs = [paths.snapshots(tid, b) for b in buckets]
+    log_dirs = [paths.log(tid, b) for b in buckets]
     results = store.read_many([*(GetData(paths.bucket(tid, b)) for b in buckets),
-                               *(GetChildren(paths.snapshots(tid, b)) for b in buckets),
-                               *(GetChildren(paths.log(tid, b)) for b in buckets)])
+                               *(GetChildren(d) for d in snap_dirs), *(GetChildren(d) for d in log_dirs)])
     for result in results:
         if result.error is not None:
             raise result.error
@@ -96,14 +44,23 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
             except CorruptMetadataError as exc:
                 skipped.append(str(exc))
     written = sorted(begin)
-    snap_keys = [(b, int(name)) for b in written for name in (results[n + b].value or [])]
-    seg_keys = [(b, int(name)) for b in written for name in (results[2 * n + b].value or [])]
-    snap_paths = [paths.snapshot(tid, b, i) for b, i in snap_keys]
-    seg_paths = [paths.segment(tid, b, o) for b, o in seg_keys]
+    snap_keys: list[tuple[int, str]] = []
+    seg_keys: list[tuple[int, str]] = []
+    for b in written:
+        for keys, parent, names in ((snap_keys, snap_dirs[b], results[n + b].value),
+                                    (seg_keys, log_dirs[b], results[2 * n + b].value)):
+            for name in names or ():  # type: ignore[union-attr]
+                if name.isdigit():
+                    keys.append((b, name))
+                else:
+                    skipped.append(f"unexpected znode {parent}/{name}: not a snapshot id or log offset")
+    # Child paths are their parent's path and the child's name, as listed.
+    snap_paths = [f"{snap_dirs[b]}/{name}" for b, name in snap_keys]
+    seg_paths = [f"{log_dirs[b]}/{name}" for b, name in seg_keys]
     nodes = store.get_many(snap_paths + seg_paths)
     snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in written}
     segments: dict[int, list[SegmentMeta]] = {b: [] for b in written}
-    for (b, sid), path, node in zip(snap_keys, snap_paths, nodes[:len(snap_paths)]):
+    for (b, name), path, node in zip(snap_keys, snap_paths, nodes[:len(snap_paths)]):
         if node is None:
             continue
         try:
@@ -111,8 +68,8 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
-        snapshots[b].append(SnapshotMeta(sid, snap.log_offset, snap.size, snap.files, node.stat.num_children))
-    for (b, base), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths):]):
+        snapshots[b].append(SnapshotMeta(int(name), snap.log_offset, snap.size, snap.files, node.stat.num_children))
+    for (b, name), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths):]):
         if node is None:
             continue
         try:
@@ -120,6 +77,7 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
+        base = int(name)
         segments[b].append(SegmentMeta(base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file))
     return TableMeta(table, begin, snapshots, segments, {})
 
@@ -169,20 +127,23 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
     in_flight = live_tokens(ctx)
     name = None if table is None else check_table_name(table if isinstance(table, str) else getattr(table, "name", table))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasekit-listing") as pool:
-        listing = pool.submit(ctx.warehouse.list, "tables" if name is None else f"tables/{name}")
+        scan = pool.submit(ctx.warehouse.scan, "tables" if name is None else f"tables/{name}")
         skipped: list[str] = []
         protected: list[str] = []
         names = [table] if table is not None else list_tables(ctx)
         tables: list[TableMeta] = []
         for each in names:
+            before = len(skipped)
             try:
                 tables.append(gather_table(ctx, load_table(ctx, each), skipped))
             except CorruptMetadataError as exc:
                 skipped.append(str(exc))
+            if len(skipped) > before:  # R4: unreadable metadata may reference any of its files
                 protected.append(f"tables/{each}/")
         leases = _gather_leases(ctx, skipped)
         settings = ctx.settings()
-        files = listing.result()
+        listing = scan.result()
+        files = listing.entries(unreferenced(listing.paths, referenced_files(tables)))
     now = ctx.now_ms()
     return Metadata(now, tables, leases, files, to_ms(settings["lease.expiry-grace"]),
                     to_ms(settings["orphan.min-age"]), skipped, tuple(protected), in_flight)

@@ -4,20 +4,20 @@ plan that gives every lease, snapshot, segment and orphan file a keep or delete 
 
 from __future__ import annotations
 
-import posixpath
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import format_duration, to_ms
 from ..records import RetentionItem, RetentionPlan, TableBucket
 from ..zk import to_datetime
-from .gather import LeaseMeta, Metadata, SnapshotMeta, TableMeta
+from .meta import LeaseMeta, Metadata, SnapshotMeta, TableMeta
+from .references import referenced_files, unreferenced
 
 if TYPE_CHECKING:
     from ..warehouse import Warehouse
 
-__all__ = ["plan", "protected_snapshots", "referenced_files", "is_companion", "uris"]
+__all__ = ["plan", "protected_snapshots", "uris"]
 
 
 
@@ -63,6 +63,7 @@ def protected_snapshots(meta: Metadata, ending: set[str]) -> dict[tuple[str, int
     protected: dict[tuple[str, int, int], str] = {}
     for tm in meta.tables:
         retained = tm.table.properties["kv.snapshot.num-retained"]
+        newest = f"newest {retained} of bucket"
         tid = tm.table.table_id
         for bucket, snaps in tm.snapshots.items():
             for rank, snap in enumerate(sorted(snaps, key=lambda s: -s.snapshot_id)):
@@ -71,7 +72,7 @@ def protected_snapshots(meta: Metadata, ending: set[str]) -> dict[tuple[str, int
                 live = [x for x in leases if x.lease_id not in ending]
                 unknown = snap.pins - len(leases)
                 if rank < retained:
-                    protected[key] = f"newest {retained} of bucket"
+                    protected[key] = newest
                 elif live:
                     protected[key] = "pinned by " + ", ".join(
                         f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live)
@@ -80,33 +81,46 @@ def protected_snapshots(meta: Metadata, ending: set[str]) -> dict[tuple[str, int
     return protected
 
 
-def _plan_snapshots(tm: TableMeta, bucket: int, protected: dict[tuple[str, int, int], str],
+class _Policy(NamedTuple):
+    """A table's retention properties, read and formatted once per plan."""
+
+    retained: int
+    retention_ms: int
+    retention: str
+    limit: int | None
+    respect: bool
+
+    @classmethod
+    def of(cls, props: dict[str, Any]) -> _Policy:
+        return cls(props["kv.snapshot.num-retained"], to_ms(props["log.retention"]),
+                   format_duration(props["log.retention"]), props["log.retention.bytes"],
+                   props["log.retention.respect-consumers"])
+
+
+def _plan_snapshots(tm: TableMeta, tb: TableBucket, protected: dict[tuple[str, int, int], str],
                     pinned_by: dict[tuple[str, int, int], list[str]],
-                    props: dict[str, Any]) -> tuple[list[RetentionItem], SnapshotMeta | None]:
-    retained = props["kv.snapshot.num-retained"]
-    tb = TableBucket(tm.table.name, bucket)
+                    policy: _Policy) -> tuple[list[RetentionItem], SnapshotMeta | None]:
     items, kept = [], []
+    tid, bucket = tm.table.table_id, tb.bucket
     for snap in sorted(tm.snapshots.get(bucket, []), key=lambda s: -s.snapshot_id):
-        key = (tm.table.table_id, bucket, snap.snapshot_id)
+        key = (tid, bucket, snap.snapshot_id)
         reason = protected.get(key)
         if reason is None:
             ending = pinned_by.get(key)
             gone = f"; its lease(s) {', '.join(ending)} expire in this pass" if ending else ""
             items.append(RetentionItem("snapshot", tb, snap.snapshot_id, "delete",
-                                       f"older than the newest {retained} of bucket, not pinned{gone}", snap.size_bytes))
+                                       f"older than the newest {policy.retained} of bucket, not pinned{gone}",
+                                       snap.size_bytes))
             continue
         kept.append(snap)
         items.append(RetentionItem("snapshot", tb, snap.snapshot_id, "keep", reason, snap.size_bytes))
     return items, min(kept, key=lambda s: s.log_offset, default=None)
 
 
-def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotMeta | None,
-                   props: dict[str, Any]) -> list[RetentionItem]:
-    retention_ms = to_ms(props["log.retention"])
-    retention = format_duration(props["log.retention"])
-    limit = props["log.retention.bytes"]
-    respect = props["log.retention.respect-consumers"]
-    tb = TableBucket(tm.table.name, bucket)
+def _plan_segments(meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: SnapshotMeta | None,
+                   policy: _Policy) -> list[RetentionItem]:
+    retention_ms, retention, limit, respect = policy.retention_ms, policy.retention, policy.limit, policy.respect
+    bucket = tb.bucket
     segments = sorted(tm.segments.get(bucket, []), key=lambda s: s.base_offset)
     remaining = sum(s.size_bytes for s in segments)
     cover = oldest.log_offset if oldest else 0
@@ -142,28 +156,6 @@ def _plan_segments(meta: Metadata, tm: TableMeta, bucket: int, oldest: SnapshotM
     return items
 
 
-def is_companion(path: str, referenced: set[str], dirs: Callable[[], set[str]]) -> bool:
-    """Spark's side files of referenced data files: checksums and job markers. ``dirs`` gives
-    the directories of the referenced files (computed only when a job marker needs them)."""
-    directory, name = posixpath.split(path)
-    if name.startswith(".") and name.endswith(".crc"):
-        target = posixpath.join(directory, name[1:-4])
-        return target in referenced or is_companion(target, referenced, dirs)
-    return name == "_SUCCESS" and any(d == directory or d.startswith(directory + "/") for d in dirs())
-
-
-def _directories(files: set[str]) -> Callable[[], set[str]]:
-    """The directories of ``files``, computed on first use and then kept."""
-    cache: list[set[str]] = []
-
-    def get() -> set[str]:
-        if not cache:
-            cache.append({posixpath.dirname(f) for f in files})
-        return cache[0]
-
-    return get
-
-
 def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
     parts = path.split("/")
     if len(parts) < 4 or tables.get(parts[2]) != parts[1]:
@@ -176,24 +168,13 @@ def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
     return None
 
 
-def referenced_files(tables: Iterable[TableMeta]) -> set[str]:
-    """Every file the tables' metadata names: snapshot files and log segments."""
-    referenced: set[str] = set()
-    for tm in tables:
-        referenced.update(f for snaps in tm.snapshots.values() for s in snaps for f in s.files)
-        referenced.update(s.file for segs in tm.segments.values() for s in segs)
-    return referenced
-
-
 def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
     referenced = referenced_files(meta.tables)
-    dirs = _directories(referenced)
+    candidates = {e.path: e for e in meta.files}
     ids = {tm.table.table_id: tm.table.name for tm in meta.tables}
     min_age = format_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
     items = []
-    for entry in sorted(meta.files, key=lambda e: e.path):
-        if entry.path in referenced or is_companion(entry.path, referenced, dirs):
-            continue
+    for entry in (candidates[p] for p in sorted(unreferenced(candidates, referenced))):
         if entry.path.startswith(meta.protected_dirs):
             continue
         age = meta.now_ms - entry.mtime_ms
@@ -223,11 +204,12 @@ def plan(meta: Metadata) -> RetentionPlan:
         for key in lease.pins:
             pinned_by.setdefault(key, []).append(lease.lease_id)
     for tm in meta.tables:
-        props = tm.table.properties
+        policy = _Policy.of(tm.table.properties)
         for bucket in sorted(set(tm.snapshots) | set(tm.segments)):
-            snap_items, oldest = _plan_snapshots(tm, bucket, protected, pinned_by, props)
+            tb = TableBucket(tm.table.name, bucket)
+            snap_items, oldest = _plan_snapshots(tm, tb, protected, pinned_by, policy)
             items += snap_items
-            items += _plan_segments(meta, tm, bucket, oldest, props)
+            items += _plan_segments(meta, tm, tb, oldest, policy)
     items += _plan_orphans(meta)
     return RetentionPlan(items, to_datetime(meta.now_ms), list(meta.skipped))
 

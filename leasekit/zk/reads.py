@@ -21,6 +21,9 @@ READS_PER_REQUEST = 500
 """Reads carried by one multiRead request (responses stay far below 1 MB)."""
 
 _GET_DATA, _GET_CHILDREN = 4, 8
+_HEAD = ser.multiheader_struct
+"""Header of each read of a multiRead: op type, done flag, error."""
+_INT, _STAT = ser.int_struct, ser.stat_struct
 
 
 class GetData(NamedTuple):
@@ -70,30 +73,35 @@ class MultiRead(NamedTuple):
 
     @classmethod
     def deserialize(cls, data: bytes, offset: int) -> list[ReadResult]:
+        # Runs on kazoo's connection thread for every read of a batch (tens of thousands per
+        # retention plan): named tuples are built with tuple.__new__, which skips the Python
+        # frame of their generated __new__ and halves the time per read.
         results: list[ReadResult] = []
+        append, new = results.append, tuple.__new__
+        head, integer, stat = _HEAD.unpack_from, _INT.unpack_from, _STAT.unpack_from
         while True:
-            op_type, done, _ = ser.multiheader_struct.unpack_from(data, offset)
-            offset += ser.multiheader_struct.size
+            op_type, done, _ = head(data, offset)
             if done:
                 return results
+            (n,) = integer(data, offset + _HEAD.size)  # data length, child count or error code
+            offset += _HEAD.size + _INT.size
             if op_type == _GET_DATA:
-                value, offset = ser.read_buffer(data, offset)
-                s = ser.stat_struct.unpack_from(data, offset)  # ZnodeStat's fields, in order
-                offset += ser.stat_struct.size
-                results.append(ReadResult(Node(value or b"", Stat(s[4], s[2], s[3], s[9], s[5]))))
+                end = offset + max(n, 0)
+                value = data[offset:end]
+                s = stat(data, end)  # ZnodeStat's fields, in order
+                offset = end + _STAT.size
+                append(new(ReadResult, (new(Node, (value, new(Stat, (s[4], s[2], s[3], s[9], s[5])))), None)))
             elif op_type == _GET_CHILDREN:
-                (count,) = ser.int_struct.unpack_from(data, offset)
-                offset += ser.int_struct.size
                 names = []
-                for _ in range(count):
-                    name, offset = ser.read_string(data, offset)
-                    names.append(name)
+                for _ in range(n):
+                    (length,) = integer(data, offset)
+                    offset += _INT.size
+                    names.append(data[offset:offset + length].decode())
+                    offset += length
                 names.sort()
-                results.append(ReadResult(names))
+                append(new(ReadResult, (names, None)))
             else:
-                (code,) = ser.int_struct.unpack_from(data, offset)
-                offset += ser.int_struct.size
-                results.append(_result(_GET_DATA, kx.EXCEPTIONS[code]()))
+                append(_result(_GET_DATA, kx.EXCEPTIONS[n]()))
 
 
 class _Pending(NamedTuple):

@@ -162,3 +162,30 @@ def test_retention_skips_a_corrupt_table_and_never_deletes_its_files(conn, garba
     report = conn.run_retention()
     assert {i.item_id for i in report.deleted} == {conn.warehouse.uri(stray)}
     assert bad_files <= warehouse_files(conn)
+
+
+@pytest.mark.parametrize("damage", ["garbage-snapshot", "garbage-bucket", "stray-child"])
+def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(conn, orders, damage):
+    # R4, R6, §9: a snapshot or bucket znode that cannot be read, or a child that is no
+    # snapshot id, is named in ``skipped``; the files it may reference are kept even with
+    # orphan.min-age 0s, and the other buckets are planned and reclaimed as usual
+    conn.update_settings({"orphan.min-age": "0s"})
+    newest = [f for s in orders.snapshots() if (s.table_bucket.bucket, s.snapshot_id) == (0, 2) for f in s.files]
+    if damage == "garbage-snapshot":
+        path = conn.paths.snapshot(orders.table_id, 0, 2)
+        _corrupt(conn, path, GARBAGE["not-msgpack"])
+    elif damage == "garbage-bucket":
+        path = conn.paths.bucket(orders.table_id, 0)
+        _corrupt(conn, path, GARBAGE["missing-fields"])
+    else:
+        path = f"{conn.paths.snapshots(orders.table_id, 0)}/not-a-snapshot"
+        conn.store.ensure_path(path)
+
+    plan = conn.retention_plan()
+    assert len(plan.skipped) == 1 and path in plan.skipped[0]
+    assert [i for i in plan.items if i.kind == "orphan"] == []
+    deletes = {(i.table_bucket.bucket, i.item_id) for i in plan.items if i.kind == "snapshot" and i.action == "delete"}
+    assert {(1, 1), (2, 1), (3, 1)} <= deletes
+    report = conn.run_retention()
+    assert not [i for i in report.deleted if i.kind == "orphan"]
+    assert newest and all(os.path.exists(f) for f in newest)

@@ -1,0 +1,68 @@
+"""The metadata a retention plan is computed from, as gathered: per table its buckets'
+snapshots and segments, every lease with its pins, the unreferenced warehouse files."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from ..tables.info import TableInfo
+    from ..warehouse import FileEntry
+
+__all__ = ["Metadata", "TableMeta", "LeaseMeta", "SnapshotMeta", "SegmentMeta"]
+
+
+class SnapshotMeta(NamedTuple):
+    snapshot_id: int
+    log_offset: int
+    size_bytes: int
+    files: tuple[str, ...]
+    """Warehouse-relative paths."""
+    pins: int
+    """Pin znodes under the snapshot (from its stat)."""
+
+
+class SegmentMeta(NamedTuple):
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+    timestamp_ms: int
+    file: str
+    """Warehouse-relative path."""
+
+
+class TableMeta(NamedTuple):
+    table: TableInfo
+    begin: dict[int, int]
+    """Beginning offset per written bucket."""
+    snapshots: dict[int, list[SnapshotMeta]]
+    segments: dict[int, list[SegmentMeta]]
+    committed: dict[int, dict[str, int]]
+    """Committed offset per consumer group, per bucket (for log.retention.respect-consumers)."""
+
+
+class LeaseMeta(NamedTuple):
+    lease_id: str
+    expires_ms: int
+    state: str
+    version: int
+    pins: dict[tuple[str, int, int], None]
+    """(table_id, bucket, snapshot_id) of every pin."""
+
+
+class Metadata(NamedTuple):
+    """Everything a plan is computed from."""
+
+    now_ms: int
+    tables: list[TableMeta]
+    leases: list[LeaseMeta]
+    files: list[FileEntry]
+    """The listed warehouse files that no metadata references, with their sizes and times (the
+    others are listed, not statted)."""
+    grace_ms: int
+    orphan_min_age_ms: int
+    skipped: list[str]
+    protected_dirs: tuple[str, ...]
+    """Warehouse directories whose files are never orphans (tables whose metadata was unreadable)."""
+    in_flight: frozenset[str] = frozenset()
+    """Tokens of writes in progress: files carrying one are not orphans yet."""
