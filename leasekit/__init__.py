@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import *  # noqa: F403
 from .errors import __all__ as _error_names
-from .records import AcquireResult, LeaseInfo, LogSegment, OffsetRange, Snapshot, TableBucket
+from .records import (
+    AcquireResult,
+    CommittedOffset,
+    LeaseInfo,
+    LogSegment,
+    OffsetAndMetadata,
+    OffsetRange,
+    Record,
+    Snapshot,
+    TableBucket,
+)
 
 if TYPE_CHECKING:
     from .connection import Connection, connect
@@ -32,6 +42,9 @@ __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
     "LogSegment",
     "AcquireResult",
     "LeaseInfo",
+    "OffsetAndMetadata",
+    "CommittedOffset",
+    "Record",
     "KvSnapshotLease",
     *_error_names,
 ]

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "TableBucket", "OffsetRange", "Snapshot", "LogSegment", "AcquireResult", "LeaseInfo",
-    "RetentionItem", "RetentionPlan", "RetentionReport",
+    "RetentionItem", "RetentionPlan", "RetentionReport", "OffsetAndMetadata", "Record", "CommittedOffset",
 ]
 
 
@@ -34,6 +34,41 @@ class OffsetRange(NamedTuple):
 
     def __len__(self) -> int:  # type: ignore[override]
         return self.end - self.start
+
+
+class OffsetAndMetadata(NamedTuple):
+    """An offset to commit: the next offset to consume, with the committer's metadata."""
+
+    offset: int
+    """Next offset to consume (C2)."""
+    metadata: str = ""
+    """At most 4096 UTF-8 bytes."""
+
+
+class CommittedOffset(NamedTuple):
+    """A group's committed offset of one bucket, as stored."""
+
+    table_bucket: TableBucket
+    offset: int
+    """Next offset to consume."""
+    metadata: str
+    """The committer's metadata."""
+    committed_at: datetime
+    """ZooKeeper time of the commit."""
+
+
+class Record(NamedTuple):
+    """One log record returned by ``Consumer.getone`` and consumer iteration."""
+
+    table_bucket: TableBucket
+    offset: int
+    """The record's log offset."""
+    timestamp_ms: int
+    """Commit time on the ZooKeeper clock, epoch milliseconds."""
+    op: str
+    """"upsert" or "delete"."""
+    value: dict[str, Any]
+    """The table's columns (for a delete: the primary key, the other columns None)."""
 
 
 class Snapshot(NamedTuple):

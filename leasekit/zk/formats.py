@@ -18,7 +18,8 @@ from .paths import CHUNK
 
 __all__ = [
     "SettingsRecord", "TableRecord", "DropMark", "DroppedTable", "BucketState", "SegmentRecord",
-    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "LIVE", "DROPPING", "CHUNK",
+    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "OffsetRecord", "Commit", "LIVE", "DROPPING",
+    "CHUNK", "HISTORY",
 ]
 
 LIVE, DROPPING = "live", "dropping"
@@ -324,3 +325,66 @@ class PinChunk(NamedTuple):
             return cls(table_id, chunk, _str(v["t"]), ids + [0] * (CHUNK - len(ids)), node.stat)
 
         return _load(node.data, path, cls.VERSION, "lease pins", build)
+
+
+HISTORY = 10
+"""Commits an offset record remembers (the window of lag health, DESIGN §6.6)."""
+
+
+class Commit(NamedTuple):
+    """One commit of an offset record's history."""
+
+    time_ms: int
+    """ZooKeeper time of the commit (read in the commit's own round trip, just before it)."""
+    offset: int
+    """The committed offset."""
+    log_end: int
+    """The bucket's log end offset at that time: lag at commit = log_end - offset."""
+
+
+class OffsetRecord(NamedTuple):
+    """``<ns>/groups/<group>/offsets/<table_id>.<bucket>``: a group's committed offset of one
+    bucket (the next offset to consume, C2), with its last HISTORY commits, oldest first."""
+
+    offset: int
+    metadata: str
+    """The committer's metadata (at most 4096 UTF-8 bytes)."""
+    table: str
+    """The table's name at commit (the znode names the table by id)."""
+    history: tuple[Commit, ...]
+    """The last HISTORY commits, oldest first; the last one is this offset's."""
+    stat: Stat | None = None
+    """The znode's stat (None for a record not yet stored)."""
+
+    VERSION = 1
+
+    @property
+    def commit_ms(self) -> int:
+        """ZooKeeper time of the last commit."""
+        return self.history[-1].time_ms if self.history else (self.stat.mtime_ms if self.stat else 0)
+
+    def committed(self, offset: int, metadata: str, table: str, now_ms: int, log_end: int) -> OffsetRecord:
+        """The record after committing ``offset`` at ``now_ms`` with the log end then."""
+        return OffsetRecord(offset, metadata, table, (*self.history, Commit(now_ms, offset, log_end))[-HISTORY:])
+
+    def encode(self) -> bytes:
+        return codec.encode({"o": self.offset, "m": self.metadata, "t": self.table,
+                             "h": [list(c) for c in self.history]}, self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str) -> OffsetRecord:
+        def build(v: dict[str, Any]) -> OffsetRecord:
+            history = tuple(Commit(int(t), int(o), int(e)) for t, o, e in v["h"])
+            if len(history) > HISTORY:
+                raise ValueError(f"{len(history)} commits in the history, at most {HISTORY}")
+            offset = int(v["o"])
+            if offset < 0:
+                raise ValueError(f"negative offset {offset}")
+            return cls(offset, _str(v["m"]), _str(v["t"]), history, node.stat)
+
+        return _load(node.data, path, cls.VERSION, "committed offset", build)
+
+    @classmethod
+    def empty(cls, table: str) -> OffsetRecord:
+        """No commit yet."""
+        return cls(-1, "", table, ())

@@ -27,11 +27,12 @@ class Paths:
         self.leases = f"{self.root}/leases"
         self.janitor = f"{self.root}/janitor"
         self.writes = f"{self.root}/writes"
+        self.groups = f"{self.root}/groups"
 
     def skeleton(self) -> list[str]:
         """Znodes every namespace has."""
         return [self.root, self.settings, self.clock, self.tables, self.data, self.dropped, self.leases,
-                self.writes]
+                self.writes, self.groups]
 
     def table(self, name: str) -> str:
         return f"{self.tables}/{name}"
@@ -67,6 +68,25 @@ class Paths:
     def pin(self, table_id: str, bucket: int, snapshot_id: int, lease_id: str) -> str:
         """A lease's pin: a child of the snapshot's znode, so neither can outlive the other."""
         return f"{self.snapshot(table_id, bucket, snapshot_id)}/{lease_id}"
+
+    def group(self, group_id: str) -> str:
+        """A consumer group: its generation in the data (fenced commits check its version)."""
+        return f"{self.groups}/{group_id}"
+
+    def group_offsets(self, group_id: str) -> str:
+        return f"{self.group(group_id)}/offsets"
+
+    def offset(self, group_id: str, table_id: str, bucket: int) -> str:
+        """The group's committed offset of one bucket of a table."""
+        return f"{self.group_offsets(group_id)}/{table_id}.{bucket}"
+
+    @staticmethod
+    def parse_offset(name: str) -> tuple[str, int]:
+        """(table_id, bucket) of an offset znode's name; ValueError if it is not one."""
+        table_id, _, bucket = name.rpartition(".")
+        if not table_id or not bucket.isdigit():
+            raise ValueError(f"not an offset znode name: {name!r}")
+        return table_id, int(bucket)
 
     def lease(self, lease_id: str) -> str:
         return f"{self.leases}/{lease_id}"

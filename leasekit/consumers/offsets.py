@@ -1,0 +1,165 @@
+"""Committed offsets of consumer groups (C2, C3, C4): one znode per (group, table, bucket)
+with the offset, the committer's metadata and the last commits with the log end at each.
+
+A commit reads the stored records, the buckets' log ends and the ZooKeeper clock in one
+pipelined round trip and writes every changed offset in one transaction while that fits
+ZooKeeper's request limit (several beyond it, each bucket's offset still written whole);
+offsets that did not change are not written. ``fence`` checks (the group generation of a
+member, say) go into every one of those transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..durations import check_id
+from ..errors import IllegalStateError, InvalidArgumentError, InvalidTypeError
+from ..records import OffsetAndMetadata, TableBucket
+from ..zk import (
+    MAX_TXN_BYTES,
+    MAX_TXN_OPS,
+    Check,
+    Create,
+    Op,
+    SetData,
+    TxnConflict,
+    chunk_ops,
+    op_size,
+)
+from ..zk.formats import BucketState, OffsetRecord
+
+if TYPE_CHECKING:
+    from ..context import Context
+    from ..tables.info import TableInfo
+
+__all__ = ["MAX_METADATA_BYTES", "check_group_id", "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
+
+MAX_METADATA_BYTES = 4096
+ATTEMPTS = 50
+
+
+def check_group_id(value: object) -> str:
+    """``value`` if it follows the id rule of leases (L1), else ``InvalidArgumentError``."""
+    return check_id(value, what="group id", error=InvalidArgumentError)
+
+
+def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
+    """Offsets to commit, checked (C2, C3): a non-empty mapping of TableBucket to an int >= 0 or
+    an OffsetAndMetadata whose metadata is a str of at most 4096 UTF-8 bytes."""
+    if not isinstance(offsets, Mapping):
+        raise InvalidTypeError(f"offsets must be a mapping of TableBucket to offset, not {type(offsets).__name__}")
+    if not offsets:
+        raise InvalidArgumentError("no offsets to commit: give at least one bucket")
+    out: dict[TableBucket, OffsetAndMetadata] = {}
+    for tb, value in offsets.items():
+        if not isinstance(tb, TableBucket):
+            raise InvalidTypeError(f"offset keys must be TableBucket, not {type(tb).__name__}")
+        value = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+        offset, metadata = value
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise InvalidTypeError(f"offset of {tb} must be an int, not {type(offset).__name__}")
+        if offset < 0:
+            raise InvalidArgumentError(f"offset of {tb} must be >= 0, got {offset}")
+        if not isinstance(metadata, str):
+            raise InvalidTypeError(f"metadata of {tb} must be a str, not {type(metadata).__name__}")
+        if len(metadata.encode("utf-8", "surrogatepass")) > MAX_METADATA_BYTES:
+            raise InvalidArgumentError(f"metadata of {tb} exceeds {MAX_METADATA_BYTES} UTF-8 bytes")
+        out[tb] = OffsetAndMetadata(offset, metadata)
+    return out
+
+
+def _decode(path: str, node: Any) -> OffsetRecord | None:
+    return None if node is None else OffsetRecord.decode(node, path)
+
+
+def fetch(ctx: Context, group_id: str, tables: Mapping[str, TableInfo],
+          buckets: Iterable[TableBucket]) -> dict[TableBucket, OffsetRecord]:
+    """The group's committed offsets of ``buckets`` (tables by name in ``tables``), read
+    pipelined; buckets without a commit are absent."""
+    keys = list(buckets)
+    paths = [ctx.paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in keys]
+    out = {}
+    for tb, path, node in zip(keys, paths, ctx.store.get_many(paths)):
+        record = _decode(path, node)
+        if record is not None:
+            out[tb] = record
+    return out
+
+
+def fetch_group(ctx: Context, group_id: str) -> dict[tuple[str, int], OffsetRecord]:
+    """Every committed offset of the group, keyed (table_id, bucket)."""
+    parent = ctx.paths.group_offsets(group_id)
+    names = [n for n in ctx.store.children(parent) or [] if not n.startswith(".")]
+    paths = [f"{parent}/{n}" for n in names]
+    out = {}
+    for name, path, node in zip(names, paths, ctx.store.get_many(paths)):
+        record = _decode(path, node)
+        if record is not None:
+            out[ctx.paths.parse_offset(name)] = record
+    return out
+
+
+def log_ends(states: Sequence[Any], paths: Sequence[str]) -> list[int]:
+    """Log end offsets from bucket-state nodes (0 for a bucket never written)."""
+    return [0 if node is None else BucketState.decode(node, path).end for node, path in zip(states, paths)]
+
+
+def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | OffsetAndMetadata],
+           tables: Mapping[str, TableInfo], *, fence: Sequence[Check] = ()) -> dict[TableBucket, OffsetRecord]:
+    """Commit ``offsets`` (checked) for the group; the records written, by bucket (unchanged
+    offsets are left out: nothing is written for them)."""
+    pending = check_offsets(offsets)
+    written: dict[TableBucket, OffsetRecord] = {}
+    for _ in range(ATTEMPTS):
+        if not pending:
+            return written
+        try:
+            written.update(_commit_once(ctx, group_id, pending, tables, fence, written))
+            return written
+        except TxnConflict as exc:
+            if exc.reason not in ("version", "exists", "nonode") or any(op == exc.op for op in fence):
+                raise
+            for tb in written:
+                pending.pop(tb, None)
+    raise IllegalStateError(f"commit for group {group_id}: gave up after {ATTEMPTS} conflicting concurrent commits")
+
+
+def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, OffsetAndMetadata],
+                 tables: Mapping[str, TableInfo], fence: Sequence[Check],
+                 written: dict[TableBucket, OffsetRecord]) -> dict[TableBucket, OffsetRecord]:
+    paths = ctx.paths
+    keys = list(pending)
+    offset_paths = [paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in keys]
+    state_paths = [paths.bucket(tables[tb.table].table_id, tb.bucket) for tb in keys]
+    now, nodes = ctx.read_with_clock([paths.group(group_id), paths.group_offsets(group_id),
+                                      *offset_paths, *state_paths])
+    group_node, parent_node = nodes[0], nodes[1]
+    stored = nodes[2:2 + len(keys)]
+    ends = log_ends(nodes[2 + len(keys):], state_paths)
+    ops: list[Op] = []
+    if group_node is None:
+        ops.append(Create(paths.group(group_id)))
+    if parent_node is None:
+        ops.append(Create(paths.group_offsets(group_id)))
+    records: dict[str, tuple[TableBucket, OffsetRecord]] = {}
+    for tb, path, node, end in zip(keys, offset_paths, stored, ends):
+        offset, metadata = pending[tb]
+        old = _decode(path, node)
+        if old is not None and (old.offset, old.metadata) == (offset, metadata):
+            continue  # C3: unchanged offsets are not written
+        base = old if old is not None else OffsetRecord.empty(tb.table)
+        record = base.committed(offset, metadata, tb.table, now, end)
+        records[path] = (tb, record)
+        ops.append(Create(path, record.encode()) if old is None or old.stat is None
+                   else SetData(path, record.encode(), old.stat.version))
+    if not records:
+        return {}
+    fence_bytes = sum(op_size(op) for op in fence)
+    for chunk in chunk_ops(ops, MAX_TXN_OPS - len(fence), MAX_TXN_BYTES - fence_bytes):
+        ctx.store.commit([*fence, *chunk])
+        for op in chunk:
+            if op.path in records:
+                tb, record = records[op.path]
+                written[tb] = record
+    return {tb: record for tb, record in records.values()}
