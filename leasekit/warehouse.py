@@ -106,6 +106,25 @@ class Warehouse:
             return os.path.join(self.location, rel)
         return f"{self.location}/{rel}"
 
+    def relative(self, location: str) -> str:
+        """The warehouse-relative path of a location returned by ``uri``."""
+        if not location.startswith(self.location + "/"):
+            raise InvalidArgumentError(f"{location} is not in the warehouse {self.location}")
+        return location[len(self.location) + 1:]
+
+    def open_parquet(self, rel: str) -> pq.ParquetFile:
+        """An open Parquet file (footer read) for reads of chosen row groups; ``FileNotFoundError``
+        when it does not exist, other I/O errors as ``IllegalStateError``."""
+        path = self.fs_path(rel)
+        try:
+            return pq.ParquetFile(self.fs.open_input_file(path))
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
+                raise FileNotFoundError(path) from None
+            raise IllegalStateError(f"read {self.uri(rel)}: {exc}") from None
+
     def to_spark(self, location: str) -> str:
         """Spark path of a user-facing location returned by ``uri``."""
         if self.is_local:
@@ -113,12 +132,13 @@ class Warehouse:
         scheme, rest = location.split("://", 1)
         return f"{_SPARK_SCHEMES.get(scheme, scheme)}://{rest}"
 
-    def write_parquet(self, rel: str, table: pa.Table) -> int:
-        """Write ``table`` to ``rel`` (complete before return); its size in bytes."""
+    def write_parquet(self, rel: str, table: pa.Table, row_group_size: int | None = None) -> int:
+        """Write ``table`` to ``rel`` (complete before return, in row groups of at most
+        ``row_group_size`` rows); its size in bytes."""
         path = self.fs_path(rel)
         with io_errors(f"write {self.uri(rel)}"):
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            pq.write_table(table, path, filesystem=self.fs, compression="snappy")
+            pq.write_table(table, path, filesystem=self.fs, compression="snappy", row_group_size=row_group_size)
             return self.fs.get_file_info(path).size
 
     def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:

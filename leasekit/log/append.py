@@ -28,7 +28,7 @@ from ..tables.bucketing import bucket_ids
 from ..zk import MAX_REQUEST_BYTES, MAX_TXN_OPS, Create, Op, SetData, TxnConflict, op_size
 from ..zk.formats import BucketState, SegmentRecord
 from .markers import guard, in_flight, lost, lost_error
-from .segments import OP_COLUMN, log_schema
+from .segments import OP_COLUMN, ROW_GROUP_RECORDS, log_schema
 from .state import read_states
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def append(table: TableInfo, rows: Any, op: str) -> dict[TableBucket, OffsetRang
         def write(piece: tuple[int, int, int]) -> SegmentFile:
             bucket, start, end = piece
             rel = f"{table.data_dir}/log/{bucket}/{token}-{uuid.uuid4().hex[:8]}.parquet"
-            size = warehouse.write_parquet(rel, data.slice(start, end - start))
+            size = warehouse.write_parquet(rel, data.slice(start, end - start), ROW_GROUP_RECORDS)
             return SegmentFile(bucket, rel, end - start, size)
 
         if len(pieces) == 1:

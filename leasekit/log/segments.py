@@ -15,9 +15,11 @@ from ..zk.formats import BucketState, SegmentRecord
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
-__all__ = ["OP_COLUMN", "log_schema", "list_segments", "delete_segments"]
+__all__ = ["OP_COLUMN", "ROW_GROUP_RECORDS", "log_schema", "list_segments", "delete_segments"]
 
 OP_COLUMN = "_op"
+ROW_GROUP_RECORDS = 65_536
+"""Records per row group of segment files: a consumer's read decodes only the groups it needs."""
 
 
 def log_schema(table: TableInfo) -> pa.Schema:

@@ -1,0 +1,154 @@
+"""Reading the log by offset range: records ``[start, start + n)`` of a bucket from its segment
+files, reading only the row groups that hold them, with a bounded cache of open files."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import IllegalStateError
+from ..records import LogSegment
+from .segments import OP_COLUMN, log_schema
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
+    from ..tables.info import TableInfo
+
+__all__ = ["SegmentGone", "SegmentReader", "record_schema", "find_segment", "OFFSET", "TIMESTAMP"]
+
+OFFSET, TIMESTAMP = "_offset", "_timestamp"
+_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+MAX_OPEN = 32
+"""Segment files a reader keeps open (least recently read closed first)."""
+CACHED_GROUPS = 4
+"""Decoded row groups a reader keeps (a poll usually continues where the last one ended)."""
+
+
+class SegmentGone(IllegalStateError):
+    """A segment's file or metadata is gone (retention deleted it under the reader)."""
+
+
+class _Open(NamedTuple):
+    file: pq.ParquetFile
+    starts: list[int]
+    """Row index of each row group's first row, and the row count at the end."""
+
+
+def record_schema(table: TableInfo) -> pa.Schema:
+    """Schema of records read from the log: ``_offset``, ``_timestamp`` (ms, UTC), ``_op``, then
+    the table's columns."""
+    columns = [f for f in log_schema(table) if f.name != OP_COLUMN]
+    return pa.schema([pa.field(OFFSET, pa.int64(), nullable=False),
+                      pa.field(TIMESTAMP, _TIMESTAMP, nullable=False),
+                      pa.field(OP_COLUMN, pa.string(), nullable=False), *columns])
+
+
+def find_segment(segments: list[LogSegment], offset: int) -> LogSegment | None:
+    """The segment of ``segments`` (sorted by base offset) holding ``offset``, if any."""
+    i = bisect.bisect_right([s.base_offset for s in segments], offset) - 1
+    if i >= 0 and segments[i].base_offset <= offset < segments[i].end_offset:
+        return segments[i]
+    return None
+
+
+class SegmentReader:
+    """Reads records of one table's segments by offset; thread-safe, files kept open up to
+    ``max_open``."""
+
+    def __init__(self, table: TableInfo, max_open: int = MAX_OPEN) -> None:
+        self._table = table
+        self._schema = record_schema(table)
+        self._columns = [f.name for f in log_schema(table)]
+        self._max_open = max_open
+        self._open: OrderedDict[str, _Open] = OrderedDict()
+        self._groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def read(self, segment: LogSegment, start: int, max_records: int) -> pa.Table:
+        """Records ``[start, min(segment end, start + max_records))`` of ``segment``."""
+        if not segment.base_offset <= start < segment.end_offset:
+            raise IllegalStateError(f"offset {start} is not in segment [{segment.base_offset}, {segment.end_offset})")
+        first = start - segment.base_offset
+        last = min(segment.end_offset, start + max_records) - segment.base_offset
+        handle = self._file(segment)
+        groups = range(bisect.bisect_right(handle.starts, first) - 1, bisect.bisect_left(handle.starts, last))
+        parts = [self._group(segment.file, handle, g) for g in groups]
+        data = (parts[0] if len(parts) == 1 else pa.concat_tables(parts))
+        data = data.slice(first - handle.starts[groups[0]], last - first)
+        n = data.num_rows
+        offsets = pa.array(np.arange(start, start + n, dtype=np.int64))
+        stamps = pa.repeat(pa.scalar(segment.timestamp_ms, _TIMESTAMP), n)
+        columns = [offsets, stamps, data.column(OP_COLUMN), *(data.column(name) for name in self._schema.names[3:])]
+        return pa.Table.from_arrays(columns, schema=self._schema)
+
+    def _group(self, file: str, handle: _Open, group: int) -> pa.Table:
+        """One decoded row group; the last few stay cached, so consecutive reads of a group
+        decode it once."""
+        key = (file, group)
+        with self._lock:
+            data = self._groups.get(key)
+            if data is not None:
+                self._groups.move_to_end(key)
+                return data
+        try:
+            data = handle.file.read_row_group(group, columns=self._columns)
+        except (OSError, pa.ArrowException) as exc:
+            self._forget(file)
+            raise IllegalStateError(f"read {file}: {exc}") from None
+        with self._lock:
+            self._groups[key] = data
+            while len(self._groups) > CACHED_GROUPS:
+                self._groups.popitem(last=False)
+        return data
+
+    def _file(self, segment: LogSegment) -> _Open:
+        with self._lock:
+            handle = self._open.get(segment.file)
+            if handle is not None:
+                self._open.move_to_end(segment.file)
+                return handle
+        warehouse = self._table.connection.warehouse
+        try:
+            file = warehouse.open_parquet(warehouse.relative(segment.file))
+        except FileNotFoundError:
+            raise SegmentGone(f"segment file {segment.file} was deleted (retention)") from None
+        meta = file.metadata
+        starts = [0]
+        for i in range(meta.num_row_groups):
+            starts.append(starts[-1] + meta.row_group(i).num_rows)
+        if starts[-1] != segment.end_offset - segment.base_offset:
+            raise IllegalStateError(f"segment {segment.file} holds {starts[-1]} records, its metadata says "
+                                    f"{segment.end_offset - segment.base_offset}")
+        handle = _Open(file, starts)
+        with self._lock:
+            self._open[segment.file] = handle
+            while len(self._open) > self._max_open:
+                _, old = self._open.popitem(last=False)
+                old.file.close()
+        return handle
+
+    def _forget(self, file: str) -> None:
+        with self._lock:
+            handle = self._open.pop(file, None)
+            for key in [k for k in self._groups if k[0] == file]:
+                del self._groups[key]
+        if handle is not None:
+            handle.file.close()
+
+    def close(self) -> None:
+        """Close every open file."""
+        with self._lock:
+            handles, self._open = list(self._open.values()), OrderedDict()
+            self._groups.clear()
+        for handle in handles:
+            handle.file.close()
