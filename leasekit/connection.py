@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from .consumers.consumer import Consumer
 from .context import Context
 from .durations import check_id, check_namespace, parse_duration
 from .errors import IllegalStateError, InvalidArgumentError, InvalidDurationError, InvalidTypeError
@@ -194,6 +195,17 @@ class Connection(Context):
 
 
     # -- retention ------------------------------------------------------------------------
+
+    def consumer(self, *tables: str | _tables.Table, group_id: str | None = None, auto_offset_reset: str = "latest",
+                 enable_auto_commit: bool = True, auto_commit_interval: Any = "5s", session_timeout: Any = "10s",
+                 assignor: str = "sticky", listener: Any = None, max_poll_records: int = 10_000,
+                 max_poll_interval: Any = "5m") -> Consumer:
+        """A consumer of ``tables`` (every bucket); with ``group_id`` it commits for that group."""
+        return Consumer(self, [_tables.load_table(self, t) for t in tables], group_id=group_id,
+                        auto_offset_reset=auto_offset_reset, enable_auto_commit=enable_auto_commit,
+                        auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
+                        assignor=assignor, listener=listener, max_poll_records=max_poll_records,
+                        max_poll_interval=max_poll_interval)
 
     def retention_plan(self, table: str | _tables.Table | None = None) -> RetentionPlan:
         """What retention would keep and delete, with reasons (one table or all); changes nothing."""

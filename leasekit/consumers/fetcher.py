@@ -1,0 +1,163 @@
+"""The fetcher of a consumer: log ends and beginnings kept current from ZooKeeper watches on
+the bucket states, an index of segments per bucket refreshed when a read needs it, and reads
+of the records at given positions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+import pyarrow as pa
+
+from ..errors import LeasekitError
+from ..log.reader import SegmentGone, SegmentReader, find_segment
+from ..log.segments import list_segments
+from ..records import LogSegment, TableBucket
+from ..zk import Node
+from ..zk.formats import BucketState
+
+if TYPE_CHECKING:
+    from ..tables.info import TableInfo
+    from ..zk import Stat, Watch
+
+__all__ = ["Bounds", "Fetcher", "SegmentGone"]
+
+
+class Bounds(NamedTuple):
+    """A bucket's log bounds: records [begin, end) are stored."""
+
+    begin: int
+    end: int
+
+
+class Fetcher:
+    """Reads records of watched buckets; ``wait`` blocks until a watched bucket's log grows."""
+
+    def __init__(self, tables: Mapping[str, TableInfo]) -> None:
+        self._tables = dict(tables)
+        self._readers = {name: SegmentReader(t) for name, t in self._tables.items()}
+        self._bounds: dict[TableBucket, Bounds] = {}
+        self._segments: dict[TableBucket, list[LogSegment]] = {}
+        self._watches: dict[TableBucket, Watch] = {}
+        self._changed = threading.Condition()
+        self._version = 0
+
+    def table(self, name: str) -> TableInfo:
+        return self._tables[name]
+
+    def add_table(self, table: TableInfo) -> None:
+        if table.name not in self._tables:
+            self._tables[table.name] = table
+            self._readers[table.name] = SegmentReader(table)
+
+    # -- bucket bounds, from watches ------------------------------------------------------
+
+    def watch(self, buckets: Iterable[TableBucket]) -> None:
+        """Keep the bounds of ``buckets`` current (the first values are read now)."""
+        for tb in buckets:
+            if tb in self._watches:
+                continue
+            table = self._tables[tb.table]
+            ctx = table.connection
+            path = ctx.paths.bucket(table.table_id, tb.bucket)
+
+            def update(data: bytes | None, stat: Stat | None, tb: TableBucket = tb, path: str = path) -> None:
+                bounds = Bounds(0, 0)
+                if data is not None and stat is not None:
+                    try:
+                        state = BucketState.decode(Node(data, stat), path)
+                        bounds = Bounds(state.begin, state.end)
+                    except LeasekitError:
+                        return  # keep the last good bounds; reads report the corrupt znode
+                with self._changed:
+                    self._bounds[tb] = bounds
+                    self._version += 1
+                    self._changed.notify_all()
+
+            self._bounds.setdefault(tb, Bounds(0, 0))
+            self._watches[tb] = ctx.store.watch(path, update)
+        self.refresh_bounds(list(buckets))
+
+    def unwatch(self, buckets: Iterable[TableBucket]) -> None:
+        for tb in buckets:
+            watch = self._watches.pop(tb, None)
+            if watch is not None:
+                watch.remove()
+            self._segments.pop(tb, None)
+
+    def refresh_bounds(self, buckets: list[TableBucket]) -> dict[TableBucket, Bounds]:
+        """Read the bounds of ``buckets`` from ZooKeeper now (pipelined), and keep them."""
+        by_table: dict[str, list[TableBucket]] = {}
+        for tb in buckets:
+            by_table.setdefault(tb.table, []).append(tb)
+        out = {}
+        for name, tbs in by_table.items():
+            table = self._tables[name]
+            ctx = table.connection
+            paths = [ctx.paths.bucket(table.table_id, tb.bucket) for tb in tbs]
+            for tb, path, node in zip(tbs, paths, ctx.store.get_many(paths)):
+                if node is None:
+                    out[tb] = Bounds(0, 0)
+                else:
+                    state = BucketState.decode(node, path)
+                    out[tb] = Bounds(state.begin, state.end)
+        with self._changed:
+            for tb, bounds in out.items():
+                if tb in self._watches or tb in self._bounds:
+                    old = self._bounds.get(tb)
+                    if old is None or bounds.end >= old.end:
+                        self._bounds[tb] = bounds
+        return out
+
+    def bounds(self, tb: TableBucket) -> Bounds | None:
+        """The last known bounds of a watched bucket."""
+        with self._changed:
+            return self._bounds.get(tb)
+
+    def wait(self, timeout: float, ready: Callable[[], bool]) -> bool:
+        """Wait up to ``timeout`` seconds until ``ready()`` holds, re-checked after every change
+        of a watched bucket; whether it holds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not ready():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def wake(self) -> None:
+        """Wake ``wait`` (a change it does not watch: a pause, a seek, a close)."""
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    # -- segments and reads ---------------------------------------------------------------
+
+    def segments(self, tb: TableBucket, offset: int) -> list[LogSegment]:
+        """The bucket's segments, refreshed when none known holds ``offset``."""
+        known = self._segments.get(tb)
+        if known is None or find_segment(known, offset) is None:
+            table = self._tables[tb.table]
+            known = list_segments(table, [tb.bucket])[tb.bucket]
+            self._segments[tb] = known
+        return known
+
+    def read(self, tb: TableBucket, position: int, max_records: int) -> pa.Table | None:
+        """Records from ``position`` (at most ``max_records``, within one segment); None when
+        no stored segment holds ``position``. ``SegmentGone`` when its file was deleted."""
+        segment = find_segment(self.segments(tb, position), position)
+        if segment is None:
+            return None
+        try:
+            return self._readers[tb.table].read(segment, position, max_records)
+        except SegmentGone:
+            self._segments.pop(tb, None)
+            raise
+
+    def close(self) -> None:
+        self.unwatch(list(self._watches))
+        for reader in self._readers.values():
+            reader.close()
