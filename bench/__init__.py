@@ -18,6 +18,7 @@ REGISTRY: dict[str, str] = {
     "B1": "bench.b1",
     "B2": "bench.b2",
     "B3": "bench.b3",
+    "B4": "bench.b4",
     "B6": "bench.b6",
     "B7": "bench.b7",
 }
