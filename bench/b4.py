@@ -94,7 +94,7 @@ BENCHMARK = Benchmark(
     target=2.0,
     op="<=",
     run=run,
-    unit=" round trips",
+    unit="round trips",
     target_note="unchanged offsets cost 0 writes",
     spark=False,
 )
