@@ -57,3 +57,38 @@ def test_group_status_is_the_worst_bucket_with_errors_as_err():
     for err in ("STOP", "STALL", "REWIND"):
         status = health.group_status([(TB("t", 0), "WARN"), (TB("t", 1), err)])
         assert status.status == "ERR" and status.buckets[TB("t", 1)] == err
+
+
+def _burrow(now_s, *commits):
+    """Commits (epoch seconds, offset, lag at commit) as a window, and the time now in ms."""
+    return [Commit(int(t * 1000), o, o + lag) for t, o, lag in commits], int(now_s * 1000)
+
+
+_RAMP = [(100, 1000, 0), (200, 2000, 50), (300, 3000, 100), (400, 4000, 150), (500, 5000, 200)]
+_RAMP_LAGGING = [(100, 1000, 50), (200, 2000, 100), (300, 3000, 150), (400, 4000, 200), (500, 5000, 250)]
+_STEADY = [(1512224618.356 + i, 792748079 + i, 0) for i in range(15)][-10:]  # our window keeps 10 commits
+
+# Burrow's evaluator cases (its caching_test.go, numbered as there), in our model: lag health
+# has no broker-offset window, repeated identical commits are not stored (so "the offset never
+# moved" is a single commit long ago, and a live owner makes it STALL), and Burrow's STOP has
+# no minimum idle time (stop_after 0 here).
+BURROW = [
+    (0, _burrow(600, *_RAMP), 200, False, "OK"),
+    (1, _burrow(900, *_RAMP), 200, False, "OK"),  # idle 400 s equals the span: not greater
+    (2, _burrow(1000, *_RAMP), 200, False, "STOP"),  # STOP before the zero lag at a commit (#290)
+    (3, _burrow(1000, *_RAMP_LAGGING), 250, False, "STOP"),
+    (4, _burrow(600, (100, 1000, 0)), 200, True, "OK"),
+    (5, _burrow(600, (100, 1000, 100)), 300, True, "STALL"),
+    (6, _burrow(600, (100, 1000, 100)), 100, True, "STALL"),
+    (7, _burrow(600, (100, 1000, 100), (200, 2000, 150), (300, 3000, 200), (400, 2000, 1250), (500, 4000, 300)),
+     300, True, "REWIND"),
+    (8, _burrow(1000, *_RAMP_LAGGING), 0, False, "OK"),
+    (9, _burrow(1512224650, *_STEADY), 931, False, "STOP"),
+]
+
+
+@pytest.mark.parametrize("case, window_now, lag, owned, expected", BURROW, ids=[f"burrow-{c[0]}" for c in BURROW])
+def test_burrow_evaluator_cases(case, window_now, lag, owned, expected):
+    # §6.6: Burrow's own cases give the same status under our rules
+    window, now = window_now
+    assert health.bucket_status(window, lag, owned, now, stop_after_ms=0) == expected
