@@ -14,6 +14,7 @@ from .errors import __all__ as _error_names
 from .records import (
     AcquireResult,
     CommittedOffset,
+    GroupStatus,
     LeaseInfo,
     LogSegment,
     OffsetAndMetadata,
@@ -44,6 +45,7 @@ __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
     "LeaseInfo",
     "OffsetAndMetadata",
     "CommittedOffset",
+    "GroupStatus",
     "Record",
     "KvSnapshotLease",
     *_error_names,

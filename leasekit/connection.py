@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from .consumers import admin as consumer_admin
 from .consumers.consumer import Consumer
 from .context import Context
 from .durations import check_id, check_namespace, parse_duration
@@ -19,7 +20,14 @@ from .errors import IllegalStateError, InvalidArgumentError, InvalidDurationErro
 from .leases import admin as lease_admin
 from .leases import store as lease_store
 from .properties import NAMESPACE_SETTINGS, effective, parse_properties
-from .records import AcquireResult, LeaseInfo, RetentionPlan, RetentionReport, TableBucket
+from .records import (
+    AcquireResult,
+    GroupStatus,
+    LeaseInfo,
+    RetentionPlan,
+    RetentionReport,
+    TableBucket,
+)
 from .tables import catalog as _tables
 from .warehouse import Warehouse
 from .zk import TxnConflict, ZkStore, to_datetime
@@ -206,6 +214,33 @@ class Connection(Context):
                         auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
                         assignor=assignor, listener=listener, max_poll_records=max_poll_records,
                         max_poll_interval=max_poll_interval)
+
+    def consumer_groups(self) -> list[str]:
+        """Groups with stored offsets or live members, sorted."""
+        return consumer_admin.consumer_groups(self)
+
+    def describe_group(self, group_id: str) -> Any:
+        """One row per bucket: committed offset, log end, lag and time lag now, status (DESIGN §6.6)."""
+        return consumer_admin.describe_group(self, group_id)
+
+    def group_status(self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s") -> GroupStatus:
+        """Lag health of the group and of each committed bucket (DESIGN §6.6)."""
+        return consumer_admin.group_status(self, group_id, stop_after=stop_after, stall_after=stall_after)
+
+    def reset_offsets(self, group_id: str, *, to: Any = None, shift_by: int | None = None,
+                      tables: Iterable[Any] | None = None, buckets: Iterable[TableBucket] | None = None,
+                      dry_run: bool = True) -> Any:
+        """The reset plan as a DataFrame; carried out only with ``dry_run=False`` (C13)."""
+        return consumer_admin.reset_offsets(self, group_id, to=to, shift_by=shift_by, tables=tables,
+                                            buckets=buckets, dry_run=dry_run)
+
+    def delete_group(self, group_id: str) -> bool:
+        """Delete a group and its offsets (refused while it has live members)."""
+        return consumer_admin.delete_group(self, group_id)
+
+    def delete_offsets(self, group_id: str, buckets: Iterable[TableBucket]) -> int:
+        """Delete the group's committed offsets of ``buckets``."""
+        return consumer_admin.delete_offsets(self, group_id, buckets)
 
     def retention_plan(self, table: str | _tables.Table | None = None) -> RetentionPlan:
         """What retention would keep and delete, with reasons (one table or all); changes nothing."""

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "TableBucket", "OffsetRange", "Snapshot", "LogSegment", "AcquireResult", "LeaseInfo",
-    "RetentionItem", "RetentionPlan", "RetentionReport", "OffsetAndMetadata", "Record", "CommittedOffset",
+    "RetentionItem", "RetentionPlan", "RetentionReport", "OffsetAndMetadata", "Record", "CommittedOffset", "GroupStatus",
 ]
 
 
@@ -69,6 +69,15 @@ class Record(NamedTuple):
     """"upsert" or "delete"."""
     value: dict[str, Any]
     """The table's columns (for a delete: the primary key, the other columns None)."""
+
+
+class GroupStatus(NamedTuple):
+    """A group's lag health: the worst bucket's, with STOP, STALL and REWIND reported as ERR."""
+
+    status: str
+    """"OK", "WARN" or "ERR"."""
+    buckets: dict[TableBucket, str]
+    """Each committed bucket's own status: OK, WARN, STOP, STALL or REWIND."""
 
 
 class Snapshot(NamedTuple):

@@ -5,9 +5,8 @@ whether a live member owns the bucket and the time now. The first rule that appl
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
 
-from ..records import TableBucket
+from ..records import GroupStatus, TableBucket
 from ..zk.formats import Commit
 
 __all__ = ["OK", "WARN", "ERR", "STOP", "STALL", "REWIND", "GroupStatus", "bucket_status", "group_status",
@@ -17,15 +16,6 @@ OK, WARN, ERR = "OK", "WARN", "ERR"
 STOP, STALL, REWIND = "STOP", "STALL", "REWIND"
 STOP_AFTER_MS = STALL_AFTER_MS = 60_000
 _SEVERITY = {OK: 0, WARN: 1, ERR: 2}
-
-
-class GroupStatus(NamedTuple):
-    """A group's lag health: the worst bucket's, with STOP, STALL and REWIND reported as ERR."""
-
-    status: str
-    """"OK", "WARN" or "ERR"."""
-    buckets: dict[TableBucket, str]
-    """Each committed bucket's own status: OK, WARN, STOP, STALL or REWIND."""
 
 
 def bucket_status(window: Sequence[Commit], lag_now: int, owned: bool, now_ms: int, *,
