@@ -148,3 +148,61 @@ def test_spark_functions_given_a_table_name_say_what_to_pass(spark, snapshotted,
              "write": lambda: lks.write(frame, "t")}
     with pytest.raises(lk.InvalidTypeError, match=r"table must be a Table object, e.g. conn.table\('t'\), not str"):
         calls[call]()
+
+
+offset_maps = st.one_of(values, st.dictionaries(st.one_of(buckets, scalars),
+                                                st.one_of(scalars, st.integers(-2, 50),
+                                                          st.builds(lk.OffsetAndMetadata, st.integers(-2, 50),
+                                                                    st.one_of(st.text(max_size=20), scalars))),
+                                                max_size=4))
+
+
+@FUZZ
+@given(group=values, reset=values, auto=values, interval=values, records=values, assignor=values, timeout=values)
+def test_fuzz_consumer_construction(conn, table, group, reset, auto, interval, records, assignor, timeout):
+    # §9: conn.consumer and every keyword
+    try:
+        consumer = conn.consumer("t", group_id=group, auto_offset_reset=reset, enable_auto_commit=auto,
+                                 auto_commit_interval=interval, max_poll_records=records, assignor=assignor,
+                                 session_timeout=timeout, max_poll_interval=timeout)
+    except ALLOWED:
+        return
+    consumer.close()
+
+
+@FUZZ
+@given(offsets=offset_maps, tb=st.one_of(buckets, values), offset=values, timeout=values, limit=values,
+       times=offset_maps, tbs=st.lists(st.one_of(buckets, scalars), max_size=3))
+def test_fuzz_consumer_calls(conn, table, offsets, tb, offset, timeout, limit, times, tbs):
+    # §9: every public method of a consumer
+    with conn.consumer("t", group_id="fuzz", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        _call(c.commit, offsets)
+        _call(c.committed, tb)
+        _call(c.seek, tb, offset)
+        _call(c.position, tb)
+        _call(c.poll, timeout="0s", max_records=limit)
+        _call(c.poll, timeout=timeout if isinstance(timeout, (int, float)) and abs(timeout) < 0.01 else "0s")
+        _call(c.getone, timeout="0s")
+        _call(c.seek_to_beginning, *[x for x in tbs if not isinstance(x, lk.TableBucket)] or tbs)
+        _call(c.seek_to_end, *tbs)
+        _call(c.seek_to_committed, *tbs)
+        _call(c.beginning_offsets, tbs)
+        _call(c.end_offsets, tbs)
+        _call(c.offsets_for_times, times)
+        _call(c.highwater, tb)
+        _call(c.last_poll_timestamp, tb)
+        _call(c.pause, *tbs)
+        _call(c.resume, *tbs)
+        _call(c.assign, tbs)
+        _call(c.subscribe, tbs)
+
+
+@FUZZ
+@given(group=values, to=values, shift=values, tables=values, bkts=values, dry=values)
+def test_fuzz_consumer_admin(conn, table, group, to, shift, tables, bkts, dry):
+    # §9: the administration calls
+    _call(conn.describe_group, group)
+    _call(conn.group_status, group, stop_after=to, stall_after=shift)
+    _call(conn.reset_offsets, group, to=to, shift_by=shift, tables=tables, buckets=bkts, dry_run=dry)
+    _call(conn.delete_offsets, group, bkts)
+    _call(conn.delete_group, group)

@@ -252,7 +252,10 @@ class Consumer:
 
     def _fetch_committed(self, buckets: list[TableBucket]) -> dict[TableBucket, Any]:
         assert_group = self._require_group()
-        tables = {tb.table: self._table_of(tb, assigned=False) for tb in buckets}
+        tables = {}
+        for tb in buckets:
+            table = self._table_of(tb, assigned=False)
+            tables[table.name] = table
         return stored.fetch(self._ctx, assert_group, tables, buckets)
 
     def position(self, tb: TableBucket) -> int:
