@@ -159,3 +159,26 @@ def test_writes_during_the_outage_complete_or_fail_cleanly(own_zk, connect):
     assert {100 * n + i for n, _ in acked for i in range(9)} <= stored
     status = embedded.status(own_zk.data_dir)
     assert status is not None and status.running
+
+
+def test_committed_offsets_survive_kill_and_restart(own_zk, connect):
+    # C4 (§9): offsets acknowledged by commit() are there after a kill -9 and restart, and a
+    # new consumer of the group resumes from them; the same consumer commits again
+    conn = connect()
+    orders = conn.create_table("orders", "id BIGINT", "id", buckets=4)
+    orders.append([{"id": i} for i in range(100)])
+    consumer = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.poll(max_records=30)
+    consumer.commit()
+    committed = {tb: consumer.position(tb) for tb in consumer.assignment()}
+    assert sum(committed.values()) == 30
+
+    _restart(own_zk, conn)
+
+    assert {tb: consumer.committed(tb) for tb in committed} == committed
+    with connect().consumer("orders", group_id="g", enable_auto_commit=False) as again:
+        assert {tb: again.position(tb) for tb in committed} == committed
+    consumer.poll(max_records=10)
+    consumer.commit()
+    assert sum(consumer.committed(tb) for tb in committed) == 40
+    consumer.close()
