@@ -222,3 +222,15 @@ def test_segment_deleted_under_a_consumer_follows_the_reset_policy(conn, policy)
         offsets = got[tb].column("_offset").to_pylist() if got else []
         assert offsets == ([10, 11, 12, 13, 14] if policy == "earliest" else [])
         assert c.position(tb) == 15
+
+
+def test_polls_without_new_records_make_no_zookeeper_calls(conn, orders):
+    # §6.5: new records are noticed through watches, not by polling ZooKeeper in a loop
+    with conn.consumer("orders", auto_offset_reset="earliest") as c:
+        c.poll()
+        before = conn.store.round_trips
+        for _ in range(5):
+            assert c.poll(timeout="0.05s") == {}
+        assert conn.store.round_trips == before
+        orders.append([{"id": 900, "v": "n"}])
+        assert _ids(c.poll(timeout="5s")) == [900]

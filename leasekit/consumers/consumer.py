@@ -194,22 +194,22 @@ class Consumer:
         start = next(self._turn) % len(buckets)
         out: dict[TableBucket, pa.Table] = {}
         now = int(time.time() * 1000)
+        buffered = {r.table_bucket for r in self._records}
         for tb in buckets[start:] + buckets[:start]:
             if limit <= 0:
                 break
-            buffered = [r for r in self._records if r.table_bucket == tb]
-            if buffered:  # getone's records come first: never twice, never skipped
+            if tb in buffered:  # getone's records come first: never twice, never skipped
                 continue
             bounds = self._fetcher.bounds(tb)
-            assert_bounds = bounds if bounds is not None else self._fetcher.refresh_bounds([tb])[tb]
-            self._highwater[tb] = assert_bounds.end
+            bounds_now = bounds if bounds is not None else self._fetcher.refresh_bounds([tb])[tb]
+            self._highwater[tb] = bounds_now.end
             self._last_poll[tb] = now
             position = self._positions[tb]
-            if not assert_bounds.begin <= position <= assert_bounds.end:
-                assert_bounds = self._fetcher.refresh_bounds([tb])[tb]
-                if not assert_bounds.begin <= position <= assert_bounds.end:
-                    position = self._out_of_range(tb, position, assert_bounds.begin, assert_bounds.end)
-            if position >= assert_bounds.end:
+            if not bounds_now.begin <= position <= bounds_now.end:
+                bounds_now = self._fetcher.refresh_bounds([tb])[tb]
+                if not bounds_now.begin <= position <= bounds_now.end:
+                    position = self._out_of_range(tb, position, bounds_now.begin, bounds_now.end)
+            if position >= bounds_now.end:
                 continue
             try:
                 data = self._fetcher.read(tb, position, limit)

@@ -55,10 +55,10 @@ class Fetcher:
     # -- bucket bounds, from watches ------------------------------------------------------
 
     def watch(self, buckets: Iterable[TableBucket]) -> None:
-        """Keep the bounds of ``buckets`` current (the first values are read now)."""
-        for tb in buckets:
-            if tb in self._watches:
-                continue
+        """Keep the bounds of ``buckets`` current (the first values are read now; buckets
+        already watched cost nothing)."""
+        new = [tb for tb in buckets if tb not in self._watches]
+        for tb in new:
             table = self._tables[tb.table]
             ctx = table.connection
             path = ctx.paths.bucket(table.table_id, tb.bucket)
@@ -78,7 +78,8 @@ class Fetcher:
 
             self._bounds.setdefault(tb, Bounds(0, 0))
             self._watches[tb] = ctx.store.watch(path, update)
-        self.refresh_bounds(list(buckets))
+        if new:
+            self.refresh_bounds(new)
 
     def unwatch(self, buckets: Iterable[TableBucket]) -> None:
         for tb in buckets:
