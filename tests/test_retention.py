@@ -246,3 +246,27 @@ def test_retention_bad_input(conn):
         conn.run_retention("bad/name")
     with pytest.raises(TypeError):
         conn.run_retention(dry_run="yes")
+
+
+def test_respect_consumers_keeps_segments_a_group_has_not_committed_past(conn, spark):
+    # R3, R6: with log.retention.respect-consumers, a segment goes only once every group with
+    # offsets for the table has committed past it; the reason names the group that holds it
+    table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1,
+                              properties={"log.retention": "0s", "log.retention.respect-consumers": True,
+                                          "kv.snapshot.num-retained": 1})
+    _history(table, spark, 3, rows=10)  # segments [0, 10), [10, 20), [20, 30); snapshot at 30 kept
+    with conn.consumer(group_id="slow", enable_auto_commit=False) as c:
+        c.assign([TB("t", 0)])
+        c.commit({TB("t", 0): 15})
+    with conn.consumer(group_id="fast", enable_auto_commit=False) as c:
+        c.assign([TB("t", 0)])
+        c.commit({TB("t", 0): 30})
+    segments = _actions(conn.retention_plan(), "segment")
+    assert segments[(0, 0)][0] == "delete"
+    assert segments[(0, 10)] == ("keep", "consumer group slow has not committed past it (at offset 15)")
+    assert segments[(0, 20)][0] == "keep"
+    conn.run_retention("t")
+    assert table.beginning_offsets()[TB("t", 0)] == 10
+    conn.reset_offsets("slow", to="latest", dry_run=False)
+    conn.run_retention("t")
+    assert table.beginning_offsets()[TB("t", 0)] == 30

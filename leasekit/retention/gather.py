@@ -11,7 +11,14 @@ from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
 from ..tables.catalog import list_tables, load_table
 from ..zk import GetChildren, GetData
-from ..zk.formats import BucketState, LeaseRecord, PinChunk, SegmentRecord, SnapshotRecord
+from ..zk.formats import (
+    BucketState,
+    LeaseRecord,
+    OffsetRecord,
+    PinChunk,
+    SegmentRecord,
+    SnapshotRecord,
+)
 from ..zk.paths import CHUNK
 from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced
@@ -79,7 +86,31 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
             continue
         base = int(name)
         segments[b].append(SegmentMeta(base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file))
-    return TableMeta(table, begin, snapshots, segments, {})
+    committed = _committed(ctx, table, written, skipped) if table.properties["log.retention.respect-consumers"] else {}
+    return TableMeta(table, begin, snapshots, segments, committed)
+
+
+def _committed(ctx: Context, table: TableInfo, buckets: list[int], skipped: list[str]) -> dict[int, dict[str, int]]:
+    """Per bucket, the offset each group with offsets for ``table`` committed (-1: none for that
+    bucket, or unreadable), read pipelined (R3)."""
+    store, paths = ctx.store, ctx.paths
+    groups = store.children(paths.groups) or []
+    prefix = f"{table.table_id}."
+    listed = store.children_many([paths.group_offsets(g) for g in groups])
+    keys = [(g, name) for g, names in zip(groups, listed) for name in (names or []) if name.startswith(prefix)]
+    found: dict[str, dict[int, int]] = {g: {} for g, _ in keys}
+    offset_paths = [f"{paths.group_offsets(g)}/{name}" for g, name in keys]
+    for (group, name), path, node in zip(keys, offset_paths, store.get_many(offset_paths)):
+        if node is None:
+            continue
+        try:
+            bucket = paths.parse_offset(name)[1]
+            found[group][bucket] = OffsetRecord.decode(node, path).offset
+        except CorruptMetadataError as exc:
+            skipped.append(str(exc))
+        except ValueError:
+            skipped.append(f"unexpected znode {path}: not a table bucket's offset")
+    return {b: {g: offs.get(b, -1) for g, offs in found.items()} for b in buckets} if found else {}
 
 
 def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:

@@ -38,7 +38,8 @@ class TableMeta(NamedTuple):
     snapshots: dict[int, list[SnapshotMeta]]
     segments: dict[int, list[SegmentMeta]]
     committed: dict[int, dict[str, int]]
-    """Committed offset per consumer group, per bucket (for log.retention.respect-consumers)."""
+    """Committed offset per consumer group, per bucket (for log.retention.respect-consumers): every
+    group with offsets for the table, -1 where it committed none for the bucket."""
 
 
 class LeaseMeta(NamedTuple):

@@ -141,11 +141,13 @@ def _plan_segments(meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: Snaps
             if not (old or over):
                 reason = f"within log.retention {retention} (age {_age(age)})"
             elif respect and behind:
-                reason = f"consumer group {behind[0][0]} has not committed past it (at offset {behind[0][1]})"
+                group, at = behind[0]
+                reason = (f"consumer group {group} has not committed past it (at offset {at})" if at >= 0
+                          else f"consumer group {group} has committed no offset for this bucket")
             else:
                 why = (f"older than log.retention {retention} (age {_age(age)})"
                        if old else f"log over log.retention.bytes {limit}")
-                if respect and not tm.committed:  # consumer offsets are not gathered yet: say so
+                if respect and not tm.committed:  # no group holds the log: say so
                     why += "; log.retention.respect-consumers: no consumer group has committed offsets for this table"
                 items.append(RetentionItem("segment", tb, seg.base_offset, "delete",
                                            f"below log start of snapshot {oldest.snapshot_id}; {why}", seg.size_bytes))
