@@ -24,6 +24,7 @@ from .records import (
     AcquireResult,
     GroupStatus,
     LeaseInfo,
+    MemberInfo,
     RetentionPlan,
     RetentionReport,
     TableBucket,
@@ -222,6 +223,10 @@ class Connection(Context):
     def describe_group(self, group_id: str) -> Any:
         """One row per bucket: committed offset, log end, lag and time lag now, status (DESIGN §6.6)."""
         return consumer_admin.describe_group(self, group_id)
+
+    def group_members(self, group_id: str) -> list[MemberInfo]:
+        """The group's live members and the buckets each owns."""
+        return consumer_admin.group_members(self, group_id)
 
     def group_status(self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s") -> GroupStatus:
         """Lag health of the group and of each committed bucket (DESIGN §6.6)."""

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "TableBucket", "OffsetRange", "Snapshot", "LogSegment", "AcquireResult", "LeaseInfo",
-    "RetentionItem", "RetentionPlan", "RetentionReport", "OffsetAndMetadata", "Record", "CommittedOffset", "GroupStatus",
+    "RetentionItem", "RetentionPlan", "RetentionReport", "OffsetAndMetadata", "Record", "CommittedOffset", "GroupStatus", "MemberInfo",
 ]
 
 
@@ -69,6 +69,16 @@ class Record(NamedTuple):
     """"upsert" or "delete"."""
     value: dict[str, Any]
     """The table's columns (for a delete: the primary key, the other columns None)."""
+
+
+class MemberInfo(NamedTuple):
+    """A live member of a consumer group."""
+
+    member_id: str
+    host: str
+    """host:pid of the member's process."""
+    buckets: frozenset[TableBucket]
+    """The buckets it owns."""
 
 
 class GroupStatus(NamedTuple):

@@ -111,3 +111,36 @@ def test_delete_offsets_and_group(conn, orders):
     assert conn.consumer_groups() == [] and conn.delete_group("g") is False
     with pytest.raises(lk.InvalidArgumentError):
         conn.delete_group("bad/name")
+
+
+def test_a_subscribed_group_consumer_is_a_live_member(conn, orders):
+    # §6.6, C13: describe names the member owning each bucket; a reset or delete is refused
+    # while it lives; it leaves on close
+    consumer = conn.consumer("orders", group_id="live", auto_offset_reset="earliest")
+    consumer.poll()
+    consumer.commit()
+    members = conn.group_members("live")
+    assert [m.member_id for m in members] == [consumer.member_id]
+    assert members[0].buckets == {TB("orders", b) for b in range(3)} and members[0].host == conn.owner
+    frame = conn.describe_group("live")
+    assert frame["consumer_id"].tolist() == [consumer.member_id] * 3 and frame["host"].tolist() == [conn.owner] * 3
+    assert conn.consumer_groups() == ["live"]
+    with pytest.raises(lk.GroupNotEmptyError):
+        conn.reset_offsets("live", to="earliest")
+    with pytest.raises(lk.GroupNotEmptyError):
+        conn.delete_group("live")
+    consumer.close()
+    assert conn.group_members("live") == [] and consumer.member_id is None
+    assert conn.describe_group("live")["consumer_id"].isna().all()
+    conn.reset_offsets("live", to="earliest", dry_run=False)
+
+
+def test_stall_needs_a_live_owner(conn, orders):
+    # §6.6 rules 3 and 5: the same idle lagging bucket is STALL while a member owns it, STOP after
+    consumer = conn.consumer("orders", group_id="idle", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.poll(max_records=1)
+    consumer.commit()
+    lagging = next(tb for tb in consumer.assignment() if consumer.committed(tb) == 1)
+    assert conn.group_status("idle", stall_after="0s", stop_after="0s").buckets[lagging] == "STALL"
+    consumer.close()
+    assert conn.group_status("idle", stall_after="0s", stop_after="0s").buckets[lagging] == "STOP"

@@ -202,6 +202,7 @@ def test_fuzz_consumer_calls(conn, table, offsets, tb, offset, timeout, limit, t
 def test_fuzz_consumer_admin(conn, table, group, to, shift, tables, bkts, dry):
     # §9: the administration calls
     _call(conn.describe_group, group)
+    _call(conn.group_members, group)
     _call(conn.group_status, group, stop_after=to, stall_after=shift)
     _call(conn.reset_offsets, group, to=to, shift_by=shift, tables=tables, buckets=bkts, dry_run=dry)
     _call(conn.delete_offsets, group, bkts)

@@ -9,13 +9,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import parse_duration, to_ms
-from ..errors import GroupNotEmptyError, InvalidArgumentError, InvalidTypeError
+from ..errors import GroupNotEmptyError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
 from ..log.reader import find_segment
 from ..log.segments import list_segments
-from ..records import TableBucket
+from ..records import MemberInfo, TableBucket
 from ..tables.catalog import list_tables, load_table
 from ..zk import Delete, to_datetime
-from ..zk.formats import BucketState, OffsetRecord
+from ..zk.formats import BucketState, MemberRecord, OffsetRecord
 from . import health
 from . import offsets as stored
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["consumer_groups", "describe_group", "group_status", "reset_offsets", "delete_group",
+__all__ = ["consumer_groups", "describe_group", "group_members", "group_status", "reset_offsets", "delete_group",
            "delete_offsets", "live_members", "DESCRIBE_COLUMNS", "RESET_COLUMNS"]
 
 DESCRIBE_COLUMNS = ["group", "table", "bucket", "current_offset", "log_end_offset", "lag", "time_lag",
@@ -48,8 +48,37 @@ def consumer_groups(ctx: Context) -> list[str]:
 
 
 def live_members(ctx: Context, group_id: str) -> list[str]:
-    """Ids of the group's live members (ephemeral znodes; none until a member joins)."""
-    return sorted(ctx.store.children(f"{ctx.paths.group(group_id)}/members") or [])
+    """Ids of the group's live members (ephemeral znodes)."""
+    return sorted(ctx.store.children(ctx.paths.group_members(group_id)) or [])
+
+
+def group_members(ctx: Context, group_id: str) -> list[MemberInfo]:
+    """The group's live members with the buckets each owns, by member id."""
+    group_id = stored.check_group_id(group_id)
+    ids = live_members(ctx, group_id)
+    paths = [ctx.paths.member(group_id, m) for m in ids]
+    out = []
+    tables: dict[str, TableInfo | None] = {}
+    for member_id, path, node in zip(ids, paths, ctx.store.get_many(paths)):
+        if node is None:
+            continue  # left meanwhile
+        record = MemberRecord.decode(node, path)
+        buckets: set[TableBucket] = set()
+        for name in record.tables:
+            if name not in tables:
+                try:
+                    tables[name] = load_table(ctx, name)
+                except TableNotFoundError:
+                    tables[name] = None
+            table = tables[name]
+            if table is not None:
+                buckets.update(TableBucket(name, b) for b in range(table.num_buckets))
+        out.append(MemberInfo(member_id, record.host, frozenset(buckets)))
+    return out
+
+
+def _owners(members: list[MemberInfo]) -> dict[TableBucket, MemberInfo]:
+    return {tb: m for m in members for tb in m.buckets}
 
 
 def _tables_by_id(ctx: Context) -> dict[str, TableInfo]:
@@ -63,12 +92,15 @@ def _tables_by_id(ctx: Context) -> dict[str, TableInfo]:
     return out
 
 
-def _rows(ctx: Context, group_id: str, tables: Iterable[str] | None = None) -> list[_Row]:
-    """Every bucket of every table the group has offsets for (or of ``tables``), with its
-    committed record and log bounds now."""
+def _rows(ctx: Context, group_id: str, tables: Iterable[str] | None = None,
+          extra: set[TableBucket] | None = None) -> list[_Row]:
+    """Every bucket of every table the group has offsets for or its members consume (``extra``),
+    or of ``tables``, with its committed record and log bounds now."""
     records = stored.fetch_group(ctx, group_id)
     by_id = _tables_by_id(ctx)
     wanted = {by_id[tid] for tid, _ in records if tid in by_id}
+    by_name = {t.name: t for t in by_id.values()}
+    wanted |= {by_name[tb.table] for tb in extra or () if tb.table in by_name}
     if tables is not None:
         wanted = {load_table(ctx, t) for t in tables}
     rows = []
@@ -89,7 +121,8 @@ def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timed
 
     group_id = stored.check_group_id(group_id)
     now = ctx.now_ms()
-    rows = _rows(ctx, group_id)
+    owners = _owners(group_members(ctx, group_id))
+    rows = _rows(ctx, group_id, extra=set(owners))
     times = _record_times(rows)
     out = []
     for row in rows:
@@ -99,11 +132,14 @@ def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timed
         if rec is not None:
             stamp = times.get(row.tb)
             time_lag = pd.Timedelta(0) if lag == 0 or stamp is None else pd.Timedelta(milliseconds=max(0, now - stamp))
+        owner = owners.get(row.tb)
         status = None if rec is None or not rec.history else health.bucket_status(
-            rec.history, lag or 0, False, now, stop_after_ms=to_ms(stop_after), stall_after_ms=to_ms(stall_after))
+            rec.history, lag or 0, owner is not None, now, stop_after_ms=to_ms(stop_after),
+            stall_after_ms=to_ms(stall_after))
         out.append({"group": group_id, "table": row.tb.table, "bucket": row.tb.bucket,
                     "current_offset": None if rec is None else rec.offset, "log_end_offset": row.end, "lag": lag,
-                    "time_lag": time_lag, "consumer_id": None, "host": None,
+                    "time_lag": time_lag, "consumer_id": None if owner is None else owner.member_id,
+                    "host": None if owner is None else owner.host,
                     "last_commit": None if rec is None else to_datetime(rec.commit_ms), "status": status})
     frame = pd.DataFrame(out, columns=DESCRIBE_COLUMNS)
     for column in ("bucket", "current_offset", "log_end_offset", "lag"):
@@ -138,8 +174,9 @@ def group_status(ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_
     stall_ms = to_ms(parse_duration(stall_after, what="stall_after"))
     group_id = stored.check_group_id(group_id)
     now = ctx.now_ms()
-    owned = bool(live_members(ctx, group_id))
-    statuses = [(row.tb, health.bucket_status(row.record.history, max(0, row.end - row.record.offset), owned, now,
+    owners = _owners(group_members(ctx, group_id))
+    statuses = [(row.tb, health.bucket_status(row.record.history, max(0, row.end - row.record.offset),
+                                              row.tb in owners, now,
                                               stop_after_ms=stop_ms, stall_after_ms=stall_ms))
                 for row in _rows(ctx, group_id) if row.record is not None and row.record.history]
     return health.group_status(statuses)

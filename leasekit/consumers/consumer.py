@@ -5,7 +5,10 @@ reset policy when a position has no offset or falls outside the log (C5)."""
 from __future__ import annotations
 
 import itertools
+import os
+import socket
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -25,6 +28,8 @@ from ..log.reader import OFFSET, TIMESTAMP
 from ..log.segments import OP_COLUMN
 from ..records import OffsetAndMetadata, Record, TableBucket
 from ..tables.catalog import load_table
+from ..zk import Create, Delete, TxnConflict
+from ..zk.formats import MemberRecord
 from . import offsets as stored
 from .fetcher import Fetcher, SegmentGone
 
@@ -78,6 +83,8 @@ class Consumer:
         self._records: deque[Record] = deque()
         self._turn = itertools.count()
         self._closed = False
+        self._member_id: str | None = None
+        self._member_tables: tuple[str, ...] = ()
         tables = list(tables)
         if tables:
             self._set_tables(tables, "subscribed")
@@ -129,9 +136,10 @@ class Consumer:
         self._set_assignment(list(dict.fromkeys(wanted)), "assigned")
 
     def unsubscribe(self) -> None:
-        """Stop consuming every bucket."""
+        """Stop consuming every bucket (and leave the group)."""
         self._check_open()
         self._set_assignment([], None)
+        self._leave()
 
     def assignment(self) -> set[TableBucket]:
         return set(self._assignment)
@@ -185,7 +193,33 @@ class Consumer:
                 return True
         return self._closed
 
+    def _join(self) -> None:
+        """A subscribed group consumer is a live member of its group (an ephemeral znode that
+        ends with its session), which owns every bucket of its tables."""
+        if self._group is None or self._mode != "subscribed":
+            return
+        paths = self._ctx.paths
+        tables = tuple(sorted({tb.table for tb in self._assignment}))
+        record = MemberRecord(self._ctx.owner, tables)
+        if self._member_id is None:
+            self._member_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            self._ctx.store.ensure_path(paths.group_members(self._group))
+            self._ctx.store.commit([Create(paths.member(self._group, self._member_id), record.encode(), True)])
+            self._member_tables = tables
+        elif tables != self._member_tables:
+            self._ctx.store.set(paths.member(self._group, self._member_id), record.encode())
+            self._member_tables = tables
+
+    def _leave(self) -> None:
+        if self._member_id is not None and self._group is not None:
+            try:
+                self._ctx.store.commit([Delete(self._ctx.paths.member(self._group, self._member_id))])
+            except TxnConflict:
+                pass  # the session ended first: the member is gone already
+            self._member_id = None
+
     def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
+        self._join()
         buckets = [tb for tb in self._assignment if tb not in self._paused]
         if not buckets:
             return {}
@@ -375,8 +409,8 @@ class Consumer:
 
     @property
     def member_id(self) -> str | None:
-        """None: this consumer is not a member of a group."""
-        return None
+        """Its id in the group once it polled as a subscribed group member; else None."""
+        return self._member_id
 
     @property
     def generation(self) -> int | None:
@@ -428,6 +462,7 @@ class Consumer:
             self._closed = True
             self._fetcher.wake()
             self._fetcher.close()
+            self._leave()
 
     def __enter__(self) -> Consumer:
         return self

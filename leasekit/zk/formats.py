@@ -18,7 +18,7 @@ from .paths import CHUNK
 
 __all__ = [
     "SettingsRecord", "TableRecord", "DropMark", "DroppedTable", "BucketState", "SegmentRecord",
-    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "OffsetRecord", "Commit", "LIVE", "DROPPING",
+    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "OffsetRecord", "Commit", "MemberRecord", "LIVE", "DROPPING",
     "CHUNK", "HISTORY",
 ]
 
@@ -388,3 +388,22 @@ class OffsetRecord(NamedTuple):
     def empty(cls, table: str) -> OffsetRecord:
         """No commit yet."""
         return cls(-1, "", table, ())
+
+
+class MemberRecord(NamedTuple):
+    """``<ns>/groups/<group>/members/<member_id>`` (ephemeral): a live member of a group."""
+
+    host: str
+    """host:pid of the member's process."""
+    tables: tuple[str, ...]
+    """Tables it consumes every bucket of (a group's single member owns all their buckets)."""
+    stat: Stat | None = None
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"h": self.host, "t": list(self.tables)}, self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str) -> MemberRecord:
+        return _load(node.data, path, cls.VERSION, "group member", lambda v: cls(_str(v["h"]), _strs(v["t"]), node.stat))

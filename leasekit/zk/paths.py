@@ -73,6 +73,13 @@ class Paths:
         """A consumer group: its generation in the data (fenced commits check its version)."""
         return f"{self.groups}/{group_id}"
 
+    def group_members(self, group_id: str) -> str:
+        return f"{self.group(group_id)}/members"
+
+    def member(self, group_id: str, member_id: str) -> str:
+        """A live member of the group (ephemeral: it ends with the member's session)."""
+        return f"{self.group_members(group_id)}/{member_id}"
+
     def group_offsets(self, group_id: str) -> str:
         return f"{self.group(group_id)}/offsets"
 
