@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "B2": "bench.b2",
     "B3": "bench.b3",
     "B4": "bench.b4",
+    "B5": "bench.b5",
     "B6": "bench.b6",
     "B7": "bench.b7",
 }

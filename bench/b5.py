@@ -1,0 +1,120 @@
+"""B5: ``Consumer.poll`` throughput against ``pyarrow.parquet`` reading the same segment files
+(target: ratio >= 0.8).
+
+A 4-bucket table gets 2,000,000 records (``id`` BIGINT, ``v`` STRING) in appends of 100,000,
+so each bucket's log is about 20 segment files of ~25,000 records. leasekit: a consumer with
+``auto_offset_reset="earliest"`` polls (``max_records`` 10,000, the default
+``max_poll_records``) until it has every record, which includes the offset index, the
+watches and building ``_offset``, ``_timestamp`` and ``_op`` columns. The floor: with the
+segment list already in hand (read untimed through ``list_segments``, the same knowledge),
+``pyarrow.parquet.read_table`` of every segment file with the same columns, and an
+``_offset`` column from each segment's base offset. Both sides run alternately in each run;
+the figure is the ratio of their records per second (leasekit over pyarrow).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .common import (
+    Benchmark,
+    Outcome,
+    load_average,
+    log,
+    median,
+    settle,
+    spread,
+    temp_warehouse,
+    timed,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["BENCHMARK", "run"]
+
+FULL = {"records": 2_000_000, "buckets": 4, "append_rows": 100_000, "max_records": 10_000}
+QUICK = {**FULL, "records": 200_000, "append_rows": 20_000}
+
+
+def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from leasekit.log.segments import list_segments, log_schema
+
+    p = QUICK if quick else FULL
+    n = p["records"]
+    results: list[dict[str, Any]] = []
+    checks = {"same_record_count": True, "every_offset_once": True}
+    with temp_warehouse("B5") as conn:
+        table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=p["buckets"])
+        for start in range(0, n, p["append_rows"]):
+            ids = np.arange(start, min(n, start + p["append_rows"]), dtype=np.int64)
+            table.append(pa.table({"id": ids, "v": pa.array([f"value-{i}" for i in ids.tolist()])}))
+        segments = list_segments(table, range(table.num_buckets))
+        files = sum(len(s) for s in segments.values())
+        columns = [f.name for f in log_schema(table)]
+        log(f"B5: {n:,} records in {files} segment files")
+
+        def leasekit_side() -> int:
+            got = 0
+            following: dict[Any, int] = {}
+            with conn.consumer("orders", auto_offset_reset="earliest", enable_auto_commit=False,
+                               max_poll_records=p["max_records"]) as consumer:
+                while got < n:
+                    for tb, data in consumer.poll(timeout="1s").items():
+                        offsets = data.column("_offset")
+                        checks["every_offset_once"] &= (offsets[0].as_py() == following.get(tb, 0)
+                                                        and offsets[-1].as_py() == following.get(tb, 0)
+                                                        + data.num_rows - 1)
+                        following[tb] = offsets[-1].as_py() + 1
+                        got += data.num_rows
+            return got
+
+        def pyarrow_side() -> int:
+            got = 0
+            for segs in segments.values():
+                for seg in segs:
+                    data = pq.read_table(seg.file, columns=columns)
+                    offsets = pa.array(np.arange(seg.base_offset, seg.base_offset + data.num_rows, dtype=np.int64))
+                    data = data.append_column("_offset", offsets)
+                    got += data.num_rows
+            return got
+
+        for i in range(runs):
+            settle(None)
+            lk_s, lk_n = timed(leasekit_side)
+            settle(None)
+            pa_s, pa_n = timed(pyarrow_side)
+            checks["same_record_count"] &= lk_n == pa_n == n
+            ratio = (lk_n / lk_s) / (pa_n / pa_s)
+            results.append({"ratio": ratio, "leasekit_s": lk_s, "pyarrow_s": pa_s,
+                            "leasekit_records_per_s": lk_n / lk_s, "pyarrow_records_per_s": pa_n / pa_s,
+                            "load_average": load_average()})
+            log(f"B5: run {i + 1}/{runs}: leasekit {lk_n / lk_s:,.0f} records/s, pyarrow {pa_n / pa_s:,.0f} "
+                f"records/s, ratio {ratio:.3f}")
+    figures = {
+        "ratio": round(median([r["ratio"] for r in results]), 3),
+        "spread": spread([r["ratio"] for r in results]),
+        "leasekit_records_per_s": round(median([r["leasekit_records_per_s"] for r in results])),
+        "pyarrow_records_per_s": round(median([r["pyarrow_records_per_s"] for r in results])),
+        "segment_files": files,
+        "load_average": median([r["load_average"] or 0.0 for r in results]),
+    }
+    figures["note"] = (f"leasekit {figures['leasekit_records_per_s']:,} records/s, pyarrow "
+                       f"{figures['pyarrow_records_per_s']:,} records/s over {files} segment files")
+    return Outcome(figures["ratio"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+BENCHMARK = Benchmark(
+    id="B5",
+    what="Consumer.poll throughput vs pyarrow.parquet reading the same segment files",
+    metric="ratio",
+    target=0.8,
+    op=">=",
+    run=run,
+    target_note="records/s, leasekit over pyarrow",
+    spark=False,
+)
