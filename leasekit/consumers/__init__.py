@@ -1,2 +1,2 @@
-"""Consumers of the offset log: committed offsets of groups (``offsets.py``), and the consumer
-that reads buckets by offset with positions, seeks and commits."""
+"""Consumers of the offset log: the consumer that reads buckets by offset with positions,
+seeks and commits, the committed offsets of groups, their administration and lag health."""
