@@ -26,8 +26,9 @@ OFFSET, TIMESTAMP = "_offset", "_timestamp"
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 MAX_OPEN = 32
 """Segment files a reader keeps open (least recently read closed first)."""
-CACHED_GROUPS = 4
-"""Decoded row groups a reader keeps (a poll usually continues where the last one ended)."""
+CACHE_BYTES = 256 * 1024 * 1024
+"""Decoded row groups a reader keeps, in bytes (a poll usually continues where the last one
+ended, one group per bucket it reads): the least recently read go first."""
 
 
 class SegmentGone(IllegalStateError):
@@ -68,6 +69,7 @@ class SegmentReader:
         self._max_open = max_open
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self._cached_bytes = 0
         self._lock = threading.Lock()
 
     @property
@@ -106,9 +108,13 @@ class SegmentReader:
             self._forget(file)
             raise IllegalStateError(f"read {file}: {exc}") from None
         with self._lock:
+            if key in self._groups:  # another thread decoded it meanwhile
+                return self._groups[key]
             self._groups[key] = data
-            while len(self._groups) > CACHED_GROUPS:
-                self._groups.popitem(last=False)
+            self._cached_bytes += data.nbytes
+            while self._cached_bytes > CACHE_BYTES and len(self._groups) > 1:
+                _, old = self._groups.popitem(last=False)
+                self._cached_bytes -= old.nbytes
         return data
 
     def _file(self, segment: LogSegment) -> _Open:
@@ -141,7 +147,7 @@ class SegmentReader:
         with self._lock:
             handle = self._open.pop(file, None)
             for key in [k for k in self._groups if k[0] == file]:
-                del self._groups[key]
+                self._cached_bytes -= self._groups.pop(key).nbytes
         if handle is not None:
             handle.file.close()
 
@@ -150,5 +156,6 @@ class SegmentReader:
         with self._lock:
             handles, self._open = list(self._open.values()), OrderedDict()
             self._groups.clear()
+            self._cached_bytes = 0
         for handle in handles:
             handle.file.close()
