@@ -126,6 +126,14 @@ def snapshotted(conn):
 
 
 @SPARK_FUZZ
+@given(target=st.one_of(values, st.just("the table")), group=values)
+def test_fuzz_read_changes(spark, snapshotted, target, group):
+    # §9, §6.4: read_changes refuses what is not a Table or not a group id with typed errors
+    table = snapshotted if target == "the table" else target
+    _call(lks.read_changes, spark, table, group)
+
+
+@SPARK_FUZZ
 @given(target=st.one_of(values, st.just("the table")), ids=snapshot_maps, offsets=st.one_of(st.none(), snapshot_maps),
        df=values)
 def test_fuzz_spark_functions(spark, snapshotted, target, ids, offsets, df):

@@ -12,7 +12,15 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..errors import InvalidArgumentError, InvalidTypeError, LeasekitError, OffsetOutOfRangeError
+from ..consumers import admin as consumer_admin
+from ..consumers import offsets as stored_offsets
+from ..errors import (
+    GroupNotEmptyError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    LeasekitError,
+    OffsetOutOfRangeError,
+)
 from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
 from ..log.segments import list_segments
@@ -24,7 +32,7 @@ from ..tables.info import TableInfo
 from .frames import bucket_of_path, files_frame, kv_state, log_frame, table_ddl
 from .session import micros_timestamps, session, spark_errors, spark_session, struct_type
 
-__all__ = ["spark_session", "read_snapshots", "read_at", "write"]
+__all__ = ["spark_session", "read_snapshots", "read_at", "read_changes", "ChangeBatch", "write"]
 
 
 # -- public reads -------------------------------------------------------------------------
@@ -103,6 +111,64 @@ def read_at(spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, 
     with spark_errors(f"read {table.name} at offsets"):
         changes = log_frame(spark, table, segments, ranges)
         return kv_state(table, files_frame(spark, table, base_files), changes)
+
+
+class ChangeBatch:
+    """Log records of a table from a group's committed offsets to the end offsets at the time
+    of ``read_changes``; ``commit()`` commits those end offsets for the group."""
+
+    def __init__(self, table: TableInfo, group_id: str, ranges: dict[TableBucket, OffsetRange], df: DataFrame) -> None:
+        self.df = df
+        """``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns."""
+        self.offsets = ranges
+        """The offsets read per bucket: [committed (or beginning), end at the call)."""
+        self._table = table
+        self._group = group_id
+
+    def commit(self) -> None:
+        """Commit the end offsets of the batch for the group (refused while it has live members)."""
+        ctx = self._table.connection
+        _refuse_live_members(ctx, self._group)
+        changed = {tb: r.end for tb, r in self.offsets.items() if len(r)}
+        if changed:
+            stored_offsets.commit(ctx, self._group, changed, {self._table.name: self._table})
+
+    def __repr__(self) -> str:
+        records = sum(len(r) for r in self.offsets.values())
+        return f"ChangeBatch(table={self._table.name!r}, group={self._group!r}, records={records})"
+
+
+def _refuse_live_members(ctx: Any, group_id: str) -> None:
+    members = consumer_admin.live_members(ctx, group_id)
+    if members:
+        raise GroupNotEmptyError(f"group {group_id} has {len(members)} live consumer member(s): "
+                                 "read_changes is the group's only reader")
+
+
+def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) -> ChangeBatch:
+    """The table's log records from the group's committed offsets (the beginning offsets where
+    none) to the end offsets now, read by Spark over the segment files (DESIGN §6.4)."""
+    table = _check_table(table)
+    group_id = stored_offsets.check_group_id(group_id)
+    spark = session(spark)
+    ctx = table.connection
+    _refuse_live_members(ctx, group_id)
+    tbs = [TableBucket(table.name, b) for b in range(table.num_buckets)]
+    committed = stored_offsets.fetch(ctx, group_id, {table.name: table}, tbs)
+    states = read_states(table, range(table.num_buckets))
+    ranges: dict[TableBucket, OffsetRange] = {}
+    for tb, state in zip(tbs, states):
+        begin, end = (state.begin, state.end) if state else (0, 0)
+        start = committed[tb].offset if tb in committed else begin
+        if start < begin:
+            raise OffsetOutOfRangeError(f"group {group_id} committed offset {start} of {tb}, but the log before "
+                                        f"{begin} is deleted: reset the group's offsets first")
+        ranges[tb] = OffsetRange(start, max(start, end))
+    reading = {tb.bucket: (r.start, r.end) for tb, r in ranges.items() if len(r)}
+    segments = list_segments(table, reading)
+    with spark_errors(f"read changes of {table.name}"):
+        df = log_frame(spark, table, segments, reading)
+    return ChangeBatch(table, group_id, ranges, df)
 
 
 # -- bulk writes --------------------------------------------------------------------------
