@@ -9,11 +9,17 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import parse_duration, to_ms
-from ..errors import GroupNotEmptyError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
+from ..errors import (
+    CorruptMetadataError,
+    GroupNotEmptyError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    TableNotFoundError,
+)
 from ..log.reader import find_segment
 from ..log.segments import list_segments
 from ..records import MemberInfo, TableBucket
-from ..tables.catalog import list_tables, load_table
+from ..tables.catalog import load_table
 from ..zk import Delete, to_datetime
 from ..zk.formats import BucketState, MemberRecord, OffsetRecord
 from . import health
@@ -44,7 +50,9 @@ class _Row(NamedTuple):
 def consumer_groups(ctx: Context) -> list[str]:
     """Groups with stored offsets or live members, sorted."""
     names = ctx.store.children(ctx.paths.groups) or []
-    return sorted(n for n in names if (ctx.store.children(ctx.paths.group_offsets(n)) or live_members(ctx, n)))
+    listed = ctx.store.children_many([*(ctx.paths.group_offsets(n) for n in names),
+                                      *(ctx.paths.group_members(n) for n in names)])
+    return sorted(n for n, offsets, members in zip(names, listed, listed[len(names):]) if offsets or members)
 
 
 def live_members(ctx: Context, group_id: str) -> list[str]:
@@ -81,14 +89,14 @@ def _owners(members: list[MemberInfo]) -> dict[TableBucket, MemberInfo]:
     return {tb: m for m in members for tb in m.buckets}
 
 
-def _tables_by_id(ctx: Context) -> dict[str, TableInfo]:
+def _tables(ctx: Context, names: Iterable[str]) -> dict[str, TableInfo]:
+    """The named tables that exist, by name."""
     out = {}
-    for name in list_tables(ctx):
+    for name in set(names):
         try:
-            table = load_table(ctx, name)
-        except Exception:  # noqa: BLE001 - a table dropped meanwhile, or corrupt: not described
-            continue
-        out[table.table_id] = table
+            out[name] = load_table(ctx, name)
+        except (TableNotFoundError, CorruptMetadataError):
+            continue  # dropped meanwhile, or unreadable: not described
     return out
 
 
@@ -97,10 +105,11 @@ def _rows(ctx: Context, group_id: str, tables: Iterable[str] | None = None,
     """Every bucket of every table the group has offsets for or its members consume (``extra``),
     or of ``tables``, with its committed record and log bounds now."""
     records = stored.fetch_group(ctx, group_id)
-    by_id = _tables_by_id(ctx)
-    wanted = {by_id[tid] for tid, _ in records if tid in by_id}
-    by_name = {t.name: t for t in by_id.values()}
-    wanted |= {by_name[tb.table] for tb in extra or () if tb.table in by_name}
+    ids = {tid for tid, _ in records}
+    extra_names = {tb.table for tb in extra or ()}
+    # Offset records name their table; one recreated since has another id: its offsets are not its own.
+    found = _tables(ctx, [r.table for r in records.values()] + list(extra_names))
+    wanted = {t for t in found.values() if t.table_id in ids or t.name in extra_names}
     if tables is not None:
         wanted = {load_table(ctx, t) for t in tables}
     rows = []

@@ -90,10 +90,7 @@ class Paths:
     @staticmethod
     def parse_offset(name: str) -> tuple[str, int]:
         """(table_id, bucket) of an offset znode's name; ValueError if it is not one."""
-        table_id, _, bucket = name.rpartition(".")
-        if not table_id or not bucket.isdigit():
-            raise ValueError(f"not an offset znode name: {name!r}")
-        return table_id, int(bucket)
+        return _table_and_number(name)
 
     def lease(self, lease_id: str) -> str:
         return f"{self.leases}/{lease_id}"
@@ -107,10 +104,17 @@ class Paths:
 
     @staticmethod
     def parse_lease_chunk(name: str) -> tuple[str, int]:
-        """(table_id, chunk) of the name of a lease's pin-array znode."""
-        table_id, _, chunk = name.rpartition(".")
-        return table_id, int(chunk)
+        """(table_id, chunk) of the name of a lease's pin-array znode; ValueError if it is not one."""
+        return _table_and_number(name)
 
     def write(self, token: str) -> str:
         """Ephemeral marker of a write in progress; its files carry ``token`` in their path."""
         return f"{self.writes}/{token}"
+
+
+def _table_and_number(name: str) -> tuple[str, int]:
+    """``<table_id>.<n>`` -> (table_id, n): the names of offset and pin-array znodes."""
+    table_id, _, number = name.rpartition(".")
+    if not table_id or not number.isdigit():
+        raise ValueError(f"not a <table id>.<number> znode name: {name!r}")
+    return table_id, int(number)
