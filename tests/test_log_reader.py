@@ -59,3 +59,25 @@ def test_a_segment_deleted_under_the_reader_is_reported(conn, table):
     with pytest.raises(lkreader.SegmentGone, match="deleted"):
         reader.read(segments[0], 0, 10)
     assert isinstance(lkreader.SegmentGone("x"), lk.IllegalStateError)
+
+
+def test_a_sequential_read_decodes_each_row_group_once_and_keeps_none_it_finished(table, monkeypatch):
+    # §6.5 bounded caching: a reader going through a segment in small steps decodes each row
+    # group once, and drops a group as soon as a read reached its end
+    import pyarrow.parquet as pq
+
+    decoded = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, i, **kw: decoded.append(i) or real(self, i, **kw))
+    seg = list_segments(table, [0])[0][0]
+    reader = lkreader.SegmentReader(table)
+    try:
+        got = []
+        for start in range(0, 150_000, 10_000):
+            got.extend(reader.read(seg, start, 10_000).column("_offset").to_pylist())
+        assert got == list(range(150_000))
+        assert decoded == [0, 1, 2]
+        assert reader._cached_bytes == 0  # every group was read to its end
+    finally:
+        reader.close()

@@ -225,6 +225,12 @@ class Consumer:
             return {}
         self._fetcher.watch(buckets)
         self._ensure_positions(buckets)
+        readable = {}
+        for tb in buckets:
+            bounds, position = self._fetcher.bounds(tb), self._positions[tb]
+            if bounds is not None and bounds.begin <= position < bounds.end:
+                readable[tb] = position
+        self._fetcher.prepare(readable)
         start = next(self._turn) % len(buckets)
         out: dict[TableBucket, pa.Table] = {}
         now = int(time.time() * 1000)
@@ -266,7 +272,9 @@ class Consumer:
         if not missing:
             return
         committed = self._fetch_committed(missing) if self._group is not None else {}
-        bounds = self._fetcher.refresh_bounds(missing)
+        known = {tb: self._fetcher.bounds(tb) for tb in missing}  # watched: current already
+        bounds = {tb: b for tb, b in known.items() if b is not None}
+        bounds.update(self._fetcher.refresh_bounds([tb for tb in missing if tb not in bounds]))
         for tb in missing:
             record = committed.get(tb)
             if record is not None:

@@ -87,6 +87,12 @@ class Fetcher:
             if watch is not None:
                 watch.remove()
             self._segments.pop(tb, None)
+            with self._changed:
+                self._bounds.pop(tb, None)
+
+    def retain(self, buckets: set[TableBucket]) -> None:
+        """Stop watching every bucket not in ``buckets``."""
+        self.unwatch([tb for tb in self._watches if tb not in buckets])
 
     def refresh_bounds(self, buckets: list[TableBucket]) -> dict[TableBucket, Bounds]:
         """Read the bounds of ``buckets`` from ZooKeeper now (pipelined), and keep them."""
@@ -145,6 +151,18 @@ class Fetcher:
             known = list_segments(table, [tb.bucket])[tb.bucket]
             self._segments[tb] = known
         return known
+
+    def prepare(self, positions: Mapping[TableBucket, int]) -> None:
+        """Index the segments of every bucket whose known segments do not hold its position,
+        one pipelined listing per table (a first poll of many buckets lists them together)."""
+        stale: dict[str, list[int]] = {}
+        for tb, offset in positions.items():
+            known = self._segments.get(tb)
+            if known is None or find_segment(known, offset) is None:
+                stale.setdefault(tb.table, []).append(tb.bucket)
+        for name, buckets in stale.items():
+            for bucket, segments in list_segments(self._tables[name], buckets).items():
+                self._segments[TableBucket(name, bucket)] = segments
 
     def read(self, tb: TableBucket, position: int, max_records: int) -> pa.Table | None:
         """Records from ``position`` (at most ``max_records``, within one segment); None when

@@ -28,7 +28,8 @@ MAX_OPEN = 32
 """Segment files a reader keeps open (least recently read closed first)."""
 CACHE_BYTES = 256 * 1024 * 1024
 """Decoded row groups a reader keeps, in bytes (a poll usually continues where the last one
-ended, one group per bucket it reads): the least recently read go first."""
+ended, one group per bucket it reads): the least recently read go first, and a group read
+to its end is dropped at once."""
 
 
 class SegmentGone(IllegalStateError):
@@ -52,10 +53,14 @@ def record_schema(table: TableInfo) -> pa.Schema:
 
 def find_segment(segments: list[LogSegment], offset: int) -> LogSegment | None:
     """The segment of ``segments`` (sorted by base offset) holding ``offset``, if any."""
-    i = bisect.bisect_right([s.base_offset for s in segments], offset) - 1
+    i = bisect.bisect_right(segments, offset, key=_base) - 1
     if i >= 0 and segments[i].base_offset <= offset < segments[i].end_offset:
         return segments[i]
     return None
+
+
+def _base(segment: LogSegment) -> int:
+    return segment.base_offset
 
 
 class SegmentReader:
@@ -87,9 +92,12 @@ class SegmentReader:
         parts = [self._group(segment.file, handle, g) for g in groups]
         data = (parts[0] if len(parts) == 1 else pa.concat_tables(parts))
         data = data.slice(first - handle.starts[groups[0]], last - first)
+        done = [g for g in groups if handle.starts[g + 1] <= last]
+        if done:  # groups read to their end: a reader going on does not need them again
+            self._drop(segment.file, done)
         n = data.num_rows
         offsets = pa.array(np.arange(start, start + n, dtype=np.int64))
-        stamps = pa.repeat(pa.scalar(segment.timestamp_ms, _TIMESTAMP), n)
+        stamps = pa.array(np.full(n, segment.timestamp_ms, dtype=np.int64)).view(_TIMESTAMP)
         columns = [offsets, stamps, data.column(OP_COLUMN), *(data.column(name) for name in self._schema.names[3:])]
         return pa.Table.from_arrays(columns, schema=self._schema)
 
@@ -142,6 +150,13 @@ class SegmentReader:
                 _, old = self._open.popitem(last=False)
                 old.file.close()
         return handle
+
+    def _drop(self, file: str, groups: list[int]) -> None:
+        with self._lock:
+            for g in groups:
+                old = self._groups.pop((file, g), None)
+                if old is not None:
+                    self._cached_bytes -= old.nbytes
 
     def _forget(self, file: str) -> None:
         with self._lock:
