@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .consumers.listener import BucketRebalanceListener
 from .errors import *  # noqa: F403
 from .errors import __all__ as _error_names
 from .records import (
@@ -49,6 +50,7 @@ __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
     "GroupStatus",
     "MemberInfo",
     "Record",
+    "BucketRebalanceListener",
     "KvSnapshotLease",
     *_error_names,
 ]

@@ -77,7 +77,8 @@ def test_committed_none_before_commit_then_new_consumer_resumes(conn, orders):
         c.commit({tb: lk.OffsetAndMetadata(2, "checkpoint")})
         assert c.committed(tb) == 2
     with conn.consumer("orders", group_id="g", auto_offset_reset="latest") as c:
-        assert c.position(tb) == 2
+        got = c.poll()  # joins the group, then reads from the committed offsets
+        assert list(got) == [tb] and got[tb].column("_offset").to_pylist()[0] == 2
         assert c.position(TB("orders", 1)) == orders.end_offsets()[TB("orders", 1)]
 
 
@@ -113,6 +114,9 @@ def test_seeks(conn, orders):
     # C6: ints >= 0 only, unassigned buckets refused, seek_to_committed honours 0
     tb = TB("orders", 0)
     with conn.consumer("orders", group_id="g", enable_auto_commit=False) as c:
+        with pytest.raises(lk.IllegalStateError):  # not assigned before the poll that joins
+            c.seek(tb, 0)
+        assert c.poll() == {}  # "latest": at the end
         with pytest.raises(lk.InvalidArgumentError):
             c.seek(tb, -1)
         with pytest.raises(TypeError):
@@ -234,3 +238,73 @@ def test_polls_without_new_records_make_no_zookeeper_calls(conn, orders):
         assert conn.store.round_trips == before
         orders.append([{"id": 900, "v": "n"}])
         assert _ids(c.poll(timeout="5s")) == [900]
+
+
+class _Recorder(lk.BucketRebalanceListener):
+    def __init__(self, consumer_box, calls):
+        self.box, self.calls = consumer_box, calls
+
+    def on_buckets_revoked(self, revoked):
+        c = self.box[0]
+        self.calls.append(("revoked", set(revoked), {tb: c.position(tb) for tb in revoked}))
+        c.commit({tb: lk.OffsetAndMetadata(c.position(tb), "from revoke") for tb in revoked})
+
+    def on_buckets_assigned(self, assigned):
+        self.calls.append(("assigned", set(assigned)))
+
+
+def test_a_group_subscription_is_assigned_in_poll_and_the_listener_hears_every_change(conn, orders):
+    # §6.5: with a group_id, poll drives membership; rebalance callbacks run inside poll.
+    # C10: revoked before assigned, and a commit made in on_buckets_revoked is accepted.
+    # C15: on_buckets_assigned at the end of every rebalance, with the new buckets only.
+    other = conn.create_table("other", "id BIGINT", "id", buckets=1)
+    other.append([{"id": 1}])
+    calls, box = [], []
+    c = conn.consumer("orders", group_id="lg", auto_offset_reset="earliest", enable_auto_commit=False,
+                      listener=_Recorder(box, calls))
+    box.append(c)
+    assert c.assignment() == set() and c.member_id is None
+    with pytest.raises(lk.IllegalStateError, match="poll"):
+        c.position(TB("orders", 0))
+    got = c.poll()
+    assert c.assignment() == {TB("orders", 0), TB("orders", 1)} and c.member_id is not None
+    assert calls == [("assigned", {TB("orders", 0), TB("orders", 1)})]
+    assert [m.member_id for m in conn.group_members("lg")] == [c.member_id]
+    assert sum(t.num_rows for t in got.values()) > 0
+    calls.clear()
+    c.subscribe(["other"])
+    assert c.assignment() == {TB("orders", 0), TB("orders", 1)}  # nothing moves until the next poll
+    c.poll()
+    revoked = {TB("orders", 0), TB("orders", 1)}
+    assert [k[0] for k in calls] == ["revoked", "assigned"] and calls[0][1] == revoked
+    assert calls[1] == ("assigned", {TB("other", 0)})
+    assert c.assignment() == {TB("other", 0)}
+    for tb, position in calls[0][2].items():  # the commit made while revoking was stored
+        assert c.committed(tb) == position
+    calls.clear()
+    c.unsubscribe()
+    assert calls[0][:2] == ("revoked", {TB("other", 0)})
+    assert conn.group_members("lg") == [] and c.member_id is None
+    c.subscribe(["other"])
+    c.poll()
+    assert calls[-1] == ("assigned", {TB("other", 0)}) and len(conn.group_members("lg")) == 1
+    calls.clear()
+    c.close()
+    assert calls[0][:2] == ("revoked", {TB("other", 0)})
+    assert conn.group_members("lg") == []
+
+
+def test_a_consumer_without_a_group_is_assigned_its_tables_at_once(conn, orders):
+    # §6.5: group_id=None assigns every bucket of the tables, no membership, no commits
+    with conn.consumer("orders") as c:
+        assert c.assignment() == {TB("orders", 0), TB("orders", 1)}
+        assert c.member_id is None and c.generation is None and c.group_id is None
+        with pytest.raises(lk.IllegalOperationError):
+            c.committed(TB("orders", 0))
+        with pytest.raises(lk.IllegalOperationError):
+            c.seek_to_committed()
+        c.unsubscribe()
+        assert c.assignment() == set()
+        c.assign([])
+        c.subscribe(["orders"])  # an empty manual assignment is an unsubscribe
+        assert len(c.assignment()) == 2

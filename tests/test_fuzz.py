@@ -166,15 +166,17 @@ offset_maps = st.one_of(values, st.dictionaries(st.one_of(buckets, scalars),
 
 
 @FUZZ
-@given(group=values, reset=values, auto=values, interval=values, records=values, assignor=values, timeout=values)
-def test_fuzz_consumer_construction(conn, table, group, reset, auto, interval, records, assignor, timeout):
+@given(group=values, reset=values, auto=values, interval=values, records=values, assignor=values, timeout=values,
+       listener=st.one_of(st.none(), values, st.just(lk.BucketRebalanceListener())))
+def test_fuzz_consumer_construction(conn, table, group, reset, auto, interval, records, assignor, timeout, listener):
     # §9: conn.consumer and every keyword
     try:
         consumer = conn.consumer("t", group_id=group, auto_offset_reset=reset, enable_auto_commit=auto,
                                  auto_commit_interval=interval, max_poll_records=records, assignor=assignor,
-                                 session_timeout=timeout, max_poll_interval=timeout)
+                                 session_timeout=timeout, max_poll_interval=timeout, listener=listener)
     except ALLOWED:
         return
+    _call(consumer.poll)
     consumer.close()
 
 
@@ -184,6 +186,7 @@ def test_fuzz_consumer_construction(conn, table, group, reset, auto, interval, r
 def test_fuzz_consumer_calls(conn, table, offsets, tb, offset, timeout, limit, times, tbs):
     # §9: every public method of a consumer
     with conn.consumer("t", group_id="fuzz", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.poll(max_records=1)  # joins: its buckets are assigned
         _call(c.commit, offsets)
         _call(c.committed, tb)
         _call(c.seek, tb, offset)
@@ -202,7 +205,9 @@ def test_fuzz_consumer_calls(conn, table, offsets, tb, offset, timeout, limit, t
         _call(c.pause, *tbs)
         _call(c.resume, *tbs)
         _call(c.assign, tbs)
-        _call(c.subscribe, tbs)
+        _call(c.subscribe, tbs, listener=offset)
+        _call(c.poll)
+        _call(c.unsubscribe)
 
 
 @FUZZ

@@ -14,35 +14,13 @@ from ..durations import parse_duration
 from ..errors import InvalidArgumentError
 from ..records import TableBucket
 from .common import add_command, connect, duration_arg
-from .output import emit, format_table
+from .output import emit, format_table, frame_rows
 
 __all__ = ["register"]
 
 DESCRIBE = ["group", "table", "bucket", "current_offset", "log_end_offset", "lag", "time_lag", "consumer_id",
             "host", "last_commit", "status"]
 RESET = ["group", "table", "bucket", "current_offset", "new_offset"]
-
-
-def _rows(frame: Any) -> list[dict[str, Any]]:
-    """DataFrame rows as plain values: missing ones None, pandas times as datetime/timedelta."""
-    import pandas as pd
-
-    rows = []
-    for record in frame.to_dict("records"):
-        row = {}
-        for key, value in record.items():
-            if value is None or (not isinstance(value, (list, dict)) and pd.isna(value)):
-                row[key] = None
-            elif isinstance(value, pd.Timestamp):
-                row[key] = value.to_pydatetime()
-            elif isinstance(value, pd.Timedelta):
-                row[key] = value.to_pytimedelta()
-            elif hasattr(value, "item"):
-                row[key] = value.item()
-            else:
-                row[key] = value
-        rows.append(row)
-    return rows
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -54,7 +32,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _describe(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = _rows(conn.describe_group(args.group))
+        rows = frame_rows(conn.describe_group(args.group))
         status = conn.group_status(args.group)
     data = {"group": args.group, "status": status.status, "buckets": rows}
 
@@ -95,7 +73,7 @@ def _reset(args: argparse.Namespace) -> int:
             raise InvalidArgumentError("--bucket needs exactly one --table")
         buckets = [TableBucket(args.table[0], b) for b in args.bucket]
     with connect(args) as conn:
-        plan = _rows(conn.reset_offsets(args.group, to=to, shift_by=shift, tables=args.table, buckets=buckets,
+        plan = frame_rows(conn.reset_offsets(args.group, to=to, shift_by=shift, tables=args.table, buckets=buckets,
                                         dry_run=not args.execute))
     data = {"executed": args.execute, "plan": plan}
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["format_table", "format_fields", "to_json", "emit", "note"]
+__all__ = ["format_table", "format_fields", "frame_rows", "to_json", "emit", "note"]
 
 
 def _iso(value: datetime) -> str:
@@ -53,6 +53,29 @@ def _text(value: Any) -> str:
         return ", ".join(_text(v) for v in value)
     data = to_json(value)
     return data if isinstance(data, str) else str(data)
+
+
+def frame_rows(frame: Any) -> list[dict[str, Any]]:
+    """A pandas DataFrame's rows as plain values: missing ones None, pandas times as
+    datetime/timedelta, numpy scalars as Python numbers."""
+    import pandas as pd
+
+    rows = []
+    for record in frame.to_dict("records"):
+        row = {}
+        for key, value in record.items():
+            if value is None or (not isinstance(value, (list, dict)) and pd.isna(value)):
+                row[key] = None
+            elif isinstance(value, pd.Timestamp):
+                row[key] = value.to_pydatetime()
+            elif isinstance(value, pd.Timedelta):
+                row[key] = value.to_pytimedelta()
+            elif hasattr(value, "item"):
+                row[key] = value.item()
+            else:
+                row[key] = value
+        rows.append(row)
+    return rows
 
 
 def _is_number(value: Any) -> bool:

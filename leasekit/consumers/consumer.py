@@ -1,14 +1,15 @@
 """The consumer: reads assigned buckets from their positions (C1), commits offsets for its
 group (C2, C3, C8), seeks (C6), answers offset queries without moving (C7) and applies its
-reset policy when a position has no offset or falls outside the log (C5)."""
+reset policy when a position has no offset or falls outside the log (C5).
+
+Its parts, as in aiokafka: the subscription state (``subscription``), the fetcher (``fetcher``:
+log bounds from watches, segment reads) and a coordinator (``coordinator``: a group's
+membership and offsets, or none)."""
 
 from __future__ import annotations
 
 import itertools
-import os
-import socket
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -28,10 +29,10 @@ from ..log.reader import OFFSET, TIMESTAMP
 from ..log.segments import OP_COLUMN
 from ..records import OffsetAndMetadata, Record, TableBucket
 from ..tables.catalog import load_table
-from ..zk import Create, Delete, TxnConflict
-from ..zk.formats import MemberRecord
 from . import offsets as stored
-from .fetcher import Fetcher, SegmentGone
+from .coordinator import GroupCoordinator, NoGroupCoordinator
+from .fetcher import Bounds, Fetcher, SegmentGone
+from .subscription import ASSIGNED, SubscriptionState, check_listener
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -57,92 +58,87 @@ class Consumer:
             raise InvalidTypeError("enable_auto_commit must be a bool")
         if assignor not in ASSIGNORS:
             raise InvalidArgumentError(f"assignor must be one of {', '.join(ASSIGNORS)}, not {assignor!r}")
-        if listener is not None and not all(callable(getattr(listener, m, None))
-                                            for m in ("on_buckets_revoked", "on_buckets_assigned")):
-            raise InvalidTypeError("listener must have on_buckets_revoked and on_buckets_assigned methods")
+        if listener is not None:
+            check_listener(listener)
         self._session_timeout = parse_duration(session_timeout, what="session_timeout").total_seconds()
         self._max_poll_interval = parse_duration(max_poll_interval, what="max_poll_interval").total_seconds()
-        self._assignor, self._listener = assignor, listener
+        self._assignor = assignor
         self._max_poll_records = _positive_int(max_poll_records, "max_poll_records")
-        self._ctx = ctx
-        self._group = None if group_id is None else stored.check_group_id(group_id)
         self._reset = auto_offset_reset
-        self._auto_commit = enable_auto_commit and group_id is not None
-        self._interval = parse_duration(auto_commit_interval, what="auto_commit_interval").total_seconds()
-        self._next_auto_commit = time.monotonic() + self._interval
-        self._fetcher = Fetcher({})
+        interval = parse_duration(auto_commit_interval, what="auto_commit_interval").total_seconds()
+        self._ctx = ctx
         self._tables: dict[str, TableInfo] = {}
-        self._assignment: dict[TableBucket, None] = {}
-        self._mode: str | None = None
-        self._positions: dict[TableBucket, int] = {}
-        self._paused: set[TableBucket] = set()
-        self._committed: dict[TableBucket, OffsetAndMetadata] = {}
-        """Offsets this consumer knows stored: a commit that would not change them writes nothing."""
-        self._highwater: dict[TableBucket, int] = {}
-        self._last_poll: dict[TableBucket, int] = {}
+        self._sub = SubscriptionState()
+        self._sub.listener = listener
+        self._fetcher = Fetcher({})
+        self._coordinator: GroupCoordinator | NoGroupCoordinator
+        if group_id is None:
+            self._coordinator = NoGroupCoordinator(self._sub)
+        else:
+            self._coordinator = GroupCoordinator(ctx, stored.check_group_id(group_id), self._sub, self._tables,
+                                                 auto_commit=enable_auto_commit, interval=interval)
         self._records: deque[Record] = deque()
+        self._seen_assignment = self._sub.assignments
         self._turn = itertools.count()
         self._closed = False
-        self._member_id: str | None = None
-        self._member_tables: tuple[str, ...] = ()
         tables = list(tables)
         if tables:
-            self._set_tables(tables, "subscribed")
+            self._subscribe(tables)
 
-    # -- assignment ---------------------------------------------------------------------------
-
-    def _set_tables(self, tables: list[TableInfo], mode: str) -> None:
-        for table in tables:
-            self._tables[table.name] = table
-            self._fetcher.add_table(table)
-        self._set_assignment([TableBucket(t.name, b) for t in tables for b in range(t.num_buckets)], mode)
-
-    def _set_assignment(self, buckets: list[TableBucket], mode: str | None) -> None:
-        gone = [tb for tb in self._assignment if tb not in set(buckets)]
-        self._fetcher.unwatch(gone)
-        for tb in gone:
-            self._positions.pop(tb, None)
-            self._paused.discard(tb)
-        self._records = deque(r for r in self._records if r.table_bucket in set(buckets))
-        self._assignment = dict.fromkeys(buckets)
-        self._mode = mode if buckets or mode == "assigned" else None
-        self._fetcher.wake()
+    # -- subscription and assignment ----------------------------------------------------------
 
     def subscribe(self, tables: Iterable[Any] = (), *, pattern: str | None = None, listener: Any = None) -> None:
-        """Consume every bucket of ``tables`` (names or Table objects)."""
+        """Consume every bucket of ``tables`` (names or Table objects); with a group, the
+        buckets are assigned by ``poll``."""
         self._check_open()
         if pattern is not None:
             raise IllegalOperationError("subscription by pattern is not available yet")
-        if self._mode == "assigned":
-            raise IllegalStateError("subscribe after assign: call unsubscribe() first")
         if isinstance(tables, (str, bytes)):
             raise InvalidTypeError("tables must be a list of table names, not a str")
+        if self._sub.mode == ASSIGNED:
+            raise IllegalStateError("subscribe after assign: call unsubscribe() first")
         resolved = [self._load(t) for t in tables]
         if not resolved:
             raise InvalidArgumentError("subscribe needs at least one table")
-        self._set_tables(resolved, "subscribed")
+        self._subscribe(resolved, listener)
+
+    def _subscribe(self, tables: list[TableInfo], listener: Any = None) -> None:
+        for table in tables:
+            self._tables.setdefault(table.name, table)
+            self._fetcher.add_table(table)
+        self._sub.subscribe(tables, listener)
+        self._coordinator.subscription_changed()
+        self._assignment_changed()
 
     def assign(self, buckets: Iterable[TableBucket]) -> None:
         """Consume exactly ``buckets`` (no group membership; commits still go to the group)."""
         self._check_open()
-        if self._mode == "subscribed":
-            raise IllegalStateError("assign after subscribe: call unsubscribe() first")
         if isinstance(buckets, (str, bytes, TableBucket)) or not isinstance(buckets, Iterable):
             raise InvalidTypeError("buckets must be a collection of TableBucket")
-        wanted = []
-        for tb in buckets:
-            self._table_of(tb, assigned=False)
-            wanted.append(tb)
-        self._set_assignment(list(dict.fromkeys(wanted)), "assigned")
+        wanted = list(dict.fromkeys(buckets))
+        for tb in wanted:
+            self._table_of(tb)
+        self._sub.assign(wanted)
+        self._assignment_changed()
 
     def unsubscribe(self) -> None:
         """Stop consuming every bucket (and leave the group)."""
         self._check_open()
-        self._set_assignment([], None)
-        self._leave()
+        self._coordinator.unsubscribe()
+        self._sub.unsubscribe()
+        self._assignment_changed()
 
     def assignment(self) -> set[TableBucket]:
-        return set(self._assignment)
+        return set(self._sub.assignment())
+
+    def _assignment_changed(self) -> None:
+        if self._seen_assignment == self._sub.assignments:
+            return
+        self._seen_assignment = self._sub.assignments
+        assigned = set(self._sub.assignment())
+        self._fetcher.retain(assigned)
+        self._records = deque(r for r in self._records if r.table_bucket in assigned)
+        self._fetcher.wake()
 
     # -- polling -----------------------------------------------------------------------------
 
@@ -152,7 +148,8 @@ class Consumer:
         self._check_open()
         wait = parse_duration(timeout, what="timeout").total_seconds()
         limit = self._max_poll_records if max_records is None else _positive_int(max_records, "max_records")
-        self._maybe_auto_commit()
+        self._coordinator.poll()
+        self._assignment_changed()
         deadline = time.monotonic() + wait
         while True:
             out = self._fetch(limit)
@@ -174,8 +171,7 @@ class Consumer:
                 self._records.extend(_records(tb, table))
             if deadline is not None and not self._records and time.monotonic() >= deadline:
                 return None
-        record = self._records.popleft()
-        return record
+        return self._records.popleft()
 
     def __iter__(self) -> Iterator[Record]:
         while not self._closed:
@@ -184,52 +180,27 @@ class Consumer:
                 yield record
 
     def _has_news(self) -> bool:
-        for tb in self._assignment:
-            if tb in self._paused or self._closed:
-                continue
+        if self._closed:
+            return True
+        for tb in self._sub.fetchable():
             bounds = self._fetcher.bounds(tb)
-            position = self._positions.get(tb)
+            position = self._sub.state(tb).position
             if bounds is not None and (position is None or position != bounds.end):
                 return True
-        return self._closed
-
-    def _join(self) -> None:
-        """A subscribed group consumer is a live member of its group (an ephemeral znode that
-        ends with its session), which owns every bucket of its tables."""
-        if self._group is None or self._mode != "subscribed":
-            return
-        paths = self._ctx.paths
-        tables = tuple(sorted({tb.table for tb in self._assignment}))
-        record = MemberRecord(self._ctx.owner, tables)
-        if self._member_id is None:
-            self._member_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-            self._ctx.store.ensure_path(paths.group_members(self._group))
-            self._ctx.store.commit([Create(paths.member(self._group, self._member_id), record.encode(), True)])
-            self._member_tables = tables
-        elif tables != self._member_tables:
-            self._ctx.store.set(paths.member(self._group, self._member_id), record.encode())
-            self._member_tables = tables
-
-    def _leave(self) -> None:
-        if self._member_id is not None and self._group is not None:
-            try:
-                self._ctx.store.commit([Delete(self._ctx.paths.member(self._group, self._member_id))])
-            except TxnConflict:
-                pass  # the session ended first: the member is gone already
-            self._member_id = None
+        return False
 
     def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
-        self._join()
-        buckets = [tb for tb in self._assignment if tb not in self._paused]
+        buckets = self._sub.fetchable()
         if not buckets:
             return {}
         self._fetcher.watch(buckets)
         self._ensure_positions(buckets)
+        states = {tb: self._sub.state(tb) for tb in buckets}
         readable = {}
-        for tb in buckets:
-            bounds, position = self._fetcher.bounds(tb), self._positions[tb]
-            if bounds is not None and bounds.begin <= position < bounds.end:
-                readable[tb] = position
+        for tb, state in states.items():
+            bounds = self._fetcher.bounds(tb)
+            if bounds is not None and bounds.begin <= state.position < bounds.end:
+                readable[tb] = state.position
         self._fetcher.prepare(readable)
         start = next(self._turn) % len(buckets)
         out: dict[TableBucket, pa.Table] = {}
@@ -240,75 +211,73 @@ class Consumer:
                 break
             if tb in buffered:  # getone's records come first: never twice, never skipped
                 continue
-            bounds = self._fetcher.bounds(tb)
-            bounds_now = bounds if bounds is not None else self._fetcher.refresh_bounds([tb])[tb]
-            self._highwater[tb] = bounds_now.end
-            self._last_poll[tb] = now
-            position = self._positions[tb]
-            if not bounds_now.begin <= position <= bounds_now.end:
-                bounds_now = self._fetcher.refresh_bounds([tb])[tb]
-                if not bounds_now.begin <= position <= bounds_now.end:
-                    position = self._out_of_range(tb, position, bounds_now.begin, bounds_now.end)
-            if position >= bounds_now.end:
-                continue
-            try:
-                data = self._fetcher.read(tb, position, limit)
-            except SegmentGone:
-                data = None
-            if data is None:  # retention deleted the segment under us (C5)
-                fresh = self._fetcher.refresh_bounds([tb])[tb]
-                if position < fresh.begin:
-                    self._out_of_range(tb, position, fresh.begin, fresh.end)
-                continue
-            out[tb] = data
-            self._positions[tb] = position + data.num_rows  # C1
-            limit -= data.num_rows
+            data = self._read(tb, states[tb], limit, now)
+            if data is not None:
+                out[tb] = data
+                limit -= data.num_rows
         return out
+
+    def _read(self, tb: TableBucket, state: Any, limit: int, now: int) -> pa.Table | None:
+        bounds = self._fetcher.bounds(tb) or self._fetcher.refresh_bounds([tb])[tb]
+        state.highwater, state.last_poll = bounds.end, now
+        position = state.position
+        if not bounds.begin <= position <= bounds.end:
+            bounds = self._fetcher.refresh_bounds([tb])[tb]
+            if not bounds.begin <= position <= bounds.end:
+                position = self._out_of_range(tb, position, bounds)
+        if position >= bounds.end:
+            return None
+        try:
+            data = self._fetcher.read(tb, position, limit)
+        except SegmentGone:
+            data = None
+        if data is None:  # retention deleted the segment under us (C5)
+            fresh = self._fetcher.refresh_bounds([tb])[tb]
+            if position < fresh.begin:
+                self._out_of_range(tb, position, fresh)
+            return None
+        state.position = position + data.num_rows  # C1
+        return data
 
     # -- positions ------------------------------------------------------------------------
 
     def _ensure_positions(self, buckets: list[TableBucket]) -> None:
-        missing = [tb for tb in buckets if tb not in self._positions]
+        missing = self._sub.without_position(buckets)
         if not missing:
             return
-        committed = self._fetch_committed(missing) if self._group is not None else {}
+        committed = self._coordinator.starting_offsets(missing)
         known = {tb: self._fetcher.bounds(tb) for tb in missing}  # watched: current already
         bounds = {tb: b for tb, b in known.items() if b is not None}
         bounds.update(self._fetcher.refresh_bounds([tb for tb in missing if tb not in bounds]))
         for tb in missing:
             record = committed.get(tb)
             if record is not None:
-                self._positions[tb] = record.offset
-                self._committed[tb] = OffsetAndMetadata(record.offset, record.metadata)
+                position = record.offset
             elif self._reset == "none":
                 raise NoOffsetForBucketError(f"{tb} has no committed offset and auto_offset_reset is 'none'")
             else:
-                b = bounds[tb]
-                self._positions[tb] = b.begin if self._reset == "earliest" else b.end
+                position = bounds[tb].begin if self._reset == "earliest" else bounds[tb].end
+            self._sub.state(tb).position = position
 
-    def _out_of_range(self, tb: TableBucket, position: int, begin: int, end: int) -> int:
+    def _out_of_range(self, tb: TableBucket, position: int, bounds: Bounds) -> int:
         if self._reset == "none":
-            raise OffsetOutOfRangeError(f"position {position} of {tb} is outside its log [{begin}, {end}]")
-        self._positions[tb] = begin if self._reset == "earliest" else end
-        return self._positions[tb]
-
-    def _fetch_committed(self, buckets: list[TableBucket]) -> dict[TableBucket, Any]:
-        assert_group = self._require_group()
-        tables = {}
-        for tb in buckets:
-            table = self._table_of(tb, assigned=False)
-            tables[table.name] = table
-        return stored.fetch(self._ctx, assert_group, tables, buckets)
+            raise OffsetOutOfRangeError(f"position {position} of {tb} is outside its log [{bounds.begin}, "
+                                        f"{bounds.end}]")
+        new = bounds.begin if self._reset == "earliest" else bounds.end
+        self._sub.state(tb).position = new
+        return new
 
     def position(self, tb: TableBucket) -> int:
         """Offset of the next record to return (C1)."""
-        self._check_assigned(tb)
+        self._check_open()
+        state = self._sub.state(tb)
         self._ensure_positions([tb])
-        return self._positions[tb]
+        return state.position
 
     def seek(self, tb: TableBucket, offset: int) -> None:
         """Make ``offset`` the next to return (C6)."""
-        self._check_assigned(tb)
+        self._check_open()
+        self._sub.state(tb)
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise InvalidTypeError(f"offset must be an int, not {type(offset).__name__}")
         if offset < 0:
@@ -327,25 +296,25 @@ class Consumer:
         """Move to the committed offsets (a committed 0 included, C6); buckets without one get
         the reset policy. Returns the committed offsets."""
         targets = self._targets(tbs)
-        committed = self._fetch_committed(targets)
+        committed = self._coordinator.fetch_committed(targets)
         for tb in targets:
             if tb in committed:
                 self._move(tb, committed[tb].offset)
             else:
-                self._positions.pop(tb, None)
+                self._sub.state(tb).position = None
                 self._ensure_positions([tb])
         return {tb: committed[tb].offset if tb in committed else None for tb in targets}
 
     def _move(self, tb: TableBucket, offset: int) -> None:
-        self._positions[tb] = offset
+        self._sub.state(tb).position = offset
         self._records = deque(r for r in self._records if r.table_bucket != tb)
         self._fetcher.wake()
 
     def _targets(self, tbs: tuple[TableBucket, ...]) -> list[TableBucket]:
         self._check_open()
         for tb in tbs:
-            self._check_assigned(tb)
-        return list(tbs) if tbs else list(self._assignment)
+            self._sub.state(tb)
+        return list(tbs) if tbs else self._sub.assignment()
 
     # -- offsets without moving (C7) ------------------------------------------------------
 
@@ -355,13 +324,13 @@ class Consumer:
     def end_offsets(self, tbs: Iterable[TableBucket]) -> dict[TableBucket, int]:
         return {tb: b.end for tb, b in self._bounds_now(tbs).items()}
 
-    def _bounds_now(self, tbs: Iterable[TableBucket]) -> dict[TableBucket, Any]:
+    def _bounds_now(self, tbs: Iterable[TableBucket]) -> dict[TableBucket, Bounds]:
         self._check_open()
         if isinstance(tbs, TableBucket) or not isinstance(tbs, Iterable):
             raise InvalidTypeError("give a collection of TableBucket")
         wanted = list(tbs)
         for tb in wanted:
-            self._fetcher.add_table(self._table_of(tb, assigned=False))
+            self._table_of(tb)
         return self._fetcher.refresh_bounds(wanted)
 
     def offsets_for_times(self, timestamps: Mapping[TableBucket, int]) -> dict[TableBucket, int | None]:
@@ -370,7 +339,7 @@ class Consumer:
         if not isinstance(timestamps, Mapping):
             raise InvalidTypeError("timestamps must be a mapping of TableBucket to epoch ms")
         for tb, ts in timestamps.items():
-            self._table_of(tb, assigned=False)
+            self._table_of(tb)
             if isinstance(ts, bool) or not isinstance(ts, int):
                 raise InvalidTypeError(f"timestamp of {tb} must be an int (epoch ms)")
             if ts < 0:
@@ -385,77 +354,65 @@ class Consumer:
 
     def highwater(self, tb: TableBucket) -> int | None:
         """The bucket's log end offset as of the last poll; None before one."""
-        self._check_assigned(tb)
-        return self._highwater.get(tb)
+        self._check_open()
+        return self._sub.state(tb).highwater
 
     def last_poll_timestamp(self, tb: TableBucket) -> int | None:
         """Epoch ms of the last poll that looked at the bucket; None before one."""
-        self._check_assigned(tb)
-        return self._last_poll.get(tb)
+        self._check_open()
+        return self._sub.state(tb).last_poll
 
     # -- pausing ----------------------------------------------------------------------------
 
     def pause(self, *tbs: TableBucket) -> None:
+        self._check_open()
         for tb in tbs:
-            self._check_assigned(tb)
-            self._paused.add(tb)
+            self._sub.state(tb).paused = True
 
     def resume(self, *tbs: TableBucket) -> None:
+        self._check_open()
         for tb in tbs:
-            self._check_assigned(tb)
-            self._paused.discard(tb)
+            self._sub.state(tb).paused = False
         self._fetcher.wake()
 
     def paused(self) -> set[TableBucket]:
-        return set(self._paused)
+        return self._sub.paused()
 
-    # -- commits ----------------------------------------------------------------------------
+    # -- group and commits ----------------------------------------------------------------
 
     @property
     def group_id(self) -> str | None:
-        return self._group
+        return self._coordinator.group_id
 
     @property
     def member_id(self) -> str | None:
         """Its id in the group once it polled as a subscribed group member; else None."""
-        return self._member_id
+        return self._coordinator.member_id
 
     @property
     def generation(self) -> int | None:
-        return None
+        return self._coordinator.generation
 
     def commit(self, offsets: Mapping[TableBucket, int | OffsetAndMetadata] | None = None) -> None:
         """Commit the positions of the assignment, or exactly ``offsets`` (C3); offsets that
         did not change are not written."""
         self._check_open()
-        group = self._require_group()
+        self._coordinator.require_group()
         if offsets is None:
-            wanted = {tb: OffsetAndMetadata(p) for tb, p in self._positions.items() if tb in self._assignment}
-            if not wanted:
-                return
+            wanted = {tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()}
         else:
             wanted = stored.check_offsets(offsets)
             for tb in wanted:
-                if tb not in self._assignment:
-                    raise IllegalStateError(f"{tb} is not assigned to this consumer")
-        changed = {tb: o for tb, o in wanted.items() if self._committed.get(tb) != o}
-        if not changed:
-            return
-        tables = {tb.table: self._tables[tb.table] for tb in changed}
-        stored.commit(self._ctx, group, changed, tables)
-        self._committed.update(changed)
+                self._sub.state(tb)
+        self._coordinator.commit(wanted)
 
     def committed(self, tb: TableBucket) -> int | None:
         """The group's committed offset of ``tb`` (read now); None before any commit (C2)."""
         self._check_open()
-        self._require_group()
-        record = self._fetch_committed([tb]).get(tb)
+        self._coordinator.require_group()
+        self._table_of(tb)
+        record = self._coordinator.fetch_committed([tb]).get(tb)
         return None if record is None else record.offset
-
-    def _maybe_auto_commit(self) -> None:
-        if self._auto_commit and time.monotonic() >= self._next_auto_commit:
-            self.commit()
-            self._next_auto_commit = time.monotonic() + self._interval
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -464,13 +421,11 @@ class Consumer:
         if self._closed:
             return
         try:
-            if self._auto_commit:
-                self.commit()
+            self._coordinator.close()
         finally:
             self._closed = True
             self._fetcher.wake()
             self._fetcher.close()
-            self._leave()
 
     def __enter__(self) -> Consumer:
         return self
@@ -484,23 +439,9 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
 
-    def _require_group(self) -> str:
-        if self._group is None:
-            raise IllegalOperationError("this consumer has no group_id: offsets cannot be committed or read")
-        return self._group
-
-    def _check_assigned(self, tb: object) -> None:
-        self._check_open()
+    def _table_of(self, tb: object) -> TableInfo:
         if not isinstance(tb, TableBucket):
             raise InvalidTypeError(f"expected a TableBucket, not {type(tb).__name__}")
-        if tb not in self._assignment:
-            raise IllegalStateError(f"{tb} is not assigned to this consumer")
-
-    def _table_of(self, tb: object, *, assigned: bool) -> TableInfo:
-        if not isinstance(tb, TableBucket):
-            raise InvalidTypeError(f"expected a TableBucket, not {type(tb).__name__}")
-        if assigned:
-            self._check_assigned(tb)
         table = self._tables.get(tb.table) if isinstance(tb.table, str) else None
         if table is None:
             table = self._load(tb.table)
