@@ -1,5 +1,7 @@
 """The end-to-end demo behind ``leasekit demo``: write a changing orders table, snapshot it
-with Spark, pin the snapshots with a lease, read through it and check against what was written.
+with Spark, pin the snapshots with a lease, read through it and check against what was written;
+meanwhile a consumer group reads the table's log at half the rate it is written, so its
+describe table shows lag, time lag and health, and retention keeps the log it has not read.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .cli.output import format_fields, format_table
+from .cli.output import format_fields, format_table, frame_rows
 from .errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
 
 if TYPE_CHECKING:
@@ -26,8 +28,10 @@ SCHEMA = (
     "order_id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, updated_at TIMESTAMP"
 )
 BUCKETS = 8
-PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "0s"}
-"""Keep only the newest snapshot and no older log, so the plan shows what the lease keeps."""
+PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "0s", "log.retention.respect-consumers": True}
+"""Keep only the newest snapshot and no older log than the consumer group still needs, so the
+plan shows what the lease and the group keep."""
+LAG_COLUMNS = ["bucket", "current_offset", "log_end_offset", "lag", "time_lag", "consumer_id", "last_commit", "status"]
 STATUSES = ("created", "paid", "shipped", "delivered", "cancelled")
 _DELIVERED, _CANCELLED = 3, 4
 _UPDATE_SHARE = 0.6  # of each batch after the first: status changes of open orders
@@ -126,8 +130,11 @@ def run(
     sizes = np.full(batches, rows // batches)
     sizes[: rows % batches] += 1
     pin_after = (batches - 1) // 2
-    written = deleted = snapshots = 0
-    with conn.lease(f"{table}-report", duration="10m", keepalive=True) as lease:
+    written = deleted = snapshots = consumed = 0
+    group = f"{table}-audit"
+    conn.delete_group(group)  # a previous run's offsets: the demo owns this group
+    audit = conn.consumer(table, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    with audit, conn.lease(f"{table}-report", duration="10m", keepalive=True) as lease:
         for i in tqdm(range(batches), desc=f"demo {table}", unit="batch", disable=None):
             now = pd.Timestamp(conn.server_time())
             ids = orders.upserts(int(sizes[i]), first=i == 0)
@@ -138,16 +145,22 @@ def run(
                 if len(gone):
                     orders_table.delete(pd.DataFrame({"order_id": gone.astype(np.int64)}))
                 deleted += len(gone)
+            consumed += _consume(audit, int(sizes[i]) // 2)  # the group keeps half the pace
+            audit.commit()
             if i >= pin_after:
                 snapshots += len(orders_table.snapshot(spark))
             if i == pin_after:  # the analyst pins this state and reads it while the table moves on
                 pinned = lease.acquire_latest(table)
                 expected_pinned = orders.by_status()
                 first_read = _summary(lease.read(spark, orders_table))
+        lag = conn.describe_group(group)
+        health = conn.group_status(group)
         plan = conn.retention_plan(table)
         report = conn.run_retention(table)
         second_read = _summary(lease.read(spark, orders_table))
         lease_info = lease.info()
+        log_left = orders_table.beginning_offsets()
+        committed = {tb: audit.committed(tb) for tb in log_left}
     final_read = _summary(lks.read_snapshots(spark, orders_table, orders_table.latest_snapshots()))
     expected = orders.by_status()
     live = sum(expected.values())
@@ -156,6 +169,8 @@ def run(
         "same read after retention ran": second_read == first_read,
         "latest snapshots = live keys": final_read == _expected(expected),
         "every bucket pinned": not pinned.unavailable,
+        "log the group has not read is kept": all(log_left[tb] <= committed[tb] for tb in log_left),
+        "lag = log end - committed": bool((lag["lag"] == lag["log_end_offset"] - lag["current_offset"]).all()),
     }
     if not all(checks.values()):
         raise IllegalStateError(
@@ -181,6 +196,13 @@ def run(
             "freed_bytes": report.freed_bytes,
             "errors": report.errors,
         },
+        "group": {
+            "group_id": group,
+            "records_consumed": consumed,
+            "lag": int(lag["lag"].sum()),
+            "max_time_lag_s": round(lag["time_lag"].max().total_seconds(), 1),
+            "status": health.status,
+        },
         "lease": {
             "lease_id": lease_info.lease_id,
             "pinned_buckets": len(lease_info.pins),
@@ -203,6 +225,8 @@ def run(
         "lease": (f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
                   f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped at the end"),
         "read through the lease": f"{first_read[0]} rows, before and after retention",
+        "consumer group": (f"{group}: {consumed} records read at half the write rate, lag "
+                           f"{result['group']['lag']}, status {health.status}"),
         "retention": (f"{len(kept_by_lease)} snapshots kept for the lease; deleted "
                       + ", ".join(f"{n} {k}s" for k, n in result["retention"]["deleted"].items())
                       + f" ({report.freed_bytes} bytes)"),
@@ -213,11 +237,24 @@ def run(
         "zookeeper": f"{result['zookeeper']} (namespace {conn.namespace})",
     }
     counts = [{"status": s, "count": n} for s, n in by_status.items()]
-    shown = [i for i in plan.items if i.kind == "snapshot" and i.table_bucket and i.table_bucket.bucket == 0]
-    plan_rows = [{"bucket": 0, "snapshot": i.item_id, "action": i.action, "reason": i.reason} for i in shown]
-    out(f"\n{format_fields(summary)}\n\nRetention plan, snapshots of bucket 0 (before the run)\n"
+    shown = [i for i in plan.items if i.kind in ("snapshot", "segment") and i.table_bucket and i.table_bucket.bucket == 0]
+    plan_rows = [{"item": f"{i.kind} {i.item_id}", "action": i.action, "reason": i.reason} for i in shown]
+    lag_rows = frame_rows(lag)
+    out(f"\n{format_fields(summary)}\n\nConsumer group {group} (before retention)\n{format_table(lag_rows, LAG_COLUMNS)}\n"
+        f"\nRetention plan, bucket 0 (before the run)\n"
         f"{format_table(plan_rows)}\n\nSpark: count by status\n{format_table(counts)}")
     return result
+
+
+def _consume(consumer: Any, records: int) -> int:
+    """Poll until ``records`` records were returned (or none are left); how many were."""
+    got = 0
+    while got < records:
+        batches = consumer.poll(timeout="1s", max_records=records - got)
+        if not batches:
+            break
+        got += sum(b.num_rows for b in batches.values())
+    return got
 
 
 def _summary(frame: Any) -> tuple[int, int, dict[str, int]]:

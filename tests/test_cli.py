@@ -205,6 +205,14 @@ def test_demo_run(conn, spark) -> None:
     assert "pinned by lease demo_orders-report until" in summary
     assert result["retention"]["snapshots_kept_by_lease"] == result["buckets"]
     assert result["rows_read_through_lease"] > 0 and result["retention"]["errors"] == []
+    # §6.6: the demo's group read half of what was written; its describe table shows the lag
+    # measured now, the time lag and the health; R3: retention kept the log it has not read
+    group = result["group"]
+    assert group["records_consumed"] == sum(n // 2 for n in (2_000, 2_000, 2_000))
+    assert group["lag"] == sum(conn.table("demo_orders").end_offsets().values()) - group["records_consumed"]
+    assert group["lag"] > 0 and group["max_time_lag_s"] >= 0 and group["status"] in ("OK", "WARN")
+    assert "Consumer group demo_orders-audit" in summary and "TIME-LAG" in summary
+    assert "consumer group demo_orders-audit has not committed past it" in summary
 
 
 def test_demo_command_is_rerunnable(capsys, target, conn, spark) -> None:
