@@ -13,10 +13,13 @@ import leasekit as lk
 from leasekit.zk import Create, Delete, GetChildren, GetData, SetData
 from leasekit.zk.clock import ServerClock
 from leasekit.zk.formats import (
+    AssignmentRecord,
     BucketState,
     DroppedTable,
     LatestChunk,
     LeaseRecord,
+    MemberRecord,
+    OwnerRecord,
     PinChunk,
     SegmentRecord,
     SettingsRecord,
@@ -50,6 +53,10 @@ RECORDS = [
     (LatestChunk([1, 0, 3]), lambda d: LatestChunk.decode(d, "/p")),
     (LeaseRecord(60_000, 5, "host:1", "live", STAT), lambda d: LeaseRecord.decode(Node(d, STAT), "/p")),
     (PinChunk("abc", 2, "t", [0] * 999 + [4], STAT), lambda d: PinChunk.decode(Node(d, STAT), "/p", "abc", 2)),
+    (MemberRecord("host:1", ("a", "b"), STAT), lambda d: MemberRecord.decode(Node(d, STAT), "/p")),
+    (AssignmentRecord(7, "m-1", {"m-1": {"a": (0, 2)}, "m-2": {"a": (1,), "b": ()}}, STAT),
+     lambda d: AssignmentRecord.decode(Node(d, STAT), "/p")),
+    (OwnerRecord("m-1", 7, STAT), lambda d: OwnerRecord.decode(Node(d, STAT), "/p")),
 ]
 
 
@@ -242,3 +249,13 @@ def test_set_on_a_changed_version_is_a_conflict(conn):
     conn.store.set(path, b"b", 0)
     with pytest.raises(lk.LeasekitError):
         conn.store.commit([SetData(path, b"c", 0)])
+
+
+def test_a_sequential_create_returns_the_numbered_path(conn):
+    # section 5: group members are sequential ephemeral znodes (their order elects the leader)
+    parent = conn.paths.root + "/seq"
+    conn.store.ensure_path(parent)
+    first, = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
+    second, = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
+    assert first.startswith(parent + "/m-") and len(first.rsplit("-", 1)[1]) == 10
+    assert second > first and sorted(conn.store.children(parent)) == [first.rsplit("/", 1)[1], second.rsplit("/", 1)[1]]

@@ -30,6 +30,7 @@ from ..log.segments import OP_COLUMN
 from ..records import OffsetAndMetadata, Record, TableBucket
 from ..tables.catalog import load_table
 from . import offsets as stored
+from .assignors import get_assignor
 from .coordinator import GroupCoordinator, NoGroupCoordinator
 from .fetcher import Bounds, Fetcher, SegmentGone
 from .subscription import ASSIGNED, SubscriptionState, check_listener
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["Consumer", "RESET_POLICIES"]
 
 RESET_POLICIES = ("earliest", "latest", "none")
-ASSIGNORS = ("sticky", "roundrobin", "range")
 
 
 class Consumer:
@@ -56,13 +56,11 @@ class Consumer:
                                        f"not {auto_offset_reset!r}")
         if not isinstance(enable_auto_commit, bool):
             raise InvalidTypeError("enable_auto_commit must be a bool")
-        if assignor not in ASSIGNORS:
-            raise InvalidArgumentError(f"assignor must be one of {', '.join(ASSIGNORS)}, not {assignor!r}")
+        self._assignor = get_assignor(assignor)
         if listener is not None:
             check_listener(listener)
         self._session_timeout = parse_duration(session_timeout, what="session_timeout").total_seconds()
         self._max_poll_interval = parse_duration(max_poll_interval, what="max_poll_interval").total_seconds()
-        self._assignor = assignor
         self._max_poll_records = _positive_int(max_poll_records, "max_poll_records")
         self._reset = auto_offset_reset
         interval = parse_duration(auto_commit_interval, what="auto_commit_interval").total_seconds()

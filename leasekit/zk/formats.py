@@ -18,7 +18,8 @@ from .paths import CHUNK
 
 __all__ = [
     "SettingsRecord", "TableRecord", "DropMark", "DroppedTable", "BucketState", "SegmentRecord",
-    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "OffsetRecord", "Commit", "MemberRecord", "LIVE", "DROPPING",
+    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "OffsetRecord", "Commit", "MemberRecord", "AssignmentRecord",
+    "OwnerRecord", "LIVE", "DROPPING",
     "CHUNK", "HISTORY",
 ]
 
@@ -396,7 +397,7 @@ class MemberRecord(NamedTuple):
     host: str
     """host:pid of the member's process."""
     tables: tuple[str, ...]
-    """Tables it consumes every bucket of (a group's single member owns all their buckets)."""
+    """Tables it subscribes to: its assignment has buckets of these only."""
     stat: Stat | None = None
 
     VERSION = 1
@@ -407,3 +408,52 @@ class MemberRecord(NamedTuple):
     @classmethod
     def decode(cls, node: Node, path: str) -> MemberRecord:
         return _load(node.data, path, cls.VERSION, "group member", lambda v: cls(_str(v["h"]), _strs(v["t"]), node.stat))
+
+
+class AssignmentRecord(NamedTuple):
+    """``<ns>/groups/<group>/assignment``: which member consumes which buckets, written in one
+    write by the member that led the group when it computed it (C14)."""
+
+    generation: int
+    """Increases with every assignment the group publishes (C9)."""
+    leader: str
+    """Member id of the member that computed it."""
+    buckets: dict[str, dict[str, tuple[int, ...]]]
+    """Member id -> table name -> its buckets of that table."""
+    stat: Stat | None = None
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"g": self.generation, "l": self.leader,
+                             "a": {m: {t: list(bs) for t, bs in tables.items()} for m, tables in self.buckets.items()}},
+                            self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str) -> AssignmentRecord:
+        def build(v: dict[str, Any]) -> AssignmentRecord:
+            buckets = {_str(m): {_str(t): tuple(_ints(bs)) for t, bs in tables.items()} for m, tables in v["a"].items()}
+            return cls(int(v["g"]), _str(v["l"]), buckets, node.stat)
+
+        return _load(node.data, path, cls.VERSION, "group assignment", build)
+
+
+class OwnerRecord(NamedTuple):
+    """``<ns>/groups/<group>/owners/<table id>.<bucket>``: the member that consumes the bucket
+    now ("" once released). A member claims a bucket by writing its id here at the version it
+    read, and releases it after its revocation; a commit checks the version it wrote (C10, C11)."""
+
+    member: str
+    generation: int
+    """The assignment's generation when it was claimed."""
+    stat: Stat | None = None
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"m": self.member, "g": self.generation}, self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str) -> OwnerRecord:
+        return _load(node.data, path, cls.VERSION, "bucket owner",
+                     lambda v: cls(_str(v["m"]), int(v["g"]), node.stat))

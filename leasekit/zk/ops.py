@@ -43,11 +43,13 @@ def stat_of(s: Any) -> Stat:
 
 
 class Create(NamedTuple):
-    """Transaction op: create ``path`` with ``data``."""
+    """Transaction op: create ``path`` with ``data`` (with ``sequence``, ZooKeeper appends a
+    10-digit counter to the name; the result is the path created)."""
 
     path: str
     data: bytes = b""
     ephemeral: bool = False
+    sequence: bool = False
 
 
 class SetData(NamedTuple):

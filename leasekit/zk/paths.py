@@ -70,7 +70,7 @@ class Paths:
         return f"{self.snapshot(table_id, bucket, snapshot_id)}/{lease_id}"
 
     def group(self, group_id: str) -> str:
-        """A consumer group: its generation in the data (fenced commits check its version)."""
+        """A consumer group: its members, assignment, bucket owners and committed offsets."""
         return f"{self.groups}/{group_id}"
 
     def group_members(self, group_id: str) -> str:
@@ -79,6 +79,18 @@ class Paths:
     def member(self, group_id: str, member_id: str) -> str:
         """A live member of the group (ephemeral: it ends with the member's session)."""
         return f"{self.group_members(group_id)}/{member_id}"
+
+    def group_assignment(self, group_id: str) -> str:
+        """The group's assignment: written by its leader, with its generation, in one write."""
+        return f"{self.group(group_id)}/assignment"
+
+    def group_owners(self, group_id: str) -> str:
+        return f"{self.group(group_id)}/owners"
+
+    def owner(self, group_id: str, table_id: str, bucket: int) -> str:
+        """Which member owns one bucket now (claimed, then released after its revocation);
+        fenced commits check its version."""
+        return f"{self.group_owners(group_id)}/{table_id}.{bucket}"
 
     def group_offsets(self, group_id: str) -> str:
         return f"{self.group(group_id)}/offsets"

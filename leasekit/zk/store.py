@@ -250,7 +250,7 @@ class ZkStore:
             txn = self.client.transaction()
             for op in ops:
                 if isinstance(op, Create):
-                    txn.create(op.path, op.data, ephemeral=op.ephemeral)
+                    txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
                 elif isinstance(op, SetData):
                     txn.set_data(op.path, op.data, version=op.version)
                 elif isinstance(op, Delete):
