@@ -74,7 +74,8 @@ class Consumer:
             self._coordinator = NoGroupCoordinator(self._sub)
         else:
             self._coordinator = GroupCoordinator(ctx, stored.check_group_id(group_id), self._sub, self._tables,
-                                                 auto_commit=enable_auto_commit, interval=interval)
+                                                 auto_commit=enable_auto_commit, interval=interval,
+                                                 assignor=self._assignor, wake=self._fetcher.wake)
         self._records: deque[Record] = deque()
         self._seen_assignment = self._sub.assignments
         self._turn = itertools.count()
@@ -146,11 +147,11 @@ class Consumer:
         self._check_open()
         wait = parse_duration(timeout, what="timeout").total_seconds()
         limit = self._max_poll_records if max_records is None else _positive_int(max_records, "max_records")
-        self._coordinator.poll()
-        self._assignment_changed()
         deadline = time.monotonic() + wait
         while True:
-            out = self._fetch(limit)
+            self._coordinator.poll()
+            self._assignment_changed()
+            out = self._fetch(limit) if not self._coordinator.suspended else {}
             left = deadline - time.monotonic()
             if out or left <= 0 or self._closed:
                 return out
@@ -178,7 +179,7 @@ class Consumer:
                 yield record
 
     def _has_news(self) -> bool:
-        if self._closed:
+        if self._closed or self._coordinator.has_work:
             return True
         for tb in self._sub.fetchable():
             bounds = self._fetcher.bounds(tb)

@@ -5,23 +5,23 @@ calls inside ``poll``, commits and committed offsets in ZooKeeper (C2–C4) and 
 
 from __future__ import annotations
 
-import os
-import socket
+import threading
 import time
-import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import IllegalOperationError
+from ..errors import CommitFailedError, IllegalOperationError
 from ..records import OffsetAndMetadata, TableBucket
-from ..zk import Create, Delete, TxnConflict
-from ..zk.formats import MemberRecord
+from ..zk import Check, TxnConflict
 from . import offsets as stored
+from .group import GroupMember
 from .subscription import SUBSCRIBED, SubscriptionState
 
 if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
+    from ..zk import Watch
+    from .assignors import Assignor
     from .offsets import OffsetRecord
 
 __all__ = ["NoGroupCoordinator", "GroupCoordinator"]
@@ -34,6 +34,7 @@ class NoGroupCoordinator:
     member_id: str | None = None
     generation: int | None = None
     group_id: str | None = None
+    has_work = suspended = False
 
     def __init__(self, subscription: SubscriptionState) -> None:
         self._sub = subscription
@@ -66,28 +67,138 @@ class NoGroupCoordinator:
 
 class GroupCoordinator:
     """A consumer's part in its group. A subscribed consumer joins at its first poll as a live
-    member (an ephemeral znode that ends with its ZooKeeper session) and owns every bucket of
-    its tables; the listener hears of the buckets it gains and loses, revoked first (C10).
-    A consumer with a manual assignment commits for the group without joining it."""
-
-    generation: int | None = None
+    member (``group.GroupMember``); ``poll`` follows the assignment the group's leader publishes,
+    revoking only the buckets that move away (their positions committed with auto-commit, the
+    listener told, the owner znodes released) and claiming new ones once their last owner has
+    released them (C10, C15). Commits are fenced by membership and ownership (C11). A consumer
+    with a manual assignment commits for the group without joining it."""
 
     def __init__(self, ctx: Context, group: str, subscription: SubscriptionState,
-                 tables: Mapping[str, TableInfo], *, auto_commit: bool, interval: float) -> None:
+                 tables: Mapping[str, TableInfo], *, auto_commit: bool, interval: float,
+                 assignor: Assignor, wake: Callable[[], None]) -> None:
         self._ctx, self.group_id, self._sub, self._tables = ctx, group, subscription, tables
         self._auto_commit, self._interval = auto_commit, interval
         self._next_auto_commit = time.monotonic() + interval
         self._committed: dict[TableBucket, OffsetAndMetadata] = {}
         """Offsets known stored: a commit that would not change them writes nothing (C3)."""
-        self.member_id: str | None = None
-        self._member_tables: tuple[str, ...] = ()
+        self._wake = wake
+        self._work = threading.Event()
+        self._member = GroupMember(ctx, group, assignor, self._signal)
+        self.generation: int | None = None
+        self._owned: dict[TableBucket, int] = {}
+        """Claimed buckets and the owner znode version this member wrote."""
+        self._pending: set[TableBucket] = set()
+        """Assigned, waiting for their last owner to release them."""
+        self._held: dict[TableBucket, Watch] = {}
+        self._newly: set[TableBucket] = set()
+        self._rebalancing = False
         self._joined = -1
-        """The subscription change the current assignment follows (-1: none)."""
+        self._suspended = self._lost = False
+        self._unlisten = ctx.store.add_state_listener(self._on_state)
+
+    @property
+    def member_id(self) -> str | None:
+        return self._member.member_id
+
+    def _signal(self) -> None:
+        self._work.set()
+        self._wake()
+
+    def _on_state(self, state: str) -> None:
+        if state == "SUSPENDED":  # C16: no records, no commits until it reconnects
+            self._suspended = True
+        elif state == "LOST":
+            self._lost, self._suspended = True, False
+        elif state == "CONNECTED":
+            self._suspended = False
+        self._signal()
+
+    @property
+    def has_work(self) -> bool:
+        """A change ``poll`` must act on (a new assignment, a released bucket, a session change)."""
+        return self._work.is_set()
+
+    @property
+    def suspended(self) -> bool:
+        return self._suspended
 
     # -- membership ---------------------------------------------------------------------------
 
     def subscription_changed(self) -> None:
-        """After a subscribe: the next poll rejoins with the new tables."""
+        """After a subscribe: the next poll joins or publishes the new tables."""
+        self._work.set()
+
+    def poll(self) -> None:
+        """Join or rejoin, follow the published assignment, then auto-commit when due (C8)."""
+        self._work.clear()
+        if self._lost:
+            self._on_lost()
+        if self._sub.mode == SUBSCRIBED and not self._suspended:
+            if self._member.member_id is None:
+                self._member.join(self._sub.tables)
+                self._joined = self._sub.changes
+            elif self._joined != self._sub.changes:
+                self._member.update(self._sub.tables)
+                self._joined = self._sub.changes
+            self._follow()
+        self.maybe_auto_commit()
+
+    def _follow(self) -> None:
+        record = self._member.assignment
+        me = self._member.member_id
+        if record is not None and record.generation != self.generation and me in record.buckets:
+            # (a generation computed before this member joined does not name it: not its own)
+            mine = {TableBucket(t, b) for t, bs in record.buckets.get(me, {}).items() for b in bs}
+            self._revoke(set(self._owned) - mine)
+            self._pending = mine - set(self._owned)
+            self.generation = record.generation
+            self._rebalancing, self._newly = True, set()
+        if self._pending:
+            wanted = {tb: self._tables[tb.table] for tb in self._pending if tb.table in self._tables}
+            held: dict[TableBucket, str] = {}
+            got = self._member.claim(wanted, self.generation or 0, held)
+            self._owned.update(got)
+            self._pending -= set(got)
+            self._newly |= set(got)
+            self._watch_held(held)
+            self._sub.set_assignment(list(self._owned))
+        if self._rebalancing and not self._pending:
+            self._rebalancing = False
+            if self._sub.listener is not None:  # at the end of every rebalance, possibly empty (C15)
+                self._sub.listener.on_buckets_assigned(set(self._newly))
+
+    def _watch_held(self, held: dict[TableBucket, str]) -> None:
+        """Wake poll when a bucket another member still owns is released."""
+        for tb in [tb for tb in self._held if tb not in held]:
+            self._held.pop(tb).remove()
+        for tb, path in held.items():
+            if tb not in self._held:
+                self._held[tb] = self._ctx.store.watch(path, lambda data, stat: self._signal())
+
+    def _revoke(self, buckets: set[TableBucket], *, lost: bool = False) -> None:
+        """Hand back ``buckets``: commit their positions with auto-commit, tell the listener (a
+        commit it makes there is accepted, C10), then release them for their next owner."""
+        if not buckets:
+            return
+        if self._auto_commit and not lost:
+            self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items() if tb in buckets})
+        if self._sub.listener is not None:
+            self._sub.listener.on_buckets_revoked(set(buckets))
+        owned = {self._owner_path(tb): self._owned.pop(tb) for tb in buckets if tb in self._owned}
+        if not lost:
+            self._member.release(owned)
+        for tb in buckets:
+            self._committed.pop(tb, None)
+        self._sub.set_assignment(list(self._owned))
+
+    def _on_lost(self) -> None:
+        """C16: the session ended: the member znode and its claims are gone; treat the whole
+        assignment as revoked and rejoin as a new member at this poll."""
+        self._lost = False
+        self._revoke(set(self._owned), lost=True)
+        self._pending.clear()
+        self._member.forget()
+        self.generation = None
 
     def unsubscribe(self) -> None:
         """Before the subscription is cleared: hand back the buckets, leave the group."""
@@ -96,60 +207,16 @@ class GroupCoordinator:
         finally:
             self._leave()
 
-    @property
-    def _owned(self) -> list[TableBucket]:
-        return self._sub.assignment() if self._joined >= 0 else []
-
-    def poll(self) -> None:
-        """Rejoin when the subscription changed, then auto-commit when due (C8)."""
-        if self._sub.mode == SUBSCRIBED and self._joined != self._sub.changes:
-            self._rebalance()
-        self.maybe_auto_commit()
-
-    def _rebalance(self) -> None:
-        self._join()
-        wanted = self._sub.subscribed_buckets()  # the group's only member owns every bucket
-        before = set(self._owned)
-        revoked = before - set(wanted)
-        if revoked:
-            self._revoke(revoked)
-        self._sub.set_assignment(wanted)
-        self._joined = self._sub.changes
-        if self._sub.listener is not None:  # at the end of every rebalance, possibly empty
-            self._sub.listener.on_buckets_assigned(set(wanted) - before)
-
-    def _revoke(self, buckets: set[TableBucket]) -> None:
-        """Commit the positions of ``buckets`` with auto-commit, then tell the listener; a
-        commit it makes there is accepted (C10)."""
-        if not buckets or self._joined < 0:
-            return
-        if self._auto_commit:
-            self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items() if tb in buckets})
-        if self._sub.listener is not None:
-            self._sub.listener.on_buckets_revoked(set(buckets))
-        for tb in buckets:
-            self._committed.pop(tb, None)
-
-    def _join(self) -> None:
-        paths = self._ctx.paths
-        tables = tuple(sorted(self._sub.tables))
-        record = MemberRecord(self._ctx.owner, tables)
-        if self.member_id is None:
-            self.member_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-            self._ctx.store.ensure_path(paths.group_members(self.group_id))
-            self._ctx.store.commit([Create(paths.member(self.group_id, self.member_id), record.encode(), True)])
-        elif tables != self._member_tables:
-            self._ctx.store.set(paths.member(self.group_id, self.member_id), record.encode())
-        self._member_tables = tables
-
     def _leave(self) -> None:
-        self._joined = -1
-        if self.member_id is not None:
-            try:
-                self._ctx.store.commit([Delete(self._ctx.paths.member(self.group_id, self.member_id))])
-            except TxnConflict:
-                pass  # the session ended first: the member is gone already
-            self.member_id = None
+        for watch in self._held.values():
+            watch.remove()
+        self._held.clear()
+        self._pending.clear()
+        self._member.leave()
+        self.generation = None
+
+    def _owner_path(self, tb: TableBucket) -> str:
+        return self._member.owner_path(self._tables[tb.table], tb.bucket)
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -170,26 +237,50 @@ class GroupCoordinator:
         return found
 
     def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata]) -> None:
-        """Store ``offsets`` (checked already); those known stored are not written (C3)."""
+        """Store ``offsets`` (checked already); those known stored are not written (C3). A
+        member's commit is fenced: it must be live and own every bucket (C11)."""
         changed = {tb: o for tb, o in offsets.items() if self._committed.get(tb) != o}  # {} too
         if not changed:
             return
-        stored.commit(self._ctx, self.group_id, changed, {tb.table: self._tables[tb.table] for tb in changed})
+        fence: list[Check] = []
+        if self._sub.mode == SUBSCRIBED:
+            if self._suspended:
+                raise CommitFailedError("the connection to ZooKeeper is suspended: nothing committed")
+            fence = self._member.fence({self._owner_path(tb): self._owned[tb] for tb in changed})
+        tables = {tb.table: self._tables[tb.table] for tb in changed}
+        try:
+            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence)
+        except TxnConflict as exc:
+            if exc.op in fence:
+                raise CommitFailedError(f"commit refused: this member no longer owns {_bucket_of(exc.op, changed, self)} "
+                                        f"or is no longer in group {self.group_id}; nothing was written") from None
+            raise
         self._committed.update(changed)
 
     def maybe_auto_commit(self) -> None:
-        if self._auto_commit and time.monotonic() >= self._next_auto_commit:
-            self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()})
+        if self._auto_commit and time.monotonic() >= self._next_auto_commit and not self._suspended:
+            try:
+                self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()})
+            except CommitFailedError:
+                self._lost = True  # rejoin at the next poll; user code never sees it
             self._next_auto_commit = time.monotonic() + self._interval
 
     def close(self) -> None:
         """Commit the positions with auto-commit (C8), hand back the buckets, leave."""
         try:
-            if self._auto_commit:
+            if self._auto_commit and not self._suspended:
                 self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()})
             self._revoke(set(self._owned))
         finally:
+            self._unlisten()
             self._leave()
+
+
+def _bucket_of(op: Check, changed: Mapping[TableBucket, OffsetAndMetadata], coordinator: GroupCoordinator) -> str:
+    for tb in changed:
+        if coordinator._owner_path(tb) == op.path:
+            return str(tb)
+    return "its buckets"
 
 
 def _no_group() -> IllegalOperationError:

@@ -1,0 +1,305 @@
+"""The group protocol in ZooKeeper (C9–C16).
+
+- **Members** are sequential ephemeral znodes (``members/<host>-<pid>-<id>-<seq>``) carrying
+  host and subscription; liveness is the ZooKeeper session.
+- **The leader** is the member with the lowest sequence number; each other member watches only
+  the member just before it, so a leave wakes one member, not all (no herd effect). The leader
+  watches the members (debounced: joins close together make one generation), computes each
+  assignment with the group's assignor from the membership it read, and publishes it with the
+  next generation in one write that checks its own member znode (C14).
+- **Owners**: a member consumes a bucket only after claiming it (writing its id into the
+  bucket's owner znode at the version it read, only when the owner znode is empty or names a
+  member that is gone), and releases it after ``on_buckets_revoked``, so the next owner starts
+  from what the last one committed (C10). A commit checks the member's znode and the owner
+  znode versions it wrote inside its transaction (C11).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CommitFailedError, LeasekitError
+from ..records import TableBucket
+from ..tables.catalog import load_table
+from ..zk import Check, Create, Delete, Node, SetData, TxnConflict
+from ..zk.formats import AssignmentRecord, MemberRecord, OwnerRecord
+
+if TYPE_CHECKING:
+    from ..context import Context
+    from ..tables.info import TableInfo
+    from ..zk import Watch
+    from .assignors import Assignor
+
+__all__ = ["GroupMember", "member_sequence"]
+
+REBALANCE_DEBOUNCE = 0.1
+"""Seconds the leader waits after a membership change for more before it assigns."""
+
+
+def member_sequence(name: str) -> int:
+    """The sequence number ZooKeeper appended to a member znode's name."""
+    return int(name.rsplit("-", 1)[1])
+
+
+class GroupMember:
+    """One consumer's membership of a group: joining, leading when it is the oldest member,
+    following the published assignment and owning buckets. Thread-safe: watches call into it
+    from the store's watch thread, the consumer from its own."""
+
+    def __init__(self, ctx: Context, group_id: str, assignor: Assignor, wake: Callable[[], None]) -> None:
+        self._ctx, self.group_id, self._assignor, self._wake = ctx, group_id, assignor, wake
+        self._lock = threading.RLock()
+        self.member_id: str | None = None
+        self._watches: list[Watch] = []
+        self._leading = False
+        self._member_watches: dict[str, Watch] = {}
+        self.assignment: AssignmentRecord | None = None
+        """The newest assignment seen (from the watch on the assignment znode)."""
+
+    # -- joining and leaving ------------------------------------------------------------------
+
+    def join(self, tables: Iterable[str]) -> str:
+        """Join with a new member znode; returns the member id."""
+        paths, store = self._ctx.paths, self._ctx.store
+        for path in (paths.group_members(self.group_id), paths.group_owners(self.group_id)):
+            store.ensure_path(path)
+        record = MemberRecord(self._ctx.owner, tuple(sorted(tables)))
+        prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+        created, = store.commit([Create(paths.member(self.group_id, prefix), record.encode(),
+                                        ephemeral=True, sequence=True)])
+        with self._lock:
+            self.member_id = created.rsplit("/", 1)[1]
+            self.assignment = None
+        self._watches.append(store.watch(paths.group_assignment(self.group_id), self._on_assignment))
+        self._follow()
+        if self._leading:  # the oldest member assigns at once: a lone consumer's first poll reads
+            self.rebalance()
+        return self.member_id
+
+    def update(self, tables: Iterable[str]) -> None:
+        """Publish a new subscription (the leader reassigns)."""
+        if self.member_id is not None:
+            record = MemberRecord(self._ctx.owner, tuple(sorted(tables)))
+            self._ctx.store.set(self._ctx.paths.member(self.group_id, self.member_id), record.encode())
+            if self._leading:
+                self.rebalance()
+
+    def leave(self) -> None:
+        """Delete the member znode (its claims die with it) and stop every watch."""
+        with self._lock:
+            member, self.member_id, self._leading = self.member_id, None, False
+            watches, self._watches = [*self._watches, *self._member_watches.values()], []
+            self._member_watches = {}
+        for watch in watches:
+            watch.remove()
+        if member is not None:
+            try:
+                self._ctx.store.commit([Delete(self._ctx.paths.member(self.group_id, member))])
+            except TxnConflict:
+                pass  # its session ended first: it is gone already
+            except LeasekitError:
+                pass  # ZooKeeper unreachable: the session's end removes it
+
+    def forget(self) -> None:
+        """After the session was lost: the member znode is gone; stop the watches, keep nothing."""
+        with self._lock:
+            self.member_id, self._leading = None, False
+            watches, self._watches = [*self._watches, *self._member_watches.values()], []
+            self._member_watches = {}
+        for watch in watches:
+            watch.remove()
+
+    @property
+    def member_path(self) -> str | None:
+        member = self.member_id
+        return None if member is None else self._ctx.paths.member(self.group_id, member)
+
+    # -- leadership ---------------------------------------------------------------------------
+
+    def _follow(self) -> None:
+        """Lead if this is the oldest member; otherwise watch the member just before it."""
+        member = self.member_id
+        if member is None:
+            return
+        names = self._ctx.store.children(self._ctx.paths.group_members(self.group_id)) or []
+        older = sorted((n for n in names if member_sequence(n) < member_sequence(member)), key=member_sequence)
+        if not older:
+            with self._lock:
+                if self._leading or self.member_id != member:
+                    return
+                self._leading = True
+            self._watches.append(self._ctx.store.watch_children(
+                self._ctx.paths.group_members(self.group_id), self._on_members, debounce=REBALANCE_DEBOUNCE))
+            return
+        before = self._ctx.paths.member(self.group_id, older[-1])
+
+        def on_before(data: bytes | None, stat: Any) -> None:
+            if data is None and stat is None:
+                watch.remove()
+                self._follow()
+
+        watch = self._ctx.store.watch(before, on_before)
+        self._watches.append(watch)
+
+    def _on_members(self, names: list[str] | None) -> None:
+        if names is None or not self._leading:
+            return
+        try:
+            self.rebalance()
+        except LeasekitError:
+            pass  # the next membership change, or the next leader, tries again
+
+    def rebalance(self) -> AssignmentRecord | None:
+        """As the leader: compute the assignment from the membership read now and publish it
+        with the next generation, if it differs (C9, C14). None when nothing changed or this
+        member is not the leader."""
+        ctx, group = self._ctx, self.group_id
+        me = self.member_path
+        if me is None or not self._leading:
+            return None
+        paths = ctx.paths
+        names = sorted(ctx.store.children(paths.group_members(group)) or [], key=member_sequence)
+        self._watch_members(names)
+        nodes = ctx.store.get_many([paths.group_assignment(group), *(paths.member(group, n) for n in names)])
+        current = None if nodes[0] is None else AssignmentRecord.decode(nodes[0], paths.group_assignment(group))
+        members: dict[str, frozenset[str]] = {}
+        for name, node in zip(names, nodes[1:]):
+            if node is not None:
+                members[name] = frozenset(MemberRecord.decode(node, paths.member(group, name)).tables)
+        tables = self._bucket_counts(set().union(*members.values()) if members else set())
+        owned = {} if current is None else {m: {TableBucket(t, b) for t, bs in ts.items() for b in bs}
+                                            for m, ts in current.buckets.items()}
+        result = self._assignor.assign(members, tables, owned)
+        buckets = {m: _by_table(bs) for m, bs in sorted(result.items())}
+        if current is not None and current.buckets == buckets:
+            return None
+        record = AssignmentRecord(0 if current is None else current.generation + 1, me.rsplit("/", 1)[1], buckets)
+        write = (Create(paths.group_assignment(group), record.encode()) if current is None
+                 else SetData(paths.group_assignment(group), record.encode(), current.stat.version))
+        try:
+            ctx.store.commit([Check(me, -1), write])  # only a live leader publishes (C14)
+        except TxnConflict:
+            return None  # a newer view or another leader won; its watch brings the result
+        self._seen(record)
+        return record
+
+    def _watch_members(self, names: list[str]) -> None:
+        """As the leader, follow each member's subscription (a change reassigns)."""
+        with self._lock:
+            gone = [n for n in self._member_watches if n not in names]
+            new = [n for n in names if n not in self._member_watches and n != self.member_id]
+            for name in gone:
+                self._member_watches.pop(name).remove()
+        for name in new:
+            watch = self._ctx.store.watch(self._ctx.paths.member(self.group_id, name), self._subscription_watch(),
+                                          debounce=REBALANCE_DEBOUNCE)
+            with self._lock:
+                self._member_watches[name] = watch
+
+    def _subscription_watch(self) -> Callable[[bytes | None, Any], None]:
+        first = [True]
+
+        def changed(data: bytes | None, stat: Any) -> None:
+            if first[0]:
+                first[0] = False  # the value as read when the watch was set: seen already
+            elif data is not None:
+                self._on_members([])
+
+        return changed
+
+    def _bucket_counts(self, names: set[str]) -> dict[str, int]:
+        counts = {}
+        for name in sorted(names):
+            try:
+                counts[name] = load_table(self._ctx, name).num_buckets
+            except LeasekitError:
+                continue  # dropped: none of its buckets are assigned
+        return counts
+
+    def _on_assignment(self, data: bytes | None, stat: Any) -> None:
+        if data is None or stat is None:
+            return
+        try:
+            record = AssignmentRecord.decode(Node(data, stat), self._ctx.paths.group_assignment(self.group_id))
+        except LeasekitError:
+            return
+        self._seen(record)
+
+    def _seen(self, record: AssignmentRecord) -> None:
+        with self._lock:
+            if self.assignment is not None and record.generation <= self.assignment.generation:
+                return  # never an older generation than one seen (C14)
+            self.assignment = record
+        self._wake()
+
+    # -- owners -------------------------------------------------------------------------------
+
+    def owner_path(self, table: TableInfo, bucket: int) -> str:
+        return self._ctx.paths.owner(self.group_id, table.table_id, bucket)
+
+    def claim(self, wanted: Mapping[TableBucket, TableInfo], generation: int,
+              held: dict[TableBucket, str]) -> dict[TableBucket, int]:
+        """Claim the buckets of ``wanted`` that have no live owner; their owner znode versions.
+        Buckets a live member still owns go into ``held`` (bucket -> owner znode path)."""
+        me = self.member_path
+        if me is None or not wanted:
+            return {}
+        ctx = self._ctx
+        keys = list(wanted)
+        owner_paths = [self.owner_path(wanted[tb], tb.bucket) for tb in keys]
+        nodes = ctx.store.get_many(owner_paths)
+        live = set(ctx.store.children(ctx.paths.group_members(self.group_id)) or [])
+        record = OwnerRecord(me.rsplit("/", 1)[1], generation).encode()
+        got: dict[TableBucket, int] = {}
+        for tb, path, node in zip(keys, owner_paths, nodes):
+            holder = _holder(node, path)
+            if holder and holder in live and holder != me.rsplit("/", 1)[1]:
+                held[tb] = path  # a live member still owns it: it releases after its revocation
+                continue
+            write = Create(path, record) if node is None else SetData(path, record, node.stat.version)
+            try:
+                results = ctx.store.commit([Check(me, -1), write])
+            except TxnConflict:
+                continue  # changed meanwhile: the next attempt reads it again
+            got[tb] = 0 if node is None else results[1].version
+        return got
+
+    def release(self, owned: Mapping[str, int]) -> None:
+        """Empty the owner znodes (path -> the version this member wrote); those changed
+        meanwhile are no longer this member's."""
+        for path, version in owned.items():
+            try:
+                self._ctx.store.commit([SetData(path, b"", version)])
+            except TxnConflict:
+                continue
+            except LeasekitError:
+                return  # ZooKeeper unreachable: the member's end frees them (claims check liveness)
+
+    def fence(self, owned: Mapping[str, int]) -> list[Check]:
+        """The checks a commit makes: this member is live and still owns each bucket (C11)."""
+        me = self.member_path
+        if me is None:
+            raise CommitFailedError(f"this consumer is not a member of group {self.group_id}: rejoin by polling")
+        return [Check(me, -1), *(Check(path, version) for path, version in owned.items())]
+
+
+def _by_table(buckets: Iterable[TableBucket]) -> dict[str, tuple[int, ...]]:
+    out: dict[str, list[int]] = {}
+    for tb in sorted(buckets):
+        out.setdefault(tb.table, []).append(tb.bucket)
+    return {t: tuple(bs) for t, bs in out.items()}
+
+
+def _holder(node: Node | None, path: str) -> str:
+    if node is None or not node.data:
+        return ""
+    try:
+        return OwnerRecord.decode(node, path).member
+    except LeasekitError:
+        return ""  # unreadable: claimable
+
