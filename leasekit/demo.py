@@ -16,6 +16,7 @@ import pandas as pd
 
 from .cli.output import format_fields, format_table, frame_rows
 from .errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
+from .records import TableBucket
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -160,7 +161,7 @@ def run(
         second_read = _summary(lease.read(spark, orders_table))
         lease_info = lease.info()
         log_left = orders_table.beginning_offsets()
-        committed = {tb: audit.committed(tb) for tb in log_left}
+        committed = {TableBucket(table, b): o for b, o in zip(lag["bucket"], lag["current_offset"])}
     final_read = _summary(lks.read_snapshots(spark, orders_table, orders_table.latest_snapshots()))
     expected = orders.by_status()
     live = sum(expected.values())

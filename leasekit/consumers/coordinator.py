@@ -243,17 +243,19 @@ class GroupCoordinator:
         if not changed:
             return
         fence: list[Check] = []
+        owners = {self._owner_path(tb): tb for tb in changed}
         if self._sub.mode == SUBSCRIBED:
             if self._suspended:
                 raise CommitFailedError("the connection to ZooKeeper is suspended: nothing committed")
-            fence = self._member.fence({self._owner_path(tb): self._owned[tb] for tb in changed})
+            fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._tables[tb.table] for tb in changed}
         try:
             stored.commit(self._ctx, self.group_id, changed, tables, fence=fence)
         except TxnConflict as exc:
             if exc.op in fence:
-                raise CommitFailedError(f"commit refused: this member no longer owns {_bucket_of(exc.op, changed, self)} "
-                                        f"or is no longer in group {self.group_id}; nothing was written") from None
+                lost = owners.get(exc.op.path, "its buckets")
+                raise CommitFailedError(f"commit refused: this member no longer owns {lost} or is no longer "
+                                        f"in group {self.group_id}; nothing was written") from None
             raise
         self._committed.update(changed)
 
@@ -274,13 +276,6 @@ class GroupCoordinator:
         finally:
             self._unlisten()
             self._leave()
-
-
-def _bucket_of(op: Check, changed: Mapping[TableBucket, OffsetAndMetadata], coordinator: GroupCoordinator) -> str:
-    for tb in changed:
-        if coordinator._owner_path(tb) == op.path:
-            return str(tb)
-    return "its buckets"
 
 
 def _no_group() -> IllegalOperationError:

@@ -21,12 +21,12 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CommitFailedError, LeasekitError
 from ..records import TableBucket
 from ..tables.catalog import load_table
-from ..zk import Check, Create, Delete, Node, SetData, TxnConflict
+from ..zk import Check, Create, Delete, GetChildren, GetData, Node, SetData, TxnConflict
 from ..zk.formats import AssignmentRecord, MemberRecord, OwnerRecord
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .assignors import Assignor
 
 __all__ = ["GroupMember", "member_sequence"]
+
+K = TypeVar("K")
 
 REBALANCE_DEBOUNCE = 0.1
 """Seconds the leader waits after a membership change for more before it assigns."""
@@ -58,6 +60,9 @@ class GroupMember:
         self._watches: list[Watch] = []
         self._leading = False
         self._member_watches: dict[str, Watch] = {}
+        self._assigned_from: tuple[list[str], dict[str, int]] = ([], {})
+        """The members (sorted) and their znode versions the leader last assigned from: a watch
+        that reports just these needs no new assignment."""
         self.assignment: AssignmentRecord | None = None
         """The newest assignment seen (from the watch on the assignment znode)."""
 
@@ -76,8 +81,7 @@ class GroupMember:
             self.member_id = created.rsplit("/", 1)[1]
             self.assignment = None
         self._watches.append(store.watch(paths.group_assignment(self.group_id), self._on_assignment))
-        self._follow()
-        if self._leading:  # the oldest member assigns at once: a lone consumer's first poll reads
+        if self._follow():  # the oldest member assigns at once: a lone consumer's first poll reads
             self.rebalance()
         return self.member_id
 
@@ -91,12 +95,7 @@ class GroupMember:
 
     def leave(self) -> None:
         """Delete the member znode (its claims die with it) and stop every watch."""
-        with self._lock:
-            member, self.member_id, self._leading = self.member_id, None, False
-            watches, self._watches = [*self._watches, *self._member_watches.values()], []
-            self._member_watches = {}
-        for watch in watches:
-            watch.remove()
+        member = self.forget()
         if member is not None:
             try:
                 self._ctx.store.commit([Delete(self._ctx.paths.member(self.group_id, member))])
@@ -105,14 +104,16 @@ class GroupMember:
             except LeasekitError:
                 pass  # ZooKeeper unreachable: the session's end removes it
 
-    def forget(self) -> None:
-        """After the session was lost: the member znode is gone; stop the watches, keep nothing."""
+    def forget(self) -> str | None:
+        """Stop every watch and keep nothing (after a lost session the member znode is gone
+        already); returns the member id it had."""
         with self._lock:
-            self.member_id, self._leading = None, False
+            member, self.member_id, self._leading = self.member_id, None, False
             watches, self._watches = [*self._watches, *self._member_watches.values()], []
             self._member_watches = {}
         for watch in watches:
             watch.remove()
+        return member
 
     @property
     def member_path(self) -> str | None:
@@ -121,33 +122,48 @@ class GroupMember:
 
     # -- leadership ---------------------------------------------------------------------------
 
-    def _follow(self) -> None:
-        """Lead if this is the oldest member; otherwise watch the member just before it."""
+    def _follow(self) -> bool:
+        """Lead if this is the oldest member; otherwise watch the member just before it.
+        Whether it became the leader now (the caller then assigns)."""
         member = self.member_id
         if member is None:
-            return
+            return False
         names = self._ctx.store.children(self._ctx.paths.group_members(self.group_id)) or []
         older = sorted((n for n in names if member_sequence(n) < member_sequence(member)), key=member_sequence)
         if not older:
             with self._lock:
                 if self._leading or self.member_id != member:
-                    return
+                    return False
                 self._leading = True
             self._watches.append(self._ctx.store.watch_children(
                 self._ctx.paths.group_members(self.group_id), self._on_members, debounce=REBALANCE_DEBOUNCE))
-            return
+            return True
         before = self._ctx.paths.member(self.group_id, older[-1])
 
         def on_before(data: bytes | None, stat: Any) -> None:
             if data is None and stat is None:
                 watch.remove()
-                self._follow()
+                if self._follow():
+                    self._reassign()
 
         watch = self._ctx.store.watch(before, on_before)
         self._watches.append(watch)
+        return False
 
     def _on_members(self, names: list[str] | None) -> None:
-        if names is None or not self._leading:
+        if names is not None and names != self._assigned_from[0]:  # not the view just assigned
+            self._reassign()
+
+    def _on_member(self, name: str) -> Callable[[bytes | None, Any], None]:
+        def changed(data: bytes | None, stat: Any) -> None:
+            if stat is not None and stat.version != self._assigned_from[1].get(name):
+                self._reassign()  # its subscription changed since the last assignment
+
+        return changed
+
+    def _reassign(self) -> None:
+        """On the watch thread, after a change of membership or of a member's subscription."""
+        if not self._leading:
             return
         try:
             self.rebalance()
@@ -171,6 +187,7 @@ class GroupMember:
         for name, node in zip(names, nodes[1:]):
             if node is not None:
                 members[name] = frozenset(MemberRecord.decode(node, paths.member(group, name)).tables)
+        self._assigned_from = (names, {n: node.stat.version for n, node in zip(names, nodes[1:]) if node})
         tables = self._bucket_counts(set().union(*members.values()) if members else set())
         owned = {} if current is None else {m: {TableBucket(t, b) for t, bs in ts.items() for b in bs}
                                             for m, ts in current.buckets.items()}
@@ -196,21 +213,10 @@ class GroupMember:
             for name in gone:
                 self._member_watches.pop(name).remove()
         for name in new:
-            watch = self._ctx.store.watch(self._ctx.paths.member(self.group_id, name), self._subscription_watch(),
+            watch = self._ctx.store.watch(self._ctx.paths.member(self.group_id, name), self._on_member(name),
                                           debounce=REBALANCE_DEBOUNCE)
             with self._lock:
                 self._member_watches[name] = watch
-
-    def _subscription_watch(self) -> Callable[[bytes | None, Any], None]:
-        first = [True]
-
-        def changed(data: bytes | None, stat: Any) -> None:
-            if first[0]:
-                first[0] = False  # the value as read when the watch was set: seen already
-            elif data is not None:
-                self._on_members([])
-
-        return changed
 
     def _bucket_counts(self, names: set[str]) -> dict[str, int]:
         counts = {}
@@ -249,36 +255,33 @@ class GroupMember:
         me = self.member_path
         if me is None or not wanted:
             return {}
-        ctx = self._ctx
+        ctx, name = self._ctx, me.rsplit("/", 1)[1]
         keys = list(wanted)
         owner_paths = [self.owner_path(wanted[tb], tb.bucket) for tb in keys]
-        nodes = ctx.store.get_many(owner_paths)
-        live = set(ctx.store.children(ctx.paths.group_members(self.group_id)) or [])
-        record = OwnerRecord(me.rsplit("/", 1)[1], generation).encode()
-        got: dict[TableBucket, int] = {}
-        for tb, path, node in zip(keys, owner_paths, nodes):
+        listed, *owners = ctx.store.read_many([GetChildren(ctx.paths.group_members(self.group_id)),
+                                               *(GetData(p) for p in owner_paths)])
+        for result in (listed, *owners):
+            if result.error is not None:
+                raise result.error  # never claim from a view it could not read
+        live = set(listed.value or [])
+        record = OwnerRecord(name, generation).encode()
+        writes: dict[TableBucket, Create | SetData] = {}
+        for tb, path, result in zip(keys, owner_paths, owners):
+            node = result.value
             holder = _holder(node, path)
-            if holder and holder in live and holder != me.rsplit("/", 1)[1]:
+            if holder and holder in live and holder != name:
                 held[tb] = path  # a live member still owns it: it releases after its revocation
-                continue
-            write = Create(path, record) if node is None else SetData(path, record, node.stat.version)
-            try:
-                results = ctx.store.commit([Check(me, -1), write])
-            except TxnConflict:
-                continue  # changed meanwhile: the next attempt reads it again
-            got[tb] = 0 if node is None else results[1].version
-        return got
+            else:
+                writes[tb] = Create(path, record) if node is None else SetData(path, record, node.stat.version)
+        return _each(ctx.store, writes, [Check(me, -1)])
 
     def release(self, owned: Mapping[str, int]) -> None:
         """Empty the owner znodes (path -> the version this member wrote); those changed
         meanwhile are no longer this member's."""
-        for path, version in owned.items():
-            try:
-                self._ctx.store.commit([SetData(path, b"", version)])
-            except TxnConflict:
-                continue
-            except LeasekitError:
-                return  # ZooKeeper unreachable: the member's end frees them (claims check liveness)
+        try:
+            _each(self._ctx.store, {path: SetData(path, b"", version) for path, version in owned.items()})
+        except LeasekitError:
+            pass  # ZooKeeper unreachable: the member's end frees them (claims check liveness)
 
     def fence(self, owned: Mapping[str, int]) -> list[Check]:
         """The checks a commit makes: this member is live and still owns each bucket (C11)."""
@@ -303,3 +306,28 @@ def _holder(node: Node | None, path: str) -> str:
     except LeasekitError:
         return ""  # unreadable: claimable
 
+
+def _each(store: Any, writes: Mapping[K, Create | SetData], guard: list[Check] | None = None) -> dict[K, int]:
+    """Run ``writes`` (each after ``guard``) in one transaction, or one by one when some write
+    conflicts (its znode changed meanwhile: that one is skipped); the new version of each done."""
+    guard = guard or []
+    if not writes:
+        return {}
+    keys = list(writes)
+    try:
+        results = store.commit([*guard, *writes.values()])
+        return {k: _version(r) for k, r in zip(keys, results[len(guard):])}
+    except TxnConflict as exc:
+        if exc.index < len(guard) or len(keys) == 1:
+            return {}  # the guard failed (this member is gone), or the only write conflicted
+    done = {}
+    for key in keys:
+        try:
+            done[key] = _version(store.commit([*guard, writes[key]])[len(guard)])
+        except TxnConflict:
+            continue
+    return done
+
+
+def _version(result: Any) -> int:
+    return 0 if isinstance(result, str) else result.version  # a Create gives its path: version 0
