@@ -61,6 +61,10 @@ class Consumer:
             check_listener(listener)
         self._session_timeout = parse_duration(session_timeout, what="session_timeout").total_seconds()
         self._max_poll_interval = parse_duration(max_poll_interval, what="max_poll_interval").total_seconds()
+        for name, seconds in (("session_timeout", self._session_timeout),
+                              ("max_poll_interval", self._max_poll_interval)):
+            if seconds <= 0:
+                raise InvalidArgumentError(f"{name} must be greater than 0")
         self._max_poll_records = _positive_int(max_poll_records, "max_poll_records")
         self._reset = auto_offset_reset
         interval = parse_duration(auto_commit_interval, what="auto_commit_interval").total_seconds()
@@ -75,7 +79,9 @@ class Consumer:
         else:
             self._coordinator = GroupCoordinator(ctx, stored.check_group_id(group_id), self._sub, self._tables,
                                                  auto_commit=enable_auto_commit, interval=interval,
-                                                 assignor=self._assignor, wake=self._fetcher.wake)
+                                                 assignor=self._assignor, wake=self._fetcher.wake,
+                                                 session_timeout=self._session_timeout,
+                                                 max_poll_interval=self._max_poll_interval)
         self._records: deque[Record] = deque()
         self._seen_assignment = self._sub.assignments
         self._turn = itertools.count()
@@ -148,14 +154,15 @@ class Consumer:
         wait = parse_duration(timeout, what="timeout").total_seconds()
         limit = self._max_poll_records if max_records is None else _positive_int(max_records, "max_records")
         deadline = time.monotonic() + wait
-        while True:
-            self._coordinator.poll()
-            self._assignment_changed()
-            out = self._fetch(limit) if not self._coordinator.suspended else {}
-            left = deadline - time.monotonic()
-            if out or left <= 0 or self._closed:
-                return out
-            self._fetcher.wait(left, self._has_news)
+        with self._coordinator.polling():  # max_poll_interval counts the time between polls
+            while True:
+                self._coordinator.poll()
+                self._assignment_changed()
+                out = self._fetch(limit) if not self._coordinator.suspended else {}
+                left = deadline - time.monotonic()
+                if out or left <= 0 or self._closed:
+                    return out
+                self._fetcher.wait(left, self._has_news)
 
     def getone(self, timeout: Any = None) -> Record | None:
         """The next record of any assigned bucket; None after ``timeout`` (None: wait forever)."""

@@ -5,6 +5,8 @@ calls inside ``poll``, commits and committed offsets in ZooKeeper (C2–C4) and 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
     from .assignors import Assignor
     from .offsets import OffsetRecord
 
-__all__ = ["NoGroupCoordinator", "GroupCoordinator"]
+__all__ = ["NoGroupCoordinator", "GroupCoordinator", "PollTimer"]
+
+log = logging.getLogger("leasekit.consumers")
 
 
 class NoGroupCoordinator:
@@ -48,6 +52,9 @@ class NoGroupCoordinator:
 
     def poll(self) -> None:
         pass
+
+    def polling(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
 
     def require_group(self) -> str:
         raise _no_group()
@@ -75,7 +82,8 @@ class GroupCoordinator:
 
     def __init__(self, ctx: Context, group: str, subscription: SubscriptionState,
                  tables: Mapping[str, TableInfo], *, auto_commit: bool, interval: float,
-                 assignor: Assignor, wake: Callable[[], None]) -> None:
+                 assignor: Assignor, wake: Callable[[], None], session_timeout: float = 10.0,
+                 max_poll_interval: float = 300.0) -> None:
         self._ctx, self.group_id, self._sub, self._tables = ctx, group, subscription, tables
         self._auto_commit, self._interval = auto_commit, interval
         self._next_auto_commit = time.monotonic() + interval
@@ -83,7 +91,10 @@ class GroupCoordinator:
         """Offsets known stored: a commit that would not change them writes nothing (C3)."""
         self._wake = wake
         self._work = threading.Event()
-        self._member = GroupMember(ctx, group, assignor, self._signal)
+        self._assignor, self._session_timeout = assignor, session_timeout
+        self._member: GroupMember | None = None
+        """The membership, with a ZooKeeper session of its own, from the first poll to leaving."""
+        self._unlisten_member: Callable[[], None] | None = None
         self.generation: int | None = None
         self._owned: dict[TableBucket, int] = {}
         """Claimed buckets and the owner znode version this member wrote."""
@@ -93,24 +104,40 @@ class GroupCoordinator:
         self._newly: set[TableBucket] = set()
         self._rebalancing = False
         self._joined = -1
-        self._suspended = self._lost = False
-        self._unlisten = ctx.store.add_state_listener(self._on_state)
+        self._suspended: set[str] = set()
+        """The sessions (member, connection) whose connection is suspended now."""
+        self._lost = False
+        self._polls = PollTimer(max_poll_interval, self._left_idle)
+        self._unlisten = ctx.store.add_state_listener(lambda state: self._on_state("connection", state))
 
     @property
     def member_id(self) -> str | None:
-        return self._member.member_id
+        return None if self._member is None else self._member.member_id
 
     def _signal(self) -> None:
         self._work.set()
         self._wake()
 
-    def _on_state(self, state: str) -> None:
+    def _on_state(self, session: str, state: str) -> None:
         if state == "SUSPENDED":  # C16: no records, no commits until it reconnects
-            self._suspended = True
-        elif state == "LOST":
-            self._lost, self._suspended = True, False
-        elif state == "CONNECTED":
-            self._suspended = False
+            self._suspended.add(session)
+        else:
+            self._suspended.discard(session)
+            if state == "LOST" and session == "member":
+                self._lost = True  # the member znode and the claims went with the session
+        self._signal()
+
+    def _left_idle(self) -> None:
+        """On the poll timer's thread, ``max_poll_interval`` after the last poll: leave the
+        group as Kafka does, so the buckets move to members that poll; the next poll finds
+        its assignment lost and rejoins."""
+        member = self._member
+        if member is None or member.member_id is None:
+            return
+        log.warning("consumer %s of group %s did not poll for %gs (max_poll_interval): leaving the group; "
+                    "its buckets go to other members", member.member_id, self.group_id, self._polls.interval)
+        self._lost = True
+        member.leave()
         self._signal()
 
     @property
@@ -120,7 +147,11 @@ class GroupCoordinator:
 
     @property
     def suspended(self) -> bool:
-        return self._suspended
+        return bool(self._suspended)
+
+    def polling(self) -> PollTimer:
+        """A context manager around ``poll``: time spent inside it counts as polling."""
+        return self._polls
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -134,7 +165,9 @@ class GroupCoordinator:
         if self._lost:
             self._on_lost()
         if self._sub.mode == SUBSCRIBED and not self._suspended:
-            if self._member.member_id is None:
+            if self._member is None:
+                self._join()
+            elif self._member.member_id is None:
                 self._member.join(self._sub.tables)
                 self._joined = self._sub.changes
             elif self._joined != self._sub.changes:
@@ -143,7 +176,23 @@ class GroupCoordinator:
             self._follow()
         self.maybe_auto_commit()
 
+    def _join(self) -> None:
+        """Open the member's own session (timeout ``session_timeout``) and join through it."""
+        store = self._ctx.store.sibling(self._session_timeout)
+        store.open()
+        member = GroupMember(self._ctx, store, self.group_id, self._assignor, self._signal)
+        self._unlisten_member = store.add_state_listener(lambda state: self._on_state("member", state))
+        self._member = member
+        try:
+            member.join(self._sub.tables)
+        except BaseException:
+            self._close_member()
+            raise
+        self._joined = self._sub.changes
+        self._polls.start()
+
     def _follow(self) -> None:
+        assert self._member is not None
         record = self._member.assignment
         me = self._member.member_id
         if record is not None and record.generation != self.generation and me in record.buckets:
@@ -153,7 +202,7 @@ class GroupCoordinator:
             self._pending = mine - set(self._owned)
             self.generation = record.generation
             self._rebalancing, self._newly = True, set()
-        if self._pending:
+        if self._pending and self._member is not None:
             wanted = {tb: self._tables[tb.table] for tb in self._pending if tb.table in self._tables}
             held: dict[TableBucket, str] = {}
             got = self._member.claim(wanted, self.generation or 0, held)
@@ -185,7 +234,7 @@ class GroupCoordinator:
         if self._sub.listener is not None:
             self._sub.listener.on_buckets_revoked(set(buckets))
         owned = {self._owner_path(tb): self._owned.pop(tb) for tb in buckets if tb in self._owned}
-        if not lost:
+        if not lost and self._member is not None:
             self._member.release(owned)
         for tb in buckets:
             self._committed.pop(tb, None)
@@ -197,7 +246,8 @@ class GroupCoordinator:
         self._lost = False
         self._revoke(set(self._owned), lost=True)
         self._pending.clear()
-        self._member.forget()
+        if self._member is not None:
+            self._member.forget()
         self.generation = None
 
     def unsubscribe(self) -> None:
@@ -212,11 +262,25 @@ class GroupCoordinator:
             watch.remove()
         self._held.clear()
         self._pending.clear()
-        self._member.leave()
         self.generation = None
+        self._close_member()
+
+    def _close_member(self) -> None:
+        """Leave (the member znode is deleted at once) and end the member's session."""
+        self._polls.stop()
+        member, self._member = self._member, None
+        unlisten, self._unlisten_member = self._unlisten_member, None
+        if unlisten is not None:
+            with contextlib.suppress(Exception):
+                unlisten()
+        if member is not None:
+            try:
+                member.leave()
+            finally:
+                member.store.close()
 
     def _owner_path(self, tb: TableBucket) -> str:
-        return self._member.owner_path(self._tables[tb.table], tb.bucket)
+        return self._ctx.paths.owner(self.group_id, self._tables[tb.table].table_id, tb.bucket)
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -247,6 +311,10 @@ class GroupCoordinator:
         if self._sub.mode == SUBSCRIBED:
             if self._suspended:
                 raise CommitFailedError("the connection to ZooKeeper is suspended: nothing committed")
+            not_owned = sorted(tb for tb in changed if tb not in self._owned)
+            if self._member is None or not_owned:
+                raise CommitFailedError(f"commit refused: {not_owned[0] if not_owned else 'no bucket'} is not "
+                                        f"owned by this member of group {self.group_id}; nothing was written")
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._tables[tb.table] for tb in changed}
         try:
@@ -260,7 +328,8 @@ class GroupCoordinator:
         self._committed.update(changed)
 
     def maybe_auto_commit(self) -> None:
-        if self._auto_commit and time.monotonic() >= self._next_auto_commit and not self._suspended:
+        if self._auto_commit and time.monotonic() >= self._next_auto_commit and not self._suspended \
+                and not self._lost:
             try:
                 self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()})
             except CommitFailedError:
@@ -276,6 +345,57 @@ class GroupCoordinator:
         finally:
             self._unlisten()
             self._leave()
+
+
+class PollTimer:
+    """Kafka's ``max.poll.interval``: calls ``expired`` on a thread of its own when the consumer
+    has spent ``interval`` seconds outside ``poll`` (the time inside a blocking poll does not
+    count). Entering and leaving ``poll`` only take a lock and read the clock."""
+
+    def __init__(self, interval: float, expired: Callable[[], None]) -> None:
+        self.interval, self._expired = interval, expired
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> PollTimer:
+        with self._lock:
+            self._inside += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._inside -= 1
+            self._last = time.monotonic()
+
+    def start(self) -> None:
+        with self._lock:
+            self._last = time.monotonic()
+            if self._thread is not None:
+                return
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, args=(self._stop,), daemon=True,
+                                            name="leasekit-max-poll-interval")
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self, stop: threading.Event) -> None:
+        wait = self.interval
+        while not stop.wait(wait):
+            with self._lock:  # a poll starting now waits until the member has left
+                idle = 0.0 if self._inside else time.monotonic() - self._last
+                if idle >= self.interval:
+                    self._last = time.monotonic()  # once per idle spell
+                    self._expired()
+            wait = self.interval - idle if idle < self.interval else self.interval
 
 
 def _no_group() -> IllegalOperationError:

@@ -32,7 +32,7 @@ from ..zk.formats import AssignmentRecord, MemberRecord, OwnerRecord
 if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
-    from ..zk import Watch
+    from ..zk import Watch, ZkStore
     from .assignors import Assignor
 
 __all__ = ["GroupMember", "member_sequence"]
@@ -50,11 +50,14 @@ def member_sequence(name: str) -> int:
 
 class GroupMember:
     """One consumer's membership of a group: joining, leading when it is the oldest member,
-    following the published assignment and owning buckets. Thread-safe: watches call into it
-    from the store's watch thread, the consumer from its own."""
+    following the published assignment and owning buckets. ``store`` is the member's own
+    ZooKeeper session, whose timeout is the consumer's ``session_timeout``: its member znode
+    lives as long as that session. Thread-safe: watches call into it from the store's watch
+    thread, the consumer from its own."""
 
-    def __init__(self, ctx: Context, group_id: str, assignor: Assignor, wake: Callable[[], None]) -> None:
-        self._ctx, self.group_id, self._assignor, self._wake = ctx, group_id, assignor, wake
+    def __init__(self, ctx: Context, store: ZkStore, group_id: str, assignor: Assignor,
+                 wake: Callable[[], None]) -> None:
+        self._ctx, self._store, self.group_id, self._assignor, self._wake = ctx, store, group_id, assignor, wake
         self._lock = threading.RLock()
         self.member_id: str | None = None
         self._watches: list[Watch] = []
@@ -70,7 +73,7 @@ class GroupMember:
 
     def join(self, tables: Iterable[str]) -> str:
         """Join with a new member znode; returns the member id."""
-        paths, store = self._ctx.paths, self._ctx.store
+        paths, store = self._ctx.paths, self._store
         for path in (paths.group_members(self.group_id), paths.group_owners(self.group_id)):
             store.ensure_path(path)
         record = MemberRecord(self._ctx.owner, tuple(sorted(tables)))
@@ -89,7 +92,7 @@ class GroupMember:
         """Publish a new subscription (the leader reassigns)."""
         if self.member_id is not None:
             record = MemberRecord(self._ctx.owner, tuple(sorted(tables)))
-            self._ctx.store.set(self._ctx.paths.member(self.group_id, self.member_id), record.encode())
+            self._store.set(self._ctx.paths.member(self.group_id, self.member_id), record.encode())
             if self._leading:
                 self.rebalance()
 
@@ -98,7 +101,7 @@ class GroupMember:
         member = self.forget()
         if member is not None:
             try:
-                self._ctx.store.commit([Delete(self._ctx.paths.member(self.group_id, member))])
+                self._store.commit([Delete(self._ctx.paths.member(self.group_id, member))])
             except TxnConflict:
                 pass  # its session ended first: it is gone already
             except LeasekitError:
@@ -116,6 +119,11 @@ class GroupMember:
         return member
 
     @property
+    def store(self) -> ZkStore:
+        """The member's own session."""
+        return self._store
+
+    @property
     def member_path(self) -> str | None:
         member = self.member_id
         return None if member is None else self._ctx.paths.member(self.group_id, member)
@@ -128,14 +136,14 @@ class GroupMember:
         member = self.member_id
         if member is None:
             return False
-        names = self._ctx.store.children(self._ctx.paths.group_members(self.group_id)) or []
+        names = self._store.children(self._ctx.paths.group_members(self.group_id)) or []
         older = sorted((n for n in names if member_sequence(n) < member_sequence(member)), key=member_sequence)
         if not older:
             with self._lock:
                 if self._leading or self.member_id != member:
                     return False
                 self._leading = True
-            self._watches.append(self._ctx.store.watch_children(
+            self._watches.append(self._store.watch_children(
                 self._ctx.paths.group_members(self.group_id), self._on_members, debounce=REBALANCE_DEBOUNCE))
             return True
         before = self._ctx.paths.member(self.group_id, older[-1])
@@ -146,7 +154,7 @@ class GroupMember:
                 if self._follow():
                     self._reassign()
 
-        watch = self._ctx.store.watch(before, on_before)
+        watch = self._store.watch(before, on_before)
         self._watches.append(watch)
         return False
 
@@ -179,9 +187,9 @@ class GroupMember:
         if me is None or not self._leading:
             return None
         paths = ctx.paths
-        names = sorted(ctx.store.children(paths.group_members(group)) or [], key=member_sequence)
+        names = sorted(self._store.children(paths.group_members(group)) or [], key=member_sequence)
         self._watch_members(names)
-        nodes = ctx.store.get_many([paths.group_assignment(group), *(paths.member(group, n) for n in names)])
+        nodes = self._store.get_many([paths.group_assignment(group), *(paths.member(group, n) for n in names)])
         current = None if nodes[0] is None else AssignmentRecord.decode(nodes[0], paths.group_assignment(group))
         members: dict[str, frozenset[str]] = {}
         for name, node in zip(names, nodes[1:]):
@@ -199,7 +207,7 @@ class GroupMember:
         write = (Create(paths.group_assignment(group), record.encode()) if current is None
                  else SetData(paths.group_assignment(group), record.encode(), current.stat.version))
         try:
-            ctx.store.commit([Check(me, -1), write])  # only a live leader publishes (C14)
+            self._store.commit([Check(me, -1), write])  # only a live leader publishes (C14)
         except TxnConflict:
             return None  # a newer view or another leader won; its watch brings the result
         self._seen(record)
@@ -213,7 +221,7 @@ class GroupMember:
             for name in gone:
                 self._member_watches.pop(name).remove()
         for name in new:
-            watch = self._ctx.store.watch(self._ctx.paths.member(self.group_id, name), self._on_member(name),
+            watch = self._store.watch(self._ctx.paths.member(self.group_id, name), self._on_member(name),
                                           debounce=REBALANCE_DEBOUNCE)
             with self._lock:
                 self._member_watches[name] = watch
@@ -258,7 +266,7 @@ class GroupMember:
         ctx, name = self._ctx, me.rsplit("/", 1)[1]
         keys = list(wanted)
         owner_paths = [self.owner_path(wanted[tb], tb.bucket) for tb in keys]
-        listed, *owners = ctx.store.read_many([GetChildren(ctx.paths.group_members(self.group_id)),
+        listed, *owners = self._store.read_many([GetChildren(ctx.paths.group_members(self.group_id)),
                                                *(GetData(p) for p in owner_paths)])
         for result in (listed, *owners):
             if result.error is not None:
@@ -273,13 +281,13 @@ class GroupMember:
                 held[tb] = path  # a live member still owns it: it releases after its revocation
             else:
                 writes[tb] = Create(path, record) if node is None else SetData(path, record, node.stat.version)
-        return _each(ctx.store, writes, [Check(me, -1)])
+        return _each(self._store, writes, [Check(me, -1)])
 
     def release(self, owned: Mapping[str, int]) -> None:
         """Empty the owner znodes (path -> the version this member wrote); those changed
         meanwhile are no longer this member's."""
         try:
-            _each(self._ctx.store, {path: SetData(path, b"", version) for path, version in owned.items()})
+            _each(self._store, {path: SetData(path, b"", version) for path, version in owned.items()})
         except LeasekitError:
             pass  # ZooKeeper unreachable: the member's end frees them (claims check liveness)
 

@@ -237,7 +237,12 @@ def _wait_serving(address: str, root: Path, pid: int, deadline: float) -> str:
 
 def _write_config(root: Path, port: int) -> Path:
     lines = [
-        "tickTime=2000",
+        # Sessions expire on tick boundaries: a 500 ms tick lets a consumer's session_timeout
+        # (its group liveness) be as short as 1 s and end within half a second of it, while
+        # leases and clients may still ask for up to 2 minutes.
+        "tickTime=500",
+        "minSessionTimeout=1000",
+        "maxSessionTimeout=120000",
         # Properties files are ISO-8859-1 with \uXXXX escapes, as JSON strings are.
         f"dataDir={json.dumps(str(root / 'data'))[1:-1]}",
         f"clientPort={port}",

@@ -66,9 +66,12 @@ class ZkStore:
         *,
         timeout: float = 10.0,
         auth: tuple[str, str] | None = None,
+        session_timeout: float | None = None,
     ) -> None:
         self.hosts = hosts
         self.timeout = timeout
+        self.session_timeout = max(timeout, 4.0) if session_timeout is None else session_timeout
+        """The session timeout asked of ZooKeeper (it grants one within its bounds)."""
         self._auth = auth
         self._client: KazooClient | None = None
         self.round_trips = 0
@@ -91,7 +94,7 @@ class ZkStore:
         retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0, "ignore_expire": True}
         client = KazooClient(
             hosts=self.hosts,
-            timeout=max(self.timeout, 4.0),
+            timeout=self.session_timeout,
             auth_data=auth_data,
             default_acl=default_acl,
             connection_retry=dict(retry),
@@ -111,6 +114,12 @@ class ZkStore:
             client.close()
             raise PermissionDeniedError(f"ZooKeeper at {self.hosts} rejected the credentials") from None
         self._client = client
+
+    def sibling(self, timeout: float) -> ZkStore:
+        """A new, unopened store for a session of its own on the same ensemble with the same
+        credentials, whose session timeout is ``timeout`` seconds (ZooKeeper bounds it to its
+        min/max session timeout)."""
+        return ZkStore(self.hosts, timeout=self.timeout, auth=self._auth, session_timeout=timeout)
 
     def close(self) -> None:
         """End the session (its ephemeral znodes go with it) and stop delivering watches."""
