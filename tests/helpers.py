@@ -92,3 +92,79 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
                     path = f"{rel}/_bucket={b}/part-00000.parquet"
                     written[b] = Written(state.end, [path], 1, conn.warehouse.write_parquet(path, pa.table({"id": [b]})))
             register(table, written, token)
+
+
+class TcpProxy:
+    """A TCP relay in front of ZooKeeper, so a test can cut one client's connection (as a
+    network partition would) and restore it: clients connect to ``address``."""
+
+    def __init__(self, upstream: str) -> None:
+        import socket
+        import threading
+
+        host, port = upstream.split(",")[0].rsplit(":", 1)
+        self._upstream = (host, int(port))
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._cut = False
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="test-proxy").start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            with self._lock:
+                if self._cut or self._closed:
+                    client.close()  # partitioned: the connection attempt fails
+                    continue
+                upstream = socket.create_connection(self._upstream)
+                self._pairs.append((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source, target) -> None:
+        import socket
+
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        for s in (source, target):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        """Drop every connection and refuse new ones until ``restore``."""
+        import socket
+
+        with self._lock:
+            self._cut = True
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for s in pair:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def restore(self) -> None:
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self._server.close()
