@@ -22,11 +22,22 @@ RECONNECT_WITHIN = 75.0
 
 def pytest_addoption(parser):
     parser.addoption(
+        "--churn-seconds",
+        type=float,
+        default=float(os.environ.get("LEASEKIT_CHURN_SECONDS", "30")),
+        help="how long members join and leave a consumer group in the churn test (DESIGN §9: 30)",
+    )
+    parser.addoption(
         "--stress-seconds",
         type=float,
         default=float(os.environ.get("LEASEKIT_STRESS_SECONDS", "12")),
         help="how long the reliability stress test runs (DESIGN §9 target: 60; default 12 for CI)",
     )
+
+
+@pytest.fixture(scope="session")
+def churn_seconds(pytestconfig) -> float:
+    return float(pytestconfig.getoption("churn_seconds"))
 
 
 @pytest.fixture(scope="session")

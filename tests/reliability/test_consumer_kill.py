@@ -17,7 +17,7 @@ import pytest
 import leasekit as lk
 
 TB = lk.TableBucket
-MEMBER = str(Path(__file__).with_name("group_member.py"))
+MEMBER = str(Path(__file__).parent.parent / "group_member.py")
 SESSION = 2.0
 BUCKETS = 4
 
