@@ -94,3 +94,75 @@ def test_a_commit_from_a_member_no_longer_in_the_group_is_refused(conn, orders):
         a.commit({tb: 7})
     assert a.committed(tb) == 5
     a.close()
+
+
+def test_when_the_leader_leaves_the_next_oldest_member_assigns(conn, orders):
+    # C14: one member at a time computes the assignment (the oldest); when it leaves, the next
+    # oldest takes over and publishes the next generation naming itself as leader; C9 exact
+    # coverage, balanced within 1
+    a, b, c = member(conn), member(conn), member(conn)
+    poll_all([a], lambda: a.assignment() == set(orders.buckets))
+    poll_all([a, b, c], lambda: sorted(len(x.assignment()) for x in (a, b, c)) == [1, 1, 2])
+    record = conn.store.get(conn.paths.group_assignment("g"))
+    from leasekit.zk.formats import AssignmentRecord
+
+    first = AssignmentRecord.decode(record, conn.paths.group_assignment("g"))
+    assert first.leader == a.member_id
+    a.close()
+    poll_all([b, c], lambda: len(b.assignment()) == len(c.assignment()) == 2)
+    now = AssignmentRecord.decode(conn.store.get(conn.paths.group_assignment("g")), conn.paths.group_assignment("g"))
+    assert now.leader == b.member_id and now.generation > first.generation
+    assert b.generation == c.generation == now.generation
+    assert b.assignment() | c.assignment() == set(orders.buckets) and not b.assignment() & c.assignment()
+    b.close()
+    c.close()
+
+
+def test_members_joining_together_make_one_generation(conn, orders):
+    # C14: the leader waits briefly after a membership change, so joins close together are
+    # assigned once (no rebalance storm): the generation goes up by one for three joins
+    a = member(conn)
+    poll_all([a], lambda: a.assignment() == set(orders.buckets))
+    assert a.generation == 0
+    others = [member(conn) for _ in range(3)]
+    for o in others:
+        o.poll()  # all three join within the leader's debounce
+    poll_all([a, *others], lambda: all(len(x.assignment()) == 1 for x in (a, *others)))
+    assert {x.generation for x in (a, *others)} == {1}
+    for x in (a, *others):
+        x.close()
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin"])
+def test_other_assignors_split_every_table(conn, assignor):
+    # C9: "range" (per table, within 1 per table) and "roundrobin" (within 1) in a real group
+    for name in ("a", "b"):
+        conn.create_table(name, "id BIGINT", "id", buckets=3).append([{"id": i} for i in range(9)])
+    c1, c2 = (conn.consumer("a", "b", group_id="g", assignor=assignor) for _ in range(2))
+    poll_all([c1], lambda: len(c1.assignment()) == 6)
+    poll_all([c1, c2], lambda: len(c1.assignment()) + len(c2.assignment()) == 6
+             and min(len(c1.assignment()), len(c2.assignment())) == 3 - (assignor == "range"))
+    assert not c1.assignment() & c2.assignment()
+    if assignor == "range":  # Kafka's range: the first member gets the extra bucket of each table
+        for table in ("a", "b"):
+            counts = sorted(len({tb for tb in c.assignment() if tb.table == table}) for c in (c1, c2))
+            assert counts == [1, 2]
+    c1.close()
+    c2.close()
+
+
+def test_unsubscribe_leaves_and_subscribe_joins_again_as_a_new_member(conn, orders):
+    # §6.5: unsubscribe hands the buckets back (listener told) and leaves at once; a later
+    # subscribe joins as a new member at its next poll
+    listener = Recorder()
+    a = member(conn, listener)
+    poll_all([a], lambda: a.assignment() == set(orders.buckets))
+    first = a.member_id
+    a.unsubscribe()
+    assert a.assignment() == set() and a.member_id is None
+    assert conn.group_members("g") == []
+    a.subscribe(["orders"])
+    poll_all([a], lambda: a.assignment() == set(orders.buckets))
+    assert a.member_id not in (None, first)
+    assert [kind for kind, _ in listener.calls] == ["assigned", "revoked", "assigned"]
+    a.close()
