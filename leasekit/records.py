@@ -72,13 +72,21 @@ class Record(NamedTuple):
 
 
 class MemberInfo(NamedTuple):
-    """A live member of a consumer group."""
+    """A live member of a consumer group, as ZooKeeper holds it now."""
 
     member_id: str
+    """The name of its member znode (ends with its join sequence number)."""
     host: str
     """host:pid of the member's process."""
     buckets: frozenset[TableBucket]
-    """The buckets it owns."""
+    """The buckets it owns now: their owner znodes name it."""
+    assigned: frozenset[TableBucket] = frozenset()
+    """The buckets the published assignment gives it; differs from ``buckets`` while buckets
+    are handed over (claimed only once their last owner released them, C10)."""
+    generation: int | None = None
+    """The published assignment's generation (None before the first)."""
+    leader: bool = False
+    """Whether it leads the group (the oldest live member: it computes the assignments, C14)."""
 
 
 class GroupStatus(NamedTuple):
@@ -88,6 +96,11 @@ class GroupStatus(NamedTuple):
     """"OK", "WARN" or "ERR"."""
     buckets: dict[TableBucket, str]
     """Each committed bucket's own status: OK, WARN, STOP, STALL or REWIND."""
+    generation: int | None = None
+    """The published assignment's generation (None before the first)."""
+    unowned: frozenset[TableBucket] = frozenset()
+    """Buckets of the tables the live members subscribe to that no live member owns now
+    (being handed over, or left by a member that died)."""
 
 
 class Snapshot(NamedTuple):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from helpers import run_cli as run
 from helpers import run_cli_json as run_json
@@ -30,8 +32,8 @@ def test_list_and_describe_like_kafka_consumer_groups(capsys, target, orders):
     assert run_json(capsys, "consumer", "list", *target) == {"groups": ["billing"]}
     code, out, _ = run(capsys, "consumer", "describe", "billing", *target)
     assert code == 0
-    assert out.startswith("GROUP billing: OK")
-    header = out.splitlines()[2].split()
+    assert out.startswith("GROUP billing: OK\nGENERATION -  LEADER -  no live members\n")
+    header = out.splitlines()[3].split()
     assert header == ["GROUP", "TABLE", "BUCKET", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "TIME-LAG",
                       "CONSUMER-ID", "HOST", "LAST-COMMIT", "STATUS"]
     data = run_json(capsys, "consumer", "describe", "billing", *target)
@@ -39,6 +41,8 @@ def test_list_and_describe_like_kafka_consumer_groups(capsys, target, orders):
     end = orders.end_offsets()[TB("orders", 0)]
     assert rows[0]["current_offset"] == 2 and rows[0]["lag"] == end - 2
     assert rows[1]["current_offset"] is None and rows[1]["lag"] is None  # never committed: not huge lag
+    assert data["generation"] is None and data["leader"] is None and data["unowned"] == []
+    assert run(capsys, "consumer", "describe", "billing", "--members", *target)[1] == "group billing has no live members\n"
 
 
 def test_reset_offsets_is_a_dry_run_without_execute(capsys, conn, target, orders):
@@ -60,3 +64,45 @@ def test_reset_offsets_is_a_dry_run_without_execute(capsys, conn, target, orders
 def test_delete(capsys, target, orders):
     assert run_json(capsys, "consumer", "delete", "billing", *target) == {"group": "billing", "deleted": True}
     assert run_json(capsys, "consumer", "list", *target) == {"groups": []}
+
+
+def test_describe_shows_generation_leader_owners_and_members(capsys, conn, target, orders):
+    # §6.6, §6.9: the header names the generation and the leader; each bucket its live owner, "-"
+    # for one no live member owns (as kafka-consumer-groups --describe); --members lists the members
+    a = conn.consumer("orders", group_id="g", auto_offset_reset="earliest")
+    b = conn.consumer("orders", group_id="g", auto_offset_reset="earliest")
+    with a, b:
+        a.poll()
+        deadline = time.monotonic() + 15
+        while not (len(a.assignment()) == len(b.assignment()) == 1) and time.monotonic() < deadline:
+            a.poll(timeout="0.05s")
+            b.poll(timeout="0.05s")
+        owner = {tb.bucket: c.member_id for c in (a, b) for tb in c.assignment()}
+        code, out, _ = run(capsys, "consumer", "describe", "g", *target)
+        lines = out.splitlines()
+        assert code == 0 and lines[1] == f"GENERATION {a.generation}  LEADER {a.member_id}"
+        assert {int(line.split()[2]): line.split()[7] for line in lines[4:]} == owner
+        data = run_json(capsys, "consumer", "describe", "g", *target)
+        assert (data["generation"], data["leader"], data["unowned"]) == (a.generation, a.member_id, [])
+        assert {r["bucket"]: r["consumer_id"] for r in data["buckets"]} == owner
+
+        code, out, _ = run(capsys, "consumer", "describe", "g", "--members", *target)
+        lines = out.splitlines()
+        assert lines[:2] == ["GROUP g", f"GENERATION {a.generation}  LEADER {a.member_id}"]
+        assert lines[3].split() == ["CONSUMER-ID", "HOST", "#BUCKETS", "BUCKETS", "ASSIGNED"]
+        for line, c in zip(lines[4:], (a, b)):  # oldest first
+            bucket, = (tb.bucket for tb in c.assignment())
+            assert line.split() == [c.member_id, conn.owner, "1", f"orders({bucket})", f"orders({bucket})"]
+        members = run_json(capsys, "consumer", "describe", "g", "--members", *target)
+        assert [(m["consumer_id"], m["leader"], m["buckets"]) for m in members["members"]] == [
+            (c.member_id, c is a, [{"table": "orders", "bucket": tb.bucket} for tb in c.assignment()]) for c in (a, b)]
+
+        gone, = b.assignment()
+        b.close()  # before a polls again, b's bucket has no live owner
+        code, out, _ = run(capsys, "consumer", "describe", "g", *target)
+        lines = out.splitlines()
+        assert lines[1].startswith("GENERATION ") and lines[1].endswith(f"LEADER {a.member_id}  UNOWNED 1")
+        row = next(line.split() for line in lines[4:] if int(line.split()[2]) == gone.bucket)
+        assert row[7:9] == ["-", "-"]  # CONSUMER-ID and HOST
+        data = run_json(capsys, "consumer", "describe", "g", *target)
+        assert data["unowned"] == [{"table": "orders", "bucket": gone.bucket}]

@@ -3,6 +3,7 @@ measured now, lag health, offset resets (dry run by default), deletion."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -10,6 +11,7 @@ import pytest
 
 import leasekit as lk
 from leasekit.consumers.admin import DESCRIBE_COLUMNS, RESET_COLUMNS
+from leasekit.zk import Delete
 
 TB = lk.TableBucket
 
@@ -86,6 +88,7 @@ def test_reset_targets(conn, orders):
     assert conn.reset_offsets("g", to=future)["new_offset"].tolist() == [ends[TB("orders", b)] for b in range(3)]
     assert conn.reset_offsets("g", to=3, tables=["orders"])["new_offset"].tolist() == [3, 3, 3]
     assert conn.reset_offsets("g", to="current")["new_offset"].tolist() == [2, 2, 2]
+    assert conn.reset_offsets("g", to=4, tables=orders)["new_offset"].tolist() == [4, 4, 4]  # §6: a Table too
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -96,6 +99,9 @@ def test_reset_targets(conn, orders):
     ({"to": datetime(2020, 1, 1)}, lk.InvalidArgumentError),
     ({"shift_by": "1"}, TypeError),
     ({"to": "earliest", "dry_run": "no"}, TypeError),
+    ({"to": "earliest", "tables": 5}, TypeError),
+    ({"to": "earliest", "buckets": TB("orders", 0)}, TypeError),
+    ({"to": "earliest", "buckets": [("orders", 0), 1]}, TypeError),
 ])
 def test_reset_bad_input(conn, orders, kwargs, error):
     _commit(conn, {TB("orders", 0): 1})
@@ -144,3 +150,124 @@ def test_stall_needs_a_live_owner(conn, orders):
     assert conn.group_status("idle", stall_after="0s", stop_after="0s").buckets[lagging] == "STALL"
     consumer.close()
     assert conn.group_status("idle", stall_after="0s", stop_after="0s").buckets[lagging] == "STOP"
+
+
+def _poll_all(consumers, until, seconds=15.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(timeout="0.05s")
+        if until():
+            return
+    raise AssertionError("the group did not settle in time")
+
+
+@pytest.fixture
+def pair(conn):
+    """Makes two members of group "g" over a table, each owning half of its buckets (C9);
+    both are closed at the end."""
+    made = []
+
+    def make(table, **options):
+        a = conn.consumer(table.name, group_id="g", auto_offset_reset="earliest", **options)
+        made.append(a)
+        a.poll()
+        b = conn.consumer(table.name, group_id="g", auto_offset_reset="earliest", **options)
+        made.append(b)
+        half = table.num_buckets // 2
+        _poll_all([a, b], lambda: len(a.assignment()) == half and len(b.assignment()) == half)
+        return a, b
+
+    yield make
+    for consumer in made:
+        consumer.close()
+
+
+@pytest.fixture
+def four(conn):
+    table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=4)
+    table.append([{"id": i, "v": "a"} for i in range(40)])
+    return table
+
+
+def _owner_column(frame):
+    return {TB(r.table, r.bucket): None if pd.isna(r.consumer_id) else r.consumer_id for r in frame.itertuples()}
+
+
+def test_members_describe_and_status_show_who_owns_each_bucket_now(conn, four, pair):
+    # §6.6, C9, C10, C14: each member's own buckets (owner znodes naming it), not every bucket of
+    # the tables it subscribes to; one generation; the oldest member leads
+    a, b = pair(four)
+    mine_a, mine_b = a.assignment(), b.assignment()
+    members = conn.group_members("g")
+    assert [m.member_id for m in members] == [a.member_id, b.member_id]  # oldest first
+    ma, mb = members
+    assert (ma.buckets, mb.buckets) == (mine_a, mine_b)
+    assert not ma.buckets & mb.buckets and ma.buckets | mb.buckets == set(four.buckets)  # C9: each once
+    assert (ma.assigned, mb.assigned) == (mine_a, mine_b)
+    assert ma.generation == mb.generation == a.generation == b.generation >= 1
+    assert ma.leader and not mb.leader and ma.host == mb.host == conn.owner
+
+    frame = conn.describe_group("g")
+    assert list(frame.columns) == DESCRIBE_COLUMNS  # §6.6: generation and leader are attrs, not columns
+    assert frame.attrs == {"generation": a.generation, "leader": a.member_id}
+    assert _owner_column(frame) == {tb: a.member_id if tb in mine_a else b.member_id for tb in four.buckets}
+    status = conn.group_status("g")
+    assert status.generation == a.generation and status.unowned == frozenset()
+
+    generation = a.generation
+    b.close()  # it releases its buckets and leaves; a claims them at its next poll only (C10)
+    frame = conn.describe_group("g")
+    assert _owner_column(frame) == {tb: a.member_id if tb in mine_a else None for tb in four.buckets}
+    assert frame.set_index("bucket").loc[sorted(tb.bucket for tb in mine_b), "host"].isna().all()
+    assert conn.group_status("g").unowned == mine_b
+    deadline = time.monotonic() + 10  # the leader publishes the next generation from its watch
+    while conn.group_members("g")[0].generation == generation and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alone, = conn.group_members("g")
+    assert alone.buckets == mine_a and alone.assigned == set(four.buckets)  # handed over, not yet claimed
+    assert alone.generation > generation and alone.leader
+
+    _poll_all([a], lambda: len(a.assignment()) == 4)
+    alone, = conn.group_members("g")
+    assert alone.buckets == alone.assigned == set(four.buckets) and alone.generation == a.generation
+    assert _owner_column(conn.describe_group("g")) == {tb: a.member_id for tb in four.buckets}
+    status = conn.group_status("g")
+    assert status.unowned == frozenset() and status.generation == a.generation
+
+
+def test_an_owner_znode_naming_a_member_that_is_gone_is_not_ownership(conn, four, pair):
+    # §6.6 rule 3, C12: a member whose session ended (its znode gone) owns nothing, though its
+    # owner znodes still name it; with no live member, no bucket is owned and none is reported
+    # unowned in GroupStatus (nothing is subscribed)
+    a, b = pair(four, enable_auto_commit=False)  # nothing to commit when they close
+    a.commit()
+    b.commit()
+    conn.store.commit([Delete(conn.paths.member("g", b.member_id))])  # as when its session expires
+    frame = conn.describe_group("g")
+    assert _owner_column(frame) == {tb: a.member_id if tb in a.assignment() else None for tb in four.buckets}
+    assert [m.member_id for m in conn.group_members("g")] == [a.member_id]
+    assert conn.group_status("g").unowned == b.assignment()
+    conn.store.commit([Delete(conn.paths.member("g", a.member_id))])
+    assert _owner_column(conn.describe_group("g")) == dict.fromkeys(four.buckets)
+    assert conn.group_members("g") == [] and conn.group_status("g").unowned == frozenset()
+    assert conn.describe_group("g").attrs["leader"] is None
+
+
+@pytest.mark.parametrize("group", ["bad/name", "", 5, None])
+def test_admin_reads_refuse_bad_group_ids(conn, group):
+    # §6.5: group ids follow the lease-id rule (L1)
+    for call in (conn.group_members, conn.describe_group, conn.group_status):
+        with pytest.raises(lk.InvalidArgumentError):
+            call(group)
+
+
+def test_admin_reads_take_few_round_trips(conn, four, pair):
+    # §5 (ZooKeeper is not a log): a group is read in pipelined batches, not znode by znode
+    a, b = pair(four)
+    # members, owners, offsets and the assignment listed, then read; bucket states with the clock;
+    # describe also lists and reads the log segments of the table for time lag
+    for call, most in ((conn.group_members, 2), (conn.group_status, 3), (conn.describe_group, 5)):
+        before = conn.store.round_trips
+        call("g")
+        assert conn.store.round_trips - before <= most, call.__name__

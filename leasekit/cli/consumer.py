@@ -1,5 +1,6 @@
 """``leasekit consumer list|describe|reset-offsets|delete``: consumer groups as
-``kafka-consumer-groups`` shows them, with lag in time and lag health.
+``kafka-consumer-groups`` shows them, with lag in time and lag health; ``describe --members``
+lists the live members.
 
 ``reset-offsets`` prints the plan and changes nothing without ``--execute``.
 """
@@ -10,6 +11,7 @@ import argparse
 from datetime import datetime, timezone
 from typing import Any
 
+from ..consumers import health
 from ..durations import parse_duration
 from ..errors import InvalidArgumentError
 from ..records import TableBucket
@@ -20,6 +22,7 @@ __all__ = ["register"]
 
 DESCRIBE = ["group", "table", "bucket", "current_offset", "log_end_offset", "lag", "time_lag", "consumer_id",
             "host", "last_commit", "status"]
+MEMBERS = ["consumer_id", "host", "#buckets", "buckets", "assigned"]
 RESET = ["group", "table", "bucket", "current_offset", "new_offset"]
 
 
@@ -31,15 +34,63 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    if args.members:
+        return _members(args)
     with connect(args) as conn:
-        rows = frame_rows(conn.describe_group(args.group))
-        status = conn.group_status(args.group)
-    data = {"group": args.group, "status": status.status, "buckets": rows}
+        frame = conn.describe_group(args.group)
+    rows = frame_rows(frame)
+    status = health.group_status((TableBucket(r["table"], r["bucket"]), r["status"]) for r in rows if r["status"])
+    leader = frame.attrs.get("leader")
+    data = {"group": args.group, "status": status.status, "generation": frame.attrs.get("generation"),
+            "leader": leader, "buckets": rows,
+            "unowned": [{"table": r["table"], "bucket": r["bucket"]} for r in rows
+                        if r["consumer_id"] is None and leader is not None]}
 
     def render(d: dict[str, Any]) -> str:
-        if not d["buckets"]:
-            return f"group {d['group']} has no committed offsets"
-        return f"GROUP {d['group']}: {d['status']}\n\n" + format_table(d["buckets"], DESCRIBE)
+        if not d["buckets"] and d["leader"] is None:
+            return f"group {d['group']} has no committed offsets and no live members"
+        return "\n".join([f"GROUP {d['group']}: {d['status']}", _state(d, len(d["unowned"])), "",
+                          format_table(d["buckets"], DESCRIBE)])
+
+    emit(args, data, render)
+    return 0
+
+
+def _state(d: dict[str, Any], unowned: int) -> str:
+    """The line under the group's: its generation and leader (``-`` for none), and how many
+    buckets no live member owns (their CONSUMER-ID is ``-``, as in Kafka's tool)."""
+    generation = "-" if d["generation"] is None else d["generation"]
+    if d["leader"] is None:
+        return f"GENERATION {generation}  LEADER -  no live members"
+    return f"GENERATION {generation}  LEADER {d['leader']}" + (f"  UNOWNED {unowned}" if unowned else "")
+
+
+def _buckets(buckets: Any) -> str:
+    """``orders(0,2), payments(1)``, as Kafka prints an assignment."""
+    by_table: dict[str, list[int]] = {}
+    for tb in sorted(buckets):
+        by_table.setdefault(tb.table, []).append(tb.bucket)
+    return ", ".join(f"{t}({','.join(map(str, bs))})" for t, bs in by_table.items()) or "-"
+
+
+def _members(args: argparse.Namespace) -> int:
+    """``describe --members``: each live member with what it owns now and what it is assigned,
+    as ``kafka-consumer-groups --describe --members --verbose``."""
+    with connect(args) as conn:
+        members = conn.group_members(args.group)
+    leader = next((m.member_id for m in members if m.leader), None)
+    data = {"group": args.group, "generation": members[0].generation if members else None, "leader": leader,
+            "members": [{"consumer_id": m.member_id, "host": m.host, "leader": m.leader,
+                         "buckets": [{"table": tb.table, "bucket": tb.bucket} for tb in sorted(m.buckets)],
+                         "assigned": [{"table": tb.table, "bucket": tb.bucket} for tb in sorted(m.assigned)]}
+                        for m in members]}
+    table = [{"consumer_id": m.member_id, "host": m.host, "#buckets": len(m.buckets), "buckets": _buckets(m.buckets),
+              "assigned": _buckets(m.assigned)} for m in members]
+
+    def render(d: dict[str, Any]) -> str:
+        if not d["members"]:
+            return f"group {d['group']} has no live members"
+        return "\n".join([f"GROUP {d['group']}", _state(d, 0), "", format_table(table, MEMBERS)])
 
     emit(args, data, render)
     return 0
@@ -99,9 +150,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     consumer = add_command(commands, "consumer", "consumer groups: offsets, lag, lag health, resets", common)
     actions = consumer.add_subparsers(dest="action", metavar="ACTION", required=True)
     add_command(actions, "list", "groups with committed offsets or live members", common, _list)
-    describe = add_command(actions, "describe", "offsets, lag and time lag now, and status, per bucket",
+    describe = add_command(actions, "describe", "offsets, lag and time lag now, owner and status, per bucket",
                            common, _describe)
     describe.add_argument("group", metavar="GROUP")
+    describe.add_argument("--members", action="store_true",
+                          help="the live members instead: each one's buckets owned now and assigned")
     reset = add_command(actions, "reset-offsets", "plan (or with --execute, carry out) an offset reset",
                         common, _reset)
     reset.add_argument("group", metavar="GROUP")

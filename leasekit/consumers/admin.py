@@ -1,35 +1,45 @@
-"""Consumer administration (DESIGN §6.6): the groups, a group's offsets with lag in offsets
-and in time measured now, lag health, offset resets (a dry run unless asked, C13) and
-deletion of a group or of some of its offsets."""
+"""Consumer administration (DESIGN §6.6): the groups, their live members and who owns each
+bucket now, offsets with lag in offsets and in time measured now, lag health, offset resets
+(a dry run unless asked, C13) and deletion of a group or of some of its offsets."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..durations import parse_duration, to_ms
+from ..durations import check_table_name, parse_duration, to_ms
 from ..errors import (
     CorruptMetadataError,
     GroupNotEmptyError,
     InvalidArgumentError,
     InvalidTypeError,
-    TableNotFoundError,
+    LeasekitError,
 )
 from ..log.reader import find_segment
 from ..log.segments import list_segments
-from ..records import MemberInfo, TableBucket
+from ..records import GroupStatus, MemberInfo, TableBucket
 from ..tables.catalog import load_table
-from ..zk import Delete, to_datetime
-from ..zk.formats import BucketState, MemberRecord, OffsetRecord
+from ..tables.info import TableInfo
+from ..zk import Delete, GetChildren, GetData, Node, ReadResult, to_datetime
+from ..zk.formats import (
+    AssignmentRecord,
+    BucketState,
+    MemberRecord,
+    OffsetRecord,
+    OwnerRecord,
+    TableRecord,
+)
+from ..zk.paths import Paths
 from . import health
 from . import offsets as stored
+from .group import member_sequence
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..context import Context
-    from ..tables.info import TableInfo
 
 __all__ = ["consumer_groups", "describe_group", "group_members", "group_status", "reset_offsets", "delete_group",
            "delete_offsets", "live_members", "DESCRIBE_COLUMNS", "RESET_COLUMNS"]
@@ -60,78 +70,199 @@ def live_members(ctx: Context, group_id: str) -> list[str]:
     return sorted(ctx.store.children(ctx.paths.group_members(group_id)) or [])
 
 
-def group_members(ctx: Context, group_id: str) -> list[MemberInfo]:
-    """The group's live members with the buckets each owns, by member id."""
-    group_id = stored.check_group_id(group_id)
-    ids = live_members(ctx, group_id)
-    paths = [ctx.paths.member(group_id, m) for m in ids]
-    out = []
-    tables: dict[str, TableInfo | None] = {}
-    for member_id, path, node in zip(ids, paths, ctx.store.get_many(paths)):
-        if node is None:
-            continue  # left meanwhile
-        record = MemberRecord.decode(node, path)
-        buckets: set[TableBucket] = set()
-        for name in record.tables:
-            if name not in tables:
-                try:
-                    tables[name] = load_table(ctx, name)
-                except TableNotFoundError:
-                    tables[name] = None
-            table = tables[name]
-            if table is not None:
-                buckets.update(TableBucket(name, b) for b in range(table.num_buckets))
-        out.append(MemberInfo(member_id, record.host, frozenset(buckets)))
-    return out
+class _View(NamedTuple):
+    """A group as ZooKeeper holds it now: live members, the published assignment, the bucket
+    owners and the committed offsets."""
+
+    members: dict[str, MemberRecord]
+    """Live members by id, oldest first (the first leads, C14)."""
+    assignment: AssignmentRecord | None
+    owners: dict[TableBucket, str]
+    """Buckets owned now: the owner znode names a live member."""
+    offsets: dict[tuple[str, int], OffsetRecord]
+    """Committed offsets by (table id, bucket)."""
+    tables: dict[str, TableInfo]
+    """The tables members subscribe to, the assignment names or offsets name, that exist."""
+
+    @property
+    def leader(self) -> str | None:
+        return next(iter(self.members), None)
+
+    @property
+    def generation(self) -> int | None:
+        return None if self.assignment is None else self.assignment.generation
+
+    def assigned(self, member_id: str) -> frozenset[TableBucket]:
+        mine = {} if self.assignment is None else self.assignment.buckets.get(member_id, {})
+        return frozenset(TableBucket(t, b) for t, bs in mine.items() for b in bs)
+
+    def subscribed(self) -> set[str]:
+        return {name for record in self.members.values() for name in record.tables}
+
+    def unowned(self) -> frozenset[TableBucket]:
+        """Buckets of the subscribed tables that no live member owns."""
+        return frozenset(tb for name in self.subscribed() if name in self.tables
+                         for tb in self.tables[name].buckets if tb not in self.owners)
+
+    def described(self) -> list[TableInfo]:
+        """Tables with offsets of their own (a table recreated since has another id), that
+        members subscribe to or with owned buckets, by name."""
+        ids = {tid for tid, _ in self.offsets}
+        names = self.subscribed() | {tb.table for tb in self.owners}
+        return sorted((t for t in self.tables.values() if t.table_id in ids or t.name in names),
+                      key=lambda t: t.name)
 
 
-def _owners(members: list[MemberInfo]) -> dict[TableBucket, MemberInfo]:
-    return {tb: m for m in members for tb in m.buckets}
+def _values(results: list[ReadResult]) -> list[Any]:
+    for result in results:
+        if result.error is not None:
+            raise result.error
+    return [r.value for r in results]
 
 
-def _tables(ctx: Context, names: Iterable[str]) -> dict[str, TableInfo]:
-    """The named tables that exist, by name."""
-    out = {}
-    for name in set(names):
+def _named(names: Iterable[str]) -> set[str]:
+    """The valid table names among ``names`` (stored records are not trusted to build paths)."""
+    out = set()
+    for name in names:
         try:
-            out[name] = load_table(ctx, name)
-        except (TableNotFoundError, CorruptMetadataError):
-            continue  # dropped meanwhile, or unreadable: not described
+            out.add(check_table_name(name))
+        except LeasekitError:
+            continue
     return out
 
 
-def _rows(ctx: Context, group_id: str, tables: Iterable[str] | None = None,
-          extra: set[TableBucket] | None = None) -> list[_Row]:
-    """Every bucket of every table the group has offsets for or its members consume (``extra``),
-    or of ``tables``, with its committed record and log bounds now."""
-    records = stored.fetch_group(ctx, group_id)
-    ids = {tid for tid, _ in records}
-    extra_names = {tb.table for tb in extra or ()}
-    # Offset records name their table; one recreated since has another id: its offsets are not its own.
-    found = _tables(ctx, [r.table for r in records.values()] + list(extra_names))
-    wanted = {t for t in found.values() if t.table_id in ids or t.name in extra_names}
-    if tables is not None:
-        wanted = {load_table(ctx, t) for t in tables}
+def _read(ctx: Context, group_id: str, *, offsets: bool = True) -> _View:
+    """The group now, in two pipelined round trips: the lists of members, owners and offsets
+    with the assignment, then every znode listed, the tables the assignment names and the
+    members listed again, last, so that an owner counts as live only if its member outlived
+    the reading of its owner znode. A third reads tables the assignment does not name, or
+    members that joined between the two (both rare)."""
+    paths, store = ctx.paths, ctx.store
+    members_path, owners_path = paths.group_members(group_id), paths.group_owners(group_id)
+    offsets_path, assignment_path = paths.group_offsets(group_id), paths.group_assignment(group_id)
+    listed, owned, node, *committed = _values(store.read_many(
+        [GetChildren(members_path), GetChildren(owners_path), GetData(assignment_path),
+         *([GetChildren(offsets_path)] if offsets else [])]))
+    names, owner_names = listed or [], owned or []
+    offset_names = [n for n in (committed[0] if committed else None) or [] if not n.startswith(".")]
+    assignment = None if node is None else AssignmentRecord.decode(node, assignment_path)
+    guessed = sorted(_named(t for ts in (assignment.buckets.values() if assignment else ()) for t in ts))
+    reads = [*(paths.member(group_id, n) for n in names), *(f"{owners_path}/{n}" for n in owner_names),
+             *(f"{offsets_path}/{n}" for n in offset_names), *(paths.table(t) for t in guessed)]
+    *nodes, live = _values(store.read_many([*(GetData(p) for p in reads), GetChildren(members_path)]))
+    got = dict(zip(reads, nodes))
+    joined = [paths.member(group_id, n) for n in live or [] if n not in names]
+    got.update(zip(joined, store.get_many(joined)))  # joined between the two reads: rare
+    members: dict[str, MemberRecord] = {}
+    for name in sorted(live or [], key=_join_order):
+        path = paths.member(group_id, name)
+        if got.get(path) is not None:
+            members[name] = MemberRecord.decode(got[path], path)
+    records: dict[tuple[str, int], OffsetRecord] = {}
+    for name in offset_names:
+        path = f"{offsets_path}/{name}"
+        key = _key(name)
+        if key is not None and got.get(path) is not None:
+            records[key] = OffsetRecord.decode(got[path], path)
+    wanted = _named([*(t for m in members.values() for t in m.tables), *(r.table for r in records.values())])
+    missing = sorted(wanted - set(guessed))
+    got.update(zip((paths.table(t) for t in missing), store.get_many([paths.table(t) for t in missing])))
+    tables = _tables(ctx, {t: got.get(paths.table(t)) for t in [*guessed, *missing]})
+    by_id = {t.table_id: t for t in tables.values()}
+    owners: dict[TableBucket, str] = {}
+    for name in owner_names:
+        holder, key = _holder(got.get(f"{owners_path}/{name}"), f"{owners_path}/{name}"), _key(name)
+        table = None if key is None else by_id.get(key[0])
+        if holder in members and table is not None and key is not None and key[1] < table.num_buckets:
+            owners[TableBucket(table.name, key[1])] = holder
+    return _View(members, assignment, owners, records, tables)
+
+
+def _join_order(name: str) -> tuple[int, str]:
+    try:
+        return member_sequence(name), name
+    except (ValueError, IndexError):
+        return sys.maxsize, name  # not a member znode of leasekit's: last
+
+
+def _key(name: str) -> tuple[str, int] | None:
+    """(table id, bucket) of an owner or offset znode's name; None for a stray znode."""
+    try:
+        return Paths.parse_offset(name)
+    except ValueError:
+        return None
+
+
+def _holder(node: Node | None, path: str) -> str:
+    """The member an owner znode names ("" once released, or unreadable: claimable)."""
+    if node is None or not node.data:
+        return ""
+    try:
+        return OwnerRecord.decode(node, path).member
+    except CorruptMetadataError:
+        return ""
+
+
+def _tables(ctx: Context, nodes: dict[str, Node | None]) -> dict[str, TableInfo]:
+    """The tables whose znodes were read, by name (missing or unreadable ones left out)."""
+    out = {}
+    for name, node in nodes.items():
+        if node is None:
+            continue  # dropped meanwhile
+        try:
+            out[name] = TableInfo(ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)),
+                                  node.stat.ctime_ms)
+        except LeasekitError:
+            continue  # unreadable: not described
+    return out
+
+
+def group_members(ctx: Context, group_id: str) -> list[MemberInfo]:
+    """The group's live members, oldest (the leader) first, each with the buckets it owns now
+    and those the published assignment gives it."""
+    group_id = stored.check_group_id(group_id)
+    view = _read(ctx, group_id, offsets=False)
+    owned: dict[str, set[TableBucket]] = {}
+    for tb, member in view.owners.items():
+        owned.setdefault(member, set()).add(tb)
+    return [MemberInfo(m, record.host, frozenset(owned.get(m, ())), view.assigned(m), view.generation,
+                       m == view.leader)
+            for m, record in view.members.items()]
+
+
+def _rows(ctx: Context, view: _View, keys: list[tuple[TableInfo, int]],
+          nodes: list[Node | None]) -> list[_Row]:
+    """Each (table, bucket) of ``keys`` with the group's committed record and its log bounds
+    from its bucket znode in ``nodes``."""
     rows = []
-    for table in sorted(wanted, key=lambda t: t.name):
-        paths = [ctx.paths.bucket(table.table_id, b) for b in range(table.num_buckets)]
-        for b, path, node in zip(range(table.num_buckets), paths, ctx.store.get_many(paths)):
-            state = None if node is None else BucketState.decode(node, path)
-            rows.append(_Row(TableBucket(table.name, b), table, records.get((table.table_id, b)),
-                             state.begin if state else 0, state.end if state else 0))
+    for (table, b), node in zip(keys, nodes):
+        state = None if node is None else BucketState.decode(node, ctx.paths.bucket(table.table_id, b))
+        rows.append(_Row(TableBucket(table.name, b), table, view.offsets.get((table.table_id, b)),
+                         state.begin if state else 0, state.end if state else 0))
     return rows
+
+
+def _rows_now(ctx: Context, view: _View, keys: list[tuple[TableInfo, int]]) -> tuple[int, list[_Row]]:
+    """The rows of ``keys`` and the ZooKeeper time read just before them, in one round trip."""
+    now, nodes = ctx.read_with_clock([ctx.paths.bucket(t.table_id, b) for t, b in keys])
+    return ctx.clock(now), _rows(ctx, view, keys, nodes)
+
+
+def _every(tables: Iterable[TableInfo]) -> list[tuple[TableInfo, int]]:
+    return [(t, b) for t in tables for b in range(t.num_buckets)]
 
 
 def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timedelta(seconds=60),
                    stall_after: timedelta = timedelta(seconds=60)) -> pd.DataFrame:
     """One row per bucket (DESCRIBE_COLUMNS): lag and time lag measured now, ``<NA>`` for a
-    bucket never committed."""
+    bucket never committed; ``consumer_id`` and ``host`` of the live member that owns the
+    bucket, ``<NA>`` for a bucket no live member owns. ``attrs`` holds the published
+    assignment's ``generation`` and the ``leader`` (None when there is none)."""
     import pandas as pd
 
     group_id = stored.check_group_id(group_id)
-    now = ctx.now_ms()
-    owners = _owners(group_members(ctx, group_id))
-    rows = _rows(ctx, group_id, extra=set(owners))
+    view = _read(ctx, group_id)
+    now, rows = _rows_now(ctx, view, _every(view.described()))
     times = _record_times(rows)
     out = []
     for row in rows:
@@ -141,14 +272,14 @@ def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timed
         if rec is not None:
             stamp = times.get(row.tb)
             time_lag = pd.Timedelta(0) if lag == 0 or stamp is None else pd.Timedelta(milliseconds=max(0, now - stamp))
-        owner = owners.get(row.tb)
+        owner = view.owners.get(row.tb)
         status = None if rec is None or not rec.history else health.bucket_status(
             rec.history, lag or 0, owner is not None, now, stop_after_ms=to_ms(stop_after),
             stall_after_ms=to_ms(stall_after))
         out.append({"group": group_id, "table": row.tb.table, "bucket": row.tb.bucket,
                     "current_offset": None if rec is None else rec.offset, "log_end_offset": row.end, "lag": lag,
-                    "time_lag": time_lag, "consumer_id": None if owner is None else owner.member_id,
-                    "host": None if owner is None else owner.host,
+                    "time_lag": time_lag, "consumer_id": owner,
+                    "host": None if owner is None else view.members[owner].host,
                     "last_commit": None if rec is None else to_datetime(rec.commit_ms), "status": status})
     frame = pd.DataFrame(out, columns=DESCRIBE_COLUMNS)
     for column in ("bucket", "current_offset", "log_end_offset", "lag"):
@@ -157,6 +288,7 @@ def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timed
     frame["last_commit"] = pd.to_datetime(frame["last_commit"], utc=True)
     for column in ("group", "table", "consumer_id", "host", "status"):
         frame[column] = frame[column].astype("string")
+    frame.attrs.update(generation=view.generation, leader=view.leader)
     return frame
 
 
@@ -177,18 +309,22 @@ def _record_times(rows: list[_Row]) -> dict[TableBucket, int]:
     return out
 
 
-def group_status(ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s") -> health.GroupStatus:
-    """The group's lag health (DESIGN §6.6): each committed bucket's status and the worst."""
+def group_status(ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s") -> GroupStatus:
+    """The group's lag health (DESIGN §6.6): each committed bucket's status and the worst, with
+    the published generation and the subscribed buckets no live member owns."""
     stop_ms = to_ms(parse_duration(stop_after, what="stop_after"))
     stall_ms = to_ms(parse_duration(stall_after, what="stall_after"))
     group_id = stored.check_group_id(group_id)
-    now = ctx.now_ms()
-    owners = _owners(group_members(ctx, group_id))
+    view = _read(ctx, group_id)
+    by_id = {t.table_id: t for t in view.tables.values()}
+    committed = [(by_id[tid], b) for tid, b in sorted(view.offsets)
+                 if tid in by_id and b < by_id[tid].num_buckets and view.offsets[tid, b].history]
+    now, rows = _rows_now(ctx, view, committed)
     statuses = [(row.tb, health.bucket_status(row.record.history, max(0, row.end - row.record.offset),
-                                              row.tb in owners, now,
+                                              row.tb in view.owners, now,
                                               stop_after_ms=stop_ms, stall_after_ms=stall_ms))
-                for row in _rows(ctx, group_id) if row.record is not None and row.record.history]
-    return health.group_status(statuses)
+                for row in rows if row.record is not None]
+    return health.group_status(statuses)._replace(generation=view.generation, unowned=view.unowned())
 
 
 def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int | None = None,
@@ -205,18 +341,24 @@ def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int 
         raise InvalidTypeError("shift_by must be an int")
     if not isinstance(dry_run, bool):
         raise InvalidTypeError("dry_run must be a bool")
-    if isinstance(tables, str):
+    if isinstance(tables, (str, TableInfo)):
         tables = [tables]
-    members = live_members(ctx, group_id)
-    if members:
-        raise GroupNotEmptyError(f"group {group_id} has {len(members)} live member(s); stop them before a reset")
-    rows = _rows(ctx, group_id, None if tables is None else list(tables))
-    if buckets is not None:
-        chosen = set(buckets)
-        for tb in chosen:
-            if not isinstance(tb, TableBucket):
-                raise InvalidTypeError(f"buckets must be TableBucket, not {type(tb).__name__}")
-        rows = [r for r in rows if r.tb in chosen]
+    for given, what in ((tables, "tables"), (buckets, "buckets")):
+        if given is not None and (isinstance(given, TableBucket) or not isinstance(given, Iterable)):
+            raise InvalidTypeError(f"{what} must be a collection, not {type(given).__name__}")
+    chosen = None if buckets is None else list(buckets)
+    for tb in chosen or ():
+        if not isinstance(tb, TableBucket):
+            raise InvalidTypeError(f"buckets must be TableBucket, not {type(tb).__name__}")
+    view = _read(ctx, group_id)
+    if view.members:
+        raise GroupNotEmptyError(f"group {group_id} has {len(view.members)} live member(s); stop them before a reset")
+    keys = _every(view.described() if tables is None else sorted({load_table(ctx, t) for t in tables},
+                                                                  key=lambda t: t.name))
+    rows = _rows(ctx, view, keys, ctx.store.get_many([ctx.paths.bucket(t.table_id, b) for t, b in keys]))
+    if chosen is not None:
+        wanted = frozenset(chosen)
+        rows = [r for r in rows if r.tb in wanted]
     targets = _targets(ctx, rows, to, shift_by)
     plan = [{"group": group_id, "table": r.tb.table, "bucket": r.tb.bucket,
              "current_offset": None if r.record is None else r.record.offset, "new_offset": targets[r.tb]}
