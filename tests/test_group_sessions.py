@@ -164,3 +164,23 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(conn, o
     poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
     a.close()
     b.close()
+
+
+def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders):
+    # C11, §9: with auto-commit, a member no longer in the group (its znode gone, as after a
+    # session expiry) rejoins instead of raising, from poll and from close alike
+    from leasekit.zk import Delete
+
+    a = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", auto_commit_interval="0.1s")
+    poll_until([a], lambda: a.assignment() == set(orders.buckets))
+    first = a.member_id
+    conn.store.commit([Delete(conn.paths.member("g", first))])
+    time.sleep(0.2)
+    poll_until([a], lambda: a.member_id not in (None, first) and a.assignment() == set(orders.buckets))
+    b = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", auto_commit_interval="1h")
+    poll_until([a, b], lambda: len(a.assignment()) == len(b.assignment()) == 2)
+    orders.append([{"id": i} for i in range(40, 80)])
+    poll_until([b], lambda: all(b.position(tb) == e for tb, e in orders.end_offsets().items() if tb in b.assignment()))
+    conn.store.commit([Delete(conn.paths.member("g", b.member_id))])
+    b.close()  # its closing commit is refused: nothing raised, nothing written
+    a.close()

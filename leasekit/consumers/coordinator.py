@@ -162,7 +162,7 @@ class GroupCoordinator:
     def poll(self) -> None:
         """Join or rejoin, follow the published assignment, then auto-commit when due (C8)."""
         self._work.clear()
-        if self._lost:
+        if self._lost and not self._suspended:
             self._on_lost()
         if self._sub.mode == SUBSCRIBED and not self._suspended:
             if self._member is None:
@@ -229,8 +229,8 @@ class GroupCoordinator:
         commit it makes there is accepted, C10), then release them for their next owner."""
         if not buckets:
             return
-        if self._auto_commit and not lost:
-            self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items() if tb in buckets})
+        if self._auto_commit and not lost and not self._suspended:
+            lost = not self._commit_positions(buckets)
         if self._sub.listener is not None:
             self._sub.listener.on_buckets_revoked(set(buckets))
         owned = {self._owner_path(tb): self._owned.pop(tb) for tb in buckets if tb in self._owned}
@@ -241,13 +241,14 @@ class GroupCoordinator:
         self._sub.set_assignment(list(self._owned))
 
     def _on_lost(self) -> None:
-        """C16: the session ended: the member znode and its claims are gone; treat the whole
-        assignment as revoked and rejoin as a new member at this poll."""
+        """C16: the session ended (the member znode and its claims went with it), the member
+        left for not polling, or a commit found it fenced: treat the whole assignment as revoked
+        and rejoin as a new member at this poll."""
         self._lost = False
         self._revoke(set(self._owned), lost=True)
         self._pending.clear()
         if self._member is not None:
-            self._member.forget()
+            self._member.leave()  # its znode, if still there, goes: never a member twice
         self.generation = None
 
     def unsubscribe(self) -> None:
@@ -330,18 +331,28 @@ class GroupCoordinator:
     def maybe_auto_commit(self) -> None:
         if self._auto_commit and time.monotonic() >= self._next_auto_commit and not self._suspended \
                 and not self._lost:
-            try:
-                self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()})
-            except CommitFailedError:
-                self._lost = True  # rejoin at the next poll; user code never sees it
+            self._commit_positions()
             self._next_auto_commit = time.monotonic() + self._interval
+
+    def _commit_positions(self, only: set[TableBucket] | None = None) -> bool:
+        """Auto-commit the positions (of ``only``). False when the commit was refused because
+        this member left the group or lost the buckets (C11): it rejoins at its next poll, and
+        user code never sees the error."""
+        try:
+            self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()
+                         if only is None or tb in only})
+            return True
+        except CommitFailedError as exc:
+            log.warning("auto-commit of group %s refused, rejoining: %s", self.group_id, exc)
+            self._lost = True
+            return False
 
     def close(self) -> None:
         """Commit the positions with auto-commit (C8), hand back the buckets, leave."""
         try:
-            if self._auto_commit and not self._suspended:
-                self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()})
-            self._revoke(set(self._owned))
+            if self._auto_commit and not self._suspended and not self._lost:
+                self._commit_positions()
+            self._revoke(set(self._owned), lost=self._lost)
         finally:
             self._unlisten()
             self._leave()

@@ -5,9 +5,12 @@ whether a live member owns the bucket and the time now. The first rule that appl
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ..records import GroupStatus, TableBucket
-from ..zk.formats import Commit
+
+if TYPE_CHECKING:
+    from ..zk.formats import Commit
 
 __all__ = ["OK", "WARN", "ERR", "STOP", "STALL", "REWIND", "GroupStatus", "bucket_status", "group_status",
            "STOP_AFTER_MS", "STALL_AFTER_MS"]
