@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import check_table_name, parse_duration, to_ms
 from ..errors import (
-    CorruptMetadataError,
     GroupNotEmptyError,
     InvalidArgumentError,
     InvalidTypeError,
     LeasekitError,
 )
 from ..log.reader import find_segment
-from ..log.segments import list_segments
+from ..log.segments import LogSegment, list_segments
 from ..records import GroupStatus, MemberInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
@@ -28,13 +27,12 @@ from ..zk.formats import (
     BucketState,
     MemberRecord,
     OffsetRecord,
-    OwnerRecord,
     TableRecord,
 )
 from ..zk.paths import Paths
 from . import health
 from . import offsets as stored
-from .group import member_sequence
+from .group import member_sequence, owner_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -171,7 +169,7 @@ def _read(ctx: Context, group_id: str, *, offsets: bool = True) -> _View:
     by_id = {t.table_id: t for t in tables.values()}
     owners: dict[TableBucket, str] = {}
     for name in owner_names:
-        holder, key = _holder(got.get(f"{owners_path}/{name}"), f"{owners_path}/{name}"), _key(name)
+        holder, key = owner_of(got.get(f"{owners_path}/{name}"), f"{owners_path}/{name}"), _key(name)
         table = None if key is None else by_id.get(key[0])
         if holder in members and table is not None and key is not None and key[1] < table.num_buckets:
             owners[TableBucket(table.name, key[1])] = holder
@@ -191,16 +189,6 @@ def _key(name: str) -> tuple[str, int] | None:
         return Paths.parse_offset(name)
     except ValueError:
         return None
-
-
-def _holder(node: Node | None, path: str) -> str:
-    """The member an owner znode names ("" once released, or unreadable: claimable)."""
-    if node is None or not node.data:
-        return ""
-    try:
-        return OwnerRecord.decode(node, path).member
-    except CorruptMetadataError:
-        return ""
 
 
 def _tables(ctx: Context, nodes: dict[str, Node | None]) -> dict[str, TableInfo]:
@@ -295,17 +283,25 @@ def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timed
 def _record_times(rows: list[_Row]) -> dict[TableBucket, int]:
     """``_timestamp`` of the record at each committed offset below the log end."""
     behind = [r for r in rows if r.record is not None and r.record.offset < r.end]
+    segments = _segments(behind)
     out: dict[TableBucket, int] = {}
-    by_table: dict[str, list[_Row]] = {}
     for r in behind:
+        rec = r.record
+        seg = find_segment(segments[r.tb], max(rec.offset, r.begin)) if rec is not None else None
+        if seg is not None:
+            out[r.tb] = seg.timestamp_ms
+    return out
+
+
+def _segments(rows: list[_Row]) -> dict[TableBucket, list[LogSegment]]:
+    """The log segments of each row's bucket, listed per table in one pipelined read."""
+    by_table: dict[str, list[_Row]] = {}
+    for r in rows:
         by_table.setdefault(r.tb.table, []).append(r)
+    out: dict[TableBucket, list[LogSegment]] = {}
     for rs in by_table.values():
-        segments = list_segments(rs[0].table, [r.tb.bucket for r in rs])
-        for r in rs:
-            rec = r.record
-            seg = find_segment(segments[r.tb.bucket], max(rec.offset, r.begin)) if rec is not None else None
-            if seg is not None:
-                out[r.tb] = seg.timestamp_ms
+        listed = list_segments(rs[0].table, [r.tb.bucket for r in rs])
+        out.update((r.tb, listed[r.tb.bucket]) for r in rs)
     return out
 
 
@@ -379,15 +375,10 @@ def _targets(ctx: Context, rows: list[_Row], to: Any, shift_by: int | None) -> d
         if to.tzinfo is None:
             raise InvalidArgumentError("to= datetime must be timezone-aware")
         since = int(to.timestamp() * 1000)
-        by_table: dict[str, list[_Row]] = {}
+        segments = _segments(rows)
         for r in rows:
-            by_table.setdefault(r.tb.table, []).append(r)
-        for rs in by_table.values():
-            segments = list_segments(rs[0].table, [r.tb.bucket for r in rs])
-            for r in rs:
-                found = next((s for s in segments[r.tb.bucket] if s.end_offset > r.begin and s.timestamp_ms >= since),
-                             None)
-                out[r.tb] = r.end if found is None else max(found.base_offset, r.begin)
+            found = next((s for s in segments[r.tb] if s.end_offset > r.begin and s.timestamp_ms >= since), None)
+            out[r.tb] = r.end if found is None else max(found.base_offset, r.begin)
         return out
     for r in rows:
         current = r.record.offset if r.record is not None else None

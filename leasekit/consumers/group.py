@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..zk import Watch, ZkStore
     from .assignors import Assignor
 
-__all__ = ["GroupMember", "member_sequence"]
+__all__ = ["GroupMember", "member_sequence", "owner_of"]
 
 K = TypeVar("K")
 
@@ -276,7 +276,7 @@ class GroupMember:
         writes: dict[TableBucket, Create | SetData] = {}
         for tb, path, result in zip(keys, owner_paths, owners):
             node = result.value
-            holder = _holder(node, path)
+            holder = owner_of(node, path)
             if holder and holder in live and holder != name:
                 held[tb] = path  # a live member still owns it: it releases after its revocation
             else:
@@ -306,7 +306,8 @@ def _by_table(buckets: Iterable[TableBucket]) -> dict[str, tuple[int, ...]]:
     return {t: tuple(bs) for t, bs in out.items()}
 
 
-def _holder(node: Node | None, path: str) -> str:
+def owner_of(node: Node | None, path: str) -> str:
+    """The member an owner znode names ("" once released, or unreadable: claimable)."""
     if node is None or not node.data:
         return ""
     try:
