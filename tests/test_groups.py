@@ -96,6 +96,20 @@ def test_a_commit_from_a_member_no_longer_in_the_group_is_refused(conn, orders):
     a.close()
 
 
+def test_a_fenced_commit_is_refused_even_when_the_offsets_are_already_stored(conn, orders):
+    # C11: a member that lost its buckets has its commit refused even when the new owner has
+    # stored the very same offsets already (nothing would be written: the fence still holds)
+    a = member(conn)
+    a.poll()
+    tb = TB("orders", 0)
+    a.commit({tb: 5})
+    conn.store.commit([Delete(conn.paths.member("g", a.member_id))])  # as when its session expires
+    conn.reset_offsets("g", to=7, buckets=[tb], dry_run=False)  # no live member left: allowed
+    with pytest.raises(lk.CommitFailedError):
+        a.commit({tb: 7})
+    a.close()
+
+
 def test_when_the_leader_leaves_the_next_oldest_member_assigns(conn, orders):
     # C14: one member at a time computes the assignment (the oldest); when it leaves, the next
     # oldest takes over and publishes the next generation naming itself as leader; C9 exact

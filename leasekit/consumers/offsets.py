@@ -154,6 +154,8 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
         ops.append(Create(path, record.encode()) if old is None or old.stat is None
                    else SetData(path, record.encode(), old.stat.version))
     if not records:
+        if fence:
+            ctx.store.commit(list(fence))  # C11: a fenced member is refused even when nothing changes
         return {}
     fence_bytes = sum(op_size(op) for op in fence)
     for chunk in chunk_ops(ops, MAX_TXN_OPS - len(fence), MAX_TXN_BYTES - fence_bytes):
