@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from .errors import (
     InvalidArgumentError,
@@ -61,6 +61,15 @@ def parse_duration(value: object, *, what: str = "duration") -> timedelta:
     if result < timedelta(0):
         raise InvalidDurationError(f"{what} must not be negative, got {value!r}")
     return result
+
+
+def parse_timestamp(text: str, *, what: str = "timestamp") -> datetime:
+    """An ISO 8601 date-time (``Z`` accepted; UTC when no offset is given)."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        raise InvalidArgumentError(f"{what} {text!r} is not an ISO 8601 date-time") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
 def to_ms(duration: timedelta) -> int:

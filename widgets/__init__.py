@@ -1,4 +1,5 @@
-"""leasekit.widgets: ipywidgets panels for leases, consumer lag and retention.
+"""leasekit.widgets: ipywidgets panels for leases, consumer lag and retention, refreshed live
+from ZooKeeper watches.
 
 Installed as ``leasekit.widgets`` (see ``package-dir`` in pyproject.toml); the only
 package of leasekit that imports ipywidgets.
@@ -6,4 +7,9 @@ package of leasekit that imports ipywidgets.
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .consumers import ConsumerPanel
+from .dashboard import Dashboard
+from .leases import LeasePanel
+from .retention import RetentionPanel
+
+__all__ = ["LeasePanel", "ConsumerPanel", "RetentionPanel", "Dashboard"]

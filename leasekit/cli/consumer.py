@@ -8,11 +8,10 @@ lists the live members.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 from typing import Any
 
 from ..consumers import health
-from ..durations import parse_duration
+from ..durations import parse_duration, parse_timestamp
 from ..errors import InvalidArgumentError
 from ..records import TableBucket
 from .common import add_command, connect, duration_arg
@@ -108,12 +107,7 @@ def _reset(args: argparse.Namespace) -> int:
     elif args.to_offset is not None:
         to = args.to_offset
     elif args.to_datetime is not None:
-        try:
-            to = datetime.fromisoformat(args.to_datetime.replace("Z", "+00:00"))
-        except ValueError:
-            raise InvalidArgumentError(f"--to-datetime {args.to_datetime!r} is not ISO 8601") from None
-        if to.tzinfo is None:
-            to = to.replace(tzinfo=timezone.utc)
+        to = parse_timestamp(args.to_datetime, what="--to-datetime")
     elif args.by_duration is not None:
         to = parse_duration(duration_arg(args.by_duration), what="--by-duration")
     else:

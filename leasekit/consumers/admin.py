@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from ..context import Context
 
 __all__ = ["consumer_groups", "describe_group", "group_members", "group_status", "reset_offsets", "delete_group",
-           "delete_offsets", "live_members", "DESCRIBE_COLUMNS", "RESET_COLUMNS"]
+           "delete_offsets", "live_members", "read_group", "describe_view", "members_of", "GroupView",
+           "DESCRIBE_COLUMNS", "RESET_COLUMNS"]
 
 DESCRIBE_COLUMNS = ["group", "table", "bucket", "current_offset", "log_end_offset", "lag", "time_lag",
                     "consumer_id", "host", "last_commit", "status"]
@@ -68,7 +69,7 @@ def live_members(ctx: Context, group_id: str) -> list[str]:
     return sorted(ctx.store.children(ctx.paths.group_members(group_id)) or [])
 
 
-class _View(NamedTuple):
+class GroupView(NamedTuple):
     """A group as ZooKeeper holds it now: live members, the published assignment, the bucket
     owners and the committed offsets."""
 
@@ -129,7 +130,7 @@ def _named(names: Iterable[str]) -> set[str]:
     return out
 
 
-def _read(ctx: Context, group_id: str, *, offsets: bool = True) -> _View:
+def read_group(ctx: Context, group_id: str, *, offsets: bool = True) -> GroupView:
     """The group now, in two pipelined round trips: the lists of members, owners and offsets
     with the assignment, then every znode listed, the tables the assignment names and the
     members listed again, last, so that an owner counts as live only if its member outlived
@@ -173,7 +174,7 @@ def _read(ctx: Context, group_id: str, *, offsets: bool = True) -> _View:
         table = None if key is None else by_id.get(key[0])
         if holder in members and table is not None and key is not None and key[1] < table.num_buckets:
             owners[TableBucket(table.name, key[1])] = holder
-    return _View(members, assignment, owners, records, tables)
+    return GroupView(members, assignment, owners, records, tables)
 
 
 def _join_order(name: str) -> tuple[int, str]:
@@ -209,7 +210,11 @@ def group_members(ctx: Context, group_id: str) -> list[MemberInfo]:
     """The group's live members, oldest (the leader) first, each with the buckets it owns now
     and those the published assignment gives it."""
     group_id = stored.check_group_id(group_id)
-    view = _read(ctx, group_id, offsets=False)
+    return members_of(read_group(ctx, group_id, offsets=False))
+
+
+def members_of(view: GroupView) -> list[MemberInfo]:
+    """The live members of a group read, oldest first."""
     owned: dict[str, set[TableBucket]] = {}
     for tb, member in view.owners.items():
         owned.setdefault(member, set()).add(tb)
@@ -218,7 +223,7 @@ def group_members(ctx: Context, group_id: str) -> list[MemberInfo]:
             for m, record in view.members.items()]
 
 
-def _rows(ctx: Context, view: _View, keys: list[tuple[TableInfo, int]],
+def _rows(ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]],
           nodes: list[Node | None]) -> list[_Row]:
     """Each (table, bucket) of ``keys`` with the group's committed record and its log bounds
     from its bucket znode in ``nodes``."""
@@ -230,7 +235,7 @@ def _rows(ctx: Context, view: _View, keys: list[tuple[TableInfo, int]],
     return rows
 
 
-def _rows_now(ctx: Context, view: _View, keys: list[tuple[TableInfo, int]]) -> tuple[int, list[_Row]]:
+def _rows_now(ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]]) -> tuple[int, list[_Row]]:
     """The rows of ``keys`` and the ZooKeeper time read just before them, in one round trip."""
     now, nodes = ctx.read_with_clock([ctx.paths.bucket(t.table_id, b) for t, b in keys])
     return ctx.clock(now), _rows(ctx, view, keys, nodes)
@@ -246,10 +251,15 @@ def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timed
     bucket never committed; ``consumer_id`` and ``host`` of the live member that owns the
     bucket, ``<NA>`` for a bucket no live member owns. ``attrs`` holds the published
     assignment's ``generation`` and the ``leader`` (None when there is none)."""
+    group_id = stored.check_group_id(group_id)
+    return describe_view(ctx, group_id, read_group(ctx, group_id), stop_after=stop_after, stall_after=stall_after)
+
+
+def describe_view(ctx: Context, group_id: str, view: GroupView, *, stop_after: timedelta,
+                  stall_after: timedelta) -> pd.DataFrame:
+    """``describe_group``'s frame of a group read with ``read_group``."""
     import pandas as pd
 
-    group_id = stored.check_group_id(group_id)
-    view = _read(ctx, group_id)
     now, rows = _rows_now(ctx, view, _every(view.described()))
     times = _record_times(rows)
     out = []
@@ -311,7 +321,7 @@ def group_status(ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_
     stop_ms = to_ms(parse_duration(stop_after, what="stop_after"))
     stall_ms = to_ms(parse_duration(stall_after, what="stall_after"))
     group_id = stored.check_group_id(group_id)
-    view = _read(ctx, group_id)
+    view = read_group(ctx, group_id)
     by_id = {t.table_id: t for t in view.tables.values()}
     committed = [(by_id[tid], b) for tid, b in sorted(view.offsets)
                  if tid in by_id and b < by_id[tid].num_buckets and view.offsets[tid, b].history]
@@ -346,7 +356,7 @@ def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int 
     for tb in chosen or ():
         if not isinstance(tb, TableBucket):
             raise InvalidTypeError(f"buckets must be TableBucket, not {type(tb).__name__}")
-    view = _read(ctx, group_id)
+    view = read_group(ctx, group_id)
     if view.members:
         raise GroupNotEmptyError(f"group {group_id} has {len(view.members)} live member(s); stop them before a reset")
     keys = _every(view.described() if tables is None else sorted({load_table(ctx, t) for t in tables},

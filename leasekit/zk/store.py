@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from kazoo import exceptions as kx
@@ -39,6 +40,7 @@ from .ops import (
 )
 from .reads import GetChildren, GetData, Read, Reader, ReadResult
 from .watches import Dispatcher, Watch, watch_children, watch_data
+from .watchset import Recorder, WatchSet
 
 __all__ = ["ZkStore"]
 
@@ -78,6 +80,7 @@ class ZkStore:
         """Request batches sent and awaited (a pipelined batch counts once)."""
         self._reader = Reader(lambda: self.client, timeout)
         self._dispatcher = Dispatcher()
+        self._recording = threading.local()
 
     # -- session --------------------------------------------------------------------------
 
@@ -154,8 +157,29 @@ class ZkStore:
 
     # -- reads ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Recorder]:
+        """Note the znodes this thread reads through the store inside the block (for a view
+        that watches what it showed, with ``watch_set``)."""
+        outer = getattr(self._recording, "recorder", None)
+        recorder = self._recording.recorder = Recorder()
+        try:
+            yield recorder
+        finally:
+            self._recording.recorder = outer
+            if outer is not None:
+                outer.data |= recorder.data
+                outer.children |= recorder.children
+
+    def _noted(self, data: Sequence[str] = (), children: Sequence[str] = ()) -> None:
+        recorder = getattr(self._recording, "recorder", None)
+        if recorder is not None:
+            recorder.data.update(data)
+            recorder.children.update(children)
+
     def get(self, path: str) -> Node | None:
         """The znode at ``path``, or None if it does not exist."""
+        self._noted([path])
         self.round_trips += 1
         with translated(f"read {path}"):
             try:
@@ -166,6 +190,7 @@ class ZkStore:
 
     def children(self, path: str) -> list[str] | None:
         """Sorted child names of ``path``, or None if it does not exist."""
+        self._noted(children=[path])
         self.round_trips += 1
         with translated(f"list {path}"):
             try:
@@ -178,6 +203,8 @@ class ZkStore:
         missing znode gives value None, a refused read its error, and the batch goes on."""
         if not reads:
             return []
+        self._noted([r.path for r in reads if isinstance(r, GetData)],
+                    [r.path for r in reads if isinstance(r, GetChildren)])
         return self._pipelined(lambda: self._reader.collect(self._reader.send(reads)), f"{len(reads)} reads")
 
     def get_many(self, paths: Sequence[str]) -> list[Node | None]:
@@ -193,6 +220,7 @@ class ZkStore:
 
         The clock is read first, so every node read is at least as new as that time.
         """
+        self._noted(paths)
 
         def attempt() -> tuple[int, list[Node | None]]:
             clock = self.client.set_async(clock_path, b"")
@@ -203,6 +231,7 @@ class ZkStore:
         return self._pipelined(attempt, f"read the clock and {len(paths)} znodes")
 
     def exists(self, path: str) -> Stat | None:
+        self._noted([path])
         self.round_trips += 1
         with translated(f"stat {path}"):
             stat = self.client.retry(self.client.exists, path)
@@ -226,6 +255,10 @@ class ZkStore:
         """Call ``callback(children)`` now and after every change of ``path``'s children (None
         once when it is deleted, ending the watch), on the store's watch thread."""
         return watch_children(self.client, self._dispatcher, path, callback, debounce=debounce)
+
+    def watch_set(self, on_change: Callable[[str | None], None]) -> WatchSet:
+        """An empty set of watches on many znodes (see ``WatchSet``), filled with ``update``."""
+        return WatchSet(self.client, on_change)
 
     def election(self, path: str, identifier: str) -> Election:
         """A leader election at ``path`` with kazoo's recipe, errors translated."""

@@ -1,0 +1,224 @@
+"""ConsumerPanel: a consumer group's position per bucket (committed, end, lag with a bar, time
+lag, health in colour, owner, last commit and its metadata), sortable and filterable, the
+group's lag over time from the commit history, and the reset-offsets form."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import bqplot as bq
+import ipywidgets as w
+import numpy as np
+import pandas as pd
+from ipydatagrid import BarRenderer, DataGrid, TextRenderer, VegaExpr
+
+from leasekit.consumers.board import GroupBoard, group_board, total_lag_over_time
+from leasekit.records import TableBucket
+
+from .base import Panel, esc
+from .reset import ResetForm
+
+__all__ = ["ConsumerPanel", "GRID_COLUMNS"]
+
+GRID_COLUMNS = ["table", "bucket", "committed", "end", "lag", "time_lag_s", "status", "member", "host",
+                "last_commit", "metadata"]
+BAD = ("STOP", "STALL", "REWIND")
+STATUS_COLOURS = {"OK": "#d4edda", "WARN": "#fff3cd", **{s: "#f8d7da" for s in BAD}}
+FILTERS = [("all", "all"), ("not OK", "not-ok"), ("OK", "OK"), ("WARN", "WARN"), ("STOP", "STOP"),
+           ("STALL", "STALL"), ("REWIND", "REWIND"), ("never committed", "none")]
+SORTS = [("lag ↓", "lag"), ("time lag ↓", "time_lag_s"), ("status", "status"), ("table, bucket", "bucket")]
+
+
+class _Group(NamedTuple):
+    groups: list[str]
+    board: GroupBoard | None
+
+
+def grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``group_board``'s frame in the grid's columns and plain types (missing numbers NaN)."""
+    return pd.DataFrame({
+        "table": frame["table"].astype(object),
+        "bucket": frame["bucket"].astype("int64"),
+        "committed": frame["current_offset"].astype("float64"),
+        "end": frame["log_end_offset"].astype("float64"),
+        "lag": frame["lag"].astype("float64"),
+        "time_lag_s": frame["time_lag"].dt.total_seconds().astype("float64"),
+        "status": frame["status"].fillna("-").astype(object),
+        "member": frame["consumer_id"].fillna("-").astype(object),
+        "host": frame["host"].fillna("-").astype(object),
+        "last_commit": frame["last_commit"].dt.strftime("%Y-%m-%d %H:%M:%S").fillna("-").astype(object),
+        "metadata": frame["metadata"].fillna("").astype(object),
+    }, columns=GRID_COLUMNS)
+
+
+def _status_colour() -> VegaExpr:
+    cases = " : ".join(f"cell.value === '{s}' ? '{c}'" for s, c in STATUS_COLOURS.items())
+    return VegaExpr(f"{cases} : 'white'")
+
+
+class ConsumerPanel(Panel):
+    """One consumer group at a time, picked from every group of the namespace."""
+
+    def __init__(self, conn: Any, group_id: str | None = None, *, auto_refresh: bool = True) -> None:
+        super().__init__(conn, auto_refresh=auto_refresh)
+        self.add_class("leasekit-consumer-panel")
+        self._board: GroupBoard | None = None
+        self._wanted = group_id
+        self.group = w.Dropdown(description="Group", options=[], layout=w.Layout(width="320px"))
+        self.summary = w.HTML()
+        self.summary.add_class("leasekit-summary")
+        self.status_filter = w.Dropdown(description="Status", options=FILTERS, value="all",
+                                        layout=w.Layout(width="220px"))
+        self.min_lag = w.IntText(value=0, description="Lag ≥", layout=w.Layout(width="160px"))
+        self.sort = w.Dropdown(description="Sort", options=SORTS, value="lag", layout=w.Layout(width="220px"))
+        self.lag_scale = bq.LinearScale(min=0.0, max=1.0)
+        self.grid = DataGrid(grid_frame(_empty()), selection_mode="row", base_row_size=22, base_column_size=90,
+                             layout=w.Layout(height="300px"),
+                             renderers={"lag": BarRenderer(bar_value=self.lag_scale, bar_color="#e39b3b",
+                                                           format=".0f", missing="-"),
+                                        "status": TextRenderer(background_color=_status_colour()),
+                                        "committed": TextRenderer(format=".0f", missing="-"),
+                                        "end": TextRenderer(format=".0f", missing="-"),
+                                        "time_lag_s": TextRenderer(format=".1f", missing="-")})
+        self.grid.on_cell_click(self._clicked)
+        self.detail = w.HTML()
+        self.detail.add_class("leasekit-detail")
+        x, y = bq.DateScale(), bq.LinearScale(min=0.0)
+        self.lag_line = bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([], dtype=float),
+                                 scales={"x": x, "y": y}, interpolation="step-after", colors=["#e39b3b"])
+        self.plot = bq.Figure(marks=[self.lag_line], axes=[bq.Axis(scale=x, label="commit time"),
+                                                           bq.Axis(scale=y, orientation="vertical", label="lag")],
+                              title="Group lag over time (at each commit)", layout=w.Layout(height="260px"),
+                              fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20})
+        self.reset = ResetForm(self.conn.reset_offsets, self.act)
+        for control in (self.status_filter, self.min_lag, self.sort):
+            control.observe(lambda _: self._show_rows(), "value")
+        self.group.observe(self._group_changed, "value")
+        self.children = [w.HBox([self.group]), self.summary,
+                         w.HBox([self.status_filter, self.min_lag, self.sort]),
+                         self.grid, self.detail, self.plot, self.reset, self.message]
+        self.refresh()
+
+    # -- reading and showing ----------------------------------------------------------------
+
+    def _load(self) -> _Group:
+        groups = self.conn.consumer_groups()
+        chosen = self._wanted if self._wanted is not None else self.group.value
+        if chosen is None and groups:
+            chosen = groups[0]
+        self._wanted = chosen
+        return _Group(groups, None if chosen is None else group_board(self.conn, chosen))
+
+    def _show(self, data: _Group) -> None:
+        options = sorted({*data.groups, *([self._wanted] if self._wanted else [])})
+        with self.hold_trait_notifications():
+            self.group.options = options
+            self.group.value = self._wanted
+        self._board = data.board
+        self._show_summary()
+        self._show_rows()
+        self._show_plot()
+        board = self._board
+        buckets = [] if board is None else [TableBucket(t, int(b)) for t, b in
+                                            zip(board.frame["table"], board.frame["bucket"])]
+        self.reset.show(self._wanted, buckets, 0 if board is None else len(board.members))
+
+    def _group_changed(self, change: dict[str, Any]) -> None:
+        if change["new"] is not None and change["new"] != self._wanted:
+            self._wanted = change["new"]
+            self.refresh()
+
+    def _show_summary(self) -> None:
+        board = self._board
+        if board is None:
+            self.summary.value = "<b>Consumer groups</b> · none yet"
+            return
+        f = board.frame
+        statuses = [s for s in f["status"].dropna()]
+        worst = ("ERR" if any(s in BAD for s in statuses) else "WARN" if "WARN" in statuses
+                 else "OK" if statuses else "-")
+        colour = {"ERR": "#b00020", "WARN": "#a86b00", "OK": "#1b7f3b"}.get(worst, "#555")
+        max_time = f["time_lag"].max()
+        members = len(board.members)
+        self.summary.value = (
+            f"<b>{esc(self._wanted)}</b> · status <b style='color:{colour}'>{esc(worst)}</b> · "
+            f"{members} live member{'s' if members != 1 else ''}"
+            f"{'' if board.generation is None else f' · generation {board.generation}'}"
+            f"{'' if board.leader is None else f' · leader {esc(board.leader)}'}"
+            f" · total lag {int(f['lag'].fillna(0).sum()):,}"
+            f" · max time lag {'-' if pd.isna(max_time) else esc(_seconds(max_time.total_seconds()))}"
+            f" · {len(f)} buckets, {int(f['consumer_id'].isna().sum())} without a live owner")
+
+    def rows(self) -> pd.DataFrame:
+        """The grid's rows as filtered and sorted by the controls."""
+        board = self._board
+        frame = grid_frame(_empty() if board is None else board.frame)
+        chosen = self.status_filter.value
+        if chosen == "not-ok":
+            frame = frame[~frame["status"].isin(["OK", "-"])]
+        elif chosen == "none":
+            frame = frame[frame["committed"].isna()]
+        elif chosen != "all":
+            frame = frame[frame["status"] == chosen]
+        if self.min_lag.value:
+            frame = frame[frame["lag"].fillna(0) >= self.min_lag.value]
+        key = self.sort.value
+        if key == "bucket":
+            frame = frame.sort_values(["table", "bucket"], kind="stable")
+        elif key == "status":
+            frame = frame.sort_values(["status", "table", "bucket"], kind="stable")
+        else:
+            frame = frame.sort_values([key, "table", "bucket"], ascending=[False, True, True], kind="stable",
+                                      na_position="last")
+        return frame.reset_index(drop=True)
+
+    def _show_rows(self) -> None:
+        frame = self.rows()
+        self.lag_scale.max = float(max(1.0, frame["lag"].max() if len(frame) and frame["lag"].notna().any() else 1.0))
+        self.grid.data = frame
+        self._show_detail(frame.iloc[0] if len(frame) else None)
+
+    def _clicked(self, cell: dict[str, Any]) -> None:
+        frame = self.grid.data
+        row = cell.get("primary_key_row", cell.get("row"))
+        if isinstance(row, int) and 0 <= row < len(frame):
+            self._show_detail(frame.iloc[row])
+
+    def _show_detail(self, row: Any) -> None:
+        if row is None:
+            self.detail.value = ""
+            return
+        lag = "-" if pd.isna(row["lag"]) else f"{int(row['lag']):,}"
+        self.detail.value = (
+            f"<b>{esc(row['table'])}/{esc(row['bucket'])}</b> · committed "
+            f"{'-' if pd.isna(row['committed']) else int(row['committed'])} · lag {lag} · "
+            f"status {esc(row['status'])} · member {esc(row['member'])} on {esc(row['host'])} · "
+            f"last commit {esc(row['last_commit'])} · metadata <code>{esc(row['metadata'])}</code>")
+
+    def _show_plot(self) -> None:
+        board = self._board
+        totals = total_lag_over_time(board.history) if board is not None else None
+        if totals is None or totals.empty:
+            self.lag_line.x, self.lag_line.y = np.array([], dtype="datetime64[ms]"), np.array([], dtype=float)
+            return
+        x = totals["commit_time"].dt.tz_localize(None).to_numpy(dtype="datetime64[ms]")
+        y = totals["lag"].to_numpy(dtype=float)
+        with self.lag_line.hold_sync():
+            self.lag_line.x, self.lag_line.y = x, y
+
+    def __repr__(self) -> str:
+        return f"ConsumerPanel(group={self._wanted!r})"
+
+
+def _empty() -> pd.DataFrame:
+    from leasekit.consumers.admin import DESCRIBE_COLUMNS
+
+    frame = pd.DataFrame({c: [] for c in [*DESCRIBE_COLUMNS, "metadata"]})
+    frame["time_lag"] = pd.to_timedelta(frame["time_lag"])
+    frame["last_commit"] = pd.to_datetime(frame["last_commit"], utc=True)
+    return frame
+
+
+def _seconds(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"

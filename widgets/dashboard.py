@@ -1,0 +1,50 @@
+"""Dashboard: the lease, consumer and retention panels in tabs, under a header naming the
+namespace and the ZooKeeper ensemble they show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as w
+
+from .base import esc
+from .consumers import ConsumerPanel
+from .leases import LeasePanel
+from .retention import RetentionPanel
+
+__all__ = ["Dashboard"]
+
+
+class Dashboard(w.VBox):
+    """LeasePanel, ConsumerPanel and RetentionPanel of one connection, in tabs."""
+
+    def __init__(self, conn: Any, *, auto_refresh: bool = True) -> None:
+        super().__init__()
+        self.add_class("leasekit-dashboard")
+        self.conn = conn
+        self.header = w.HTML(f"<b>leasekit</b> · namespace <code>{esc(conn.namespace)}</code> · ZooKeeper "
+                             f"<code>{esc(conn.zookeeper)}</code> · warehouse <code>{esc(conn.warehouse.location)}</code>")
+        self.header.add_class("leasekit-header")
+        self.leases = LeasePanel(conn, auto_refresh=auto_refresh)
+        self.consumers = ConsumerPanel(conn, auto_refresh=auto_refresh)
+        self.retention = RetentionPanel(conn, auto_refresh=auto_refresh)
+        self.tabs = w.Tab(children=[self.leases, self.consumers, self.retention],
+                          titles=("Leases", "Consumers", "Retention"))
+        self.children = [self.header, self.tabs]
+
+    @property
+    def panels(self) -> tuple[LeasePanel, ConsumerPanel, RetentionPanel]:
+        return self.leases, self.consumers, self.retention
+
+    def refresh(self) -> None:
+        """Refresh every panel now."""
+        for panel in self.panels:
+            panel.refresh()
+
+    def close(self) -> None:
+        """Close every panel (their watches and threads end) and the dashboard."""
+        for panel in self.panels:
+            panel.close()
+        self.tabs.close()
+        self.header.close()
+        super().close()

@@ -1,0 +1,191 @@
+"""LeasePanel: every KV snapshot lease with a live countdown, the selected lease's pins, and
+the lease actions (create, acquire latest, renew, release, drop)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import ipywidgets as w
+import pandas as pd
+from ipydatagrid import DataGrid
+
+from leasekit.records import LeaseInfo
+
+from .base import Markup, Panel, button, html_table
+
+__all__ = ["LeasePanel"]
+
+TICK = 1.0
+"""Seconds between countdown updates (local: no ZooKeeper access per tick)."""
+
+PIN_COLUMNS = ["table", "bucket", "snapshot_id"]
+
+
+class _Leases(NamedTuple):
+    leases: list[LeaseInfo]
+    tables: list[str]
+
+
+def countdown(ms: int) -> str:
+    """``ms`` as "1h 02m 03s" (or "expired")."""
+    if ms < 0:
+        return "expired"
+    s = ms // 1000
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (f"{d}d {h:02d}h {m:02d}m" if d else f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s")
+
+
+class LeasePanel(Panel):
+    """Every lease (id, owner, tables, pinned buckets, expires in — ticking locally from the
+    ZooKeeper clock last read — alive or expired), the pins of the selected one, and actions."""
+
+    def __init__(self, conn: Any, *, auto_refresh: bool = True) -> None:
+        super().__init__(conn, auto_refresh=auto_refresh)
+        self.add_class("leasekit-lease-panel")
+        self._leases: list[LeaseInfo] = []
+        self.summary = w.HTML()
+        self.summary.add_class("leasekit-summary")
+        self.table = w.HTML()
+        self.table.add_class("leasekit-leases")
+        self.lease = w.Dropdown(description="Lease", options=[], layout=w.Layout(width="320px"))
+        self.new_id = w.Text(placeholder="lease id (empty: a new one)", layout=w.Layout(width="240px"))
+        self.new_id.add_class("leasekit-lease-id")
+        self.duration = w.Text(value="1h", description="Duration", layout=w.Layout(width="170px"))
+        self.duration.add_class("leasekit-lease-duration")
+        self.create = button("Create", self._create, style="primary", tooltip="create an empty lease")
+        self.acquire_table = w.Dropdown(description="Table", options=[], layout=w.Layout(width="260px"))
+        self.acquire = button("Acquire latest", self._acquire, tooltip="pin the newest snapshot of every bucket")
+        self.renew = button("Renew", self._renew, tooltip="extend to at least now + duration")
+        self.drop = button("Drop", self._drop, style="danger", tooltip="remove the lease and all its pins")
+        self.pins = DataGrid(pd.DataFrame(columns=PIN_COLUMNS), selection_mode="row", base_row_size=22,
+                             layout=w.Layout(height="180px"))
+        self.release_buckets = w.SelectMultiple(options=[], rows=6, description="Buckets",
+                                                layout=w.Layout(width="260px"))
+        self.release = button("Release selected", self._release, style="warning", disabled=True)
+        self.release_buckets.observe(lambda _: self._enable(), "value")
+        self.lease.observe(lambda _: self._show_selected(), "value")
+        self.children = [
+            self.summary, self.table,
+            w.HBox([self.new_id, self.duration, self.create]),
+            w.HBox([self.lease, self.renew, self.drop]),
+            w.HBox([self.acquire_table, self.acquire]),
+            w.HBox([self.pins, w.VBox([self.release_buckets, self.release])]),
+            self.message,
+        ]
+        self.refresh()
+        self._worker.submit("tick", self._tick, TICK)
+
+    # -- reading and showing ----------------------------------------------------------------
+
+    def _load(self) -> _Leases:
+        return _Leases(self.conn.leases(), self.conn.tables())
+
+    def _show(self, data: _Leases) -> None:
+        self._leases = data.leases
+        ids = [x.lease_id for x in data.leases]
+        keep = self.lease.value if self.lease.value in ids else (ids[0] if ids else None)
+        self.lease.options = ids
+        self.lease.value = keep
+        keep_table = self.acquire_table.value if self.acquire_table.value in data.tables else None
+        self.acquire_table.options = data.tables
+        self.acquire_table.value = keep_table if keep_table is not None else (data.tables[0] if data.tables else None)
+        self._render_list()
+        self._show_selected()
+
+    def _now_ms(self) -> int | None:
+        return self.conn.server_clock.estimate_ms()
+
+    def _render_list(self) -> None:
+        now = self._now_ms()
+        rows = []
+        pinned = 0
+        for x in self._leases:
+            left = None if now is None else int(x.expires_at.timestamp() * 1000) - now
+            alive = left is None or left >= 0
+            pinned += len(x.pins)
+            tables = sorted({tb.table for tb in x.pins})
+            state = Markup('<span style="color:#1b7f3b">alive</span>' if alive
+                           else '<span style="color:#b00020">expired</span>')
+            rows.append([x.lease_id, x.owner, ", ".join(tables) or "-", len(x.pins),
+                         "-" if left is None else countdown(left), x.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                         state])
+        n = len(self._leases)
+        self.summary.value = (f"<b>Leases</b> · {n} lease{'s' if n != 1 else ''} · {pinned} pinned "
+                              f"bucket{'s' if pinned != 1 else ''}")
+        self.table.value = html_table(["lease", "owner", "tables", "pinned", "expires in", "expires at", "state"],
+                                      rows, css="leasekit-lease-list")
+
+    def _selected(self) -> LeaseInfo | None:
+        return next((x for x in self._leases if x.lease_id == self.lease.value), None)
+
+    def _show_selected(self) -> None:
+        lease = self._selected()
+        pins = sorted((lease.pins if lease else {}).items())
+        self.pins.data = pd.DataFrame([(tb.table, tb.bucket, sid) for tb, sid in pins], columns=PIN_COLUMNS)
+        labels = [(f"{tb.table}/{tb.bucket}", tb) for tb, _ in pins]
+        chosen = [tb for tb in self.release_buckets.value if tb in dict(pins)]
+        self.release_buckets.options = labels
+        self.release_buckets.value = tuple(chosen)
+        self._enable()
+
+    def _enable(self) -> None:
+        selected = self.lease.value is not None
+        for b in (self.renew, self.drop, self.acquire):
+            b.disabled = not selected
+        self.acquire.disabled = not selected or self.acquire_table.value is None
+        self.release.disabled = not selected or not self.release_buckets.value
+
+    def _tick(self) -> None:
+        if self._closed:
+            return
+        if self._leases:
+            with self._lock:
+                self._render_list()
+        self._worker.submit("tick", self._tick, TICK)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def _create(self) -> None:
+        lease_id = self.new_id.value.strip() or None
+
+        def create() -> str:
+            lease = self.conn.lease(lease_id, self._duration(), drop_on_exit=False)
+            lease.acquire({})  # the first acquire creates the lease (L8)
+            return lease.lease_id
+
+        created = self.act("create", create, lambda c: f"created lease {c}")
+        if created is not None:
+            self.new_id.value = ""
+            if created in self.lease.options:
+                self.lease.value = created
+
+    def _acquire(self) -> None:
+        lease_id, table = self.lease.value, self.acquire_table.value
+        self.act("acquire latest", lambda: self.conn.lease(lease_id, self._duration(), drop_on_exit=False)
+                 .acquire_latest(table),
+                 lambda r: f"{lease_id}: pinned {len(r.acquired)} buckets of {table}"
+                           + (f", {len(r.unavailable)} unavailable" if r.unavailable else ""))
+
+    def _renew(self) -> None:
+        lease_id = self.lease.value
+        self.act("renew", lambda: self.conn.renew_kv_snapshot_lease(lease_id, self._duration()),
+                 lambda at: f"{lease_id} now expires at {at:%Y-%m-%d %H:%M:%S} UTC")
+
+    def _release(self) -> None:
+        lease_id, buckets = self.lease.value, list(self.release_buckets.value)
+        self.act("release", lambda: self.conn.release_kv_snapshot_lease(lease_id, buckets),
+                 lambda _: f"{lease_id}: released {len(buckets)} bucket{'s' if len(buckets) != 1 else ''}")
+
+    def _drop(self) -> None:
+        lease_id = self.lease.value
+        self.act("drop", lambda: self.conn.drop_kv_snapshot_lease(lease_id),
+                 lambda dropped: f"dropped lease {lease_id}" if dropped else f"lease {lease_id} was gone already")
+
+    def _duration(self) -> str:
+        return self.duration.value.strip()
+
+    def __repr__(self) -> str:
+        return f"LeasePanel({len(self._leases)} leases)"
+

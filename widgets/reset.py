@@ -1,0 +1,126 @@
+"""The reset-offsets form of the consumer panel: nothing chosen until the user chooses, a
+dry-run preview of exactly what would change, then execute — refused while members live."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as w
+
+from leasekit.durations import parse_duration, parse_timestamp
+from leasekit.errors import InvalidArgumentError
+from leasekit.records import TableBucket
+
+from .base import button, esc, html_table
+
+__all__ = ["ResetForm", "reset_arguments"]
+
+TARGETS = [("choose…", ""), ("to earliest", "earliest"), ("to latest", "latest"), ("to offset", "offset"),
+           ("to date-time (ISO 8601)", "datetime"), ("by duration (e.g. 1h)", "duration"), ("shift by", "shift")]
+
+
+def reset_arguments(kind: str, text: str) -> dict[str, Any]:
+    """``reset_offsets`` keywords for a target chosen in the form."""
+    text = text.strip()
+    if not kind:
+        raise InvalidArgumentError("choose what to reset to")
+    if kind in ("earliest", "latest"):
+        return {"to": kind}
+    if kind == "datetime":
+        return {"to": parse_timestamp(text, what="date-time")}
+    if kind == "duration":
+        return {"to": parse_duration(text, what="duration")}
+    try:
+        number = int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"{'offset' if kind == 'offset' else 'shift'} {text!r} is not a whole number") from None
+    return {"to": number} if kind == "offset" else {"shift_by": number}
+
+
+class ResetForm(w.VBox):
+    """The form: ``run`` is ``conn.reset_offsets``; ``act`` runs a user action and shows its
+    outcome or error (``Panel.act``)."""
+
+    def __init__(self, run: Callable[..., Any], act: Callable[..., Any]) -> None:
+        super().__init__()
+        self.add_class("leasekit-reset")
+        self._run = run
+        self._act = act
+        self.group: str | None = None
+        self.members = 0
+        self._previewed: tuple[Any, ...] | None = None
+        self.target = w.Dropdown(options=TARGETS, value="", description="Reset")
+        self.value = w.Text(placeholder="offset, date-time, duration or shift", layout=w.Layout(width="220px"))
+        self.buckets = w.SelectMultiple(options=[], rows=6, description="Buckets", layout=w.Layout(width="300px"))
+        self.select_all = button("Select all", self._all)
+        self.preview_button = button("Preview", self._preview, tooltip="dry run: shows the plan, changes nothing")
+        self.execute = button("Execute", self._execute, style="danger", disabled=True)
+        self.reason = w.HTML()
+        self.preview = w.HTML()
+        for widget in (self.target, self.value, self.buckets):
+            widget.observe(lambda _: self._inputs_changed(), "value")
+        self.children = [w.HTML("<b>Reset offsets</b>"),
+                         w.HBox([self.target, self.value]),
+                         w.HBox([self.buckets, w.VBox([self.select_all, self.preview_button, self.execute])]),
+                         self.reason, self.preview]
+        self._inputs_changed()
+
+    def show(self, group: str | None, buckets: list[TableBucket], members: int) -> None:
+        """The group's buckets and live member count (choices the user made stay while valid)."""
+        if group != self.group:
+            self.group = group
+            self.buckets.value = ()
+            self._previewed = None
+            self.preview.value = ""
+        self.members = members
+        chosen = tuple(tb for tb in self.buckets.value if tb in set(buckets))
+        self.buckets.options = [(f"{tb.table}/{tb.bucket}", tb) for tb in buckets]
+        self.buckets.value = chosen
+        self._inputs_changed()
+
+    def _key(self) -> tuple[Any, ...]:
+        return self.group, self.target.value, self.value.value.strip(), tuple(self.buckets.value)
+
+    def _inputs_changed(self) -> None:
+        ready = bool(self.group and self.target.value and self.buckets.value)
+        self.preview_button.disabled = not ready or bool(self.members)
+        if self.members:
+            why = (f"Reset is disabled while the group has {self.members} live member"
+                   f"{'s' if self.members != 1 else ''}: stop its consumers first.")
+        elif self._previewed != self._key():
+            why = "Preview the reset before executing it."
+        else:
+            why = ""
+        self.execute.disabled = bool(why)
+        self.reason.value = f'<span class="leasekit-reason">{esc(why)}</span>' if why else ""
+
+    def _all(self) -> None:
+        self.buckets.value = tuple(tb for _, tb in self.buckets.options)
+
+    def _plan(self, dry_run: bool) -> Any:
+        kwargs = reset_arguments(self.target.value, self.value.value)
+        return self._run(self.group, buckets=list(self.buckets.value), dry_run=dry_run, **kwargs)
+
+    def _preview(self) -> None:
+        key = self._key()
+        plan = self._act("preview the reset", lambda: self._plan(dry_run=True),
+                         lambda p: f"dry run: {len(p)} offsets would be reset, nothing changed")
+        if plan is not None:
+            self._previewed = key
+            self._render(plan, "Dry run: nothing changed yet.")
+        self._inputs_changed()
+
+    def _execute(self) -> None:
+        plan = self._act("reset offsets", lambda: self._plan(dry_run=False), lambda p: f"{len(p)} offsets reset")
+        if plan is not None:
+            self._previewed = None
+            self._render(plan, "Offsets reset.")
+        self._inputs_changed()
+
+    def _render(self, plan: Any, head: str) -> None:
+        rows = [[r.table, r.bucket, "-" if r.current_offset is None or str(r.current_offset) == "<NA>"
+                 else r.current_offset, r.new_offset] for r in plan.itertuples()]
+        self.preview.value = (f"<div>{esc(head)} {len(rows)} bucket{'s' if len(rows) != 1 else ''}.</div>"
+                              + html_table(["table", "bucket", "current offset", "new offset"], rows,
+                                           css="leasekit-reset-plan"))
