@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo test bench lab lint clean
+.PHONY: install browser demo test bench lab lint clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit("leasekit needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -26,7 +27,22 @@ install: $(STAMP)
 demo: install
 	$(BIN)/leasekit demo
 
-test: install
+# The browser test drives Debian's Chromium by path: install the package when it is missing
+# (as root, or through sudo); never fatal here, the test itself fails naming the package.
+browser:
+	@if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "$(CHROMIUM) is missing and there is no apt-get: install Chromium so that $(CHROMIUM) exists, or the browser test fails"; exit 0; \
+	fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	else echo "$(CHROMIUM) is missing: run 'apt-get install -y chromium' as root, or the browser test fails"; exit 0; fi; \
+	echo "$(CHROMIUM) is missing: installing Debian's chromium for the browser test"; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium \
+	|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } \
+	|| echo "could not install chromium: run 'sudo apt-get update && sudo apt-get install -y chromium', or the browser test fails"
+
+test: install browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -1,0 +1,67 @@
+"""The notebook Dashboard in a real browser: JupyterLab on loopback, Debian's headless
+Chromium, a notebook that shows ``Dashboard(conn)``; the panel must render (no "Loading
+widget…", no widget or Python error), and its Create button must create a lease that both
+the panel and ZooKeeper show. Screenshots go to ``artifacts/browser/``."""
+
+from __future__ import annotations
+
+import re
+import time
+
+LEASE_ID = "browser-q3"
+RENDER_TIMEOUT_MS = 60_000
+UPDATE_TIMEOUT_MS = 15_000
+
+
+def dashboard_cells(zookeeper: str, warehouse: str, namespace: str) -> list[str]:
+    return [
+        "import leasekit as lk\n"
+        "from leasekit.widgets import Dashboard\n"
+        f"conn = lk.connect({zookeeper!r}, {warehouse!r}, namespace={namespace!r})",
+        "dash = Dashboard(conn)\ndash",
+    ]
+
+
+def lease_ids(conn) -> set[str]:
+    return {info.lease_id for info in conn.leases()}
+
+
+def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, warehouse, namespace):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=UPDATE_TIMEOUT_MS)
+    page = notebook.page
+    notebook.open(dashboard_cells(zookeeper, warehouse, namespace), "dashboard.ipynb")
+    notebook.run_all()
+    dashboard = notebook.wait_for_widget(".leasekit-dashboard", RENDER_TIMEOUT_MS)
+    assert notebook.errors() == []
+    expect(page.get_by_text("Loading widget")).to_have_count(0)
+    expect(dashboard).to_have_count(1)
+
+    expect(dashboard).to_contain_text(namespace)
+    expect(dashboard).to_contain_text(zookeeper)
+    tabs = dashboard.locator(".lm-TabBar-tab")
+    for title in ("Leases", "Consumers", "Retention"):
+        expect(tabs.filter(has_text=title)).to_have_count(1)
+
+    panel = dashboard.locator(".leasekit-lease-panel")
+    expect(panel).to_be_visible()
+    summary = panel.locator(".leasekit-summary")
+    expect(summary).to_have_text(re.compile(r"\b0 leases\b"))
+    expect(panel.locator(".leasekit-lease-duration input")).to_have_value("1h")
+    expect(panel.locator(".leasekit-leases")).not_to_contain_text(LEASE_ID)
+    notebook.screenshot("rendered", dashboard)
+
+    panel.locator(".leasekit-lease-id input").fill(LEASE_ID)
+    panel.get_by_role("button", name="Create", exact=True).click()
+
+    expect(panel.locator(".leasekit-leases table")).to_contain_text(LEASE_ID)
+    expect(summary).to_have_text(re.compile(r"\b1 lease\b"))
+    notebook.screenshot("after-create", dashboard)
+
+    deadline = time.monotonic() + UPDATE_TIMEOUT_MS / 1000
+    while LEASE_ID not in lease_ids(conn) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert LEASE_ID in lease_ids(conn)
+    assert notebook.errors() == []
+
