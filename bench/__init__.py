@@ -22,6 +22,7 @@ REGISTRY: dict[str, str] = {
     "B5": "bench.b5",
     "B6": "bench.b6",
     "B7": "bench.b7",
+    "B8": "bench.b8",
     "B9": "bench.b9",
     "B10": "bench.b10",
 }

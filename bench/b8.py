@@ -1,0 +1,309 @@
+"""B8: notebook panel refresh with 1,000 buckets (target: <= 300 ms median, for each panel).
+
+One table of 1,000 buckets with the metadata every panel shows, in the layout leasekit writes:
+per bucket 3 snapshots (log offsets 100, 200, 300) and 3 log segments below them, registered
+straight in ZooKeeper by ``seed_history`` with a 64-byte placeholder file each (so the
+retention plan lists real files), then 4 real appends of 20 records to every bucket (4 more
+segments each, real Parquet files). A consumer group has one live member, a consumer kept
+open for the whole benchmark (``enable_auto_commit=False``; its member znode and 1,000 owner
+znodes are read by the consumer panel): it joined at the log end, and after each append it
+polled to the end and committed an offset with metadata for every bucket, a few records
+behind (a different lag per bucket), so every bucket has 4 commits in its history window.
+Leases: one ``acquire_latest`` pinning every bucket's newest snapshot, one pinning the oldest
+snapshot of every tenth bucket, and two small ones.
+
+Each panel is built with ``auto_refresh=False``, so no watch-driven refresh can overlap a
+timed one, and one panel exists at a time, so no other panel's thread runs beside it. The
+lease panel shows the 1,000-pin lease (selected untimed), the consumer panel the group, the
+retention panel the table. A timed side is one ``panel.refresh()`` (the panel's reads,
+then its widgets updated; headless, so the widgets' state is serialised as for a kernel but
+sent nowhere) or its floor: the library calls that give the same data without the panel
+(``leases()`` + ``tables()``; ``describe_group(g)``; ``retention_plan(t)`` + ``leases()``).
+One untimed refresh and floor warm up; each run times both sides of each panel, alternating
+which goes first. Afterwards one panel of each kind is built with ``auto_refresh=True``,
+refreshed, left 1 s, and the ZooKeeper watches it holds are counted, then it is closed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .common import (
+    Benchmark,
+    Outcome,
+    Timer,
+    alternate,
+    instrumented,
+    load_average,
+    log,
+    median,
+    ratio_or_none,
+    settle,
+    spread,
+    temp_warehouse,
+    timed,
+    zk_cpu_seconds,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from leasekit.connection import Connection
+
+__all__ = ["BENCHMARK", "run"]
+
+FULL = {"buckets": 1000, "snapshots": 3, "seeded_segments": 3, "rows_per_segment": 100, "appends": 4,
+        "records_per_append": 20, "file_bytes": 64}
+QUICK = {**FULL, "buckets": 100}
+TABLE = "orders"
+GROUP = "b8"
+READER = "b8-reader"
+PANELS = ("lease", "consumer", "retention")
+CLASSES = {"lease": "LeasePanel", "consumer": "ConsumerPanel", "retention": "RetentionPanel"}
+WATCH_WAIT = 1.0
+POLL_TIMEOUT = 60.0
+
+
+ZK_READS = ("get", "children", "exists", "read_many", "get_many", "children_many", "read_with_clock",
+            "server_time_ms")
+FRAMES = {"lease": None, "consumer": "leasekit.widgets.consumers:grid_frame",
+          "retention": "leasekit.widgets.retention:plan_frame"}
+
+
+def _profile(name: str) -> dict[str, str]:
+    """Where a refresh spends its time (exclusive seconds per label, see ``instrumented``):
+    ZooKeeper reads; the rest of the panel's reads (the library: decoding, planning, its
+    frames); the panel's own pandas frames; serialising widget state (``send_state``: the
+    trait's JSON and binary buffers, as for a kernel); the rest of showing (traitlets, HTML)."""
+    module = {"lease": "leases", "consumer": "consumers", "retention": "retention"}[name]
+    cls = f"leasekit.widgets.{module}:{CLASSES[name]}"
+    targets = {f"zk_{m}": f"leasekit.zk:ZkStore.{m}" for m in ZK_READS}
+    targets |= {"library": f"{cls}._load", "widget_state": "ipywidgets.widgets.widget:Widget.send_state",
+                "widgets_other": f"{cls}._show"}
+    if FRAMES[name] is not None:
+        targets["frames"] = FRAMES[name]
+    return targets
+
+
+def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
+    p = QUICK if quick else FULL
+    n = p["buckets"]
+    results: list[dict[str, Any]] = []
+    checks: dict[str, bool] = {}
+    with temp_warehouse("B8") as conn:
+        seed_s, consumer = timed(lambda: _seed(conn, p))
+        log(f"B8: seeded in {seed_s:.1f}s")
+        floors: dict[str, Callable[[], Any]] = {
+            "lease": lambda: (conn.leases(), conn.tables()),
+            "consumer": lambda: conn.describe_group(GROUP),
+            "retention": lambda: (conn.retention_plan(TABLE), conn.leases()),
+        }
+        try:
+            for name in PANELS:  # one panel alive at a time: no other panel's thread runs beside it
+                panel = _build(conn, name, auto_refresh=False)
+                try:
+                    panel.refresh()  # warm-up, untimed (the constructor refreshed once already)
+                    floors[name]()
+                    shown = _shows_everything(conn, name, panel, n)
+                    for i in range(runs):
+                        order = alternate(i, ("panel", "floor"))
+                        figures = {"panel": CLASSES[name], "order": order, "load_average": load_average(),
+                                   **_one_side_pair(conn, panel, floors[name], name, order)}
+                        results.append(figures)
+                        log(f"B8: {CLASSES[name]} run {i + 1}/{runs} ({' then '.join(order)}): "
+                            f"refresh {figures['panel_s'] * 1000:.0f} ms ({figures['round_trips']} round trips), "
+                            f"floor {figures['floor_s'] * 1000:.0f} ms ({figures['floor_round_trips']})")
+                    checks[f"{name}_panel_shows_everything"] = shown and _shows_everything(conn, name, panel, n)
+                finally:
+                    panel.close()
+            watches = {name: _watches(conn, name) for name in PANELS}
+            checks["watches_set_with_auto_refresh"] = all(w["watches"] > 0 for w in watches.values())
+            checks["watches_released_on_close"] = all(w["after_close"] == 0 for w in watches.values())
+        finally:
+            consumer.close()
+    per_panel = {name: _panel_figures([r for r in results if r["panel"] == CLASSES[name]], watches[name])
+                 for name in PANELS}
+    slowest = max(PANELS, key=lambda k: per_panel[k]["refresh_s"])
+    figures = {
+        "value": per_panel[slowest]["refresh_s"],
+        "spread": per_panel[slowest]["refresh_spread_s"],
+        "slowest": CLASSES[slowest],
+        "panels": {CLASSES[k]: v for k, v in per_panel.items()},
+        "load_average": median([r["load_average"] or 0.0 for r in results]),
+        "load_averages": [r["load_average"] for r in results],
+        "seed_s": round(seed_s, 1),
+        "code": _code(),
+    }
+    figures["note"] = "; ".join(
+        f"{CLASSES[k]} {v['refresh_s'] * 1000:.0f} ms ({v['refresh_spread_s']['min'] * 1000:.0f}–"
+        f"{v['refresh_spread_s']['max'] * 1000:.0f}) against {v['floor_s'] * 1000:.0f} ms for its floor, "
+        f"ratio {v['ratio']:.2f}, {v['watches']:,} watches" for k, v in per_panel.items())
+    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+def _build(conn: Connection, name: str, *, auto_refresh: bool) -> Any:
+    """A panel as the benchmark shows it (the constructor refreshes once)."""
+    from leasekit.widgets import ConsumerPanel, LeasePanel, RetentionPanel
+
+    if name == "lease":
+        panel = LeasePanel(conn, auto_refresh=auto_refresh)
+        panel.lease.value = READER  # the lease a user would look at: every bucket pinned
+        return panel
+    if name == "consumer":
+        return ConsumerPanel(conn, GROUP, auto_refresh=auto_refresh)
+    return RetentionPanel(conn, TABLE, auto_refresh=auto_refresh)
+
+
+def _one_side_pair(conn: Connection, panel: Any, floor: Callable[[], Any], name: str,
+                   order: list[str]) -> dict[str, Any]:
+    """Time one ``panel.refresh()`` and one floor, in ``order``."""
+    out: dict[str, Any] = {}
+    timer = Timer()
+    for side in order:
+        settle(None)
+        cpu, trips = zk_cpu_seconds(conn), conn.store.round_trips
+        if side == "panel":
+            before = panel.refreshes
+            with instrumented(timer, _profile(name)):
+                out["panel_s"], _ = timed(panel.refresh)
+            if panel.refreshes != before + 1:
+                raise RuntimeError(f"B8: {CLASSES[name]}.refresh() failed: {panel.message.value}")
+            out["round_trips"] = conn.store.round_trips - trips
+        else:
+            out["floor_s"], _ = timed(floor)
+            out["floor_round_trips"] = conn.store.round_trips - trips
+        after = zk_cpu_seconds(conn)
+        out[f"{side}_cpu_s"] = None if cpu is None or after is None else round(after - cpu, 3)
+    zk = sum(timer.seconds.get(f"zk_{m}", 0.0) for m in ZK_READS)
+    breakdown = {"zookeeper": zk, **{k: timer.seconds.get(k, 0.0) for k in _profile(name) if not k.startswith("zk_")}}
+    breakdown["recording_and_glue"] = out["panel_s"] - sum(breakdown.values())
+    out["breakdown_s"] = breakdown
+    out["zk_calls"] = {k[3:]: v for k, v in timer.calls.items() if k.startswith("zk_")}
+    out["ratio"] = out["panel_s"] / out["floor_s"]
+    out["cpu_ratio"] = ratio_or_none(out["panel_cpu_s"], out["floor_cpu_s"])
+    return out
+
+
+def _panel_figures(rows: list[dict[str, Any]], watches: dict[str, int]) -> dict[str, Any]:
+    cpu = None if any(r["cpu_ratio"] is None for r in rows) else round(median([r["cpu_ratio"] for r in rows]), 3)
+    return {
+        "refresh_s": round(median([r["panel_s"] for r in rows]), 4),
+        "refresh_spread_s": spread([r["panel_s"] for r in rows], 4),
+        "floor_s": round(median([r["floor_s"] for r in rows]), 4),
+        "floor_spread_s": spread([r["floor_s"] for r in rows], 4),
+        "ratio": round(median([r["ratio"] for r in rows]), 3),
+        "ratio_spread": spread([r["ratio"] for r in rows]),
+        "cpu_ratio": cpu,
+        "round_trips": int(median([r["round_trips"] for r in rows])),
+        "floor_round_trips": int(median([r["floor_round_trips"] for r in rows])),
+        "breakdown_s": {k: round(median([r["breakdown_s"][k] for r in rows]), 4) for k in rows[0]["breakdown_s"]},
+        "load_average": median([r["load_average"] or 0.0 for r in rows]),
+        **watches,
+    }
+
+
+def _seed(conn: Connection, p: dict[str, Any]) -> Any:
+    """The table, its history, the group (its live member returned, open) and the leases."""
+    import numpy as np
+    import pyarrow as pa
+
+    import leasekit as lk
+    from leasekit.testing import seed_history
+
+    from .members import ids_per_bucket
+
+    n, per = p["buckets"], p["records_per_append"]
+    table = conn.create_table(TABLE, "id BIGINT, v STRING", "id", buckets=n)
+    log(f"B8: registering {n:,} buckets x {p['snapshots']} snapshots + {p['seeded_segments']} segments "
+        f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per bucket")
+    seed_history(conn, table, p["snapshots"], p["seeded_segments"], p["rows_per_segment"],
+                 file_bytes=p["file_bytes"])
+    buckets = [lk.TableBucket(TABLE, b) for b in range(n)]
+    # the seeded segments have placeholder files: the member starts at the log end and reads
+    # only what the appends write
+    consumer = conn.consumer(TABLE, group_id=GROUP, enable_auto_commit=False, auto_offset_reset="latest",
+                             max_poll_interval="1h")
+    try:
+        deadline = time.monotonic() + POLL_TIMEOUT
+        while len(consumer.assignment()) < n:
+            consumer.poll("0.2s")
+            if time.monotonic() > deadline:
+                raise RuntimeError("B8: the consumer did not get every bucket")
+        ids = ids_per_bucket(n, per)
+        for k in range(1, p["appends"] + 1):
+            table.append(pa.table({"id": ids + k * 10_000_000, "v": np.full(len(ids), f"batch {k}")}))
+            ends = table.end_offsets()
+            deadline = time.monotonic() + POLL_TIMEOUT
+            while any(consumer.position(tb) < ends[tb] for tb in buckets):
+                consumer.poll("0.5s")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("B8: the consumer did not catch up")
+            consumer.commit({tb: lk.OffsetAndMetadata(ends[tb] - (tb.bucket + k) % per,
+                                                      f"batch {k} checkpoint {tb.bucket}")
+                             for tb in buckets})
+        conn.lease(READER, "1h", drop_on_exit=False).acquire_latest(TABLE)
+        conn.acquire_kv_snapshot_lease("b8-report", {tb: 1 for tb in buckets[::10]}, "2h")
+        conn.acquire_kv_snapshot_lease("b8-audit", {tb: 2 for tb in buckets[:5]}, "30m")
+        conn.acquire_kv_snapshot_lease("b8-backfill", {tb: 2 for tb in buckets[:50]}, "1h")
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
+def _code() -> dict[str, Any]:
+    """The commit measured and the files of the panels and the library that differed from it."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD").strip() or None,
+            "modified": git("status", "--porcelain", "--", "widgets", "leasekit").splitlines()}
+
+
+def _shows_everything(conn: Connection, name: str, panel: Any, n: int) -> bool:
+    """What the panel shows matches the library's answer (untimed)."""
+    if name == "lease":
+        return (panel.lease.value == READER and len(panel.pins.data) == n
+                and len(panel.lease.options) == len(conn.leases()))
+    if name == "consumer":
+        return (len(panel.grid.data) == n == len(conn.describe_group(GROUP)) and len(panel.lag_line.x) > 0
+                and len(panel._board.members) == 1)
+    return len(panel.grid.data) == len(conn.retention_plan(TABLE).items)
+
+
+def _watches(conn: Connection, name: str) -> dict[str, int]:
+    """ZooKeeper watches one panel with ``auto_refresh`` on holds after a refresh, and after
+    its close."""
+    panel = _build(conn, name, auto_refresh=True)
+    panel.refresh()
+    time.sleep(WATCH_WAIT)
+    watched, refreshes = panel.watched, panel.refreshes
+    panel.close()
+    log(f"B8: {CLASSES[name]} with auto_refresh: {watched:,} watches ({refreshes} refreshes); "
+        f"{panel.watched} after close")
+    return {"watches": watched, "after_close": panel.watched}
+
+
+BENCHMARK = Benchmark(
+    id="B8",
+    what="notebook panel refresh (LeasePanel, ConsumerPanel, RetentionPanel) over 1,000 buckets, beside the "
+         "library calls giving the same data",
+    metric="value",
+    target=0.3,
+    op="<=",
+    run=run,
+    unit="s",
+    target_note="median, for each panel (the slowest shown)",
+    spark=False,
+    default_runs=9,  # sub-second sides on a shared machine
+)
