@@ -166,6 +166,8 @@ def _one_side_pair(conn: Connection, panel: Any, floor: Callable[[], Any], name:
         cpu, trips = zk_cpu_seconds(conn), conn.store.round_trips
         if side == "panel":
             before = panel.refreshes
+            if hasattr(panel, "_shown"):
+                panel._shown = None  # time a refresh that sends its grid, as when the plan changed
             with instrumented(timer, _profile(name)):
                 out["panel_s"], _ = timed(panel.refresh)
             if panel.refreshes != before + 1:

@@ -35,11 +35,12 @@ def esc(value: object) -> str:
 
 def html_table(columns: list[str], rows: Iterable[Iterable[object]], *, css: str = "") -> str:
     """An HTML table of escaped cells (cells already made HTML are passed as ``Markup``)."""
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, Markup) else esc(c)}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return (f'<table class="leasekit-table {esc(css)}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    cell = 'style="padding:2px 10px;border-bottom:1px solid #ddd;text-align:left"'
+    head = "".join(f"<th {cell}>{esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td {cell}>{c if isinstance(c, Markup) else esc(c)}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    return (f'<table class="leasekit-table {esc(css)}" style="border-collapse:collapse">'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
 class Markup(str):
@@ -79,7 +80,7 @@ class Panel(w.VBox):
         self.refreshes = 0
         """Refreshes done (for tests and benchmarks)."""
         self.set_trait("auto_refresh", auto_refresh)
-        self.observe(self._auto_refresh_changed, "auto_refresh")
+        self.observe(self._on_auto_refresh, "auto_refresh")
 
     # -- to implement -----------------------------------------------------------------------
 
@@ -114,8 +115,9 @@ class Panel(w.VBox):
                 log.exception("refresh of %s failed", type(self).__name__)
                 self.error(exc)
                 return
-        self._rewatch(seen.data, seen.children)
-        self._worker.submit("stale", self._stale, STALE_AFTER)
+        if self.auto_refresh:
+            self._rewatch(seen.data, seen.children)
+            self._worker.submit("stale", self._stale, STALE_AFTER)
 
     def _rewatch(self, data: set[str], children: set[str]) -> None:
         if not self.auto_refresh or self._closed:
@@ -134,12 +136,16 @@ class Panel(w.VBox):
         if self.auto_refresh and not self._closed:
             self.refresh()
 
-    def _auto_refresh_changed(self, change: dict[str, Any]) -> None:
+    def _on_auto_refresh(self, change: dict[str, Any]) -> None:
         if change["new"]:
             self._worker.submit("refresh", self.refresh, 0.0)
+            self._live()
         elif self._watches is not None:
             self._watches.close()
             self._watches = None
+
+    def _live(self) -> None:
+        """Start what else runs while ``auto_refresh`` is on (a panel's local ticking)."""
 
     # -- actions ----------------------------------------------------------------------------
 

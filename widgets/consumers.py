@@ -73,6 +73,7 @@ class ConsumerPanel(Panel):
         self.sort = w.Dropdown(description="Sort", options=SORTS, value="lag", layout=w.Layout(width="220px"))
         self.lag_scale = bq.LinearScale(min=0.0, max=1.0)
         self.grid = DataGrid(grid_frame(_empty()), selection_mode="row", base_row_size=22, base_column_size=90,
+                             header_visibility="column", column_widths={"member": 220, "metadata": 200},
                              layout=w.Layout(height="300px"),
                              renderers={"lag": BarRenderer(bar_value=self.lag_scale, bar_color="#e39b3b",
                                                            format=".0f", missing="-"),
@@ -86,7 +87,8 @@ class ConsumerPanel(Panel):
         x, y = bq.DateScale(), bq.LinearScale(min=0.0)
         self.lag_line = bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([], dtype=float),
                                  scales={"x": x, "y": y}, interpolation="step-after", colors=["#e39b3b"])
-        self.plot = bq.Figure(marks=[self.lag_line], axes=[bq.Axis(scale=x, label="commit time"),
+        self.plot = bq.Figure(marks=[self.lag_line], axes=[bq.Axis(scale=x, label="commit time (UTC)",
+                                                                   tick_format="%H:%M:%S"),
                                                            bq.Axis(scale=y, orientation="vertical", label="lag")],
                               title="Group lag over time (at each commit)", layout=w.Layout(height="260px"),
                               fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20})
@@ -98,6 +100,11 @@ class ConsumerPanel(Panel):
                          w.HBox([self.status_filter, self.min_lag, self.sort]),
                          self.grid, self.detail, self.plot, self.reset, self.message]
         self.refresh()
+
+    def _watch_filter(self, data: set[str], children: set[str]) -> tuple[set[str], set[str]]:
+        # log segment records never change once written (appends show in the bucket znodes and
+        # the segment lists): watching them would only cost ZooKeeper memory
+        return {p for p in data if "/log/" not in p}, children
 
     # -- reading and showing ----------------------------------------------------------------
 

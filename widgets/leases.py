@@ -60,7 +60,8 @@ class LeasePanel(Panel):
         self.renew = button("Renew", self._renew, tooltip="extend to at least now + duration")
         self.drop = button("Drop", self._drop, style="danger", tooltip="remove the lease and all its pins")
         self.pins = DataGrid(pd.DataFrame(columns=PIN_COLUMNS), selection_mode="row", base_row_size=22,
-                             layout=w.Layout(height="180px"))
+                             base_column_size=110, header_visibility="column",
+                             layout=w.Layout(height="180px", width="360px"))
         self.release_buckets = w.SelectMultiple(options=[], rows=6, description="Buckets",
                                                 layout=w.Layout(width="260px"))
         self.release = button("Release selected", self._release, style="warning", disabled=True)
@@ -71,15 +72,18 @@ class LeasePanel(Panel):
             w.HBox([self.new_id, self.duration, self.create]),
             w.HBox([self.lease, self.renew, self.drop]),
             w.HBox([self.acquire_table, self.acquire]),
-            w.HBox([self.pins, w.VBox([self.release_buckets, self.release])]),
+            w.HBox([self.pins, w.VBox([self.release_buckets, self.release])],
+                   layout=w.Layout(flex_flow="row wrap", grid_gap="12px")),
             self.message,
         ]
         self.refresh()
-        self._worker.submit("tick", self._tick, TICK)
+        if self.auto_refresh:
+            self._live()
 
     # -- reading and showing ----------------------------------------------------------------
 
     def _load(self) -> _Leases:
+        self.conn.server_clock.now_ms()  # the countdown's base: a clock read at most every few seconds
         return _Leases(self.conn.leases(), self.conn.tables())
 
     def _show(self, data: _Leases) -> None:
@@ -137,8 +141,11 @@ class LeasePanel(Panel):
         self.acquire.disabled = not selected or self.acquire_table.value is None
         self.release.disabled = not selected or not self.release_buckets.value
 
+    def _live(self) -> None:
+        self._worker.submit("tick", self._tick, TICK)
+
     def _tick(self) -> None:
-        if self._closed:
+        if self._closed or not self.auto_refresh:
             return
         if self._leases:
             with self._lock:

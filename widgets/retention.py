@@ -38,15 +38,15 @@ def size(n: float) -> str:
 
 def plan_frame(data: _Plan) -> pd.DataFrame:
     """The plan's items in the grid's columns, with the leases pinning each snapshot."""
-    frame = data.plan.to_pandas()
-    pinned = [", ".join(data.pinned_by.get((TableBucket(t, int(b)), i), [])) if k == "snapshot" else ""
-              for k, t, b, i in zip(frame["kind"], frame["table"], frame["bucket"], frame["item_id"])]
-    return pd.DataFrame({
-        "kind": frame["kind"].astype(object), "table": frame["table"].fillna("-").astype(object),
-        "bucket": frame["bucket"].astype("float64"), "item_id": frame["item_id"].astype(str),
-        "action": frame["action"].astype(object), "reason": frame["reason"].astype(object),
-        "pinned_by": pd.Series(pinned, dtype=object), "size_bytes": frame["size_bytes"].astype("int64"),
-    }, columns=PLAN_COLUMNS)
+    pinned = data.pinned_by
+    rows = [(i.kind, i.table_bucket.table if i.table_bucket else "-",
+             i.table_bucket.bucket if i.table_bucket else float("nan"), str(i.item_id), i.action, i.reason,
+             ", ".join(pinned.get((i.table_bucket, i.item_id), ())) if i.kind == "snapshot" else "",
+             i.size_bytes) for i in data.plan.items]
+    frame = pd.DataFrame.from_records(rows, columns=PLAN_COLUMNS)
+    frame["bucket"] = frame["bucket"].astype("float64")
+    frame["size_bytes"] = frame["size_bytes"].astype("int64")
+    return frame
 
 
 class RetentionPanel(Panel):
@@ -58,6 +58,7 @@ class RetentionPanel(Panel):
         self.add_class("leasekit-retention-panel")
         self._table = ALL if table is None else getattr(table, "name", table)
         self._data: _Plan | None = None
+        self._shown: pd.DataFrame | None = None
         self.table = w.Dropdown(description="Table", options=[("all tables", ALL)], value=ALL,
                                 layout=w.Layout(width="300px"))
         self.action_filter = w.Dropdown(description="Show", options=[("every item", ""), ("deletes", "delete"),
@@ -67,6 +68,7 @@ class RetentionPanel(Panel):
         self.summary.add_class("leasekit-summary")
         colour = VegaExpr("cell.value === 'delete' ? '#f8d7da' : '#d4edda'")
         self.grid = DataGrid(pd.DataFrame(columns=PLAN_COLUMNS), base_row_size=22, base_column_size=90,
+                             header_visibility="column",
                              column_widths={"reason": 320, "item_id": 140}, layout=w.Layout(height="300px"),
                              renderers={"action": TextRenderer(background_color=colour),
                                         "bucket": TextRenderer(format=".0f", missing="-")})
@@ -115,6 +117,9 @@ class RetentionPanel(Panel):
         frame = plan_frame(self._data) if self._data is not None else pd.DataFrame(columns=PLAN_COLUMNS)
         if self.action_filter.value:
             frame = frame[frame["action"] == self.action_filter.value].reset_index(drop=True)
+        if self._shown is not None and frame.equals(self._shown):
+            return  # a refresh that found the same plan sends nothing to the browser
+        self._shown = frame
         self.grid.data = frame
 
     def _table_changed(self, change: dict[str, Any]) -> None:

@@ -63,5 +63,14 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     while LEASE_ID not in lease_ids(conn) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert LEASE_ID in lease_ids(conn)
+
+    # live: a lease acquired by another process reaches the page through the kernel's watch
+    # thread (ZooKeeper watch -> panel thread -> widget state sent by the kernel), no click
+    conn.acquire_kv_snapshot_lease("from-elsewhere", {}, "2h")
+    expect(panel.locator(".leasekit-leases table")).to_contain_text("from-elsewhere")
+    expect(summary).to_have_text(re.compile(r"\b2 leases\b"))
+    first = panel.locator(".leasekit-leases table").inner_text()
+    expect(panel.locator(".leasekit-leases table")).not_to_have_text(first)  # the countdown ticks
+    notebook.screenshot("live-update", dashboard)
     assert notebook.errors() == []
 
