@@ -200,6 +200,40 @@ def test_children_watch_follows_children_and_ends_on_delete(conn):
     assert not watch.active
 
 
+def test_a_watch_set_hears_every_change_of_what_was_read_until_closed(conn):
+    # what a panel relies on: watch exactly the znodes a reading touched, each re-armed as it
+    # fires, znodes missing when read included (their creation is heard), none left on close
+    root = conn.paths.root
+    data, kids, missing = f"{root}/d", f"{root}/k", f"{root}/later"
+    conn.store.commit([Create(data, b"1"), Create(kids)])
+    with conn.store.recording() as seen:
+        conn.store.read_many([GetData(data), GetChildren(kids)])
+        conn.store.children(missing)
+    assert seen.data == {data} and seen.children == {kids, missing}
+    heard: list[str | None] = []
+    watches = conn.store.watch_set(heard.append)
+    assert watches.update(seen.data, seen.children)  # new paths: the caller reads once more
+    wait_for(lambda: watches.registered() == 3)
+    conn.store.set(data, b"2")
+    wait_for(lambda: heard == [data])
+    conn.store.set(data, b"3")  # re-armed after it fired
+    wait_for(lambda: heard == [data, data])
+    conn.store.commit([Create(f"{kids}/x")])
+    wait_for(lambda: heard[-1:] == [kids])
+    conn.store.commit([Create(missing)])  # its creation...
+    wait_for(lambda: heard[-1:] == [missing])
+    conn.store.commit([Create(f"{missing}/y")])  # ...then, watched as a parent now, its children
+    wait_for(lambda: heard.count(missing) == 2)
+    assert not watches.update(seen.data, seen.children)  # nothing new
+    watches.close()
+    assert watches.registered() == 0
+    count = len(heard)
+    conn.store.set(data, b"4")
+    conn.store.commit([Create(f"{kids}/z")])
+    time.sleep(0.5)
+    assert len(heard) == count
+
+
 def test_watch_on_a_closed_connection_is_a_typed_error(zookeeper, warehouse, namespace):
     other = lk.connect(zookeeper, warehouse, namespace=namespace)
     other.close()
