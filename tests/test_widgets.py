@@ -163,7 +163,7 @@ def test_consumer_panel_shows_lag_status_owner_and_escapes_metadata(conn, orders
     assert set(rows["metadata"]) == {XSS}  # the grid draws cells as text, never as HTML
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel.detail.value and "<script>" not in panel.detail.value
     assert "1 live member" in panel.summary.value and "total lag 20" in panel.summary.value
-    assert len(panel.lag_line.y) == 4 and panel.lag_line.y[-1] == 20  # lag over time, from the commits
+    assert list(panel.lag_line.y) == [5, 10, 15, 20, 20]  # lag over time: at each commit, then now
     consumer.close()
 
 

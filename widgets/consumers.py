@@ -90,7 +90,7 @@ class ConsumerPanel(Panel):
         self.plot = bq.Figure(marks=[self.lag_line], axes=[bq.Axis(scale=x, label="commit time (UTC)",
                                                                    tick_format="%H:%M:%S"),
                                                            bq.Axis(scale=y, orientation="vertical", label="lag")],
-                              title="Group lag over time (at each commit)", layout=w.Layout(height="260px"),
+                              title="Group lag over time (at each commit, and now)", layout=w.Layout(height="260px"),
                               fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20})
         self.reset = ResetForm(self.conn.reset_offsets, self.act)
         for control in (self.status_filter, self.min_lag, self.sort):
@@ -199,8 +199,9 @@ class ConsumerPanel(Panel):
         self.detail.value = (
             f"<b>{esc(row['table'])}/{esc(row['bucket'])}</b> · committed "
             f"{'-' if pd.isna(row['committed']) else int(row['committed'])} · lag {lag} · "
-            f"status {esc(row['status'])} · member {esc(row['member'])} on {esc(row['host'])} · "
-            f"last commit {esc(row['last_commit'])} · metadata <code>{esc(row['metadata'])}</code>")
+            f"status {esc(row['status'])} · "
+            + ("no live owner · " if row["member"] == "-" else f"member {esc(row['member'])} on {esc(row['host'])} · ")
+            + f"last commit {esc(row['last_commit'])} · metadata <code>{esc(row['metadata'])}</code>")
 
     def _show_plot(self) -> None:
         board = self._board
@@ -210,6 +211,10 @@ class ConsumerPanel(Panel):
             return
         x = totals["commit_time"].dt.tz_localize(None).to_numpy(dtype="datetime64[ms]")
         y = totals["lag"].to_numpy(dtype=float)
+        now = self.conn.server_clock.estimate_ms()
+        if now is not None and board is not None and now > x[-1].astype("int64"):  # and the lag now
+            x = np.append(x, np.datetime64(now, "ms"))
+            y = np.append(y, float(board.frame["lag"].fillna(0).sum()))
         with self.lag_line.hold_sync():
             self.lag_line.x, self.lag_line.y = x, y
 

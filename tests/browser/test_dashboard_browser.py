@@ -29,6 +29,14 @@ def lease_ids(conn) -> set[str]:
 def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, warehouse, namespace):
     from playwright.sync_api import expect
 
+    import leasekit as lk
+
+    # a table and a group with commits, so the grids and the lag plot have something to draw
+    orders = conn.create_table("orders", "id BIGINT, note STRING", "id", buckets=4)
+    orders.append([{"id": i, "note": "x"} for i in range(40)])
+    with conn.consumer(orders, group_id="billing", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.poll(timeout="5s")
+        c.commit({tb: lk.OffsetAndMetadata(5, "<script>alert(1)</script>") for tb in orders.buckets})
     expect.set_options(timeout=UPDATE_TIMEOUT_MS)
     page = notebook.page
     notebook.open(dashboard_cells(zookeeper, warehouse, namespace), "dashboard.ipynb")
@@ -72,5 +80,21 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     first = panel.locator(".leasekit-leases table").inner_text()
     expect(panel.locator(".leasekit-leases table")).not_to_have_text(first)  # the countdown ticks
     notebook.screenshot("live-update", dashboard)
+
+    # the other tabs: ipydatagrid grids (drawn on canvas), the bqplot lag plot, escaped text
+    dashboard.locator(".lm-TabBar-tab", has_text="Consumers").click()
+    consumers = dashboard.locator(".leasekit-consumer-panel")
+    expect(consumers).to_be_visible()
+    expect(consumers.locator(".leasekit-summary")).to_contain_text("billing")
+    expect(consumers.locator(".leasekit-summary")).to_contain_text("total lag 20")
+    expect(consumers.locator(".leasekit-detail")).to_contain_text("<script>alert(1)</script>")  # as text
+    expect(consumers.locator("canvas").first).to_be_visible()
+    expect(consumers.locator(".bqplot").first).to_be_visible()
+    notebook.screenshot("consumers", consumers)
+    dashboard.locator(".lm-TabBar-tab", has_text="Retention").click()
+    retention = dashboard.locator(".leasekit-retention-panel")
+    expect(retention.locator(".leasekit-summary")).to_contain_text("reclaimable")
+    expect(retention.locator("canvas").first).to_be_visible()
+    notebook.screenshot("retention", retention)
     assert notebook.errors() == []
 
