@@ -90,6 +90,23 @@ def test_lease_panel_shows_errors_as_text_and_escapes_user_text(conn, orders, ot
     panel.close()
 
 
+def test_a_failed_refresh_shows_why_and_clears_when_reading_works_again(zookeeper, warehouse, namespace, conn):
+    lost = lk.connect(zookeeper, warehouse, namespace=namespace)
+    panel = LeasePanel(lost, auto_refresh=False)
+    panel.new_id.value = "bad/id"
+    panel.create.click()
+    assert "create failed" in panel.message.value
+    panel.refresh()
+    assert "create failed" in panel.message.value  # an action's error stays until the next action
+    lost.close()
+    panel.refresh()  # the connection is gone: said inside the panel, nothing raised
+    assert "could not read: IllegalStateError" in panel.message.value
+    panel.conn = conn
+    panel.refresh()
+    assert panel.message.value == ""
+    panel.close()
+
+
 def test_lease_countdown_ticks_without_zookeeper(conn):
     conn.acquire_kv_snapshot_lease("short", {}, "90s")
     panel = LeasePanel(conn)

@@ -23,6 +23,8 @@ log = logging.getLogger("leasekit.widgets")
 DEBOUNCE = 0.25
 """Seconds a burst of ZooKeeper changes is gathered into one refresh."""
 
+REFRESH_ERROR = "leasekit-error leasekit-refresh-error"
+
 STALE_AFTER = 30.0
 """Seconds after which a panel reads again although nothing it watches changed (time lags,
 ages and statuses move with the clock alone)."""
@@ -106,8 +108,8 @@ class Panel(w.VBox):
                     data = self._load()
                 self._show(data)
                 self.refreshes += 1
-                if self.message.value.startswith('<span class="leasekit-error"'):
-                    self.message.value = ""
+                if self.message.value.startswith(f'<span class="{REFRESH_ERROR}"'):
+                    self.message.value = ""  # the last refresh's error is over (an action's stays)
             except LeasekitError as exc:
                 self.error(exc)
                 return
@@ -115,11 +117,12 @@ class Panel(w.VBox):
                 log.exception("refresh of %s failed", type(self).__name__)
                 self.error(exc)
                 return
-        if self.auto_refresh:
-            self._rewatch(seen.data, seen.children)
-            self._worker.submit("stale", self._stale, STALE_AFTER)
+            if self.auto_refresh:
+                self._rewatch(seen.data, seen.children)
+                self._worker.submit("stale", self._stale, STALE_AFTER)
 
     def _rewatch(self, data: set[str], children: set[str]) -> None:
+        """Watch what was read (under the panel's lock, so close() cannot race it)."""
         if not self.auto_refresh or self._closed:
             return
         if self._watches is None:
@@ -140,9 +143,11 @@ class Panel(w.VBox):
         if change["new"]:
             self._worker.submit("refresh", self.refresh, 0.0)
             self._live()
-        elif self._watches is not None:
-            self._watches.close()
-            self._watches = None
+        else:
+            with self._lock:
+                if self._watches is not None:
+                    self._watches.close()
+                    self._watches = None
 
     def _live(self) -> None:
         """Start what else runs while ``auto_refresh`` is on (a panel's local ticking)."""
@@ -169,19 +174,22 @@ class Panel(w.VBox):
         self.message.value = f'<span class="leasekit-info">{esc(text)}</span>'
 
     def error(self, exc: BaseException, what: str = "") -> None:
-        prefix = f"{what} failed: " if what else ""
-        self.message.value = (f'<span class="leasekit-error" style="color:#b00020">{esc(prefix)}'
+        """Show ``exc`` as text: of the action ``what``, or of reading when ``what`` is empty."""
+        css = "leasekit-error leasekit-action-error" if what else REFRESH_ERROR
+        prefix = f"{what} failed: " if what else "could not read: "
+        self.message.value = (f'<span class="{css}" style="color:#b00020">{esc(prefix)}'
                               f"{esc(type(exc).__name__)}: {esc(exc)}</span>")
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop live refresh: unregister every watch and end the panel's thread."""
-        self._closed = True
-        if self._watches is not None:
-            self._watches.close()
-            self._watches = None
-        self._worker.close()
+        with self._lock:
+            self._closed = True
+            if self._watches is not None:
+                self._watches.close()
+                self._watches = None
+        self._worker.close()  # outside the lock: a refresh it runs may be waiting for it
         for child in _descendants(self):
             child.close()
         super().close()
