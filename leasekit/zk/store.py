@@ -203,8 +203,9 @@ class ZkStore:
         missing znode gives value None, a refused read its error, and the batch goes on."""
         if not reads:
             return []
-        self._noted([r.path for r in reads if isinstance(r, GetData)],
-                    [r.path for r in reads if isinstance(r, GetChildren)])
+        if getattr(self._recording, "recorder", None) is not None:
+            self._noted([r.path for r in reads if isinstance(r, GetData)],
+                        [r.path for r in reads if isinstance(r, GetChildren)])
         return self._pipelined(lambda: self._reader.collect(self._reader.send(reads)), f"{len(reads)} reads")
 
     def get_many(self, paths: Sequence[str]) -> list[Node | None]:
