@@ -1,0 +1,162 @@
+"""notebooks/consumer_lag_report.ipynb run through papermill with a real kernel against the
+session's ZooKeeper (DESIGN §10): the per-bucket table goes to a CSV, one verdict line ends
+the run, and the run fails with ``LagAlert`` when the group is ERR or over a threshold
+(§6.6 lag and time lag measured now; Burrow's rules for the status)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+from papermill.exceptions import PapermillExecutionError
+
+import leasekit as lk
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "consumer_lag_report.ipynb"
+TB = lk.TableBucket
+GROUP = "billing"
+
+
+@pytest.fixture
+def orders(conn):
+    """Table ``orders`` (2 buckets) read to its end by the group ``billing`` in three rounds,
+    each committed explicitly; the consumer is closed, so no live member owns a bucket."""
+    table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    with conn.consumer("orders", group_id=GROUP, enable_auto_commit=False,
+                       auto_offset_reset="earliest") as consumer:
+        for round_ in range(3):
+            table.append([{"id": round_ * 100 + i, "v": "a"} for i in range(20)])
+            seen = 0
+            while seen < 20:
+                seen += sum(batch.num_rows for batch in consumer.poll("1s").values())
+            consumer.commit()
+    return table
+
+
+def _run(tmp_path: Path, conn, **parameters):
+    """Execute the notebook in ``tmp_path``; (output notebook, CSV rows, the error or None)."""
+    out = tmp_path / "lag_report_out.ipynb"
+    params = {"zookeeper": conn.zookeeper, "warehouse": conn.warehouse.location,
+              "namespace": conn.namespace, "group_id": GROUP, "max_lag": 10,
+              "max_time_lag": "15m", "output_path": "report.csv", **parameters}
+    error = None
+    try:
+        papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=params, kernel_name="python3",
+                                   cwd=str(tmp_path), progress_bar=False)
+    except PapermillExecutionError as exc:
+        error = exc
+    nb = nbformat.read(out, as_version=4)  # papermill writes it on failure too
+    report = tmp_path / params["output_path"]
+    rows = list(csv.DictReader(report.open())) if report.exists() else None
+    return nb, rows, error
+
+
+def _stream(nb, cell_id: str) -> str:
+    cell = next(c for c in nb.cells if c.get("id") == cell_id)
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def _verdicts(nb) -> list[str]:
+    text = "".join(_stream(nb, c.id) for c in nb.cells if c.cell_type == "code")
+    return [line for line in text.splitlines() if line.startswith("VERDICT:")]
+
+
+def _errors(nb) -> list[str]:
+    return [o.ename for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type == "error"]
+
+
+def _by_bucket(rows) -> dict[int, dict[str, str]]:
+    return {int(r["bucket"]): r for r in rows}
+
+
+def test_healthy_group_passes_with_ok_verdict_csv_and_plot(tmp_path, conn, orders):
+    # §6.6: lag is measured now (log end now - committed), so a few rows appended after the
+    # last commit show up; under max_lag per bucket and with lag 0 at a commit (Burrow rule 4)
+    # the group is OK and the run passes
+    committed = orders.end_offsets()
+    orders.append([{"id": 1000 + i, "v": "b"} for i in range(4)])
+    ends = orders.end_offsets()
+    nb, rows, error = _run(tmp_path, conn)
+    assert error is None and _errors(nb) == []
+    verdicts = _verdicts(nb)
+    assert len(verdicts) == 1
+    worst = max(ends[tb] - committed[tb] for tb in ends)
+    assert verdicts[0].startswith(f"VERDICT: OK — group {GROUP}, status OK, max lag {worst},")
+    assert len(rows) == 2  # one row per bucket
+    for bucket, row in _by_bucket(rows).items():
+        tb = TB("orders", bucket)
+        assert int(row["current_offset"]) == committed[tb]
+        assert int(row["log_end_offset"]) == ends[tb]
+        assert int(row["lag"]) == ends[tb] - committed[tb]
+        assert row["status"] == "OK" and row["group"] == GROUP
+    # lag over time: one text line per commit plus the lag now, and a bqplot Figure
+    history = _stream(nb, "history").splitlines()
+    assert history[0].split() == ["time", "total_lag", "point"]
+    assert [line.split()[-1] for line in history[1:]] == ["commit"] * 3 + ["now"]
+    assert history[-1].split()[-2] == str(sum(ends[tb] - committed[tb] for tb in ends))
+    plot = next(c for c in nb.cells if c.get("id") == "history").outputs[-1]
+    assert "application/vnd.jupyter.widget-view+json" in plot["data"]
+    assert plot["data"]["text/plain"].startswith("Figure(")
+
+
+def test_lag_over_threshold_fails_the_run_after_verdict_and_csv(tmp_path, conn, orders):
+    # the threshold is per bucket: every bucket more than max_lag behind is named; the
+    # status is still OK (rule 4: lag was 0 at a commit), the threshold alone fails the run
+    committed = orders.end_offsets()
+    orders.append([{"id": 2000 + i, "v": "c"} for i in range(80)])
+    ends = orders.end_offsets()
+    assert all(ends[tb] - committed[tb] > 10 for tb in ends)
+    nb, rows, error = _run(tmp_path, conn)
+    assert error is not None and error.ename == "LagAlert"
+    assert _errors(nb) == ["LagAlert"]
+    (verdict,) = _verdicts(nb)
+    assert verdict.startswith(f"VERDICT: ALERT — group {GROUP}, status OK, ")
+    assert "lag over 10 in 2 bucket(s) (" in verdict
+    for tb in ends:
+        assert f"{tb.table}/{tb.bucket} {ends[tb] - committed[tb]}" in verdict
+    assert {b: int(r["lag"]) for b, r in _by_bucket(rows).items()} == \
+        {tb.bucket: ends[tb] - committed[tb] for tb in ends}
+
+
+def test_stopped_group_is_err_and_fails_the_run(tmp_path, conn, orders):
+    # §6.6 rule 3 (Burrow's STOP, ahead of the zero-lag-at-commit rule since Burrow #290): no
+    # live member owns the lagging buckets and nothing was committed for longer than
+    # max(window span, stop_after) -> STOP, reported as the group's ERR; under every
+    # threshold, the status alone fails the run
+    orders.append([{"id": 3000 + i, "v": "d"} for i in range(4)])
+    nb, rows, error = _run(tmp_path, conn, stop_after="0s", max_lag=1_000)
+    assert error is not None and error.ename == "LagAlert"
+    (verdict,) = _verdicts(nb)
+    lagging = sorted(int(r["bucket"]) for r in rows if int(r["lag"]) > 0)
+    assert lagging
+    assert verdict.startswith(f"VERDICT: ALERT — group {GROUP}, status ERR, ")
+    assert "status ERR (" + ", ".join(f"orders/{b} STOP" for b in lagging) + ")" in verdict
+    assert "lag over" not in verdict
+    assert {int(r["bucket"]): r["status"] for r in rows} == \
+        {b: "STOP" if b in lagging else "OK" for b in range(2)}  # rule 1: lag 0 is OK
+
+
+def test_time_lag_over_threshold_fails_the_run(tmp_path, conn, orders):
+    # time lag = ZooKeeper time now - _timestamp of the first record not yet consumed;
+    # max_time_lag "0s" is crossed by any bucket behind at all
+    orders.append([{"id": 4000 + i, "v": "e"} for i in range(4)])
+    nb, rows, error = _run(tmp_path, conn, max_time_lag="0s", max_lag=1_000)
+    assert error is not None and error.ename == "LagAlert"
+    (verdict,) = _verdicts(nb)
+    lagging = [r for r in rows if int(r["lag"]) > 0]
+    assert all(float(r["time_lag_seconds"]) > 0 for r in lagging)
+    assert f"time lag over 0:00:00 in {len(lagging)} bucket(s) (" in verdict
+
+
+def test_unknown_group_fails_the_run(tmp_path, conn, orders):
+    # a group with no committed offset (a misspelt id) has nothing to judge: it alerts
+    nb, rows, error = _run(tmp_path, conn, group_id="billing-typo")
+    assert error is not None and error.ename == "LagAlert"
+    (verdict,) = _verdicts(nb)
+    assert verdict == ("VERDICT: ALERT — group billing-typo, status OK, max lag 0, "
+                       "max time lag -: no committed offsets")
+    assert rows == []
