@@ -50,7 +50,7 @@ bench: install
 	$(BIN)/python -m bench.run B1
 
 lab: install
-	$(BIN)/leasekit lab
+	$(BIN)/leasekit lab $(LAB_ARGS)
 
 lint: install
 	$(BIN)/ruff check leasekit widgets tests bench
