@@ -61,15 +61,27 @@ class Listing:
 
 
 class Warehouse:
-    """A warehouse root: a local directory or a pyarrow file-system URI."""
+    """A warehouse root: a local directory or a pyarrow file-system URI.
+
+    A URI may carry file-system options as a query string, e.g.
+    ``s3://bucket/wh?endpoint_override=host:9000&scheme=http`` (the options pyarrow's
+    ``S3FileSystem.from_uri`` reads); without them an S3 warehouse takes its credentials,
+    region and endpoint from the AWS environment (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...). File URIs and Spark paths never
+    carry the options.
+    """
 
     def __init__(self, location: str | os.PathLike[str]) -> None:
         location = os.fspath(location)
         if not isinstance(location, str) or not location:
             raise InvalidArgumentError("warehouse must be a non-empty path or URI")
+        self.options = ""
+        """File-system options of a URI (its query string, without the ``?``): given to
+        ``pyarrow.fs.FileSystem.from_uri`` and kept out of ``location`` and every file URI."""
         if "://" in location and not location.startswith("file://"):
-            self.scheme = location.split("://", 1)[0]
-            self.location = location.rstrip("/")
+            base, _, self.options = location.partition("?")
+            self.scheme = base.split("://", 1)[0]
+            self.location = base.rstrip("/")
         else:
             self.scheme = "file"
             local = location[len("file://"):] if location.startswith("file://") else location
@@ -87,7 +99,8 @@ class Warehouse:
             if self.is_local:
                 self._fs, self._root = pafs.LocalFileSystem(), self.location
             else:
-                self._fs, self._root = pafs.FileSystem.from_uri(self.location)
+                uri = f"{self.location}?{self.options}" if self.options else self.location
+                self._fs, self._root = pafs.FileSystem.from_uri(uri)
             self._fs.create_dir(self._root, recursive=True)
 
     @property
