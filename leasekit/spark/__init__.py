@@ -180,8 +180,10 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
         raise InvalidTypeError(f"df must be a Spark DataFrame, not {type(df).__name__}")
     table = _check_table(table)
     spark = df.sparkSession
-    names = {c.lower(): c for c in df.columns}
-    extra = [c for c in df.columns if c.lower() not in {f.name.lower() for f in table.schema}]
+    with spark_errors(f"write to {table.name}"):
+        given = df.columns  # over Spark Connect, this analyzes the input on the server
+    names = {c.lower(): c for c in given}
+    extra = [c for c in given if c.lower() not in {f.name.lower() for f in table.schema}]
     if extra:
         raise InvalidArgumentError(f"columns not in table {table.name!r}: {', '.join(extra)}")
     missing = [k for k in table.primary_key if k.lower() not in names]

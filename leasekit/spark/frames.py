@@ -14,7 +14,7 @@ from ..log.segments import log_schema
 from ..records import LogSegment
 from ..tables import schema as schemas
 from ..tables.bucketing import spark_bucket_column
-from .session import known_files
+from .session import is_connect, known_files
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
@@ -36,7 +36,16 @@ def files_frame(spark: SparkSession, table: TableInfo, files: list[str]) -> Data
     if not files:
         return spark.createDataFrame([], ddl)
     with known_files(spark):
-        return spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files])
+        return _resolved(spark, spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files]))
+
+
+def _resolved(spark: SparkSession, df: DataFrame) -> DataFrame:
+    """``df``, analyzed now. Classic Spark resolves a file read when it is built; a Spark Connect
+    server only when the plan reaches it, so a missing file would fail at the caller's first
+    action, untranslated. Asking for the schema analyzes it inside leasekit's error scope."""
+    if is_connect(spark):
+        df.schema  # noqa: B018 (one AnalyzePlan request)
+    return df
 
 
 def log_frame(spark: SparkSession, table: TableInfo, segments: Mapping[int, list[LogSegment]],
@@ -61,7 +70,7 @@ def log_frame(spark: SparkSession, table: TableInfo, segments: Mapping[int, list
         "_file STRING, _bucket INT, _base BIGINT, _ts BIGINT, _start BIGINT, _limit BIGINT",
     )
     with known_files(spark):
-        files = spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used])
+        files = _resolved(spark, spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used]))
     records = (
         files.withColumn("_file", F.substring_index(F.col("_metadata.file_path"), "/", -2))
         .withColumn("_row", F.col("_metadata.row_index"))

@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 from ..errors import IllegalStateError, InvalidTypeError, LeasekitError
 
 __all__ = ["spark_session", "session", "spark_errors", "session_conf", "micros_timestamps", "known_files",
-           "struct_type"]
+           "struct_type", "is_connect"]
 
 _TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
 _LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
@@ -40,9 +40,16 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
 def session(spark: SparkSession | None) -> SparkSession:
     if spark is None:
         return spark_session()
-    if not isinstance(spark, SparkSession):
+    if not isinstance(spark, SparkSession) and not is_connect(spark):
         raise InvalidTypeError(f"spark must be a SparkSession, not {type(spark).__name__}")
     return spark
+
+
+def is_connect(spark: object) -> bool:
+    """Whether ``spark`` is a Spark Connect session (``SparkSession.builder.remote(...)``): a
+    client of a remote driver, with no SparkContext, RDDs or JVM in this process."""
+    cls = type(spark)
+    return cls.__name__ == "SparkSession" and cls.__module__.startswith("pyspark.sql.connect.")
 
 
 @contextlib.contextmanager
