@@ -33,6 +33,9 @@ class Context:
         self.warehouse = warehouse
         self.namespace = namespace
         self.paths = Paths(namespace)
+        self.tables_dir = f"{namespace}/tables"
+        """Warehouse-relative directory of this namespace's table files: namespaces sharing a
+        warehouse keep apart, so one's retention never takes another's files for orphans."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         """host:pid, recorded on leases this client acquires or renews."""
         self.clock: Callable[[int], int] = _identity

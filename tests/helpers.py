@@ -13,8 +13,8 @@ def namespace_tree(conn) -> dict[str, bytes]:
 
 
 def warehouse_files(conn) -> set[str]:
-    """Every data file below the warehouse root (the embedded ZooKeeper's directory excluded)."""
-    return {e.path for e in conn.warehouse.list("tables")}
+    """Every data file of the connection's namespace (warehouse-relative paths)."""
+    return {e.path for e in conn.warehouse.list(conn.tables_dir)}
 
 
 def read_log(table, since: dict[int, int] | None = None) -> dict[int, list[dict]]:

@@ -145,6 +145,23 @@ def test_orphans_respect_min_age_and_never_touch_referenced_files(conn, spark):
     assert conn.run_retention().deleted == []
 
 
+def test_namespaces_sharing_a_warehouse_never_take_each_others_files_for_orphans(conn, zookeeper, warehouse):
+    # R4: a file is an orphan only among the files of its own namespace
+    with lk.connect(zookeeper, warehouse, namespace=f"{conn.namespace}-other") as other:
+        theirs = other.create_table("t", "id BIGINT", "id", buckets=2)
+        theirs.append([{"id": i} for i in range(10)])
+        files = {f for f in warehouse_files(other) if f.startswith(f"{other.tables_dir}/")}
+        assert files
+        mine = conn.create_table("t", "id BIGINT", "id", buckets=2)
+        mine.append([{"id": i} for i in range(10)])
+        conn.update_settings({"orphan.min-age": "0s"})
+        assert [i for i in conn.retention_plan().items if i.kind == "orphan"] == []
+        conn.run_retention()
+        assert files <= set(warehouse_files(other))
+        with other.consumer("t", auto_offset_reset="earliest") as reader:
+            assert sum(b.num_rows for b in reader.poll(timeout="5s").values()) == 10  # still readable
+
+
 def test_one_pass_expires_leases_first(conn, spark):
     # R5: the expired lease's snapshots are reclaimed in the same pass
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1)

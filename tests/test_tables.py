@@ -39,7 +39,7 @@ def test_create_describe_list_drop(conn):
     assert conn.tables() == ["a_first"]
     with pytest.raises(lk.TableNotFoundError):
         conn.table("orders")
-    assert not any(p.startswith(f"tables/orders/{table.table_id}") for p in warehouse_files(conn))
+    assert not any(p.startswith(f"{conn.tables_dir}/orders/{table.table_id}") for p in warehouse_files(conn))
 
 
 def test_recreated_table_does_not_see_old_data(conn):

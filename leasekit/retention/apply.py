@@ -128,16 +128,17 @@ def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
     skipped: list[str] = []
     metas: list[TableMeta] = []
     protected: list[str] = []
-    for name in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
+    root = ctx.tables_dir + "/"
+    for name in sorted({p[len(root):].split("/")[0] for p in paths if p.startswith(root) and "/" in p[len(root):]}):
         try:
             metas.append(gather_table(ctx, load_table(ctx, name), skipped))
         except (TableNotFoundError, InvalidArgumentError):
             continue  # no such table (any more): nothing references its files
         except CorruptMetadataError:
-            protected.append(f"tables/{name}/")
+            protected.append(f"{root}{name}/")
             continue
         if skipped:  # part of the table's metadata is unreadable: it may reference any file
-            protected.append(f"tables/{name}/")
+            protected.append(f"{root}{name}/")
             skipped.clear()
     return {
         p for p in unreferenced(paths, referenced_files(metas))

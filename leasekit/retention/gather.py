@@ -158,7 +158,8 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
     in_flight = live_tokens(ctx)
     name = None if table is None else check_table_name(table if isinstance(table, str) else getattr(table, "name", table))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasekit-listing") as pool:
-        scan = pool.submit(ctx.warehouse.scan, "tables" if name is None else f"tables/{name}")
+        root = ctx.tables_dir
+        scan = pool.submit(ctx.warehouse.scan, root if name is None else f"{root}/{name}")
         skipped: list[str] = []
         protected: list[str] = []
         names = [table] if table is not None else list_tables(ctx)
@@ -170,7 +171,7 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
             except CorruptMetadataError as exc:
                 skipped.append(str(exc))
             if len(skipped) > before:  # R4: unreadable metadata may reference any of its files
-                protected.append(f"tables/{each}/")
+                protected.append(f"{root}/{each}/")
         leases = _gather_leases(ctx, skipped)
         settings = ctx.settings()
         listing = scan.result()

@@ -159,14 +159,18 @@ def _plan_segments(meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: Snaps
 
 
 def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
+    """The bucket a file of ``<tables dir>/<name>/<table id>/...`` belongs to (``tables``:
+    table id -> name), None when its path names none."""
     parts = path.split("/")
-    if len(parts) < 4 or tables.get(parts[2]) != parts[1]:
+    at = next((k for k in range(1, len(parts) - 2) if tables.get(parts[k + 1]) == parts[k]), None)
+    if at is None:
         return None
-    for part, following in zip(parts[3:], parts[4:]):
+    name = parts[at]
+    for part, following in zip(parts[at + 2:], parts[at + 3:]):
         if part == "log" and following.isdigit():
-            return TableBucket(parts[1], int(following))
+            return TableBucket(name, int(following))
         if part.startswith("_bucket=") and part[8:].isdigit():
-            return TableBucket(parts[1], int(part[8:]))
+            return TableBucket(name, int(part[8:]))
     return None
 
 

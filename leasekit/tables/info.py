@@ -51,7 +51,7 @@ class TableInfo:
     @property
     def data_dir(self) -> str:
         """Warehouse-relative directory of the table's files."""
-        return f"tables/{self.name}/{self.table_id}"
+        return f"{self._ctx.tables_dir}/{self.name}/{self.table_id}"
 
     def bucket_number(self, bucket: object) -> int:
         """Validate ``bucket`` (an int or a TableBucket of this table) and return its number."""

@@ -150,7 +150,7 @@ def test_retention_skips_a_corrupt_table_and_never_deletes_its_files(conn, garba
     bad.append([{"id": i} for i in range(10)])
     stray = f"{sane.data_dir}/log/0/stray.parquet"  # an unreferenced file of the sane table
     conn.warehouse.write_parquet(stray, bad.schema.empty_table())
-    bad_files = {f for f in warehouse_files(conn) if f.startswith(f"tables/{bad.name}/")}
+    bad_files = {f for f in warehouse_files(conn) if f.startswith(f"{conn.tables_dir}/{bad.name}/")}
     path = conn.paths.table("bad")
     _corrupt(conn, path, garbage)
 

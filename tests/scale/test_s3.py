@@ -236,7 +236,7 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
     assert files[1] | files[3] <= stored and not files[2] & stored  # pinned and newest kept
     segments_after = _objects(bucket, f"{conn.namespace}/{table.data_dir}/log")
     assert segments_after < segments_before
-    assert {e.path for e in conn.warehouse.list("tables")} == {s.split("/", 1)[1] for s in stored}
+    assert {e.path for e in conn.warehouse.list(conn.tables_dir)} == {s.split("/", 1)[1] for s in stored}
 
     lease.release([TB("t", 0)])
     assert lease.info().pins == {TB("t", 1): 1}
@@ -262,6 +262,6 @@ def test_endpoint_in_the_uri_query_string(s3, zookeeper, namespace, bucket, monk
         assert _read_all(conn, table)[0].column("v").to_pylist() == [str(i) for i in range(5)]
         (snap,) = _snapshot(conn, table).values()
         assert snap.files[0].startswith(f"s3://{BUCKET}/{namespace}/{table.data_dir}/snapshots/")
-        assert conn.warehouse.to_spark(snap.files[0]).startswith(f"s3a://{BUCKET}/{namespace}/tables/")
+        assert conn.warehouse.to_spark(snap.files[0]).startswith(f"s3a://{BUCKET}/{namespace}/{namespace}/tables/")
         assert _rel(conn, snap.files[0]) in _objects(bucket, namespace)
 
