@@ -13,7 +13,6 @@ processes the way the embedded server's ``server.json`` is.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -31,6 +30,7 @@ from leasekit.embedded.server import (
     _probe,
     _spawn,
     _wait_stopped,
+    config_lines,
     four_letter,
 )
 from leasekit.errors import IllegalStateError, InvalidArgumentError, ZooKeeperUnavailableError
@@ -226,21 +226,9 @@ class Ensemble:
 
     def _write_config(self, member: _Member) -> None:
         lines = [
-            # The embedded server's bounds (see server._write_config).
-            "tickTime=500",
-            "minSessionTimeout=1000",
-            "maxSessionTimeout=120000",
+            *config_lines(member.root / "data", member.client_port),
             f"initLimit={_INIT_LIMIT}",
             f"syncLimit={_SYNC_LIMIT}",
-            # Properties files are ISO-8859-1 with \uXXXX escapes, as JSON strings are.
-            f"dataDir={json.dumps(str(member.root / 'data'))[1:-1]}",
-            f"clientPort={member.client_port}",
-            "clientPortAddress=127.0.0.1",
-            "maxClientCnxns=0",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr,stat,mntr,conf",
-            "autopurge.snapRetainCount=3",
-            "autopurge.purgeInterval=1",
             *(f"server.{m.myid}=127.0.0.1:{m.peer_port}:{m.election_port}" for m in self._members),
         ]
         (member.root / "zoo.cfg").write_text("\n".join(lines) + "\n", encoding="utf-8")

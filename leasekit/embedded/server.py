@@ -236,7 +236,14 @@ def _wait_serving(address: str, root: Path, pid: int, deadline: float) -> str:
 
 
 def _write_config(root: Path, port: int) -> Path:
-    lines = [
+    config = root / "zoo.cfg"
+    config.write_text("\n".join(config_lines(root / "data", port)) + "\n", encoding="ascii")
+    return config
+
+
+def config_lines(data_dir: Path, port: int) -> list[str]:
+    """zoo.cfg settings of a leasekit server (standalone, or one member of an ensemble)."""
+    return [
         # Sessions expire on tick boundaries: a 500 ms tick lets a consumer's session_timeout
         # (its group liveness) be as short as 1 s and end within half a second of it, while
         # leases and clients may still ask for up to 2 minutes.
@@ -244,7 +251,7 @@ def _write_config(root: Path, port: int) -> Path:
         "minSessionTimeout=1000",
         "maxSessionTimeout=120000",
         # Properties files are ISO-8859-1 with \uXXXX escapes, as JSON strings are.
-        f"dataDir={json.dumps(str(root / 'data'))[1:-1]}",
+        f"dataDir={json.dumps(str(data_dir))[1:-1]}",
         f"clientPort={port}",
         "clientPortAddress=127.0.0.1",
         "maxClientCnxns=0",
@@ -253,9 +260,6 @@ def _write_config(root: Path, port: int) -> Path:
         "autopurge.snapRetainCount=3",
         "autopurge.purgeInterval=1",
     ]
-    config = root / "zoo.cfg"
-    config.write_text("\n".join(lines) + "\n", encoding="ascii")
-    return config
 
 
 def _classpath() -> str:
