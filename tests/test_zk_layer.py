@@ -195,6 +195,8 @@ def test_children_watch_follows_children_and_ends_on_delete(conn):
     wait_for(lambda: seen[-1:] == [["a", "b"]])
     conn.store.commit([Delete(f"{path}/a")])
     wait_for(lambda: seen[-1:] == [["b"]])
+    conn.store.commit([Delete(f"{path}/b"), Create(f"{path}/b")])  # the same names, another child (C17)
+    wait_for(lambda: seen[-2:] == [["b"], ["b"]])
     conn.store.commit([Delete(f"{path}/b"), Delete(path)])
     wait_for(lambda: seen[-1:] == [None])
     assert not watch.active

@@ -125,11 +125,14 @@ def watch_data(client: KazooClient, dispatcher: Dispatcher, path: str,
 def watch_children(client: KazooClient, dispatcher: Dispatcher, path: str,
                    callback: Callable[[list[str] | None], None], *, debounce: float = 0.0) -> Watch:
     """Call ``callback(children)`` (sorted names) now and after every change of ``path``'s
-    children; ``callback(None)`` once if the znode does not exist or is deleted, which ends the
-    watch. Re-reads after the session reconnects, so no change is missed. With ``debounce``,
-    changes within that many seconds of the first one are delivered once, newest last."""
+    children, told by the znode's child version: a child deleted and created again under the
+    same name between two reads is a change too. ``callback(None)`` once if the znode does not
+    exist or is deleted, which ends the watch. Re-reads after the session reconnects, so no
+    change is missed. With ``debounce``, changes within that many seconds of the first one are
+    delivered once, newest last."""
     watch = Watch(path)
-    prior: list[list[str] | None] = [None]
+    prior: list[int | None] = [None]
+    """The child version last delivered."""
     lock = threading.Lock()
 
     def deliver(children: list[str] | None) -> None:
@@ -148,16 +151,16 @@ def watch_children(client: KazooClient, dispatcher: Dispatcher, path: str,
             if not watch.active:
                 return
             try:
-                children = sorted(client.retry(client.get_children, path, on_event))
+                children, stat = client.retry(client.get_children, path, on_event, include_data=True)
             except kx.NoNodeError:
                 deliver(None)
                 watch.remove()
                 return
             except (kx.ConnectionLoss, kx.SessionExpiredError, kx.ConnectionClosedError):
                 return  # fetched again once the session is back
-            if children != prior[0]:
-                prior[0] = children
-                deliver(children)
+            if stat.cversion != prior[0]:
+                prior[0] = stat.cversion
+                deliver(sorted(children))
 
     def on_state(state: str) -> None:
         if state == KazooState.CONNECTED and watch.active:
@@ -165,15 +168,15 @@ def watch_children(client: KazooClient, dispatcher: Dispatcher, path: str,
 
     client.add_listener(on_state)
     watch._on_remove.append(lambda: client.remove_listener(on_state))
-    with translated(f"watch the children of {path}"):
+    with lock, translated(f"watch the children of {path}"):  # a fetch the first read's watch starts delivers after it
         try:
-            children = sorted(client.retry(client.get_children, path, on_event))
+            children, stat = client.retry(client.get_children, path, on_event, include_data=True)
         except kx.NoNodeError:
-            children = None
-    if children is None:
-        deliver(None)
-        watch.remove()
-    else:
-        prior[0] = children
-        deliver(children)
+            children = stat = None
+        if children is None or stat is None:
+            deliver(None)
+            watch.remove()
+        else:
+            prior[0] = stat.cversion
+            deliver(sorted(children))
     return watch
