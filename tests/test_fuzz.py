@@ -210,6 +210,36 @@ def test_fuzz_consumer_calls(conn, table, offsets, tb, offset, timeout, limit, t
         _call(c.unsubscribe)
 
 
+regexes = st.one_of(st.none(), values, st.text(alphabet="^$.*+?()[]{}|\\d_tx0-9,", max_size=12))
+
+
+@FUZZ
+@given(tables=st.one_of(values, st.lists(st.one_of(st.just("t"), scalars), max_size=3)), pattern=regexes,
+       listener=st.one_of(st.none(), values, st.just(lk.BucketRebalanceListener())), group=st.sampled_from([None, "fz"]))
+def test_fuzz_subscribe(conn, table, tables, pattern, listener, group):
+    # §9, C17: subscribe with any tables, pattern and listener: a clear error, or a subscription
+    # whose assignment (once polled) has buckets of the tables it names or matches only
+    with conn.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        try:
+            c.subscribe(tables, pattern=pattern, listener=listener)
+        except ALLOWED:
+            assert c.assignment() == set()
+            return
+        for _ in range(20):
+            c.poll(timeout="0.05s")
+            if c.assignment() or group is None:
+                break
+        if pattern is not None:
+            import re
+
+            regex = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern)
+            assert c.assignment() == (set(table.buckets) if regex.fullmatch("t") else set())
+        else:
+            assert c.assignment() == set(table.buckets)
+        _call(c.subscribe, tables, pattern=pattern, listener=listener)
+        _call(c.unsubscribe)
+
+
 @FUZZ
 @given(group=values, to=values, shift=values, tables=values, bkts=values, dry=values)
 def test_fuzz_consumer_admin(conn, table, group, to, shift, tables, bkts, dry):

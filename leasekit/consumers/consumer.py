@@ -18,22 +18,23 @@ import pyarrow as pa
 
 from ..durations import parse_duration
 from ..errors import (
-    IllegalOperationError,
     IllegalStateError,
     InvalidArgumentError,
     InvalidTypeError,
     NoOffsetForBucketError,
     OffsetOutOfRangeError,
+    TableNotFoundError,
 )
 from ..log.reader import OFFSET, TIMESTAMP
 from ..log.segments import OP_COLUMN
 from ..records import OffsetAndMetadata, Record, TableBucket
-from ..tables.catalog import load_table
+from ..tables.catalog import list_tables, load_table, load_tables
 from . import offsets as stored
 from .assignors import get_assignor
 from .coordinator import GroupCoordinator, NoGroupCoordinator
 from .fetcher import Bounds, Fetcher, SegmentGone
-from .subscription import ASSIGNED, SubscriptionState, check_listener
+from .pattern import TableWatch, compile_pattern
+from .subscription import ASSIGNED, SUBSCRIBED, SubscriptionState, check_listener
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -82,6 +83,13 @@ class Consumer:
                                                  assignor=self._assignor, wake=self._fetcher.wake,
                                                  session_timeout=self._session_timeout,
                                                  max_poll_interval=self._max_poll_interval)
+        self._pattern: TableWatch | None = None
+        self._matched: dict[str, TableInfo] = {}
+        """The tables the pattern matched at its newest change, by name."""
+        self._recreated = False
+        """Some matched table waits for the buckets of a dropped table of its name to go."""
+        self._gone: set[str] = set()
+        """Ids of tables found dropped while assigned: their buckets are not read or waited on."""
         self._records: deque[Record] = deque()
         self._seen_assignment = self._sub.assignments
         self._turn = itertools.count()
@@ -92,28 +100,82 @@ class Consumer:
 
     # -- subscription and assignment ----------------------------------------------------------
 
-    def subscribe(self, tables: Iterable[Any] = (), *, pattern: str | None = None, listener: Any = None) -> None:
-        """Consume every bucket of ``tables`` (names or Table objects); with a group, the
-        buckets are assigned by ``poll``."""
+    def subscribe(self, tables: Iterable[Any] = (), *, pattern: Any = None, listener: Any = None) -> None:
+        """Consume every bucket of ``tables`` (names or Table objects), or of every table whose
+        name ``pattern`` fully matches, now or later (C17); with a group, the buckets are
+        assigned by ``poll``. A new subscription replaces the last one."""
         self._check_open()
-        if pattern is not None:
-            raise IllegalOperationError("subscription by pattern is not available yet")
         if isinstance(tables, (str, bytes)):
             raise InvalidTypeError("tables must be a list of table names, not a str")
+        if not isinstance(tables, Iterable):
+            raise InvalidTypeError(f"tables must be a list of table names, not {type(tables).__name__}")
         if self._sub.mode == ASSIGNED:
             raise IllegalStateError("subscribe after assign: call unsubscribe() first")
-        resolved = [self._load(t) for t in tables]
-        if not resolved:
-            raise InvalidArgumentError("subscribe needs at least one table")
-        self._subscribe(resolved, listener)
+        tables = list(tables)
+        if pattern is not None and tables:
+            raise InvalidArgumentError("subscribe takes tables or a pattern, not both")
+        if listener is not None:
+            check_listener(listener)
+        if pattern is None:
+            resolved = [self._load(t) for t in tables]
+            if not resolved:
+                raise InvalidArgumentError("subscribe needs at least one table, or a pattern")
+            self._stop_pattern()
+            self._subscribe(resolved, listener)
+            return
+        watch = TableWatch(self._ctx, compile_pattern(pattern), self._fetcher.wake)
+        try:  # listed after the watch is set: no table created meanwhile is missed
+            matched = load_tables(self._ctx, watch.matching(list_tables(self._ctx)))
+        except BaseException:
+            watch.close()
+            raise
+        self._stop_pattern()
+        self._pattern, self._matched = watch, matched
+        self._subscribe(self._matched_tables(), listener)
 
-    def _subscribe(self, tables: list[TableInfo], listener: Any = None) -> None:
+    def _subscribe(self, tables: list[TableInfo], listener: Any = None, *, in_poll: bool = False) -> None:
         for table in tables:
             self._tables.setdefault(table.name, table)
             self._fetcher.add_table(table)
         self._sub.subscribe(tables, listener)
-        self._coordinator.subscription_changed()
+        self._coordinator.subscription_changed(in_poll=in_poll)
         self._assignment_changed()
+
+    def _follow_pattern(self) -> None:
+        """Inside poll: make the tables the pattern matches now the subscription (C17)."""
+        watch = self._pattern
+        if watch is None or self._sub.mode != SUBSCRIBED:
+            return
+        names = watch.take()
+        if names is not None:
+            self._matched = load_tables(self._ctx, names)
+        elif not self._recreated:
+            return
+        tables = self._matched_tables()
+        if {t.name: t.table_id for t in tables} != {n: t.table_id for n, t in self._sub.tables.items()}:
+            self._subscribe(tables, in_poll=True)
+
+    def _matched_tables(self) -> list[TableInfo]:
+        """The matched tables this consumer can subscribe to now. A table dropped and created
+        again under its name joins only once no bucket of the dropped one is assigned to this
+        consumer any more (they are revoked first, with what they were)."""
+        tables, self._recreated = [], False
+        for name, table in self._matched.items():
+            known = self._tables.get(name)
+            if known is not None and known.table_id != table.table_id:
+                if any(tb.table == name for tb in self._sub.assignment()):
+                    self._recreated = True
+                    continue
+                self._tables[name] = table
+                self._fetcher.replace_table(table)
+            tables.append(self._tables.get(name, table))
+        return tables
+
+    def _stop_pattern(self) -> None:
+        watch, self._pattern = self._pattern, None
+        self._matched, self._recreated = {}, False
+        if watch is not None:
+            watch.close()
 
     def assign(self, buckets: Iterable[TableBucket]) -> None:
         """Consume exactly ``buckets`` (no group membership; commits still go to the group)."""
@@ -129,6 +191,7 @@ class Consumer:
     def unsubscribe(self) -> None:
         """Stop consuming every bucket (and leave the group)."""
         self._check_open()
+        self._stop_pattern()
         self._coordinator.unsubscribe()
         self._sub.unsubscribe()
         self._assignment_changed()
@@ -156,6 +219,7 @@ class Consumer:
         deadline = time.monotonic() + wait
         with self._coordinator.polling():  # max_poll_interval counts the time between polls
             while True:
+                self._follow_pattern()
                 self._coordinator.poll()
                 self._assignment_changed()
                 out = self._fetch(limit) if not self._coordinator.suspended else {}
@@ -186,17 +250,23 @@ class Consumer:
                 yield record
 
     def _has_news(self) -> bool:
-        if self._closed or self._coordinator.has_work:
+        if self._closed or self._coordinator.has_work or (self._pattern is not None and self._pattern.changed):
             return True
-        for tb in self._sub.fetchable():
+        for tb in self._fetchable():
             bounds = self._fetcher.bounds(tb)
             position = self._sub.state(tb).position
             if bounds is not None and (position is None or position != bounds.end):
                 return True
         return False
 
-    def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
+    def _fetchable(self) -> list[TableBucket]:
         buckets = self._sub.fetchable()
+        if self._gone:
+            buckets = [tb for tb in buckets if self._tables[tb.table].table_id not in self._gone]
+        return buckets
+
+    def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
+        buckets = self._fetchable()
         if not buckets:
             return {}
         self._fetcher.watch(buckets)
@@ -229,6 +299,9 @@ class Consumer:
         position = state.position
         if not bounds.begin <= position <= bounds.end:
             bounds = self._fetcher.refresh_bounds([tb])[tb]
+            if bounds == (0, 0) and self._dropped(tb.table):  # no reset: its buckets leave the
+                self._gone.add(self._tables[tb.table].table_id)   # subscription at a coming poll (C17)
+                return None
             if not bounds.begin <= position <= bounds.end:
                 position = self._out_of_range(tb, position, bounds)
         if position >= bounds.end:
@@ -404,12 +477,17 @@ class Consumer:
         did not change are not written."""
         self._check_open()
         self._coordinator.require_group()
-        if offsets is None:
+        if offsets is None:  # the positions: those of a dropped table's buckets are left out (C17)
             wanted = {tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()}
-        else:
-            wanted = stored.check_offsets(offsets)
-            for tb in wanted:
+            self._coordinator.commit(wanted, skip_dropped=True)
+            return
+        wanted = stored.check_offsets(offsets)
+        for tb in wanted:
+            try:
                 self._sub.state(tb)
+            except IllegalStateError:
+                self._check_not_dropped(tb)  # a dropped table's bucket: say so
+                raise
         self._coordinator.commit(wanted)
 
     def committed(self, tb: TableBucket) -> int | None:
@@ -427,6 +505,7 @@ class Consumer:
         if self._closed:
             return
         try:
+            self._stop_pattern()
             self._coordinator.close()
         finally:
             self._closed = True
@@ -444,6 +523,20 @@ class Consumer:
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
+
+    def _dropped(self, name: str) -> bool:
+        """Whether the table this consumer knows by ``name`` was dropped (read now)."""
+        known = self._tables.get(name)
+        if known is None:
+            return False
+        now = load_tables(self._ctx, [name]).get(name)
+        return now is None or now.table_id != known.table_id
+
+    def _check_not_dropped(self, tb: TableBucket) -> None:
+        """``TableNotFoundError`` if the table this consumer knew as ``tb.table`` was dropped."""
+        if self._dropped(tb.table):
+            raise TableNotFoundError(f"table {tb.table!r} was dropped: the offset of {tb} cannot be committed "
+                                     f"for group {self.group_id}; nothing was written")
 
     def _table_of(self, tb: object) -> TableInfo:
         if not isinstance(tb, TableBucket):

@@ -43,9 +43,21 @@ class NoGroupCoordinator:
     def __init__(self, subscription: SubscriptionState) -> None:
         self._sub = subscription
 
-    def subscription_changed(self) -> None:
-        if self._sub.mode == SUBSCRIBED:
-            self._sub.set_assignment(self._sub.subscribed_buckets())
+    def subscription_changed(self, *, in_poll: bool = False) -> None:
+        """Assign every bucket of the subscribed tables. A change made inside ``poll`` (a pattern
+        subscription following tables created or dropped, C17) is told to the listener: the
+        buckets that left, then the ones that came."""
+        if self._sub.mode != SUBSCRIBED:
+            return
+        before = set(self._sub.assignment())
+        wanted = self._sub.subscribed_buckets()
+        listener = self._sub.listener if in_poll else None
+        revoked = before - set(wanted)
+        if listener is not None and revoked:
+            listener.on_buckets_revoked(revoked)
+        self._sub.set_assignment(wanted)
+        if listener is not None and set(wanted) - before:
+            listener.on_buckets_assigned(set(wanted) - before)
 
     def unsubscribe(self) -> None:
         pass
@@ -65,7 +77,7 @@ class NoGroupCoordinator:
     def fetch_committed(self, buckets: list[TableBucket]) -> dict[TableBucket, OffsetRecord]:
         raise _no_group()
 
-    def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata]) -> None:
+    def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False) -> None:
         raise _no_group()
 
     def close(self) -> None:
@@ -155,7 +167,7 @@ class GroupCoordinator:
 
     # -- membership ---------------------------------------------------------------------------
 
-    def subscription_changed(self) -> None:
+    def subscription_changed(self, *, in_poll: bool = False) -> None:
         """After a subscribe: the next poll joins or publishes the new tables."""
         self._work.set()
 
@@ -301,9 +313,11 @@ class GroupCoordinator:
             self._committed[tb] = OffsetAndMetadata(record.offset, record.metadata)
         return found
 
-    def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata]) -> None:
+    def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False) -> None:
         """Store ``offsets`` (checked already); those known stored are not written (C3). A
-        member's commit is fenced: it must be live and own every bucket (C11)."""
+        member's commit is fenced: it must be live and own every bucket (C11). Offsets of a
+        dropped table's buckets raise ``TableNotFoundError``, or are left out with
+        ``skip_dropped`` (C17)."""
         changed = {tb: o for tb, o in offsets.items() if self._committed.get(tb) != o}  # {} too
         if not changed:
             return
@@ -319,14 +333,14 @@ class GroupCoordinator:
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._tables[tb.table] for tb in changed}
         try:
-            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence)
+            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence, skip_dropped=skip_dropped)
         except TxnConflict as exc:
             if exc.op in fence:
                 lost = owners.get(exc.op.path, "its buckets")
                 raise CommitFailedError(f"commit refused: this member no longer owns {lost} or is no longer "
                                         f"in group {self.group_id}; nothing was written") from None
             raise
-        self._committed.update(changed)
+        self._committed.update(changed)  # (a dropped table's skipped offsets too: never written later)
 
     def maybe_auto_commit(self) -> None:
         if self._auto_commit and time.monotonic() >= self._next_auto_commit and not self._suspended \
@@ -340,7 +354,7 @@ class GroupCoordinator:
         user code never sees the error."""
         try:
             self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()
-                         if only is None or tb in only})
+                         if only is None or tb in only}, skip_dropped=True)
             return True
         except CommitFailedError as exc:
             log.warning("auto-commit of group %s refused, rejoining: %s", self.group_id, exc)

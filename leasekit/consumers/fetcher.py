@@ -52,6 +52,17 @@ class Fetcher:
             self._tables[table.name] = table
             self._readers[table.name] = SegmentReader(table)
 
+    def replace_table(self, table: TableInfo) -> None:
+        """Read ``table`` from now on for its name (a table created again under the name of a
+        dropped one); the name's buckets must not be watched."""
+        old = self._readers.pop(table.name, None)
+        if old is not None:
+            old.close()
+        self._tables[table.name] = table
+        self._readers[table.name] = SegmentReader(table)
+        for tb in [tb for tb in self._segments if tb.table == table.name]:
+            del self._segments[tb]
+
     # -- bucket bounds, from watches ------------------------------------------------------
 
     def watch(self, buckets: Iterable[TableBucket]) -> None:

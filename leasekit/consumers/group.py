@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CommitFailedError, LeasekitError
 from ..records import TableBucket
-from ..tables.catalog import load_table
+from ..tables.catalog import load_tables
 from ..zk import Check, Create, Delete, GetChildren, GetData, Node, SetData, TxnConflict
 from ..zk.formats import AssignmentRecord, MemberRecord, OwnerRecord
 
@@ -66,6 +66,9 @@ class GroupMember:
         self._assigned_from: tuple[list[str], dict[str, int]] = ([], {})
         """The members (sorted) and their znode versions the leader last assigned from: a watch
         that reports just these needs no new assignment."""
+        self._assigned_tables: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+        """The tables the members subscribed to at the last assignment, and those of them that
+        existed."""
         self.assignment: AssignmentRecord | None = None
         """The newest assignment seen (from the watch on the assignment znode)."""
 
@@ -145,6 +148,8 @@ class GroupMember:
                 self._leading = True
             self._watches.append(self._store.watch_children(
                 self._ctx.paths.group_members(self.group_id), self._on_members, debounce=REBALANCE_DEBOUNCE))
+            self._watches.append(self._store.watch_children(
+                self._ctx.paths.tables, self._on_tables, debounce=REBALANCE_DEBOUNCE))
             return True
         before = self._ctx.paths.member(self.group_id, older[-1])
 
@@ -160,6 +165,13 @@ class GroupMember:
 
     def _on_members(self, names: list[str] | None) -> None:
         if names is not None and names != self._assigned_from[0]:  # not the view just assigned
+            self._reassign()
+
+    def _on_tables(self, names: list[str] | None) -> None:
+        """A subscribed table created or dropped since the last assignment reassigns (a dropped
+        table's buckets leave it, C17)."""
+        subscribed, assigned = self._assigned_tables
+        if names is not None and subscribed.intersection(names) != assigned:
             self._reassign()
 
     def _on_member(self, name: str) -> Callable[[bytes | None, Any], None]:
@@ -196,7 +208,9 @@ class GroupMember:
             if node is not None:
                 members[name] = frozenset(MemberRecord.decode(node, paths.member(group, name)).tables)
         self._assigned_from = (names, {n: node.stat.version for n, node in zip(names, nodes[1:]) if node})
-        tables = self._bucket_counts(set().union(*members.values()) if members else set())
+        subscribed = set().union(*members.values()) if members else set()
+        tables = {name: t.num_buckets for name, t in sorted(load_tables(ctx, sorted(subscribed)).items())}
+        self._assigned_tables = (frozenset(subscribed), frozenset(tables))  # (dropped ones get no buckets)
         owned = {} if current is None else {m: {TableBucket(t, b) for t, bs in ts.items() for b in bs}
                                             for m, ts in current.buckets.items()}
         result = self._assignor.assign(members, tables, owned)
@@ -225,15 +239,6 @@ class GroupMember:
                                           debounce=REBALANCE_DEBOUNCE)
             with self._lock:
                 self._member_watches[name] = watch
-
-    def _bucket_counts(self, names: set[str]) -> dict[str, int]:
-        counts = {}
-        for name in sorted(names):
-            try:
-                counts[name] = load_table(self._ctx, name).num_buckets
-            except LeasekitError:
-                continue  # dropped: none of its buckets are assigned
-        return counts
 
     def _on_assignment(self, data: bytes | None, stat: Any) -> None:
         if data is None or stat is None:

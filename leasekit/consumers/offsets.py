@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..durations import check_id
-from ..errors import IllegalStateError, InvalidArgumentError, InvalidTypeError
+from ..errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
 from ..records import OffsetAndMetadata, TableBucket
 from ..zk import (
     MAX_TXN_BYTES,
@@ -27,7 +27,7 @@ from ..zk import (
     chunk_ops,
     op_size,
 )
-from ..zk.formats import BucketState, OffsetRecord
+from ..zk.formats import BucketState, OffsetRecord, TableRecord
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -105,10 +105,19 @@ def log_ends(states: Sequence[Any], paths: Sequence[str]) -> list[int]:
     return [0 if node is None else BucketState.decode(node, path).end for node, path in zip(states, paths)]
 
 
+class _Dropped(Exception):
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self.names = names
+
+
 def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | OffsetAndMetadata],
-           tables: Mapping[str, TableInfo], *, fence: Sequence[Check] = ()) -> dict[TableBucket, OffsetRecord]:
+           tables: Mapping[str, TableInfo], *, fence: Sequence[Check] = (),
+           skip_dropped: bool = False) -> dict[TableBucket, OffsetRecord]:
     """Commit ``offsets`` (checked) for the group; the records written, by bucket (unchanged
-    offsets are left out: nothing is written for them)."""
+    offsets are left out: nothing is written for them). Every transaction checks that the
+    tables are still the ones named (C17): offsets of a dropped table's buckets raise
+    ``TableNotFoundError`` before anything is written, or with ``skip_dropped`` are left out."""
     pending = check_offsets(offsets)
     written: dict[TableBucket, OffsetRecord] = {}
     for _ in range(ATTEMPTS):
@@ -117,6 +126,13 @@ def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | Offs
         try:
             written.update(_commit_once(ctx, group_id, pending, tables, fence, written))
             return written
+        except _Dropped as exc:
+            if not skip_dropped:
+                first = min(tb for tb in pending if tb.table in exc.names)
+                raise TableNotFoundError(
+                    f"table {first.table!r} was dropped: the offset of {first} cannot be committed for group "
+                    f"{group_id}; no offset of its buckets was written") from None
+            pending = {tb: o for tb, o in pending.items() if tb.table not in exc.names}
         except TxnConflict as exc:
             if exc.reason not in ("version", "exists", "nonode") or any(op == exc.op for op in fence):
                 raise
@@ -130,13 +146,23 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
                  written: dict[TableBucket, OffsetRecord]) -> dict[TableBucket, OffsetRecord]:
     paths = ctx.paths
     keys = list(pending)
+    names = sorted({tb.table for tb in keys})
     offset_paths = [paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in keys]
     state_paths = [paths.bucket(tables[tb.table].table_id, tb.bucket) for tb in keys]
     now, nodes = ctx.read_with_clock([paths.group(group_id), paths.group_offsets(group_id),
-                                      *offset_paths, *state_paths])
+                                      *offset_paths, *state_paths, *(paths.table(n) for n in names)])
     group_node, parent_node = nodes[0], nodes[1]
     stored = nodes[2:2 + len(keys)]
-    ends = log_ends(nodes[2 + len(keys):], state_paths)
+    ends = log_ends(nodes[2 + len(keys):2 + 2 * len(keys)], state_paths)
+    guard = list(fence)
+    dropped = []
+    for name, node in zip(names, nodes[2 + 2 * len(keys):]):
+        if node is None or TableRecord.decode(node.data, paths.table(name)).table_id != tables[name].table_id:
+            dropped.append(name)  # (a table of that name created since is another table)
+        else:
+            guard.append(Check(paths.table(name), node.stat.version))  # not dropped while committing
+    if dropped:
+        raise _Dropped(dropped)
     ops: list[Op] = []
     if group_node is None:
         ops.append(Create(paths.group(group_id)))
@@ -157,9 +183,9 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
         if fence:
             ctx.store.commit(list(fence))  # C11: a fenced member is refused even when nothing changes
         return {}
-    fence_bytes = sum(op_size(op) for op in fence)
-    for chunk in chunk_ops(ops, MAX_TXN_OPS - len(fence), MAX_TXN_BYTES - fence_bytes):
-        ctx.store.commit([*fence, *chunk])
+    guard_bytes = sum(op_size(op) for op in guard)
+    for chunk in chunk_ops(ops, MAX_TXN_OPS - len(guard), MAX_TXN_BYTES - guard_bytes):
+        ctx.store.commit([*guard, *chunk])
         for op in chunk:
             if op.path in records:
                 tb, record = records[op.path]

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..context import Context
     from .info import TableInfo
 
-__all__ = ["create_table", "load_table", "list_tables", "drop_table", "finish_drop", "pending_drops",
+__all__ = ["create_table", "load_table", "load_tables", "list_tables", "drop_table", "finish_drop", "pending_drops",
            "MAX_BUCKETS"]
 
 MAX_BUCKETS = 1_000_000
@@ -91,6 +91,24 @@ def load_table(ctx: Context, name: object) -> Table:
         return Table(ctx, name, record, node.stat.ctime_ms)
     except LeasekitError as exc:  # an undecodable schema
         raise CorruptMetadataError(f"table metadata at {path} is invalid: {exc}", path) from None
+
+
+def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, Table]:
+    """The tables named, read in one pipelined round trip, by name; names that are not valid
+    table names, or whose table does not exist (or cannot be read), are left out."""
+    valid = []
+    for name in names:
+        with contextlib.suppress(LeasekitError):
+            valid.append(check_table_name(name))
+    out = {}
+    for name, node in zip(valid, ctx.store.get_many([ctx.paths.table(n) for n in valid])):
+        if node is None:
+            continue
+        try:
+            out[name] = Table(ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)), node.stat.ctime_ms)
+        except LeasekitError:
+            continue  # unreadable: as if missing (load_table reports it)
+    return out
 
 
 def list_tables(ctx: Context) -> list[str]:
