@@ -277,3 +277,60 @@ def test_unsubscribe_and_close_stop_the_watch(conn):
     watch = c._pattern
     c.close()
     assert not watch._watch.active
+
+
+def test_tables_created_and_dropped_under_two_consuming_members(conn):
+    # C17 under churn (§9): for 12 s a matching table is created every 0.3 s and appended to,
+    # the oldest dropped while 4 exist (one name reused after its drop), while two members
+    # consume by pattern with auto-commit. At every sample no bucket has two owners; poll and
+    # commit raise nothing; every record of the tables left at the end is consumed
+    import random
+    import threading
+
+    stop, errors, live = threading.Event(), [], {}
+
+    def churn():
+        n = 0
+        try:
+            while not stop.is_set():
+                name = f"day_{0 if n == 10 else n}"  # day_0 was dropped at n == 4
+                table = conn.create_table(name, "id BIGINT", "id", buckets=2)
+                table.append([{"id": i} for i in range(6)])
+                live[name] = table
+                if len(live) > 4:  # the oldest gets records just before its drop: positions not yet committed
+                    oldest = live.pop(next(iter(live)))
+                    oldest.append([{"id": i} for i in range(9, 12)])
+                    stop.wait(random.uniform(0, 0.15))
+                    conn.drop_table(oldest.name)
+                for t in list(live.values())[-2:]:
+                    t.append([{"id": i} for i in range(6, 9)])
+                n += 1
+                stop.wait(0.3)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    a = group_consumer(conn, pattern="day_.*", auto_commit_interval="0.2s")
+    b = group_consumer(conn, pattern="day_.*", auto_commit_interval="0.2s")
+    writer = threading.Thread(target=churn)
+    writer.start()
+    got, overlaps, samples = set(), 0, 0
+    deadline = time.monotonic() + 12
+    try:
+        while time.monotonic() < deadline:
+            for c in (a, b):
+                for tb, data in c.poll(timeout="0.05s").items():
+                    got.update((tb.table, tb.bucket, o) for o in data.column("_offset").to_pylist())
+            owned = [tb for m in conn.group_members("g") for tb in m.buckets]
+            overlaps += len(owned) - len(set(owned))
+            samples += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors and overlaps == 0 and samples > 50
+    wanted = {(t.name, tb.bucket, o) for t in live.values() for tb, end in t.end_offsets().items()
+              for o in range(end)}
+    poll_until([a, b], lambda: wanted <= got | {(tb.table, tb.bucket, o) for tb, o in rest}, seconds=20,
+               got=(rest := []))
+    assert {tb.table for c in (a, b) for tb in c.assignment()} == set(live)
+    a.close()
+    b.close()
