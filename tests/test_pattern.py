@@ -329,8 +329,7 @@ def test_tables_created_and_dropped_under_two_consuming_members(conn):
     assert not errors and overlaps == 0 and samples > 50
     wanted = {(t.name, tb.bucket, o) for t in live.values() for tb, end in t.end_offsets().items()
               for o in range(end)}
-    poll_until([a, b], lambda: wanted <= got | {(tb.table, tb.bucket, o) for tb, o in rest}, seconds=20,
-               got=(rest := []))
-    assert {tb.table for c in (a, b) for tb in c.assignment()} == set(live)
+    poll_until([a, b], lambda: wanted <= got | {(tb.table, tb.bucket, o) for tb, o in rest}
+               and {tb.table for c in (a, b) for tb in c.assignment()} == set(live), seconds=20, got=(rest := []))
     a.close()
     b.close()
