@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+import leasekit as lk
 from leasekit.testing import seed_empty_snapshots as seed_empty_snapshots
+
+
+class Recorder(lk.BucketRebalanceListener):
+    """A rebalance listener that records its calls, in order, as ("revoked" | "assigned", buckets)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_buckets_revoked(self, revoked):
+        self.calls.append(("revoked", set(revoked)))
+
+    def on_buckets_assigned(self, assigned):
+        self.calls.append(("assigned", set(assigned)))
+
+    def revoked(self):
+        """Every bucket revoked so far."""
+        return set().union(*(b for kind, b in self.calls if kind == "revoked"))
 
 
 def namespace_tree(conn) -> dict[str, bytes]:

@@ -8,22 +8,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers import TcpProxy
+from helpers import Recorder, TcpProxy
 
 import leasekit as lk
 
 TB = lk.TableBucket
-
-
-class Recorder(lk.BucketRebalanceListener):
-    def __init__(self):
-        self.calls = []
-
-    def on_buckets_revoked(self, revoked):
-        self.calls.append(("revoked", set(revoked)))
-
-    def on_buckets_assigned(self, assigned):
-        self.calls.append(("assigned", set(assigned)))
 
 
 @pytest.fixture

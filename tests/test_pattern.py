@@ -6,24 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from helpers import Recorder
 
 import leasekit as lk
 
 TB = lk.TableBucket
-
-
-class Recorder(lk.BucketRebalanceListener):
-    def __init__(self):
-        self.calls = []
-
-    def on_buckets_revoked(self, revoked):
-        self.calls.append(("revoked", set(revoked)))
-
-    def on_buckets_assigned(self, assigned):
-        self.calls.append(("assigned", set(assigned)))
-
-    def revoked(self):
-        return set().union(*(b for kind, b in self.calls if kind == "revoked"))
 
 
 def day(conn, n, buckets=2, rows=10):
