@@ -180,3 +180,24 @@ def run_job(spec: dict[str, Any], root: Path, meanwhile: Callable[[], Any], time
     if proc.returncode != 0:
         raise AssertionError(f"job exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
     return json.loads(Path(spec["out"]).read_text()), here
+
+
+def same_as_local(conn: Any, spark: Any, root: Path, connect: dict[str, str], suffix: str,
+                  **where: str) -> dict[str, Any]:
+    """Run leasekit's Spark calls in a job process, connected as ``connect`` says (zookeeper,
+    warehouse, namespace), on the session ``where`` describes (``master`` or ``remote``) and,
+    meanwhile, on the local test session over the same source; check that each call gave the
+    same result on both. The job's results."""
+    from spark_leasekit_job import run_calls
+
+    spec = make_source(conn, spark, (suffix, "local"))
+    spec.update(connect)
+    remote, local = run_job(dict(spec, suffix=suffix, **where), root,
+                            meanwhile=lambda: run_calls(spark, conn, dict(spec, suffix="local")))
+    assert len(local["read_at"]) == 64  # ids 0-69 less 0, 5, 10, 15, 21 and 55, deleted
+    assert local["read_changes_after_commit"] == 0
+    assert local["missing_file"] == ["leasekit.errors", "IllegalStateError", True]
+    for name in local:
+        assert remote[name] == local[name], name
+    assert remote["active_session_is_this"] is True
+    return remote

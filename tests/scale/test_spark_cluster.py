@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from spark_leasekit_job import run_calls
-from spark_servers import make_source, run_job, standalone_cluster
+from spark_servers import same_as_local, standalone_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -24,17 +23,8 @@ def cluster(tmp_path_factory):
 
 
 def test_calls_on_a_standalone_cluster_equal_local(cluster, conn, spark, zookeeper, warehouse, namespace, tmp_path):
-    spec = make_source(conn, spark, ("cluster", "local"))
-    spec.update(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace)
-    remote, local = run_job(dict(spec, suffix="cluster", master=cluster["url"]), tmp_path,
-                            meanwhile=lambda: run_calls(spark, conn, dict(spec, suffix="local")))
-
-    assert len(local["read_at"]) == 64  # ids 0-69 less 0, 5, 10, 15, 21 and 55, deleted
-    assert local["read_changes_after_commit"] == 0
-    assert local["missing_file"] == ["leasekit.errors", "IllegalStateError", True]
-    for name in local:
-        assert remote[name] == local[name], name
-    assert remote["active_session_is_this"] is True
+    remote = same_as_local(conn, spark, tmp_path, dict(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace),
+                           "cluster", master=cluster["url"])
 
     # the tasks ran in two executors, one per worker, on this Python
     executors = remote["executors"]

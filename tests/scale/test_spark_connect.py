@@ -9,8 +9,7 @@ functions to Connect mode for the classic test session."""
 from __future__ import annotations
 
 import pytest
-from spark_leasekit_job import run_calls
-from spark_servers import connect_server, make_source, run_job
+from spark_servers import connect_server, same_as_local
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +23,5 @@ def connect_url(tmp_path_factory):
 
 
 def test_calls_over_spark_connect_equal_local(connect_url, conn, spark, zookeeper, warehouse, namespace, tmp_path):
-    spec = make_source(conn, spark, ("connect", "local"))
-    spec.update(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace)
-    remote, local = run_job(dict(spec, suffix="connect", remote=connect_url), tmp_path,
-                            meanwhile=lambda: run_calls(spark, conn, dict(spec, suffix="local")))
-
-    assert len(local["read_at"]) == 64  # ids 0-69 less 0, 5, 10, 15, 21 and 55, deleted
-    assert local["read_changes_after_commit"] == 0
-    assert local["missing_file"] == ["leasekit.errors", "IllegalStateError", True]
-    for name in local:
-        assert remote[name] == local[name], name
-    assert remote["active_session_is_this"] is True
+    same_as_local(conn, spark, tmp_path, dict(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace),
+                  "connect", remote=connect_url)
