@@ -81,6 +81,7 @@ def connect(
     conn = Connection(store, wh, namespace)
     try:
         conn.ensure_namespace()
+        conn.claim_warehouse()
         conn.watch_settings()
     except BaseException:
         conn.close()

@@ -6,14 +6,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .errors import LeasekitError
+from . import ownership
+from .errors import LeasekitError, PermissionDeniedError
 from .properties import NAMESPACE_SETTINGS, effective
 from .warehouse import Warehouse
-from .zk import Node, ServerClock, ZkStore
-from .zk.formats import SettingsRecord
+from .zk import Create, Node, ServerClock, TxnConflict, ZkStore
+from .zk.formats import AccessRecord, IdentityRecord, SettingsRecord
 from .zk.paths import Paths
 
 __all__ = ["Context"]
@@ -43,6 +45,12 @@ class Context:
         self._settings_cache: dict[str, Any] = {}
         self.server_clock = ServerClock(lambda: store.server_time_ms(self.paths.clock))
         """The ZooKeeper clock, estimated between writes that read it."""
+        self.identity: str | None = None
+        """The namespace's identity (``ensure_namespace`` reads it), which the owner marker of
+        its warehouse directory names; None for a reader of a namespace that has none yet."""
+        self.write_refused: str | None = None
+        """Why this connection may not write the namespace (ZooKeeper's ACLs refuse its
+        credentials), as ``ensure_namespace`` found; None if it may."""
 
     # -- clock ------------------------------------------------------------------------------
 
@@ -66,10 +74,62 @@ class Context:
     # -- namespace and settings -------------------------------------------------------------
 
     def ensure_namespace(self) -> None:
-        """Create the namespace's fixed znodes where missing."""
+        """Create the namespace's fixed znodes where missing; with ``auth``, close a namespace
+        created without it (DESIGN §6.1); read (or create) the namespace's identity.
+
+        Raises:
+            PermissionDeniedError: the namespace is open and cannot be closed, or a fixed znode
+                is missing and these credentials may not create it.
+        """
         for path in self.paths.skeleton():
             if self.store.exists(path) is None:
                 self.store.ensure_path(path)
+        user = self.store.access.user or ""
+        refused = self.store.protect(self.paths.root, seal=self.paths.access,
+                                     seal_data=AccessRecord(user).encode(), clock=self.paths.clock)
+        self.write_refused = refused or self.store.write_refusal(self.paths.root)
+        if self.write_refused:
+            log.info("read-only connection: %s", self.write_refused)
+        self.identity = self._identity()
+
+    def _identity(self) -> str | None:
+        """The namespace's identity, created once (atomically) by the first client that may."""
+        path = self.paths.identity
+        while True:
+            node = self.store.get(path)
+            if node is not None:
+                return IdentityRecord.decode(node.data, path).identity
+            try:
+                self.store.commit([Create(path, IdentityRecord(uuid.uuid4().hex).encode())])
+            except TxnConflict as exc:
+                if exc.reason != "exists":
+                    raise
+            except PermissionDeniedError:
+                return None  # a reader of a namespace created before identities: nothing to own
+
+    def claim_warehouse(self) -> None:
+        """Record in the warehouse namespace directory that this namespace owns it, or check
+        that it does (DESIGN §9 "Ownership").
+
+        Raises:
+            WarehouseOwnedError: another metadata store (or namespace instance) owns it.
+            IllegalStateError: the marker cannot be written (for a connection that may write).
+        """
+        ownership.claim(self.warehouse, self.namespace, self.identity, self.store.hosts,
+                        writer=self.write_refused is None)
+
+    def ensure_writable(self, what: str) -> None:
+        """Refuse, before anything is changed, a write this connection may not make: ZooKeeper's
+        ACLs refuse its credentials, or another store owns the warehouse directory.
+
+        Raises:
+            PermissionDeniedError: the namespace's ACL refuses this connection's writes.
+            WarehouseOwnedError: another metadata store owns the warehouse directory.
+        """
+        refused = self.store.write_refusal(self.paths.root)
+        if refused:
+            raise PermissionDeniedError(f"{what}: {refused}")
+        ownership.check(self.warehouse, self.namespace, self.identity)
 
     def watch_settings(self) -> None:
         """Read the settings now and keep ``cached_settings`` current from a ZooKeeper watch

@@ -36,6 +36,7 @@ __all__ = [
     "ZooKeeperUnavailableError",
     "PermissionDeniedError",
     "JavaNotFoundError",
+    "WarehouseOwnedError",
 ]
 
 
@@ -159,3 +160,8 @@ class PermissionDeniedError(LeasekitError):
 
 class JavaNotFoundError(LeasekitError):
     """No Java runtime was found for the embedded ZooKeeper or Spark."""
+
+
+class WarehouseOwnedError(IllegalStateError):
+    """The warehouse namespace directory belongs to another metadata store (another ZooKeeper,
+    or another instance of the namespace): nothing is written or deleted there."""

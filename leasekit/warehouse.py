@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import threading
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -233,3 +234,41 @@ class Warehouse:
         """Delete a directory tree; a missing one is ignored."""
         with io_errors(f"delete {self.uri(rel_dir)}"), contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self.fs_path(rel_dir))
+
+    # -- small files (the namespace directory's owner marker) -------------------------------
+
+    def read_small(self, rel: str) -> bytes | None:
+        """The bytes of the small file ``rel``, or None if it does not exist."""
+        path = self.fs_path(rel)
+        with io_errors(f"read {self.uri(rel)}"):
+            if self.fs.get_file_info(path).type != pafs.FileType.File:
+                return None
+            try:
+                with self.fs.open_input_stream(path) as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Write the small file ``rel`` unless it exists; whether this call wrote it. Atomic on
+        a local warehouse (a complete temporary file hard-linked into place); elsewhere the
+        existence check and the write are two steps."""
+        path = self.fs_path(rel)
+        with io_errors(f"write {self.uri(rel)}"):
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            if not self.is_local:
+                if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+                    return False
+                with self.fs.open_output_stream(path) as f:
+                    f.write(data)
+                return True
+            temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(temp, "wb") as f:
+                f.write(data)
+            try:
+                os.link(temp, path)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(temp)

@@ -48,6 +48,7 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
         result = plan(meta)
     if dry_run:
         return RetentionReport(uris(result.deletes, ctx.warehouse), result.reclaimable_bytes, list(result.skipped), True)
+    ctx.ensure_writable("run retention")  # §9 Access, Ownership: refused before any deletion
     done: list[RetentionItem] = []
     errors: list[str] = list(result.skipped)
     step = progress or (lambda n: None)

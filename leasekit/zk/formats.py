@@ -19,7 +19,7 @@ from .paths import CHUNK
 __all__ = [
     "SettingsRecord", "TableRecord", "DropMark", "DroppedTable", "BucketState", "SegmentRecord",
     "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "OffsetRecord", "Commit", "MemberRecord", "AssignmentRecord",
-    "OwnerRecord", "LIVE", "DROPPING",
+    "OwnerRecord", "IdentityRecord", "AccessRecord", "LIVE", "DROPPING",
     "CHUNK", "HISTORY",
 ]
 
@@ -457,3 +457,35 @@ class OwnerRecord(NamedTuple):
     def decode(cls, node: Node, path: str) -> OwnerRecord:
         return _load(node.data, path, cls.VERSION, "bucket owner",
                      lambda v: cls(_str(v["m"]), int(v["g"]), node.stat))
+
+
+class IdentityRecord(NamedTuple):
+    """``<ns>/identity``: the namespace's random identity, created once with the namespace; the
+    warehouse namespace directory names it in its owner marker (DESIGN §9 "Ownership")."""
+
+    identity: str
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"id": self.identity}, self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> IdentityRecord:
+        return _load(data, path, cls.VERSION, "namespace identity", lambda v: cls(_str(v["id"])))
+
+
+class AccessRecord(NamedTuple):
+    """``<ns>/access``: written once the whole namespace is closed to writers without the
+    credentials of ``user`` (DESIGN §6.1); until then a connection with ``auth`` closes it."""
+
+    user: str
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return codec.encode({"u": self.user}, self.VERSION)
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> AccessRecord:
+        return _load(data, path, cls.VERSION, "namespace access", lambda v: cls(_str(v["u"])))

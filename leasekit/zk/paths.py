@@ -28,6 +28,10 @@ class Paths:
         self.janitor = f"{self.root}/janitor"
         self.writes = f"{self.root}/writes"
         self.groups = f"{self.root}/groups"
+        self.identity = f"{self.root}/identity"
+        """The namespace's random identity, which its warehouse directory's owner marker names."""
+        self.access = f"{self.root}/access"
+        """Present once the namespace is closed to writers without its credentials."""
 
     def skeleton(self) -> list[str]:
         """Znodes every namespace has."""

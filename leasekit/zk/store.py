@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.security import make_acl, make_digest_acl
 
 from ..errors import (
     IllegalStateError,
@@ -23,6 +22,7 @@ from ..errors import (
     PermissionDeniedError,
     ZooKeeperUnavailableError,
 )
+from .acl import Access, protect
 from .election import Election
 from .errors import conflict_reason, translated
 from .ops import (
@@ -75,6 +75,8 @@ class ZkStore:
         self.session_timeout = max(timeout, 4.0) if session_timeout is None else session_timeout
         """The session timeout asked of ZooKeeper (it grants one within its bounds)."""
         self._auth = auth
+        self.access = Access(auth)
+        """The ACLs this store gives what it creates, and what its user may do."""
         self._client: KazooClient | None = None
         self.round_trips = 0
         """Request batches sent and awaited (a pipelined batch counts once)."""
@@ -86,20 +88,13 @@ class ZkStore:
 
     def open(self) -> None:
         """Connect; ``ZooKeeperUnavailableError`` if no server answers within the timeout."""
-        auth_data = None
-        default_acl = None
-        if self._auth is not None:
-            user, password = self._auth
-            auth_data = [("digest", f"{user}:{password}")]
-            # Like Kafka's secured ZooKeeper: the user may do anything, everyone else may read
-            # (so connect works), and a write without the credentials is refused.
-            default_acl = [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
+        auth_data = None if self._auth is None else [("digest", "{}:{}".format(*self._auth))]
         retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0, "ignore_expire": True}
         client = KazooClient(
             hosts=self.hosts,
             timeout=self.session_timeout,
             auth_data=auth_data,
-            default_acl=default_acl,
+            default_acl=self.access.acl,
             connection_retry=dict(retry),
             command_retry=dict(retry, deadline=self.timeout),
             logger=log,
@@ -362,6 +357,34 @@ class ZkStore:
             level = [f"{parent}/{k}" for parent, names in zip(level, kids) if names for k in names]
             out.extend(level)
         return out
+
+    def protect(self, root: str, *, seal: str, seal_data: bytes, clock: str) -> str | None:
+        """With ``auth``, close the namespace at ``root`` to clients without the credentials
+        (see ``acl.protect``); None, or why this store may not write it. No-op without auth.
+
+        Raises:
+            PermissionDeniedError: the namespace is open and cannot be closed.
+        """
+        if self._auth is None:
+            return None
+        self.round_trips += 1
+        with translated(f"protect {root}"):
+            return protect(self.client, self.access, root, seal=seal, seal_data=seal_data,
+                           clock=clock, timeout=self.timeout)
+
+    def write_refusal(self, path: str) -> str | None:
+        """Why this store may not create or delete children of ``path`` (its ACL refuses these
+        credentials), or None if it may; computed from the ACL, nothing written."""
+        self.round_trips += 1
+        with translated(f"read the ACL of {path}"):
+            try:
+                acls, _ = self.client.retry(self.client.get_acls, path)
+            except kx.NoNodeError:
+                return None
+        if self.access.allowed(acls) & self.access.WRITES == self.access.WRITES:
+            return None
+        who = "without credentials" if self._auth is None else f"as {self._auth[0]!r}"
+        return f"ZooKeeper's ACL of {path} does not let this connection ({who}) write there"
 
     def server_time_ms(self, clock_path: str) -> int:
         """ZooKeeper's clock in epoch ms: the mtime of a write to ``clock_path``."""

@@ -1,0 +1,158 @@
+"""Access control of a namespace: the ACLs leasekit gives its znodes with ``auth``, what a
+client may do under an ACL, and the pass that closes a namespace created without ``auth``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kazoo import exceptions as kx
+from kazoo.client import KazooClient
+from kazoo.security import (
+    ACL,
+    Id,
+    Permissions,
+    make_acl,
+    make_digest_acl,
+    make_digest_acl_credential,
+)
+
+from ..errors import PermissionDeniedError
+
+__all__ = ["Access", "world_perms", "protect"]
+
+WORLD = Id("world", "anyone")
+BATCH = 2000
+"""Znodes whose ACLs one pipelined batch of the closing pass reads, then closes and lists."""
+
+
+def world_perms(acls: Sequence[ACL]) -> int:
+    """What anyone, without credentials, may do under ``acls`` (``Permissions`` bits)."""
+    perms = 0
+    for acl in acls:
+        if acl.id == WORLD:
+            perms |= acl.perms
+    return perms
+
+
+class Access:
+    """The ACLs of one user's namespace, and what that user may do.
+
+    With ``auth`` the user may do anything and everyone else may only read (like Kafka's
+    secured ZooKeeper); the clock znode, which readers write to read the server's time, is
+    also world-writable (WRITE sets its data; no CREATE, DELETE or ADMIN).
+    """
+
+    WRITES = Permissions.CREATE | Permissions.DELETE
+    """What a user needs on a parent to write below it."""
+
+    def __init__(self, auth: tuple[str, str] | None) -> None:
+        self.user = None if auth is None else auth[0]
+        if auth is None:
+            self.identities = {WORLD}
+            self.acl: list[ACL] | None = None
+            self.clock_acl: list[ACL] | None = None
+            return
+        user, password = auth
+        mine = make_digest_acl(user, password, all=True)
+        self.identities = {WORLD, Id("digest", make_digest_acl_credential(user, password))}
+        self.acl = [mine, make_acl("world", "anyone", read=True)]
+        self.clock_acl = [mine, make_acl("world", "anyone", read=True, write=True)]
+
+    def allowed(self, acls: Sequence[ACL]) -> int:
+        """What this user may do under ``acls`` (``Permissions`` bits)."""
+        perms = 0
+        for acl in acls:
+            if acl.id in self.identities:
+                perms |= acl.perms
+        return perms
+
+    def wanted(self, path: str, clock: str, acls: Sequence[ACL]) -> list[ACL] | None:
+        """The ACL to give ``path`` now (None: leave it): an open znode gets this user's ACL;
+        the clock gets the clock's ACL where this user may change it."""
+        if self.acl is None or self.clock_acl is None:
+            return None
+        if path == clock:
+            same = sorted(map(tuple, acls)) == sorted(map(tuple, self.clock_acl))
+            can = self.allowed(acls) & Permissions.ADMIN
+            return None if same or not can else self.clock_acl
+        return self.acl if world_perms(acls) & ~Permissions.READ else None
+
+    def close_tree(self, client: KazooClient, root: str, clock: str, timeout: float) -> list[str]:
+        """Give every znode from ``root`` down that anyone may change this user's ACL, top down:
+        a znode is closed before its children are listed, so no child created meanwhile
+        escapes. Returns the znodes left open (their ACL refused this user's change).
+
+        Each level goes in pipelined batches: the ACLs read, then the changes and the listings
+        sent together (one session answers in order, so a change precedes its listing).
+        """
+        refused: list[str] = []
+        level = [root]
+        while level:
+            following: list[str] = []
+            for start in range(0, len(level), BATCH):
+                following += self._close_batch(client, level[start:start + BATCH], clock, timeout, refused)
+            level = following
+        return refused
+
+    def _close_batch(self, client: KazooClient, paths: list[str], clock: str, timeout: float,
+                     refused: list[str]) -> list[str]:
+        reads = [client.get_acls_async(p) for p in paths]
+        changes: dict[str, list[ACL]] = {}
+        present: list[str] = []
+        for path, read in zip(paths, reads):
+            try:
+                acls, _ = read.get(timeout=timeout)
+            except kx.NoNodeError:
+                continue
+            present.append(path)
+            wanted = self.wanted(path, clock, acls)
+            if wanted is not None:
+                changes[path] = wanted
+        sets = {p: client.set_acls_async(p, acl) for p, acl in changes.items()}
+        lists = {p: client.get_children_async(p) for p in present}
+        children: list[str] = []
+        for path in present:
+            if path in sets:
+                try:
+                    sets[path].get(timeout=timeout)
+                except kx.NoNodeError:
+                    pass
+                except kx.NoAuthError:
+                    refused.append(path)
+            try:
+                children += [f"{path}/{name}" for name in lists[path].get(timeout=timeout)]
+            except kx.NoNodeError:
+                continue
+        return children
+
+
+def protect(client: KazooClient, access: Access, root: str, *, seal: str, seal_data: bytes,
+            clock: str, timeout: float) -> str | None:
+    """Close the namespace at ``root`` to clients without this user's credentials (DESIGN
+    §6.1): a no-op once ``seal`` marks it closed; else every open znode gets this user's ACL,
+    then ``seal`` is written. Returns None, or why this user may not write the namespace (it
+    is closed by other credentials; reads still work).
+
+    Raises ``PermissionDeniedError`` when a znode anyone may change refuses the change.
+    """
+    root_acls, _ = client.get_acls(root)
+    if not world_perms(root_acls) & ~Permissions.READ:
+        if not access.allowed(root_acls) & Permissions.CREATE:
+            return (f"the namespace {root} is protected by other ZooKeeper credentials than "
+                    f"{access.user!r}: this connection may read it but not write")
+        if client.exists(seal) is not None and not world_perms(client.get_acls(seal)[0]) & ~Permissions.READ:
+            return None
+    refused = access.close_tree(client, root, clock, timeout)
+    still_open = [p for p in refused if client.exists(p) is not None
+                  and world_perms(client.get_acls(p)[0]) & ~Permissions.READ]
+    if still_open:
+        raise PermissionDeniedError(
+            f"the namespace {root} was created without credentials and cannot be closed: "
+            f"{len(still_open)} znodes that anyone may change refuse a new ACL (first: "
+            f"{still_open[0]}); refusing to work on an open namespace"
+        )
+    try:
+        client.create(seal, seal_data)
+    except kx.NodeExistsError:
+        pass
+    return None
