@@ -132,3 +132,32 @@ def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, names
             lk.connect(zookeeper, warehouse, namespace=namespace)
         with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as allowed:
             assert allowed.cached_settings() == allowed.settings()
+
+
+def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_auth(
+        zookeeper, warehouse, namespace):
+    # §6.1, §9 Access: readers read the clock by writing its scratch znode; a connection with
+    # auth makes that znode world READ|WRITE (only) on a namespace made by an older leasekit
+    from kazoo.exceptions import NoAuthError
+    from kazoo.security import Permissions, make_acl, make_digest_acl
+
+    auth = ("analyst", "s3cret")
+    with lk.connect(zookeeper, warehouse, namespace=namespace, auth=auth) as writer:
+        clock = writer.paths.clock
+        writer.store.client.set_acls(clock, [make_digest_acl(*auth, all=True),
+                                             make_acl("world", "anyone", read=True)])
+        marker = f"{writer.paths.root}/access"  # no namespace-closed marker back then
+        if writer.store.client.exists(marker):
+            writer.store.client.delete(marker)
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as reader:
+        with pytest.raises(lk.PermissionDeniedError):
+            reader.server_time()
+        lk.connect(zookeeper, warehouse, namespace=namespace, auth=auth).close()
+        assert abs(reader.server_time() - datetime.now(timezone.utc)) < timedelta(seconds=5)
+        acls, _ = reader.store.client.get_acls(clock)
+        world = [a.perms for a in acls if a.id.scheme == "world"]
+        assert world == [Permissions.READ | Permissions.WRITE]
+        with pytest.raises(NoAuthError):  # the clock takes no children and stays
+            reader.store.client.create(f"{clock}/x")
+        with pytest.raises(NoAuthError):
+            reader.store.client.delete(clock)
