@@ -50,7 +50,30 @@ def connect(
     auth: tuple[str, str] | None = None,
     timeout: Any = "10s",
 ) -> Connection:
-    """Open a connection; ``zookeeper=None`` uses ``LEASEKIT_ZOOKEEPER`` or the embedded server."""
+    """Open a connection; ``zookeeper=None`` uses ``LEASEKIT_ZOOKEEPER`` or the embedded server.
+
+    Arguments:
+        zookeeper: a ZooKeeper connect string ("zk1:2181,zk2:2181").
+        warehouse: a local path or pyarrow file-system URI (``LEASEKIT_WAREHOUSE``, else
+            ``./leasekit-warehouse``).
+        namespace: the namespace's root znode and its directory in the warehouse.
+        auth: (user, password): digest ACLs for everything this connection creates; a namespace
+            created without ``auth`` is closed to writers without these credentials (§6.1).
+            Without ``auth`` a connection to a protected namespace reads but cannot write.
+        timeout: how long to wait for ZooKeeper (a duration).
+
+    Returns:
+        The open ``Connection``; its warehouse namespace directory records this namespace as
+        its owner (DESIGN §9 "Ownership").
+
+    Raises:
+        InvalidArgumentError: a bad argument.
+        ZooKeeperUnavailableError: no ZooKeeper answered within ``timeout``.
+        PermissionDeniedError: the credentials were rejected, or with ``auth`` the namespace is
+            open and cannot be closed.
+        WarehouseOwnedError: the warehouse namespace directory belongs to another metadata
+            store (another ZooKeeper, or a namespace dropped and created again).
+    """
     check_namespace(namespace)
     if auth is not None and not (
         isinstance(auth, tuple) and len(auth) == 2 and all(isinstance(a, str) and a for a in auth)

@@ -368,9 +368,9 @@ class ZkStore:
         if self._auth is None:
             return None
         self.round_trips += 1
-        with translated(f"protect {root}"):
-            return protect(self.client, self.access, root, seal=seal, seal_data=seal_data,
-                           clock=clock, timeout=self.timeout)
+        with translated(f"protect {root}"):  # idempotent: retried after a connection loss
+            return self.client.retry(protect, self.client, self.access, root, seal=seal,
+                                     seal_data=seal_data, clock=clock, timeout=self.timeout)
 
     def write_refusal(self, path: str) -> str | None:
         """Why this store may not create or delete children of ``path`` (its ACL refuses these
