@@ -17,6 +17,7 @@ from kazoo.security import (
 )
 
 from ..errors import PermissionDeniedError
+from .reads import GetChildren, Reader
 
 __all__ = ["Access", "world_perms", "protect"]
 
@@ -83,19 +84,22 @@ class Access:
         escapes. Returns the znodes left open (their ACL refused this user's change).
 
         Each level goes in pipelined batches: the ACLs read, then the changes and the listings
-        sent together (one session answers in order, so a change precedes its listing).
+        (multiReads) sent together; one session answers in order, so a change precedes its
+        listing.
         """
+        reader = Reader(lambda: client, timeout)
         refused: list[str] = []
         level = [root]
         while level:
             following: list[str] = []
             for start in range(0, len(level), BATCH):
-                following += self._close_batch(client, level[start:start + BATCH], clock, timeout, refused)
+                batch = level[start:start + BATCH]
+                following += self._close_batch(client, reader, batch, clock, timeout, refused)
             level = following
         return refused
 
-    def _close_batch(self, client: KazooClient, paths: list[str], clock: str, timeout: float,
-                     refused: list[str]) -> list[str]:
+    def _close_batch(self, client: KazooClient, reader: Reader, paths: list[str], clock: str,
+                     timeout: float, refused: list[str]) -> list[str]:
         reads = [client.get_acls_async(p) for p in paths]
         changes: dict[str, list[ACL]] = {}
         present: list[str] = []
@@ -109,20 +113,19 @@ class Access:
             if wanted is not None:
                 changes[path] = wanted
         sets = {p: client.set_acls_async(p, acl) for p, acl in changes.items()}
-        lists = {p: client.get_children_async(p) for p in present}
-        children: list[str] = []
-        for path in present:
-            if path in sets:
-                try:
-                    sets[path].get(timeout=timeout)
-                except kx.NoNodeError:
-                    pass
-                except kx.NoAuthError:
-                    refused.append(path)
+        listings = reader.collect(reader.send([GetChildren(p) for p in present]))
+        for path, result in sets.items():
             try:
-                children += [f"{path}/{name}" for name in lists[path].get(timeout=timeout)]
+                result.get(timeout=timeout)
             except kx.NoNodeError:
-                continue
+                pass
+            except kx.NoAuthError:
+                refused.append(path)
+        children: list[str] = []
+        for path, listing in zip(present, listings):
+            if listing.error is not None:
+                raise listing.error
+            children += [f"{path}/{name}" for name in listing.value or ()]
         return children
 
 
