@@ -142,20 +142,47 @@ class Connection(Context):
         """The ZooKeeper clock as a UTC datetime."""
         return to_datetime(self.server_time_ms())
 
-    def update_settings(self, mapping: Mapping[str, Any]) -> dict[str, Any]:
-        """Change namespace-wide settings for every client; returns the new settings."""
+    def update_settings(self, mapping: Mapping[str, Any], *, replace: bool = False) -> dict[str, Any]:
+        """Change namespace-wide settings for every client (a compare-and-set on the znode).
+
+        Arguments:
+            mapping: setting keys to values (durations as in ``parse_duration``).
+            replace: store exactly ``mapping``: every key it leaves out returns to its default.
+                The old value is not read, so this repairs corrupt stored settings
+                (``update_settings({}, replace=True)`` removes every stored setting).
+
+        Returns:
+            The new settings, defaults filled in.
+
+        Raises:
+            InvalidArgumentError: an unknown key or a bad value; nothing is written.
+            InvalidTypeError: ``replace`` is not a bool.
+            CorruptMetadataError: the stored settings cannot be read (without ``replace``).
+        """
+        if not isinstance(replace, bool):
+            raise InvalidTypeError("replace must be a bool")
         changes = parse_properties(mapping, NAMESPACE_SETTINGS, what="setting")
+        path = self.paths.settings
         while True:
-            stored, version = self.stored_settings()
-            merged = {**stored, **changes}
-            if merged == stored:
-                return effective(stored, NAMESPACE_SETTINGS)
+            if replace:
+                node = self.store.get(path)
+                if node is None:
+                    self.ensure_namespace()
+                    continue
+                version, merged = node.stat.version, changes
+            else:
+                stored, version = self.stored_settings()
+                merged = {**stored, **changes}
+                if merged == stored:
+                    return effective(stored, NAMESPACE_SETTINGS)
             try:
-                self.store.set(self.paths.settings, SettingsRecord(merged).encode(), version)
-                return effective(merged, NAMESPACE_SETTINGS)
+                stat = self.store.set(path, SettingsRecord(merged).encode(), version)
             except TxnConflict as exc:
                 if exc.reason not in ("version", "nonode"):  # nonode: deleted meanwhile, recreated on re-read
-                    raise IllegalStateError(f"cannot update settings at {self.paths.settings}: {exc}") from None
+                    raise IllegalStateError(f"cannot update settings at {path}: {exc}") from None
+                continue
+            self._remember_settings(merged, stat.version)
+            return effective(merged, NAMESPACE_SETTINGS)
 
     # -- tables ---------------------------------------------------------------------------
 

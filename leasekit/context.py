@@ -6,15 +6,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from . import ownership
-from .errors import LeasekitError, PermissionDeniedError
+from .errors import CorruptMetadataError, PermissionDeniedError
 from .properties import NAMESPACE_SETTINGS, effective
 from .warehouse import Warehouse
-from .zk import Create, Node, ServerClock, TxnConflict, ZkStore
+from .zk import Create, Node, ServerClock, Stat, TxnConflict, ZkStore
 from .zk.formats import AccessRecord, IdentityRecord, SettingsRecord
 from .zk.paths import Paths
 
@@ -43,6 +44,11 @@ class Context:
         self.clock: Callable[[int], int] = _identity
         """Maps ZooKeeper time (ms) to the time used for expiry decisions; tests inject a shift."""
         self._settings_cache: dict[str, Any] = {}
+        self._settings_version = -1
+        """The znode version of ``_settings_cache``: a late watch delivery never replaces a
+        newer value."""
+        self._settings_lock = threading.Lock()
+        self._settings_warned: int | None = None
         self.server_clock = ServerClock(lambda: store.server_time_ms(self.paths.clock))
         """The ZooKeeper clock, estimated between writes that read it."""
         self.identity: str | None = None
@@ -131,33 +137,81 @@ class Context:
             raise PermissionDeniedError(f"{what}: {refused}")
         ownership.check(self.warehouse, self.namespace, self.identity)
 
+    def _settings_corrupt(self, exc: CorruptMetadataError, version: int) -> CorruptMetadataError:
+        """``exc`` restated with how to repair it; logged once per znode version."""
+        path = self.paths.settings
+        error = CorruptMetadataError(
+            f"namespace settings at {path} are corrupt ({exc}); retention refuses to run until "
+            "they are repaired with `leasekit settings reset` or "
+            "conn.update_settings(mapping, replace=True)", path)
+        if self._settings_warned != version:
+            self._settings_warned = version
+            log.warning("%s", error)
+        return error
+
+    def _remember_settings(self, values: dict[str, Any], version: int) -> None:
+        """Keep ``values`` as the cached settings unless a newer version was seen already."""
+        with self._settings_lock:
+            if version >= self._settings_version:
+                self._settings_cache, self._settings_version = values, version
+
     def watch_settings(self) -> None:
         """Read the settings now and keep ``cached_settings`` current from a ZooKeeper watch
-        on the settings znode (delivered on the store's watch thread)."""
+        on the settings znode (delivered on the store's watch thread).
 
-        def update(data: bytes | None, stat: object) -> None:
+        Corrupt stored settings do not stop the connection: they are logged as a warning
+        naming the znode and the repair, and ``settings()`` and retention refuse until then.
+        """
+
+        def update(data: bytes | None, stat: Stat | None) -> None:
+            if stat is None:  # deleted: recreated by the next ensure_namespace
+                return
             try:
-                self._settings_cache = SettingsRecord.decode(data or b"", self.paths.settings).values
-            except LeasekitError:
-                log.warning("ignoring undecodable namespace settings at %s", self.paths.settings)
+                self._remember_settings(self._decode_settings(data or b""), stat.version)
+            except CorruptMetadataError as exc:
+                self._settings_corrupt(exc, stat.version)
 
         self.store.watch(self.paths.settings, update)
-        self.stored_settings()  # current now, before the watch's first delivery
+        try:
+            self.stored_settings()  # current now, before the watch's first delivery
+        except CorruptMetadataError:
+            pass  # logged by stored_settings
+
+    def _decode_settings(self, data: bytes) -> dict[str, Any]:
+        """The stored settings in ``data``; ``CorruptMetadataError`` for garbage or a value
+        that is not a valid setting."""
+        stored = SettingsRecord.decode(data, self.paths.settings).values
+        effective(stored, NAMESPACE_SETTINGS, path=self.paths.settings)  # every value loads
+        return stored
 
     def cached_settings(self) -> dict[str, Any]:
-        """Namespace settings as last seen through the ZooKeeper watch (no I/O)."""
+        """Namespace settings as last seen through the ZooKeeper watch (no I/O); while the
+        stored value is corrupt, the last readable one (defaults if none)."""
         return effective(self._settings_cache, NAMESPACE_SETTINGS)
 
     def stored_settings(self) -> tuple[dict[str, Any], int]:
-        """The settings stored now (set keys only) and the znode version, for compare-and-set."""
+        """The settings stored now (set keys only) and the znode version, for compare-and-set.
+
+        Raises:
+            CorruptMetadataError: the stored value cannot be read (names the znode and the
+                repair).
+        """
         node = self.store.get(self.paths.settings)
         if node is None:
             self.ensure_namespace()
             return {}, 0
-        stored = SettingsRecord.decode(node.data, self.paths.settings).values
-        self._settings_cache = stored
+        try:
+            stored = self._decode_settings(node.data)
+        except CorruptMetadataError as exc:
+            raise self._settings_corrupt(exc, node.stat.version) from None
+        self._remember_settings(stored, node.stat.version)
         return stored, node.stat.version
 
     def settings(self) -> dict[str, Any]:
-        """Namespace-wide settings (defaults filled in; durations as ``timedelta``)."""
+        """Namespace-wide settings (defaults filled in; durations as ``timedelta``).
+
+        Raises:
+            CorruptMetadataError: the stored settings cannot be read; the message names the
+                znode and how to repair it.
+        """
         return effective(self.stored_settings()[0], NAMESPACE_SETTINGS)

@@ -18,7 +18,9 @@ from .errors import (
 )
 
 __all__ = [
+    "MAX_DURATION",
     "parse_duration",
+    "to_ms",
     "format_duration",
     "check_table_name",
     "check_id",
@@ -32,34 +34,78 @@ _TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
+MAX_DURATION = timedelta(days=100_000)
+"""The longest duration accepted anywhere (about 273 years): in milliseconds, in pandas'
+nanoseconds (int64) and as a thread timeout it stays in range, and so does a time that far from
+now."""
+
+_MAX_MS = MAX_DURATION // timedelta(milliseconds=1)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, shortened for messages (a huge number or string stays readable;
+    repr() refuses ints of more than 4300 digits)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"a {value.bit_length()}-bit number"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}...({len(text)} chars)"
+
+
+def _out_of_range(what: str, value: object) -> InvalidDurationError:
+    return InvalidDurationError(
+        f"{what} {_shown(value)} is out of range: at most {MAX_DURATION.days}d"
+    )
+
+
 def parse_duration(value: object, *, what: str = "duration") -> timedelta:
-    """Return ``value`` as a non-negative ``timedelta``; raise ``InvalidDurationError`` otherwise."""
+    """A user-supplied duration as a ``timedelta`` in ``[0, MAX_DURATION]``.
+
+    Arguments:
+        value: a ``timedelta``, a number of seconds, or a string like ``"500ms" "90s" "30m"
+            "2h" "7d"``.
+        what: names the argument in messages.
+
+    Returns:
+        The duration.
+
+    Raises:
+        InvalidDurationError: the value is of another type, not a duration, negative, not
+            finite, or longer than ``MAX_DURATION`` (so never an ``OverflowError`` later).
+    """
     if isinstance(value, timedelta):
         result = value
+        if result > MAX_DURATION:
+            raise _out_of_range(what, value)
     elif isinstance(value, bool):
-        raise InvalidDurationError(f"{what} must be a timedelta, seconds or a string like '30s', not {value!r}")
+        raise InvalidDurationError(
+            f"{what} must be a timedelta, seconds or a string like '30s', not {value!r}"
+        )
     elif isinstance(value, (int, float)):
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise InvalidDurationError(f"{what} must be finite, got {value!r}")
-        if abs(value) > 1e12:
-            raise InvalidDurationError(f"{what} is out of range: {value!r}")
+        if value > MAX_DURATION.total_seconds():
+            raise _out_of_range(what, value)
+        if value < 0:
+            raise InvalidDurationError(f"{what} must not be negative, got {_shown(value)}")
         result = timedelta(seconds=value)
     elif isinstance(value, str):
         match = _DURATION.fullmatch(value)
         if not match:
             raise InvalidDurationError(
-                f"{what} {value!r} is not a duration; use a number and a unit: 500ms, 90s, 30m, 2h, 7d"
+                f"{what} {_shown(value)} is not a duration; use a number and a unit: "
+                "500ms, 90s, 30m, 2h, 7d"
             )
-        amount = float(match.group(1))
-        if amount > 1e12:
-            raise InvalidDurationError(f"{what} is out of range: {value!r}")
-        result = timedelta(milliseconds=amount * _UNITS_MS[match.group(2)])
+        ms = float(match.group(1)) * _UNITS_MS[match.group(2)]  # inf for absurdly long digits
+        if not ms <= _MAX_MS:
+            raise _out_of_range(what, value)
+        result = timedelta(milliseconds=ms)
     else:
         raise InvalidDurationError(
-            f"{what} must be a timedelta, seconds or a string like '30s', not {type(value).__name__}"
+            f"{what} must be a timedelta, seconds or a string like '30s', "
+            f"not {type(value).__name__}"
         )
     if result < timedelta(0):
-        raise InvalidDurationError(f"{what} must not be negative, got {value!r}")
+        raise InvalidDurationError(f"{what} must not be negative, got {_shown(value)}")
     return result
 
 
@@ -73,8 +119,15 @@ def parse_timestamp(text: str, *, what: str = "timestamp") -> datetime:
 
 
 def to_ms(duration: timedelta) -> int:
-    """Whole milliseconds of ``duration``."""
-    return duration // timedelta(milliseconds=1)
+    """Whole milliseconds of ``duration``.
+
+    Raises:
+        InvalidDurationError: ``duration`` is longer than ``MAX_DURATION`` either way.
+    """
+    ms = duration // timedelta(milliseconds=1)
+    if abs(ms) > _MAX_MS:
+        raise _out_of_range("duration", duration)
+    return ms
 
 
 def format_duration(duration: timedelta) -> str:

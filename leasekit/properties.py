@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, NamedTuple
 
-from .durations import parse_duration, to_ms
-from .errors import InvalidArgumentError, InvalidDurationError
+from .durations import MAX_DURATION, parse_duration, to_ms
+from .errors import CorruptMetadataError, InvalidArgumentError, InvalidDurationError
 
 __all__ = [
     "TABLE_PROPERTIES",
@@ -19,6 +19,11 @@ __all__ = [
     "parse_properties",
     "effective",
 ]
+
+
+_MAX_MS = to_ms(MAX_DURATION)
+_MAX_INT = 2**62
+"""The largest integer property: int64 arithmetic on it (sums, offsets) cannot overflow."""
 
 
 class Setting(NamedTuple):
@@ -32,6 +37,14 @@ class Setting(NamedTuple):
     """Turns the stored form into the user-facing value."""
 
 
+def _shown(value: Any) -> str:
+    """A value for a message, short (and repr() refuses ints of more than 4300 digits)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"a {value.bit_length()}-bit {'negative ' if value < 0 else ''}number"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _int(minimum: int) -> Callable[[str, Any], int]:
     def parse(key: str, value: Any) -> int:
         if isinstance(value, bool):
@@ -40,13 +53,13 @@ def _int(minimum: int) -> Callable[[str, Any], int]:
             try:
                 value = int(value.strip().replace("_", ""))
             except ValueError:
-                raise InvalidArgumentError(f"{key} must be an integer, got {value!r}") from None
+                raise InvalidArgumentError(f"{key} must be an integer, got {_shown(value)}") from None
         if not isinstance(value, int):
             raise InvalidArgumentError(f"{key} must be an integer, got {type(value).__name__}")
         if value < minimum:
-            raise InvalidArgumentError(f"{key} must be >= {minimum}, got {value}")
-        if value > 2**62:
-            raise InvalidArgumentError(f"{key} is too large: {value}")
+            raise InvalidArgumentError(f"{key} must be >= {minimum}, got {_shown(value)}")
+        if value > _MAX_INT:
+            raise InvalidArgumentError(f"{key} must be at most 2**62, got {_shown(value)}")
         return value
 
     return parse
@@ -81,14 +94,16 @@ def _bool(key: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise InvalidArgumentError(f"{key} must be true or false, got {value!r}")
+    raise InvalidArgumentError(f"{key} must be true or false, got {_shown(value)}")
 
 
 def _same(value: Any) -> Any:
     return value
 
 
-def _ms(value: int) -> timedelta:
+def _ms(value: Any) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_MS:
+        raise ValueError(f"expected a duration in milliseconds, got {_shown(value)}")
     return timedelta(milliseconds=value)
 
 
@@ -124,9 +139,24 @@ def parse_properties(values: Mapping[str, Any] | None, known: Mapping[str, Setti
     return out
 
 
-def effective(stored: Mapping[str, Any], known: Mapping[str, Setting]) -> dict[str, Any]:
-    """User-facing values of every key: stored ones loaded, the rest defaults."""
-    return {
-        key: setting.load(stored[key]) if key in stored else setting.default
-        for key, setting in known.items()
-    }
+def effective(stored: Mapping[str, Any], known: Mapping[str, Setting], *,
+              path: str | None = None) -> dict[str, Any]:
+    """User-facing values of every key: stored ones loaded, the rest defaults.
+
+    Keys this version does not know are ignored (a newer client may have set them).
+
+    Raises:
+        CorruptMetadataError: a stored value is not of its key's stored form (``path`` names
+            the znode it came from).
+    """
+    out = {}
+    for key, setting in known.items():
+        if key not in stored:
+            out[key] = setting.default
+            continue
+        try:
+            out[key] = setting.load(stored[key])
+        except (TypeError, ValueError, OverflowError) as exc:
+            where = f" at {path}" if path else ""
+            raise CorruptMetadataError(f"stored {key}{where} is invalid: {exc}", path) from None
+    return out

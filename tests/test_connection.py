@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
 
+import msgpack
 import pytest
 
 import leasekit as lk
@@ -161,3 +163,95 @@ def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_
             reader.store.client.create(f"{clock}/x")
         with pytest.raises(NoAuthError):
             reader.store.client.delete(clock)
+
+
+# -- corrupt settings: connect works, retention refuses, repair (§9) ---------------------------
+
+GARBAGE = b"\xc1garbage"
+
+
+def write_raw(zookeeper, path, data):
+    """Write ``data`` at ``path`` with a plain kazoo client, as a broken tool would."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper)
+    client.start(timeout=10)
+    try:
+        client.set(path, data)
+    finally:
+        client.stop()
+        client.close()
+
+
+def settings_warnings(caplog, path):
+    return [r for r in caplog.records if r.levelno == logging.WARNING and path in r.getMessage()]
+
+
+@pytest.mark.parametrize("data", [GARBAGE, msgpack.packb({"v": 1, "values": {"orphan.min-age": "x"}}),
+                                  msgpack.packb({"v": 1, "values": {"lease.expiry-grace": 2**64 - 1}})],
+                         ids=["garbage", "ill-typed", "oversized"])
+def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(zookeeper, warehouse, namespace,
+                                                                       caplog, data):
+    # §9: a corrupt settings znode locks nobody out; retention fails safe meanwhile
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
+        first.update_settings({"orphan.min-age": "2h"})
+        path = first.paths.settings
+    write_raw(zookeeper, path, data)
+    with caplog.at_level(logging.WARNING, logger="leasekit"):
+        conn = lk.connect(zookeeper, warehouse, namespace=namespace)
+    with conn:
+        warned = settings_warnings(caplog, path)
+        assert warned and "leasekit settings reset" in warned[0].getMessage()
+        assert "replace=True" in warned[0].getMessage()
+        for call in (conn.settings, conn.retention_plan, conn.run_retention, conn.expire_leases,
+                     lambda: conn.run_retention(dry_run=True),
+                     lambda: conn.update_settings({"lease.expiry-grace": "1s"})):
+            with pytest.raises(lk.CorruptMetadataError) as info:
+                call()
+            assert info.value.path == path and path in str(info.value)
+        conn.lease("q3", "1h")  # leases use the defaults meanwhile
+        assert conn.store.get(path).data == data  # nothing written by the refusals
+
+
+def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplog):
+    # §9, §6.1: update_settings(mapping, replace=True) does not read the old value
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
+        conn.update_settings({"lease.expiry-grace": "5s"})
+        write_raw(zookeeper, conn.paths.settings, GARBAGE)
+        with pytest.raises(lk.InvalidArgumentError):
+            conn.update_settings({"orphan.min-age": "soon"}, replace=True)
+        with pytest.raises(lk.InvalidTypeError):
+            conn.update_settings({}, replace="yes")
+        assert conn.store.get(conn.paths.settings).data == GARBAGE
+        new = conn.update_settings({"orphan.min-age": "2h"}, replace=True)
+        assert new == {"lease.max-duration": timedelta(days=7), "lease.expiry-grace": timedelta(seconds=30),
+                       "orphan.min-age": timedelta(hours=2)}
+        assert conn.settings() == new
+        conn.retention_plan()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="leasekit"):
+        with lk.connect(zookeeper, warehouse, namespace=namespace) as again:
+            assert again.settings() == new
+            assert again.update_settings({}, replace=True)["orphan.min-age"] == timedelta(hours=1)
+    assert settings_warnings(caplog, f"/{namespace}/settings") == []
+
+
+def test_janitor_skips_its_passes_while_settings_are_corrupt(conn, zookeeper, caplog):
+    # §9: the janitor logs and skips the pass (it never falls back to defaults)
+    import threading
+
+    from leasekit import janitor
+
+    write_raw(zookeeper, conn.paths.settings, GARBAGE)
+    stop = threading.Event()
+    thread = threading.Thread(target=janitor.run, args=(conn, "0.2s", stop), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="leasekit"):
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not any("janitor pass skipped" in r.getMessage() for r in settings_warnings(caplog,
+                                                                                         conn.paths.settings)):
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()

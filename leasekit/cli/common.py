@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InvalidArgumentError
 from .output import note
 
 if TYPE_CHECKING:
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
 
     from ..connection import Connection
 
-__all__ = ["EXIT_ERROR", "EXIT_NOT_RUNNING", "EXIT_INTERRUPTED", "add_command", "connect", "spark"]
+__all__ = ["EXIT_ERROR", "EXIT_NOT_RUNNING", "EXIT_INTERRUPTED", "add_command", "connect", "spark",
+           "warehouse_location", "missing_warehouse"]
 
 EXIT_ERROR = 2
 EXIT_NOT_RUNNING = 3  # like `service ... status`
@@ -43,11 +45,44 @@ def add_command(
     return sub
 
 
+def warehouse_location(args: argparse.Namespace) -> str:
+    """The warehouse the global options name: --warehouse, $LEASEKIT_WAREHOUSE or the default."""
+    from ..connection import DEFAULT_WAREHOUSE
+
+    return args.warehouse or os.environ.get("LEASEKIT_WAREHOUSE") or DEFAULT_WAREHOUSE
+
+
+def missing_warehouse(args: argparse.Namespace) -> str | None:
+    """The local warehouse directory the global options name, if it does not exist (None
+    when it exists or is remote)."""
+    from ..warehouse import Warehouse
+
+    warehouse = Warehouse(warehouse_location(args))
+    if warehouse.is_local and not os.path.isdir(warehouse.location):
+        return warehouse.location
+    return None
+
+
 @contextlib.contextmanager
-def connect(args: argparse.Namespace) -> Iterator[Connection]:
-    """A connection to the ZooKeeper, warehouse and namespace the global options name."""
+def connect(args: argparse.Namespace, *, read_only: bool = False) -> Iterator[Connection]:
+    """A connection to the ZooKeeper, warehouse and namespace the global options name.
+
+    Arguments:
+        args: the parsed global options.
+        read_only: the command only reads: a local warehouse that does not exist is an error
+            (a typo must not create a warehouse or start a ZooKeeper for it, DESIGN §3).
+
+    Raises:
+        InvalidArgumentError: ``read_only`` and the local warehouse does not exist.
+    """
     from ..connection import connect as open_connection
 
+    if read_only:
+        missing = missing_warehouse(args)
+        if missing is not None:
+            raise InvalidArgumentError(
+                f"no warehouse at {missing}: nothing to read there (check --warehouse or "
+                "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)")
     with open_connection(args.zookeeper, args.warehouse, namespace=args.namespace) as conn:
         yield conn
 
@@ -81,3 +116,37 @@ def duration_arg(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+_INT64 = 2**63
+
+
+def _whole(text: str, what: str) -> int:
+    try:
+        return int(text.strip().replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text[:40]!r}") from None
+
+
+def offset_arg(text: str) -> int:
+    """A log offset: a whole number in [0, 2**63)."""
+    value = _whole(text, "offset")
+    if not 0 <= value < _INT64:
+        raise argparse.ArgumentTypeError(f"offset must be between 0 and 2**63-1, got {text[:40]}")
+    return value
+
+
+def shift_arg(text: str) -> int:
+    """An offset shift: a whole number in (-2**63, 2**63)."""
+    value = _whole(text, "shift")
+    if not -_INT64 < value < _INT64:
+        raise argparse.ArgumentTypeError(f"shift must be between -(2**63-1) and 2**63-1, got {text[:40]}")
+    return value
+
+
+def bucket_arg(text: str) -> int:
+    """A bucket number: a whole number in [0, 2**63)."""
+    value = _whole(text, "bucket")
+    if not 0 <= value < _INT64:
+        raise argparse.ArgumentTypeError(f"bucket must be between 0 and 2**63-1, got {text[:40]}")
+    return value

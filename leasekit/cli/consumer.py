@@ -8,14 +8,17 @@ lists the live members.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..consumers import health
-from ..durations import parse_duration, parse_timestamp
+from ..durations import check_id, parse_duration, parse_timestamp
 from ..errors import InvalidArgumentError
 from ..records import TableBucket
-from .common import add_command, connect, duration_arg
+from .common import add_command, bucket_arg, connect, duration_arg, offset_arg, shift_arg
 from .output import emit, format_table, frame_rows
+
+if TYPE_CHECKING:
+    from ..connection import Connection
 
 __all__ = ["register"]
 
@@ -26,16 +29,25 @@ RESET = ["group", "table", "bucket", "current_offset", "new_offset"]
 
 
 def _list(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
+    with connect(args, read_only=True) as conn:
         groups = conn.consumer_groups()
     emit(args, {"groups": groups}, lambda d: "\n".join(d["groups"]) or "no consumer groups")
     return 0
 
 
+def _existing_group(conn: Connection, group: str) -> None:
+    """Raise unless ``group`` has committed offsets or live members."""
+    check_id(group, what="group id", error=InvalidArgumentError)
+    if group not in conn.consumer_groups():
+        raise InvalidArgumentError(f"consumer group {group!r} does not exist in namespace "
+                                   f"{conn.namespace!r} (no committed offsets, no live members)")
+
+
 def _describe(args: argparse.Namespace) -> int:
     if args.members:
         return _members(args)
-    with connect(args) as conn:
+    with connect(args, read_only=True) as conn:
+        _existing_group(conn, args.group)
         frame = conn.describe_group(args.group)
     rows = frame_rows(frame)
     status = health.group_status((TableBucket(r["table"], r["bucket"]), r["status"]) for r in rows if r["status"])
@@ -75,7 +87,8 @@ def _buckets(buckets: Any) -> str:
 def _members(args: argparse.Namespace) -> int:
     """``describe --members``: each live member with what it owns now and what it is assigned,
     as ``kafka-consumer-groups --describe --members --verbose``."""
-    with connect(args) as conn:
+    with connect(args, read_only=True) as conn:
+        _existing_group(conn, args.group)
         members = conn.group_members(args.group)
     leader = next((m.member_id for m in members if m.leader), None)
     data = {"group": args.group, "generation": members[0].generation if members else None, "leader": leader,
@@ -117,7 +130,7 @@ def _reset(args: argparse.Namespace) -> int:
         if len(args.table or []) != 1:
             raise InvalidArgumentError("--bucket needs exactly one --table")
         buckets = [TableBucket(args.table[0], b) for b in args.bucket]
-    with connect(args) as conn:
+    with connect(args, read_only=not args.execute) as conn:
         plan = frame_rows(conn.reset_offsets(args.group, to=to, shift_by=shift, tables=args.table, buckets=buckets,
                                         dry_run=not args.execute))
     data = {"executed": args.execute, "plan": plan}
@@ -156,12 +169,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     target.add_argument("--to-earliest", action="store_true", help="the beginning of each log")
     target.add_argument("--to-latest", action="store_true", help="the end of each log")
     target.add_argument("--to-current", action="store_true", help="the committed offsets (end where none)")
-    target.add_argument("--to-offset", type=int, metavar="N", help="this offset in every bucket")
+    target.add_argument("--to-offset", type=offset_arg, metavar="N", help="this offset in every bucket")
     target.add_argument("--to-datetime", metavar="ISO8601", help="the first record at or after this time")
     target.add_argument("--by-duration", metavar="D", help="the first record at or after now minus D")
-    target.add_argument("--shift-by", type=int, metavar="N", help="move by N (clamped to the log)")
+    target.add_argument("--shift-by", type=shift_arg, metavar="N", help="move by N (clamped to the log)")
     reset.add_argument("--table", action="append", metavar="T", help="only this table (repeatable)")
-    reset.add_argument("--bucket", action="append", type=int, metavar="B", help="only this bucket (repeatable)")
+    reset.add_argument("--bucket", action="append", type=bucket_arg, metavar="B", help="only this bucket (repeatable)")
     reset.add_argument("--execute", action="store_true", help="carry the reset out (default: a dry run)")
     delete = add_command(actions, "delete", "delete a group and its offsets", common, _delete)
     delete.add_argument("group", metavar="GROUP")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..durations import check_id
 from ..errors import LeaseNotFoundError
 from ..records import TableBucket
-from .common import add_command, connect, duration_arg
+from .common import add_command, bucket_arg, connect, duration_arg
 from .output import emit, format_table, to_json
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def _lease_row(info: LeaseInfo, now: datetime) -> dict[str, Any]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
+    with connect(args, read_only=True) as conn:
         now = conn.server_time()
         rows = [_lease_row(info, now) for info in conn.leases()]
 
@@ -135,19 +135,34 @@ def _release(args: argparse.Namespace) -> int:
             buckets = [TableBucket(table.name, b) for b in dict.fromkeys(args.bucket)]
         else:
             buckets = table.buckets
+        pinned = _find(conn, args.lease_id).pins  # L9 ignores the rest: say which they are
         conn.release_kv_snapshot_lease(args.lease_id, buckets)
         info = _find(conn, args.lease_id)
     data = {
         "lease_id": args.lease_id,
-        "released": [{"table": tb.table, "bucket": tb.bucket} for tb in buckets],
+        "released": [{"table": tb.table, "bucket": tb.bucket} for tb in buckets if tb in pinned],
+        "not_pinned": [{"table": tb.table, "bucket": tb.bucket} for tb in buckets
+                       if tb not in pinned],
         "pins": _pin_rows(info.pins),
         "expires_at": info.expires_at,
     }
 
     def render(d: dict[str, Any]) -> str:
-        which = ("every bucket" if not args.bucket
-                 else "bucket(s) " + ", ".join(str(r["bucket"]) for r in d["released"]))
-        text = f"released {which} of {args.table} from lease {d['lease_id']}"
+        def numbers(rows: list[dict[str, Any]]) -> str:
+            return ", ".join(str(r["bucket"]) for r in rows)
+
+        if not args.bucket and d["released"]:
+            text = f"released every bucket of {args.table} from lease {d['lease_id']}"
+        elif d["released"]:
+            text = (f"released bucket(s) {numbers(d['released'])} of {args.table} from lease "
+                    f"{d['lease_id']}")
+        else:
+            text = f"released nothing of {args.table} from lease {d['lease_id']}"
+        if d["not_pinned"] and args.bucket:
+            text += (f"; bucket(s) {numbers(d['not_pinned'])} of {args.table} were not pinned by "
+                     f"lease {d['lease_id']}")
+        elif not d["released"]:
+            text += f"; it pinned no bucket of {args.table}"
         if not d["pins"]:
             return f"{text}; it pins nothing now and stays until dropped or expired"
         return f"{text}; it still pins {len(d['pins'])} bucket(s):\n\n{format_table(d['pins'])}"
@@ -199,7 +214,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
                           _release)
     release.add_argument("lease_id", metavar="LEASE_ID")
     release.add_argument("--table", required=True, metavar="T", help="table to unpin")
-    release.add_argument("--bucket", action="append", type=int, metavar="B",
+    release.add_argument("--bucket", action="append", type=bucket_arg, metavar="B",
                          help="bucket to unpin (repeatable; default: every bucket of T)")
 
     drop = add_command(actions, "drop", "remove a lease and all its pins", common, _drop,

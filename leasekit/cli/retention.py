@@ -34,7 +34,7 @@ def _item_row(item: RetentionItem) -> dict[str, Any]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
+    with connect(args, read_only=True) as conn:
         plan = conn.retention_plan(args.table)
     data = {
         "items": [_item_row(i) for i in plan.items],
@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from ..retention.apply import run_retention
 
-    with connect(args) as conn, tqdm(desc="retention", unit="item", disable=None,
+    with connect(args, read_only=args.dry_run) as conn, tqdm(desc="retention", unit="item", disable=None,
                                      leave=False) as bar:  # fmt: skip
         report = run_retention(conn, args.table, dry_run=args.dry_run, progress=bar.update)
     data = {

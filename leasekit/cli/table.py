@@ -78,7 +78,7 @@ def _list(args: argparse.Namespace) -> int:
     from ..errors import TableNotFoundError
 
     rows = []
-    with connect(args) as conn:
+    with connect(args, read_only=True) as conn:
         for name in conn.tables():
             try:
                 table = conn.table(name)
@@ -99,7 +99,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
+    with connect(args, read_only=True) as conn:
         table = conn.table(args.name)
         info = {**_table_info(table), "bucket_offsets": _bucket_rows(table)}
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .common import EXIT_NOT_RUNNING, add_command
+from .common import EXIT_NOT_RUNNING, add_command, missing_warehouse
 from .output import emit, format_fields
 
 __all__ = ["register"]
@@ -62,12 +62,16 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    fields = _server_fields(_embedded_dir(args))
+    data_dir = _embedded_dir(args)
+    missing = missing_warehouse(args)
+    fields = {**_server_fields(data_dir), "warehouse_exists": missing is None}
 
     def render(f: Mapping[str, Any]) -> str:
+        if missing is not None:
+            return f"ZooKeeper is not running: no warehouse at {missing}"
         if not f["running"]:
             return f"ZooKeeper is not running (data dir {f['data_dir']})"
-        return format_fields(f)
+        return format_fields({k: v for k, v in f.items() if k != "warehouse_exists"})
 
     emit(args, fields, render)
     return 0 if fields["running"] else EXIT_NOT_RUNNING
