@@ -36,6 +36,7 @@ __all__ = [
     "ZooKeeperUnavailableError",
     "PermissionDeniedError",
     "JavaNotFoundError",
+    "LeadershipLostError",
 ]
 
 
@@ -159,3 +160,8 @@ class PermissionDeniedError(LeasekitError):
 
 class JavaNotFoundError(LeasekitError):
     """No Java runtime was found for the embedded ZooKeeper or Spark."""
+
+
+class LeadershipLostError(LeasekitError):
+    """A janitor no longer holds the election (its session ended, another janitor leads): its
+    write was refused inside the ZooKeeper transaction, and it deletes no file after that."""

@@ -142,7 +142,8 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
-        out.append(LeaseMeta(lease_id, record.expires_ms, record.state, node.stat.version, pins[lease_id]))
+        out.append(LeaseMeta(lease_id, record.expires_ms, record.state, node.stat.version,
+                             pins[lease_id], node.stat.czxid))
     return out
 
 

@@ -49,6 +49,8 @@ class LeaseMeta(NamedTuple):
     version: int
     pins: dict[tuple[str, int, int], None]
     """(table_id, bucket, snapshot_id) of every pin."""
+    created: int = 0
+    """Creation id (czxid) of the lease's znode: which lease under this id the plan saw."""
 
 
 class Metadata(NamedTuple):
