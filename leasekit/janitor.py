@@ -48,7 +48,18 @@ def check_interval(interval: Any) -> timedelta:
 
 def run_once(conn: Context) -> RetentionReport:
     """One pass without election: finish pending table drops, then ``run_retention``
-    (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode."""
+    (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode.
+
+    Arguments:
+        conn: the connection (or its context) to run the pass on.
+
+    Returns:
+        The retention report, with the errors of unfinished table drops first.
+
+    Raises:
+        LeadershipLostError: inside ``conn.store.fenced`` (as a janitor runs it), when the
+            election znode is gone; nothing more is written or deleted then.
+    """
     started = time.monotonic()
     errors: list[str] = []
     for table_id in pending_drops(conn):

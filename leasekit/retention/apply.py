@@ -51,7 +51,15 @@ def retention_plan(ctx: Context, table: str | TableInfo | None = None) -> Retent
 
 def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run: bool = False,
                   progress: Callable[[int], None] | None = None) -> RetentionReport:
-    """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing."""
+    """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing.
+
+    Returns:
+        What was deleted and freed, and an error per item kept against the plan.
+
+    Raises:
+        LeadershipLostError: in a janitor's fenced pass that no longer leads (§9 Fencing):
+            it stops at once, deleting nothing more.
+    """
     with collector_paused():
         meta = gather(ctx, table)
         result = plan(meta)

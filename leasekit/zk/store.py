@@ -284,7 +284,8 @@ class ZkStore:
 
         Results are a path per Create, a Stat per SetData and True per Delete/Check.
         A connection loss is not retried here: the caller knows whether the
-        transaction is idempotent and how to check whether it committed.
+        transaction is idempotent and how to check whether it committed. Inside ``fenced``
+        the transaction also checks the fence first, else ``LeadershipLostError``.
         """
         if not ops:
             return []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -125,6 +126,12 @@ janitor.run(conn, "500ms")
 """
 
 
+def _line(proc: subprocess.Popen, timeout: float) -> str:
+    """The next line the process prints, or "" after ``timeout`` seconds or at its end."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return proc.stdout.readline() if ready else ""
+
+
 def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
@@ -149,7 +156,7 @@ def test_janitor_paused_past_its_session_deletes_nothing(conn, zookeeper, wareho
     other = threading.Thread(target=janitor.run, args=(conn, "300ms", stop), name="janitor-new",
                              daemon=True)
     try:
-        line = proc.stdout.readline()
+        line = _line(proc, 60)
         assert line.startswith("planned"), line + err_path.read_text()
         assert int(line.split()[1]) > 5
         wait_for(lambda: _stopped(proc.pid), 10, "the stale janitor to stop itself")
@@ -172,7 +179,7 @@ def test_janitor_paused_past_its_session_deletes_nothing(conn, zookeeper, wareho
         assert any(b == 0 for b, _ in before[1])
 
         proc.send_signal(signal.SIGCONT)
-        line = proc.stdout.readline()
+        line = _line(proc, 60)
         assert line.startswith("applying on a new session True"), line + err_path.read_text()
         wait_for(lambda: re.search(r"janitor pass|lost the election", err_path.read_text()),
                  30, "the stale janitor to finish its pass")
