@@ -93,6 +93,31 @@ def test_lease_dropped_and_reacquired_between_plan_and_apply_survives(conn, monk
     assert "nightly" in {i.lease_id for i in conn.leases()}
 
 
+def test_lease_replaced_during_its_own_removal_survives(conn, monkeypatch):
+    # §9 Fencing: the same as above in the narrowest window, inside the removal itself: after it
+    # read the lease (the instance the plan saw) and before its transaction commits
+    from leasekit.leases import admin
+
+    table = _expired_nightly(conn)
+    real = admin.read_pin_chunks
+    replaced = []
+
+    def read_then_replace(ctx, lease_id):
+        chunks = real(ctx, lease_id)
+        if lease_id == "nightly" and not replaced:
+            replaced.append(True)
+            _reacquire_nightly(conn)
+        return chunks
+
+    monkeypatch.setattr(admin, "read_pin_chunks", read_then_replace)
+    pinned = table.snapshots(0)[0]
+    report = conn.run_retention()
+    assert replaced and "nightly" not in {i.item_id for i in report.deleted if i.kind == "lease"}
+    assert {i.lease_id: i.pins for i in conn.leases()} == {"nightly": {TB("t", 0): 1}}
+    assert conn.store.children(conn.paths.snapshot(table.table_id, 0, 1)) == ["nightly"]
+    assert all(os.path.exists(f) for f in pinned.files)  # R2
+
+
 STALE_JANITOR = r"""
 import logging, os, signal, sys, time
 import leasekit as lk
