@@ -37,6 +37,7 @@ __all__ = [
     "PermissionDeniedError",
     "JavaNotFoundError",
     "WarehouseOwnedError",
+    "LeadershipLostError",
 ]
 
 
@@ -165,3 +166,8 @@ class JavaNotFoundError(LeasekitError):
 class WarehouseOwnedError(IllegalStateError):
     """The warehouse namespace directory belongs to another metadata store (another ZooKeeper,
     or another instance of the namespace): nothing is written or deleted there."""
+
+
+class LeadershipLostError(LeasekitError):
+    """A janitor no longer holds the election (its session ended, another janitor leads): its
+    write was refused inside the ZooKeeper transaction, and it deletes no file after that."""

@@ -19,6 +19,7 @@ from .errors import (
     CorruptMetadataError,
     IllegalStateError,
     InvalidDurationError,
+    LeadershipLostError,
     LeasekitError,
     ZooKeeperUnavailableError,
 )
@@ -47,12 +48,25 @@ def check_interval(interval: Any) -> timedelta:
 
 def run_once(conn: Context) -> RetentionReport:
     """One pass without election: finish pending table drops, then ``run_retention``
-    (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode."""
+    (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode.
+
+    Arguments:
+        conn: the connection (or its context) to run the pass on.
+
+    Returns:
+        The retention report, with the errors of unfinished table drops first.
+
+    Raises:
+        LeadershipLostError: inside ``conn.store.fenced`` (as a janitor runs it), when the
+            election znode is gone; nothing more is written or deleted then.
+    """
     started = time.monotonic()
     errors: list[str] = []
     for table_id in pending_drops(conn):
         try:
             finish_drop(conn, table_id)
+        except LeadershipLostError:
+            raise
         except LeasekitError as exc:
             errors.append(f"dropped table {table_id}: {exc}")
     report = run_retention(conn)
@@ -141,7 +155,8 @@ class Janitor:
             if not self._connected.is_set():  # suspended: maybe no longer leader; wait
                 self.stop.wait(_POLL)
                 continue
-            self._pass()
+            if not self._pass():
+                return
             self._sleep(self.interval)
         log.info("janitor %s stops", self.conn.owner)
 
@@ -153,9 +168,20 @@ class Janitor:
             if remaining <= 0 or self.stop.wait(min(remaining, _POLL)):
                 return
 
-    def _pass(self) -> None:
+    def _pass(self) -> bool:
+        """One pass, fenced: each of its transactions checks that this janitor still holds the
+        election, and no file goes without such a check first (DESIGN §9 Fencing). False when
+        it turns out to have lost the election."""
+        fence = self._election.leader_path()
         try:
-            run_once(self.conn)
+            if fence is None:
+                raise LeadershipLostError("the election znode is unknown")
+            with self.conn.store.fenced(fence):
+                run_once(self.conn)
+        except LeadershipLostError as exc:
+            log.warning("janitor %s lost the election during a pass; joining it again: %s",
+                        self.conn.owner, exc)
+            return False
         except CorruptMetadataError as exc:
             log.warning("janitor pass skipped corrupt metadata at %s: %s", exc.path, exc)
         except ZooKeeperUnavailableError as exc:
@@ -164,3 +190,4 @@ class Janitor:
             log.error("janitor pass failed: %s", exc)
         except Exception:  # a janitor that dies stops all retention: log and carry on
             log.exception("janitor pass failed unexpectedly")
+        return True

@@ -12,6 +12,7 @@ import threading
 import time
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 from helpers import grow, warehouse_files
 
@@ -225,6 +226,37 @@ def test_pass_finishes_a_half_done_table_drop(conn, caplog) -> None:
     assert conn.store.exists(conn.paths.table_data(table.table_id)) is None
     assert warehouse_files(conn) == set()
     assert len(passes(caplog)) == 1
+
+
+def test_a_pass_whose_election_znode_is_gone_deletes_nothing(conn) -> None:
+    # §9 Fencing: the leader's election znode goes (as with its session); the pass it runs
+    # next writes nothing and deletes no file: not a half-done drop, snapshot, segment or orphan
+    conn.update_settings({"orphan.min-age": "0s"})
+    dropped = conn.create_table("t", SCHEMA, "id", buckets=2)
+    grow(dropped, 2)
+    node = conn.store.get(conn.paths.table("t"))
+    conn.store.commit([Delete(conn.paths.table("t"), node.stat.version),
+                       Create(conn.paths.dropped_table(dropped.table_id),
+                              DroppedTable("t", dropped.data_dir).encode())])
+    table = conn.create_table("u", SCHEMA, "id", buckets=2,
+                              properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"})
+    grow(table, 3)
+    conn.warehouse.write_parquet(f"{table.data_dir}/stray/part-0.parquet", pa.table({"id": [1]}))
+    assert len(conn.retention_plan().deletes) > 5
+    files, tree = warehouse_files(conn), conn.store.descendants(conn.paths.root)
+    election = conn.store.election(f"{conn.paths.janitor}/election", "test")
+
+    def lead() -> None:
+        fence = election.leader_path()
+        assert fence is not None
+        conn.store.commit([Delete(fence)])
+        with conn.store.fenced(fence), pytest.raises(lk.LeadershipLostError):
+            janitor.run_once(conn)
+
+    election.run(lead)
+    assert warehouse_files(conn) == files
+    assert [p for p in conn.store.descendants(conn.paths.root) if "/janitor" not in p] == tree
+    assert janitor.run_once(conn).deleted  # unfenced (a user's pass), the same pass deletes
 
 
 KILLABLE = """

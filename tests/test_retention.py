@@ -8,7 +8,7 @@ import time
 
 import pyarrow as pa
 import pytest
-from helpers import namespace_tree, warehouse_files
+from helpers import grow, namespace_tree, warehouse_files
 
 import leasekit as lk
 from leasekit import spark as lks
@@ -287,3 +287,31 @@ def test_respect_consumers_keeps_segments_a_group_has_not_committed_past(conn, s
     conn.reset_offsets("slow", to="latest", dry_run=False)
     conn.run_retention("t")
     assert table.beginning_offsets()[TB("t", 0)] == 30
+
+
+def test_respect_consumers_keeps_the_log_of_a_live_group_that_has_not_committed(conn):
+    # R3, R6: a member of group "reader" reads from offset 0, its first auto-commit pending: the
+    # group has committed nothing, so none of the log may go; once it commits, the log goes
+    props = {"log.retention": "0s", "log.retention.respect-consumers": True,
+             "kv.snapshot.num-retained": 1}
+    table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1, properties=props)
+    grow(table, 3)  # segments [0, 8), [8, 16), [16, 24); snapshot 3 at 24 kept
+    tb = TB("t", 0)
+    with conn.consumer("t", group_id="reader", auto_offset_reset="earliest",
+                       enable_auto_commit=True, auto_commit_interval="1h") as member:
+        got, deadline = 0, time.monotonic() + 30
+        while got < 24 and time.monotonic() < deadline:
+            got += sum(t.num_rows for t in member.poll("200ms").values())
+        assert got == 24 and member.committed(tb) is None
+        segments = _actions(conn.retention_plan("t"), "segment")
+        assert set(segments) == {(0, 0), (0, 8), (0, 16)}
+        assert segments[(0, 0)] == ("keep", "consumer group reader (live members) has committed "
+                                            "no offset for this bucket")
+        assert all(action == "keep" for action, _ in segments.values())
+        report = conn.run_retention("t")
+        assert not [i for i in report.deleted if i.kind == "segment"]
+        assert table.beginning_offsets()[tb] == 0
+        member.commit()
+        report = conn.run_retention("t")
+        assert sorted(i.item_id for i in report.deleted if i.kind == "segment") == [0, 8, 16]
+        assert table.beginning_offsets()[tb] == 24

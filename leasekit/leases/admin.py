@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..durations import check_id, to_ms
 from ..errors import CorruptMetadataError, LeaseNotFoundError
 from ..records import LeaseInfo, TableBucket
-from ..zk import MAX_TXN_OPS, Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
+from ..zk import MAX_TXN_OPS, Check, Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
 from ..zk.formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from ..zk.paths import CHUNK
 
@@ -115,24 +115,47 @@ def forget_missing_pins(ctx: Context, lease_id: str) -> None:
 def drop(ctx: Context, lease_id: str) -> bool:
     """Remove the lease and all its pins; False if it does not exist (L10)."""
     check_id(lease_id)
-    return remove(ctx, lease_id, expected_version=None)
+    return remove(ctx, lease_id)
 
 
-def remove(ctx: Context, lease_id: str, expected_version: int | None) -> bool:
-    """Delete a lease with its pins. With ``expected_version``, only if nobody renewed it since.
+def remove(ctx: Context, lease_id: str, *, created: int | None = None,
+           version: int | None = None) -> bool:
+    """Delete a lease with its pins.
+
+    Arguments:
+        created: the lease's creation id (its znode's czxid) as a plan read it: only that same
+            lease is removed, never one dropped and acquired again under its id since.
+        version: the lease's version as a plan read it: only if nobody renewed it since.
+
+    Returns:
+        True when it was removed; False when it does not exist, or is not the lease expected.
+
+    Every removal bumps the data version of the leases' parent znode, and a removal with
+    ``created`` checks that version inside each of its transactions after reading it before
+    the lease: no lease was deleted (so none re-created) between that read and the commit,
+    so the lease read is the one deleted. (ZooKeeper's multi checks data versions only; the
+    lease's own version repeats across instances.)
 
     Small leases go in one transaction. Large ones are first marked as dropping (invisible
     to users, still protecting their snapshots), then emptied chunk by chunk.
     """
     paths, store = ctx.paths, ctx.store
     rec_path = paths.lease(lease_id)
+    bump = SetData(paths.leases, b"", -1)
     while True:
+        guard: list[Op] = []
+        if created is not None:
+            parent = store.exists(paths.leases)  # read before the lease: see above
+            guard = [] if parent is None else [Check(paths.leases, parent.version)]
         node = store.get(rec_path)
         if node is None:
             return False
-        version = node.stat.version
-        if expected_version is not None and version != expected_version and LeaseRecord.decode(node, rec_path).state == LIVE:
-            return False
+        current = node.stat.version
+        if created is not None and node.stat.czxid != created:
+            return False  # another lease under the same id
+        if (version is not None and current != version
+                and LeaseRecord.decode(node, rec_path).state == LIVE):
+            return False  # renewed since
         chunks = read_pin_chunks(ctx, lease_id)
         pin_ops: list[Op] = []
         for path, ch in chunks:
@@ -140,15 +163,17 @@ def remove(ctx: Context, lease_id: str, expected_version: int | None) -> bool:
                         for i, sid in enumerate(ch.ids) if sid]
             pin_ops.append(Delete(path, ch.stat.version if ch.stat else -1))
         try:
-            if len(pin_ops) + 2 <= MAX_TXN_OPS:
-                store.commit([*pin_ops, Delete(paths.lease_pins(lease_id)), Delete(rec_path, version)])
+            if len(pin_ops) + 4 <= MAX_TXN_OPS:
+                store.commit([*guard, *pin_ops, Delete(paths.lease_pins(lease_id)),
+                              Delete(rec_path, current), bump])
                 return True
             record = LeaseRecord.decode(node, rec_path)
             if record.state == LIVE:
-                store.set(rec_path, record.renewed(record.duration_ms, record.owner, DROPPING).encode(), version)
-            for batch in chunk_ops(pin_ops, max_ops=MAX_TXN_OPS):
-                store.commit(batch)
-            store.commit([Delete(paths.lease_pins(lease_id)), Delete(rec_path)])
+                dropping = record.renewed(record.duration_ms, record.owner, DROPPING)
+                store.commit([*guard, SetData(rec_path, dropping.encode(), current)])
+            for batch in chunk_ops(pin_ops, max_ops=MAX_TXN_OPS - 2):
+                store.commit([*guard, *batch])
+            store.commit([*guard, Delete(paths.lease_pins(lease_id)), Delete(rec_path), bump])
             return True
         except TxnConflict as exc:
             if exc.op.path == rec_path and exc.reason == "nonode":
@@ -174,7 +199,7 @@ def expire(ctx: Context) -> list[str]:
             log.warning("skipping lease %s: %s", lease_id, exc)
             continue
         if record.state == DROPPING or now > record.expires_ms + grace:
-            if remove(ctx, lease_id, expected_version=node.stat.version):
+            if remove(ctx, lease_id, created=node.stat.czxid, version=node.stat.version):
                 reclaimed.append(lease_id)
     return reclaimed
 

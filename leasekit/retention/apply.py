@@ -11,7 +11,13 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..errors import CorruptMetadataError, InvalidArgumentError, LeasekitError, TableNotFoundError
+from ..errors import (
+    CorruptMetadataError,
+    InvalidArgumentError,
+    LeadershipLostError,
+    LeasekitError,
+    TableNotFoundError,
+)
 from ..leases import admin as lease_admin
 from ..log.markers import live_tokens
 from ..log.segments import delete_segments
@@ -32,6 +38,9 @@ __all__ = ["retention_plan", "run_retention"]
 
 log = logging.getLogger(__name__)
 
+_ORPHAN_BATCH = 100
+"""Orphan files deleted after one fence check (in a janitor)."""
+
 
 def retention_plan(ctx: Context, table: str | TableInfo | None = None) -> RetentionPlan:
     """The retention plan for one table (or all), leases included; changes nothing (R6)."""
@@ -42,7 +51,15 @@ def retention_plan(ctx: Context, table: str | TableInfo | None = None) -> Retent
 
 def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run: bool = False,
                   progress: Callable[[int], None] | None = None) -> RetentionReport:
-    """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing."""
+    """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing.
+
+    Returns:
+        What was deleted and freed, and an error per item kept against the plan.
+
+    Raises:
+        LeadershipLostError: in a janitor's fenced pass that no longer leads (§9 Fencing):
+            it stops at once, deleting nothing more.
+    """
     with collector_paused():
         meta = gather(ctx, table)
         result = plan(meta)
@@ -54,13 +71,19 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
     step = progress or (lambda n: None)
 
     # R5: leases first, so the snapshots they alone pinned go in this same pass.
-    versions = {x.lease_id: x.version for x in meta.leases}
+    # §9 Fencing: only the lease the plan saw (its creation id), not renewed since.
+    seen = {x.lease_id: x for x in meta.leases}
     for item in (i for i in result.deletes if i.kind == "lease"):
+        lease = seen[str(item.item_id)]
         try:
-            if lease_admin.remove(ctx, str(item.item_id), expected_version=versions[str(item.item_id)]):
+            if lease_admin.remove(ctx, lease.lease_id, created=lease.created,
+                                  version=lease.version):
                 done.append(item)
             else:
-                errors.append(f"lease {item.item_id}: renewed or gone since the plan; kept")
+                errors.append(f"lease {item.item_id}: renewed, replaced or gone since the plan; "
+                              "kept")
+        except LeadershipLostError:
+            raise
         except LeasekitError as exc:
             errors.append(f"lease {item.item_id}: {exc}")
         step(1)
@@ -72,6 +95,8 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
         try:
             delete_snapshot(tables[tb.table].table, tb.bucket, int(item.item_id))
             done.append(item)
+        except LeadershipLostError:
+            raise
         except LeasekitError as exc:
             refused.add((tb.table, tb.bucket))
             errors.append(f"snapshot {item.item_id} of {tb.table}/{tb.bucket}: {exc}")
@@ -88,6 +113,8 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
             files, _ = delete_segments(tm.table, bucket, [int(i.item_id) for i in items])
             file_of = {s.base_offset: s.file for s in tm.segments.get(bucket, [])}
             done += [i for i in items if file_of.get(int(i.item_id)) in set(files)]
+        except LeadershipLostError:
+            raise
         except LeasekitError as exc:
             errors.append(f"segments of {name}/{bucket}: {exc}")
         step(len(items))
@@ -98,18 +125,24 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
         # have committed in between. Only files that are orphans still are deleted.
         try:
             current = still_orphans(ctx, (str(i.item_id) for i in orphans))
+        except LeadershipLostError:
+            raise
         except LeasekitError as exc:
             errors.append(f"orphans: could not re-check them before deleting, kept: {exc}")
             current = set()
         step(len(orphans) - len([i for i in orphans if str(i.item_id) in current]))
         orphans = [i for i in orphans if str(i.item_id) in current]
-    for item in orphans:
-        try:
-            ctx.warehouse.delete_files([str(item.item_id)])
-            done.append(item)
-        except LeasekitError as exc:
-            errors.append(f"orphan {item.item_id}: {exc}")
-        step(1)
+    for start in range(0, len(orphans), _ORPHAN_BATCH):
+        # §9 Fencing: files have no transaction of their own; a janitor checks that it still
+        # leads just before each batch (a no-op outside a janitor).
+        ctx.store.check_fence()
+        for item in orphans[start:start + _ORPHAN_BATCH]:
+            try:
+                ctx.warehouse.delete_files([str(item.item_id)])
+                done.append(item)
+            except LeasekitError as exc:
+                errors.append(f"orphan {item.item_id}: {exc}")
+            step(1)
     freed = sum(i.size_bytes for i in done)
     log.info("retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors))
     return RetentionReport(uris(done, ctx.warehouse), freed, errors, False)

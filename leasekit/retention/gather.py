@@ -14,6 +14,7 @@ from ..zk import GetChildren, GetData
 from ..zk.formats import (
     BucketState,
     LeaseRecord,
+    MemberRecord,
     OffsetRecord,
     PinChunk,
     SegmentRecord,
@@ -86,21 +87,47 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
             continue
         base = int(name)
         segments[b].append(SegmentMeta(base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file))
-    committed = _committed(ctx, table, written, skipped) if table.properties["log.retention.respect-consumers"] else {}
-    return TableMeta(table, begin, snapshots, segments, committed)
+    committed: dict[int, dict[str, int]] = {}
+    live: frozenset[str] = frozenset()
+    if table.properties["log.retention.respect-consumers"]:
+        committed, live = _committed(ctx, table, written, skipped)
+    return TableMeta(table, begin, snapshots, segments, committed, live)
 
 
-def _committed(ctx: Context, table: TableInfo, buckets: list[int], skipped: list[str]) -> dict[int, dict[str, int]]:
-    """Per bucket, the offset each group with offsets for ``table`` committed (-1: none for that
-    bucket, or unreadable), read pipelined (R3)."""
+def _committed(ctx: Context, table: TableInfo, buckets: list[int],
+               skipped: list[str]) -> tuple[dict[int, dict[str, int]], frozenset[str]]:
+    """Per bucket, the offset each group with offsets for ``table``, or with live members
+    subscribed to it, committed (-1: none for that bucket, or unreadable); and the groups with
+    live members subscribed to it. Read pipelined (R3): a live group that has not committed yet
+    has committed nothing, and holds the log from its start."""
     store, paths = ctx.store, ctx.paths
     groups = store.children(paths.groups) or []
     prefix = f"{table.table_id}."
-    listed = store.children_many([paths.group_offsets(g) for g in groups])
+    listings = store.read_many([*(GetChildren(paths.group_offsets(g)) for g in groups),
+                                *(GetChildren(paths.group_members(g)) for g in groups)])
+    for result in listings:
+        if result.error is not None:
+            raise result.error
+    listed = [r.value for r in listings[:len(groups)]]
+    members = [r.value for r in listings[len(groups):]]
     keys = [(g, name) for g, names in zip(groups, listed) for name in (names or []) if name.startswith(prefix)]
-    found: dict[str, dict[int, int]] = {g: {} for g, _ in keys}
     offset_paths = [f"{paths.group_offsets(g)}/{name}" for g, name in keys]
-    for (group, name), path, node in zip(keys, offset_paths, store.get_many(offset_paths)):
+    member_keys = [(g, m) for g, names in zip(groups, members)
+                   for m in (names or [])]  # type: ignore[union-attr]
+    member_paths = [paths.member(g, m) for g, m in member_keys]
+    nodes = store.get_many(offset_paths + member_paths)
+    live: set[str] = set()
+    for (group, _), path, node in zip(member_keys, member_paths, nodes[len(offset_paths):]):
+        if node is None or group in live:
+            continue  # the member left meanwhile
+        try:
+            if table.name in MemberRecord.decode(node, path).tables:
+                live.add(group)
+        except CorruptMetadataError as exc:
+            skipped.append(str(exc))
+    found: dict[str, dict[int, int]] = {g: {} for g in sorted(live)}
+    found.update({g: {} for g, _ in keys})
+    for (group, name), path, node in zip(keys, offset_paths, nodes[:len(offset_paths)]):
         if node is None:
             continue
         try:
@@ -110,7 +137,9 @@ def _committed(ctx: Context, table: TableInfo, buckets: list[int], skipped: list
             skipped.append(str(exc))
         except ValueError:
             skipped.append(f"unexpected znode {path}: not a table bucket's offset")
-    return {b: {g: offs.get(b, -1) for g, offs in found.items()} for b in buckets} if found else {}
+    if not found:
+        return {}, frozenset()
+    return {b: {g: offs.get(b, -1) for g, offs in found.items()} for b in buckets}, frozenset(live)
 
 
 def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
@@ -142,7 +171,8 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
-        out.append(LeaseMeta(lease_id, record.expires_ms, record.state, node.stat.version, pins[lease_id]))
+        out.append(LeaseMeta(lease_id, record.expires_ms, record.state, node.stat.version,
+                             pins[lease_id], node.stat.czxid))
     return out
 
 

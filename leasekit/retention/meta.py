@@ -39,7 +39,10 @@ class TableMeta(NamedTuple):
     segments: dict[int, list[SegmentMeta]]
     committed: dict[int, dict[str, int]]
     """Committed offset per consumer group, per bucket (for log.retention.respect-consumers): every
-    group with offsets for the table, -1 where it committed none for the bucket."""
+    group with offsets for the table or live members subscribed to it, -1 where it committed none
+    for the bucket."""
+    live_groups: frozenset[str] = frozenset()
+    """Groups with live members subscribed to the table (for log.retention.respect-consumers)."""
 
 
 class LeaseMeta(NamedTuple):
@@ -49,6 +52,8 @@ class LeaseMeta(NamedTuple):
     version: int
     pins: dict[tuple[str, int, int], None]
     """(table_id, bucket, snapshot_id) of every pin."""
+    created: int = 0
+    """Creation id (czxid) of the lease's znode: which lease under this id the plan saw."""
 
 
 class Metadata(NamedTuple):

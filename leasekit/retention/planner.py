@@ -142,8 +142,10 @@ def _plan_segments(meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: Snaps
                 reason = f"within log.retention {retention} (age {_age(age)})"
             elif respect and behind:
                 group, at = behind[0]
-                reason = (f"consumer group {group} has not committed past it (at offset {at})" if at >= 0
-                          else f"consumer group {group} has committed no offset for this bucket")
+                live = " (live members)" if group in tm.live_groups else ""
+                reason = (f"consumer group {group} has not committed past it (at offset {at})"
+                          if at >= 0 else
+                          f"consumer group {group}{live} has committed no offset for this bucket")
             else:
                 why = (f"older than log.retention {retention} (age {_age(age)})"
                        if old else f"log over log.retention.bytes {limit}")

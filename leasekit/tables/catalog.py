@@ -191,6 +191,7 @@ def finish_drop(ctx: Context, table_id: str) -> None:
         return
     marker = DroppedTable.decode(node.data, marker_path)
     ctx.store.delete_tree(ctx.paths.table_data(table_id))
+    ctx.store.check_fence()  # a janitor that no longer leads deletes no directory
     ctx.warehouse.delete_dir(marker.data_dir)
     ctx.store.delete_tree(marker_path)
 

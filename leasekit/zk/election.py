@@ -24,6 +24,16 @@ class Election:
         with translated("leader election"):
             return self._recipe.run(func, *args)
 
+    def leader_path(self) -> str | None:
+        """While this client leads (inside ``run``'s ``func``): the path of its election znode,
+        ephemeral, so it is gone once its session ends, even if the client reconnects on a new
+        session. A transaction that checks it is a fenced one (``ZkStore.fenced``). None when
+        not leading."""
+        lock = self._recipe.lock
+        if not lock.is_acquired or not lock.node:
+            return None
+        return f"{lock.path}/{lock.node}"
+
     def cancel(self) -> None:
         with contextlib.suppress(kx.KazooException):
             self._recipe.cancel()

@@ -28,6 +28,9 @@ class Stat(NamedTuple):
     """Number of children."""
     cversion: int
     """Child version: changes whenever a child is created or deleted."""
+    czxid: int = 0
+    """Id of the transaction that created the znode: tells one instance of a path from
+    another created under the same path later (versions restart at 0 and repeat)."""
 
 
 class Node(NamedTuple):
@@ -39,7 +42,7 @@ class Node(NamedTuple):
 
 def stat_of(s: Any) -> Stat:
     """The Stat of a kazoo ZnodeStat."""
-    return Stat(s.version, s.ctime, s.mtime, s.numChildren, s.cversion)
+    return Stat(s.version, s.ctime, s.mtime, s.numChildren, s.cversion, s.czxid)
 
 
 class Create(NamedTuple):

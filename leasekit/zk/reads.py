@@ -90,7 +90,8 @@ class MultiRead(NamedTuple):
                 value = data[offset:end]
                 s = stat(data, end)  # ZnodeStat's fields, in order
                 offset = end + _STAT.size
-                append(new(ReadResult, (new(Node, (value, new(Stat, (s[4], s[2], s[3], s[9], s[5])))), None)))
+                st = new(Stat, (s[4], s[2], s[3], s[9], s[5], s[0]))
+                append(new(ReadResult, (new(Node, (value, st)), None)))
             elif op_type == _GET_CHILDREN:
                 names = []
                 for _ in range(n):

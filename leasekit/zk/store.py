@@ -18,6 +18,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from ..errors import (
     IllegalStateError,
+    LeadershipLostError,
     MetadataTooLargeError,
     PermissionDeniedError,
     ZooKeeperUnavailableError,
@@ -27,6 +28,7 @@ from .election import Election
 from .errors import conflict_reason, translated
 from .ops import (
     MAX_REQUEST_BYTES,
+    Check,
     Create,
     Delete,
     Node,
@@ -83,6 +85,7 @@ class ZkStore:
         self._reader = Reader(lambda: self.client, timeout)
         self._dispatcher = Dispatcher()
         self._recording = threading.local()
+        self._fence = threading.local()
 
     # -- session --------------------------------------------------------------------------
 
@@ -276,10 +279,36 @@ class ZkStore:
 
         Results are a path per Create, a Stat per SetData and True per Delete/Check.
         A connection loss is not retried here: the caller knows whether the
-        transaction is idempotent and how to check whether it committed.
+        transaction is idempotent and how to check whether it committed. Inside ``fenced``
+        the transaction also checks the fence first, else ``LeadershipLostError``.
         """
         if not ops:
             return []
+        fence = getattr(self._fence, "path", None)
+        if fence is not None:
+            return self._commit([Check(fence, -1), *ops], fence)[1:]
+        return self._commit(ops, None)
+
+    @contextlib.contextmanager
+    def fenced(self, path: str) -> Iterator[None]:
+        """Inside the block, every transaction this thread commits also checks that ``path``
+        still exists (a leader's election znode, gone with its session); where it does not,
+        the transaction writes nothing and raises ``LeadershipLostError`` (DESIGN §9)."""
+        outer = getattr(self._fence, "path", None)
+        self._fence.path = path
+        try:
+            yield
+        finally:
+            self._fence.path = outer
+
+    def check_fence(self) -> None:
+        """Before a deletion with no transaction of its own (files): one Check-only transaction
+        on this thread's fence; ``LeadershipLostError`` if it is gone, nothing without a fence."""
+        fence = getattr(self._fence, "path", None)
+        if fence is not None:
+            self._commit([Check(fence, -1)], fence)
+
+    def _commit(self, ops: Sequence[Op], fence: str | None) -> list[Any]:
         size = sum(op_size(op) for op in ops)
         if size > MAX_REQUEST_BYTES:
             raise MetadataTooLargeError(f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit")
@@ -299,10 +328,13 @@ class ZkStore:
         for index, result in enumerate(results):
             if isinstance(result, BaseException) and not isinstance(result, kx.RolledBackError):
                 reason = conflict_reason(result)
+                if fence is not None and index == 0 and reason is not None:
+                    raise LeadershipLostError(
+                        f"no longer the leader ({fence} is gone): transaction refused")
                 if reason is None:
                     with translated(f"transaction op {ops[index].path}"):
                         raise result
-                raise TxnConflict(index, ops[index], reason or "unknown")
+                raise TxnConflict(index - (fence is not None), ops[index], reason or "unknown")
         return [stat_of(r) if hasattr(r, "mtime") else r for r in results]
 
     def commit_chunked(self, ops: Sequence[Op]) -> None:
