@@ -27,6 +27,7 @@ from ..errors import (
 )
 from ..leases.admin import forget_table, leases_pinning
 from ..properties import TABLE_PROPERTIES, parse_properties
+from ..warehouse import contained
 from ..zk import Check, Create, Delete, TxnConflict
 from ..zk.formats import DroppedTable, TableRecord
 from . import fence
@@ -189,10 +190,23 @@ def finish_drop(ctx: Context, table_id: str) -> None:
     node = ctx.store.get(marker_path)
     if node is None:
         return
-    marker = DroppedTable.decode(node.data, marker_path)
+    data_dir = marked_dir(ctx, table_id, DroppedTable.decode(node.data, marker_path), marker_path)
     ctx.store.delete_tree(ctx.paths.table_data(table_id))
-    ctx.warehouse.delete_dir(marker.data_dir)
+    ctx.warehouse.delete_dir(data_dir)
     ctx.store.delete_tree(marker_path)
+
+
+def marked_dir(ctx: Context, table_id: str, marker: DroppedTable, marker_path: str) -> str:
+    """The directory a drop marker names, if it is the dropped table's own directory in the
+    namespace (``<tables dir>/<name>/<table id>``); ``CorruptMetadataError`` naming the marker
+    otherwise, before anything is deleted (DESIGN §9 Containment)."""
+    data_dir = contained(marker.data_dir, ctx.tables_dir, marker_path)
+    if "/" in marker.name or data_dir != f"{ctx.tables_dir}/{marker.name}/{table_id}":
+        raise CorruptMetadataError(
+            f"drop marker at {marker_path} names {marker.data_dir!r:.200}, not the directory of "
+            f"table {marker.name!r:.200} ({ctx.tables_dir}/<name>/{table_id}); nothing is deleted",
+            marker_path)
+    return data_dir
 
 
 def pending_drops(ctx: Context) -> list[str]:
