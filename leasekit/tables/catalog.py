@@ -217,7 +217,7 @@ def finish_drop(ctx: Context, table_id: str) -> None:
     if node is None:
         return
     marker = DroppedTable.decode(node.data, marker_path)
-    data_dir = marked_dir(ctx, table_id, marker, marker_path)
+    data_dir = _marked_dir(ctx, table_id, marker, marker_path)
     forgotten = forget_table(ctx, table_id)
     if forgotten:
         log.warning("dropped table %r: removed its pins from lease(s) %s; the leases stay",
@@ -227,7 +227,7 @@ def finish_drop(ctx: Context, table_id: str) -> None:
     ctx.store.delete_tree(marker_path)
 
 
-def marked_dir(ctx: Context, table_id: str, marker: DroppedTable, marker_path: str) -> str:
+def _marked_dir(ctx: Context, table_id: str, marker: DroppedTable, marker_path: str) -> str:
     """The directory a drop marker names, if it is the dropped table's own directory in the
     namespace (``<tables dir>/<name>/<table id>``); ``CorruptMetadataError`` naming the marker
     otherwise, before anything is deleted (DESIGN §9 Containment)."""
