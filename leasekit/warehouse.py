@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import threading
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -17,9 +18,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .errors import IllegalStateError, InvalidArgumentError
+from .errors import CorruptMetadataError, IllegalStateError, InvalidArgumentError
 
-__all__ = ["Warehouse", "FileEntry", "Listing"]
+__all__ = ["Warehouse", "FileEntry", "Listing", "contained"]
 
 _SPARK_SCHEMES = {"s3": "s3a"}
 
@@ -42,6 +43,52 @@ def io_errors(what: str) -> Iterator[None]:
         yield
     except (OSError, pa.ArrowException) as exc:
         raise IllegalStateError(f"{what}: {exc}") from None
+
+
+_PATH_PART = re.compile(r"[A-Za-z0-9._=-]+")
+"""What a component of a path in metadata may hold: what leasekit and Spark name files and
+directories with. No URI scheme (``:``), no Hadoop glob (``*?[]{}``), no escape (``\\``, ``%``)."""
+
+
+def contained(rel: object, within: str, znode: str) -> str:
+    """The warehouse-relative path ``rel`` that the metadata at ``znode`` names, resolved, if
+    it lies inside the directory ``within`` (DESIGN §9 Containment).
+
+    Every path that metadata names goes through here before it is read or deleted.
+
+    Arguments:
+        rel: the path as stored: relative to the warehouse root, ``/``-separated.
+        within: the warehouse-relative directory it must lie in (strictly inside, never the
+            directory itself), already normalized.
+        znode: the znode that names it, for the error.
+
+    Returns:
+        ``rel`` normalized (``.``, ``..`` and empty components resolved).
+
+    Raises:
+        CorruptMetadataError: naming ``znode``, when ``rel`` is not a string, is absolute, is a
+            URI, holds characters no leasekit path has (globs, escapes, control characters),
+            or resolves to a place outside ``within``.
+    """
+    shown = f"{rel!r:.200}"
+    if not isinstance(rel, str):
+        raise CorruptMetadataError(
+            f"metadata at {znode} names a path that is not a string: {shown}", znode)
+    why = None
+    if rel.startswith("/") or "://" in rel:
+        why = "an absolute path or URI, not a path relative to the warehouse"
+    else:
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if not all(p == ".." or _PATH_PART.fullmatch(p) for p in parts):
+            why = "a path with characters leasekit never writes"
+        else:
+            resolved = posixpath.normpath("/".join(parts)) if parts else ""
+            if resolved.startswith(within + "/"):
+                return resolved
+            why = "a path outside it"
+    raise CorruptMetadataError(
+        f"metadata at {znode} names {shown}: {why}; its files must lie inside {within}/ of the "
+        "warehouse, so nothing is read or deleted there", znode)
 
 
 class Listing:

@@ -203,3 +203,76 @@ def test_a_failed_transaction_is_an_illegal_state_error(conn):
 
     with pytest.raises(lk.IllegalStateError):
         conn.store.commit([Delete(conn.paths.table("nope"))])
+
+
+def _pinned_tables(conn) -> dict[str, set[str]]:
+    return {info.lease_id: {tb.table for tb in info.pins} for info in conn.leases()}
+
+
+def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_them(conn, caplog):
+    # §6.2 drop_table(force=True), L9: the leases' pins of the table go, a WARNING names those
+    # leases; a lease left with no pins stays valid; a table re-created under the same name
+    # is to them a table they never pinned
+    import logging
+
+    from leasekit import janitor
+    from leasekit.testing import seed_empty_snapshots
+
+    orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    other = conn.create_table("other", "id BIGINT, v STRING", "id", buckets=1)
+    seed_empty_snapshots(conn, orders, snapshot_id=5)
+    seed_empty_snapshots(conn, other)
+    q3, both = conn.lease("q3", "1h"), conn.lease("both", "1h")
+    bystander = conn.lease("bystander", "1h")
+    q3.acquire_latest("orders")
+    both.acquire_latest(["orders", "other"])
+    bystander.acquire_latest("other")
+    with caplog.at_level(logging.WARNING, logger="leasekit"):
+        conn.drop_table("orders", force=True)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "orders" in warnings[0] and "q3" in warnings[0] and "both" in warnings[0]
+    assert "bystander" not in warnings[0]
+    assert _pinned_tables(conn) == {"q3": set(), "both": {"other"}, "bystander": {"other"}}
+    assert q3.info().pins == {} and q3.alive
+    janitor.run_once(conn)
+    assert q3.info().pins == {}  # empty, not removed
+    q3.renew()
+
+    again = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    seed_empty_snapshots(conn, again)
+    assert q3.info().pins == {}
+    result = q3.acquire_latest("orders")
+    assert result.acquired == {lk.TableBucket("orders", 0): 1, lk.TableBucket("orders", 1): 1}
+    assert q3.info().pins == result.acquired
+    assert {i.lease_id: i.pins for i in conn.leases()}["q3"] == result.acquired
+    q3.release(again.buckets)
+    assert q3.info().pins == {}
+
+
+def test_a_forced_drop_finished_by_the_janitor_also_removes_the_pins(conn, spark):
+    # §6.2, R7, L12: a drop interrupted after its commit and finished by a janitor pass leaves
+    # no pin of the dropped table in any lease; the notebook run again reads the new table
+    from leasekit import janitor
+    from leasekit.testing import seed_empty_snapshots
+    from leasekit.zk import Create, Delete
+    from leasekit.zk.formats import DroppedTable
+
+    orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    seed_empty_snapshots(conn, orders, snapshot_id=5)
+    lease = conn.lease("q3", "1h")
+    lease.acquire_latest("orders")
+    node = conn.store.get(conn.paths.table("orders"))  # the drop's commit, then its dropper died
+    conn.store.commit([Delete(conn.paths.table("orders"), node.stat.version),
+                       Create(conn.paths.dropped_table(orders.table_id),
+                              DroppedTable("orders", orders.data_dir).encode())])
+    janitor.run_once(conn)
+    assert lease.info().pins == {}
+    assert conn.store.children(conn.paths.lease_pins("q3")) == []
+
+    again = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    again.append([{"id": i, "v": "new"} for i in range(6)])
+    again.snapshot(spark)
+    result = lease.acquire_latest("orders")
+    assert lease.info().pins == result.acquired
+    assert sorted(r.id for r in lease.read(spark, "orders").collect()) == list(range(6))

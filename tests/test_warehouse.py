@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from leasekit.warehouse import Warehouse
+from leasekit.errors import CorruptMetadataError
+from leasekit.warehouse import Warehouse, contained
 
 
 @pytest.fixture
@@ -49,3 +50,49 @@ def test_files_deleted_after_the_scan_are_left_out(wh):
     assert [e.path for e in listing.entries(listing.paths)] == sorted(set(listing.paths) - {"tables/t/a.parquet"},
                                                                       key=listing.paths.index)
 
+
+
+INSIDE = "ns/tables/t/0a1b"
+
+
+@pytest.mark.parametrize("rel, resolved", [
+    ("ns/tables/t/0a1b/log/0/w-1.parquet", "ns/tables/t/0a1b/log/0/w-1.parquet"),
+    ("ns/tables/t/0a1b/snapshots/x/_bucket=3/part-00000-c000.snappy.parquet",
+     "ns/tables/t/0a1b/snapshots/x/_bucket=3/part-00000-c000.snappy.parquet"),
+    ("ns/tables/t/0a1b/./log//0/../1/w.parquet", "ns/tables/t/0a1b/log/1/w.parquet"),
+])
+def test_contained_resolves_a_path_inside_its_directory(rel, resolved):
+    # §9 Containment: a path metadata names is resolved, and kept when it lies inside
+    assert contained(rel, INSIDE, "/ns/data/x") == resolved
+
+
+@pytest.mark.parametrize("rel", [
+    "ns/tables/t/0a1b/../../../../victim/f.parquet",   # climbs out of the warehouse
+    "ns/tables/t/0a1b/../other/f.parquet",              # another table's directory
+    "ns/tables/t/0a1b",                                 # the directory itself, not inside it
+    "ns/tables/t/0a1b/..",
+    "/tmp/victim/f.parquet",                            # absolute
+    "/ns/tables/t/0a1b/f.parquet",
+    "file:///tmp/victim/f.parquet",                     # URIs naming another location
+    "s3://other-bucket/ns/tables/t/0a1b/f.parquet",
+    "hdfs://nn:8020/ns/tables/t/0a1b/f.parquet",
+    "ns/tables/t/0a1b/{a,../../../../../victim}/f.parquet",  # a Hadoop glob that escapes
+    "ns/tables/t/0a1b/*.parquet",
+    "ns/tables/t/0a1b/a\\..\\..\\f.parquet",
+    "ns/tables/t/0a1b/f\x00.parquet",
+    "",
+    "ns/tables/t/0a1b/../0a1b2/f.parquet",              # a sibling whose name starts alike
+])
+def test_contained_refuses_a_path_outside_its_directory_naming_the_znode(rel):
+    # §9 Containment: anything else is CorruptMetadataError naming the znode
+    with pytest.raises(CorruptMetadataError) as exc_info:
+        contained(rel, INSIDE, "/ns/data/x/0/log/00000000000000000000")
+    assert exc_info.value.path == "/ns/data/x/0/log/00000000000000000000"
+    assert "/ns/data/x/0/log/00000000000000000000" in str(exc_info.value)
+
+
+@pytest.mark.parametrize("rel", [None, 5, b"ns/tables/t/0a1b/f.parquet", ["ns"]])
+def test_contained_refuses_a_path_that_is_not_a_string(rel):
+    # §9 Containment, §5: an ill-typed path is corrupt metadata too, not a TypeError
+    with pytest.raises(CorruptMetadataError):
+        contained(rel, INSIDE, "/ns/dropped/x")

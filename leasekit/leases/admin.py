@@ -259,14 +259,19 @@ def leases_pinning(ctx: Context, table_id: str) -> list[str]:
     return out
 
 
-def forget_table(ctx: Context, table_id: str) -> None:
-    """Remove a dropped table's pin arrays from every lease (its pin znodes go with its data)."""
+def forget_table(ctx: Context, table_id: str) -> list[str]:
+    """Remove a dropped table's pin arrays from every lease (its pin znodes go with its data);
+    returns the ids of the leases whose arrays were removed. The leases stay, maybe empty."""
     ids = ctx.store.children(ctx.paths.leases) or []
     kids = ctx.store.children_many([ctx.paths.lease_pins(i) for i in ids])
-    ops: list[Op] = [Delete(f"{ctx.paths.lease_pins(i)}/{n}")
-                     for i, names in zip(ids, kids) for n in (names or []) if ctx.paths.parse_lease_chunk(n)[0] == table_id]
-    for op in ops:
+    ops = [(i, Delete(f"{ctx.paths.lease_pins(i)}/{n}")) for i, names in zip(ids, kids)
+           for n in (names or []) if ctx.paths.parse_lease_chunk(n)[0] == table_id]
+    forgotten: list[str] = []
+    for lease_id, op in ops:
         try:
             ctx.store.commit([op])
         except TxnConflict:
-            pass  # the lease went away meanwhile
+            continue  # the lease went away meanwhile
+        if lease_id not in forgotten:
+            forgotten.append(lease_id)
+    return forgotten

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..records import LogSegment, TableBucket
+from ..warehouse import contained
 from ..zk import Delete, Op, SetData
 from ..zk.formats import BucketState, SegmentRecord
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
-__all__ = ["OP_COLUMN", "ROW_GROUP_RECORDS", "log_schema", "list_segments", "delete_segments"]
+__all__ = ["OP_COLUMN", "ROW_GROUP_RECORDS", "log_schema", "decode_segment", "list_segments",
+           "delete_segments"]
 
 OP_COLUMN = "_op"
 ROW_GROUP_RECORDS = 65_536
@@ -26,6 +28,17 @@ def log_schema(table: TableInfo) -> pa.Schema:
     """Schema of segment files: the table's columns (non-key ones nullable, for deletes) and ``_op``."""
     fields = [f if f.name in table.primary_key else f.with_nullable(True) for f in table.schema]
     return pa.schema([*fields, pa.field(OP_COLUMN, pa.string(), nullable=False)])
+
+
+def decode_segment(table: TableInfo, data: bytes, path: str) -> SegmentRecord:
+    """The segment record stored at ``path``, its file resolved inside the table's directory.
+
+    Raises:
+        CorruptMetadataError: naming ``path``, when the value cannot be decoded or names a
+            file outside the table's directory (DESIGN §9 Containment).
+    """
+    rec = SegmentRecord.decode(data, path)
+    return rec._replace(file=contained(rec.file, table.data_dir, path))
 
 
 def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[LogSegment]]:
@@ -41,7 +54,7 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
     for (bucket, base), path, node in zip(wanted, seg_paths, nodes):
         if node is None:
             continue  # deleted by retention between listing and reading
-        rec = SegmentRecord.decode(node.data, path)
+        rec = decode_segment(table, node.data, path)
         out[bucket].append(LogSegment(
             TableBucket(table.name, bucket), base, base + rec.rows,
             max(node.stat.ctime_ms, rec.ts_floor), rec.size, warehouse.uri(rec.file),
@@ -49,7 +62,6 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
     for segs in out.values():
         segs.sort(key=lambda s: s.base_offset)
     return out
-
 
 
 def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tuple[list[str], int]:
@@ -73,7 +85,7 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
         for path, node in zip(seg_paths, nodes[1:]):
             if node is None:
                 continue  # deleted by an earlier pass
-            rec = SegmentRecord.decode(node.data, path)
+            rec = decode_segment(table, node.data, path)  # before anything is deleted
             ops.append(Delete(path, node.stat.version))
             deleted.append((rec.file, rec.size))
             begin = max(begin, int(path.rsplit("/", 1)[1]) + rec.rows)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from ..durations import check_table_name, to_ms
 from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
+from ..log.segments import decode_segment
+from ..snapshots.catalog import decode_snapshot
 from ..tables.catalog import list_tables, load_table
 from ..zk import GetChildren, GetData
 from ..zk.formats import (
@@ -17,8 +19,6 @@ from ..zk.formats import (
     MemberRecord,
     OffsetRecord,
     PinChunk,
-    SegmentRecord,
-    SnapshotRecord,
 )
 from ..zk.paths import CHUNK
 from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
@@ -72,21 +72,25 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
         if node is None:
             continue
         try:
-            snap = SnapshotRecord.decode(node.data, path)
+            snap = decode_snapshot(table, node.data, path)  # §9: files inside the table's dir
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
         snapshots[b].append(SnapshotMeta(int(name), snap.log_offset, snap.size, snap.files, node.stat.num_children))
+    held: dict[int, int] = {}  # bucket -> base offset of its first unreadable segment
     for (b, name), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths):]):
         if node is None:
             continue
         try:
-            rec = SegmentRecord.decode(node.data, path)
+            rec = decode_segment(table, node.data, path)  # §9: file inside the table's dir
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
+            held[b] = min(held.get(b, int(name)), int(name))
             continue
         base = int(name)
         segments[b].append(SegmentMeta(base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file))
+    for b, at in held.items():  # R3: the log stays contiguous; nothing from there on is deleted
+        segments[b] = [s for s in segments[b] if s.base_offset < at]
     committed: dict[int, dict[str, int]] = {}
     live: frozenset[str] = frozenset()
     if table.properties["log.retention.respect-consumers"]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import IllegalStateError, SnapshotNotFoundError
 from ..records import Snapshot, TableBucket
+from ..warehouse import contained
 from ..zk import Delete, Node, TxnConflict, to_datetime
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
 from ..zk.paths import CHUNK
@@ -18,12 +19,22 @@ from ..zk.paths import CHUNK
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
-__all__ = ["list_snapshots", "get_snapshots", "read_latest", "delete_snapshot"]
+__all__ = ["decode_snapshot", "list_snapshots", "get_snapshots", "read_latest", "delete_snapshot"]
 
+
+def decode_snapshot(table: TableInfo, data: bytes, path: str) -> SnapshotRecord:
+    """The snapshot record stored at ``path``, its files resolved inside the table's directory.
+
+    Raises:
+        CorruptMetadataError: naming ``path``, when the value cannot be decoded or names a
+            file outside the table's directory (DESIGN §9 Containment).
+    """
+    rec = SnapshotRecord.decode(data, path)
+    return rec._replace(files=tuple(contained(f, table.data_dir, path) for f in rec.files))
 
 
 def _snapshot(table: TableInfo, bucket: int, snapshot_id: int, path: str, node: Node) -> Snapshot:
-    rec = SnapshotRecord.decode(node.data, path)
+    rec = decode_snapshot(table, node.data, path)
     uri = table.connection.warehouse.uri
     return Snapshot(
         TableBucket(table.name, bucket), snapshot_id, rec.log_offset, rec.rows, rec.size,
@@ -93,7 +104,7 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
     node, state_node = ctx.store.get_many([path, state_path])
     if node is None:
         raise SnapshotNotFoundError(f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}")
-    snap = _snapshot(table, bucket, snapshot_id, path, node)
+    snap = _snapshot(table, bucket, snapshot_id, path, node)  # its files checked before any delete
     if state_node is not None and BucketState.decode(state_node, state_path).latest_snapshot == snapshot_id:
         raise IllegalStateError(f"snapshot {snapshot_id} is the newest of {snap.table_bucket}; it is never deleted")
     try:
@@ -109,5 +120,5 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
         raise IllegalStateError(
             f"snapshot {snapshot_id} of {snap.table_bucket} changed while being deleted; try again"
         ) from None
-    ctx.warehouse.delete_files(SnapshotRecord.decode(node.data, path).files)
+    ctx.warehouse.delete_files(decode_snapshot(table, node.data, path).files)
     return snap

@@ -7,6 +7,7 @@ buckets, log and snapshots live under ``data/<id>`` (see ``zk.paths``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import time
 import uuid
@@ -27,6 +28,7 @@ from ..errors import (
 )
 from ..leases.admin import forget_table, leases_pinning
 from ..properties import TABLE_PROPERTIES, parse_properties
+from ..warehouse import contained
 from ..zk import Check, Create, Delete, TxnConflict
 from ..zk.formats import DroppedTable, TableRecord
 from . import fence
@@ -41,6 +43,8 @@ __all__ = ["create_table", "load_table", "load_tables", "list_tables", "drop_tab
            "MAX_BUCKETS"]
 
 MAX_BUCKETS = 1_000_000
+
+log = logging.getLogger(__name__)
 
 
 def _check_buckets(buckets: object) -> int:
@@ -116,10 +120,22 @@ def list_tables(ctx: Context) -> list[str]:
 
 
 def drop_table(ctx: Context, name: object, *, force: bool = False) -> None:
-    """Remove the table: its znode and a drop marker in one step, then data metadata, then files.
+    """Remove the table: its znode and a drop marker in one step, then the leases' pins of it,
+    its data metadata, then its files (``finish_drop``).
 
     The table's data znode is marked first and the pinning leases read after, so an acquire
     either committed before the mark (and is seen here) or fails its fence check (DESIGN §9).
+
+    Arguments:
+        ctx: the namespace.
+        name: the table's name or a Table.
+        force: drop it even while live leases pin it: their pins of it are removed (a WARNING
+            names those leases), the leases stay.
+
+    Raises:
+        TableNotFoundError: no such table.
+        IllegalStateError: live leases pin it and ``force`` is False (the message names them).
+        CorruptMetadataError: the drop marker is unreadable or names another directory.
     """
     delay = 0.002
     for _ in range(_DROP_ATTEMPTS):
@@ -131,8 +147,6 @@ def drop_table(ctx: Context, name: object, *, force: bool = False) -> None:
         delay = min(delay * 2, 0.05)
     else:
         raise IllegalStateError(f"drop of table {table.name!r}: gave up after {_DROP_ATTEMPTS} concurrent changes")
-    if pinned_by or force:
-        forget_table(ctx, table.table_id)
     finish_drop(ctx, table.table_id)
 
 
@@ -184,16 +198,47 @@ def _namespace_incomplete(ctx: Context, what: str, exc: TxnConflict) -> IllegalS
 
 
 def finish_drop(ctx: Context, table_id: str) -> None:
-    """Complete a drop recorded by its marker: metadata first, files second, marker last."""
+    """Complete a drop recorded by its marker: the leases' pins of the table, then its other
+    metadata, its files, and the marker last (so a pass cut short is finished by the next).
+
+    Logs a WARNING naming the leases whose pins of the table it removed (a forced drop's, or
+    expired ones'); those leases stay, maybe with no pin left.
+
+    Arguments:
+        ctx: the namespace.
+        table_id: the dropped table's id (the name of its drop marker).
+
+    Raises:
+        CorruptMetadataError: naming the marker, when it cannot be decoded or names another
+            directory than the table's own; nothing is deleted then (DESIGN §9 Containment).
+    """
     marker_path = ctx.paths.dropped_table(table_id)
     node = ctx.store.get(marker_path)
     if node is None:
         return
     marker = DroppedTable.decode(node.data, marker_path)
+    data_dir = _marked_dir(ctx, table_id, marker, marker_path)
+    forgotten = forget_table(ctx, table_id)
+    if forgotten:
+        log.warning("dropped table %r: removed its pins from lease(s) %s; the leases stay",
+                    marker.name, ", ".join(sorted(forgotten)))
     ctx.store.delete_tree(ctx.paths.table_data(table_id))
     ctx.store.check_fence()  # a janitor that no longer leads deletes no directory
-    ctx.warehouse.delete_dir(marker.data_dir)
+    ctx.warehouse.delete_dir(data_dir)
     ctx.store.delete_tree(marker_path)
+
+
+def _marked_dir(ctx: Context, table_id: str, marker: DroppedTable, marker_path: str) -> str:
+    """The directory a drop marker names, if it is the dropped table's own directory in the
+    namespace (``<tables dir>/<name>/<table id>``); ``CorruptMetadataError`` naming the marker
+    otherwise, before anything is deleted (DESIGN §9 Containment)."""
+    data_dir = contained(marker.data_dir, ctx.tables_dir, marker_path)
+    if "/" in marker.name or data_dir != f"{ctx.tables_dir}/{marker.name}/{table_id}":
+        raise CorruptMetadataError(
+            f"drop marker at {marker_path} names {marker.data_dir!r:.200}, not the directory of "
+            f"table {marker.name!r:.200} ({ctx.tables_dir}/<name>/{table_id}); nothing is deleted",
+            marker_path)
+    return data_dir
 
 
 def pending_drops(ctx: Context) -> list[str]:
