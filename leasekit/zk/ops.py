@@ -71,7 +71,7 @@ class Delete(NamedTuple):
 
 
 class Check(NamedTuple):
-    """Transaction op: fail unless ``path`` exists with ``version``."""
+    """Transaction op: fail unless ``path`` exists with ``version`` (-1: any version)."""
 
     path: str
     version: int
