@@ -267,20 +267,46 @@ class Warehouse:
 
     def delete_files(self, rels: Iterable[str]) -> None:
         """Delete files (and, locally, the checksum files Hadoop writes beside them); missing
-        ones are ignored."""
+        ones are ignored.
+
+        Raises:
+            IllegalStateError: on an I/O error, or (local) when a file's directory leads out of
+                the warehouse through a symbolic link: nothing is deleted there.
+        """
+        inside: dict[str, None] = {}  # local directories found inside the warehouse
         for rel in rels:
             targets = [rel]
             if self.is_local:
                 directory, name = posixpath.split(rel)
+                if directory not in inside:
+                    self._check_no_link_out(directory)
+                    inside[directory] = None
                 targets.append(posixpath.join(directory, f".{name}.crc"))
             for target in targets:
                 with io_errors(f"delete {self.uri(target)}"), contextlib.suppress(FileNotFoundError):
                     self.fs.delete_file(self.fs_path(target))
 
     def delete_dir(self, rel_dir: str) -> None:
-        """Delete a directory tree; a missing one is ignored."""
+        """Delete a directory tree; a missing one is ignored.
+
+        Raises:
+            IllegalStateError: on an I/O error, or (local) when the directory leads out of the
+                warehouse through a symbolic link: nothing is deleted there.
+        """
+        if self.is_local:
+            self._check_no_link_out(rel_dir)
         with io_errors(f"delete {self.uri(rel_dir)}"), contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self.fs_path(rel_dir))
+
+    def _check_no_link_out(self, rel_dir: str) -> None:
+        """Refuse a local directory whose real path is outside the warehouse's (DESIGN §9
+        Containment: a link planted in the warehouse does not carry a delete out of it)."""
+        root = os.path.realpath(self.location)
+        real = os.path.realpath(os.path.join(self.location, rel_dir))
+        if real != root and not real.startswith(root + os.sep):
+            raise IllegalStateError(
+                f"{self.uri(rel_dir)} leads out of the warehouse through a symbolic link (to "
+                f"{real}); nothing is deleted there")
 
     # -- small files (the namespace directory's owner marker) -------------------------------
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from leasekit.errors import CorruptMetadataError
+from leasekit.errors import CorruptMetadataError, IllegalStateError
 from leasekit.warehouse import Warehouse, contained
 
 
@@ -96,3 +96,23 @@ def test_contained_refuses_a_path_that_is_not_a_string(rel):
     # §9 Containment, §5: an ill-typed path is corrupt metadata too, not a TypeError
     with pytest.raises(CorruptMetadataError):
         contained(rel, INSIDE, "/ns/dropped/x")
+
+
+def test_local_deletes_never_follow_a_symbolic_link_out_of_the_warehouse(wh, tmp_path):
+    # §9 Containment: a link planted inside the warehouse does not carry a delete outside it
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "f.parquet").write_bytes(b"v")
+    (victim / "sub" / "g.parquet").write_bytes(b"v")
+    os.symlink(victim, tmp_path / "wh" / "tables" / "t" / "link")
+    with pytest.raises(IllegalStateError, match="symbolic link"):
+        wh.delete_files(["tables/t/link/f.parquet"])
+    with pytest.raises(IllegalStateError, match="symbolic link"):
+        wh.delete_dir("tables/t/link/sub")
+    with pytest.raises(IllegalStateError, match="symbolic link"):
+        wh.delete_dir("tables/t/link")
+    assert (victim / "f.parquet").is_file() and (victim / "sub" / "g.parquet").is_file()
+    wh.delete_files(["tables/t/a.parquet", "tables/t/log/0/00.parquet"])  # the rest as before
+    wh.delete_dir("tables/t/snap")
+    assert wh.scan("tables").paths == []  # the link is no directory of the warehouse
+    assert (victim / "f.parquet").is_file()
