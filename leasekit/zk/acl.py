@@ -24,6 +24,8 @@ __all__ = ["Access", "world_perms", "protect"]
 WORLD = Id("world", "anyone")
 BATCH = 2000
 """Znodes whose ACLs one pipelined batch of the closing pass reads, then closes and lists."""
+RECHECKS = 20
+"""Times the closed znodes are listed again for children that raced their closing."""
 
 
 def world_perms(acls: Sequence[ACL]) -> int:
@@ -83,23 +85,50 @@ class Access:
         a znode is closed before its children are listed, so no child created meanwhile
         escapes. Returns the znodes left open (their ACL refused this user's change).
 
-        Each level goes in pipelined batches: the ACLs read, then the changes and the listings
-        (multiReads) sent together; one session answers in order, so a change precedes its
-        listing.
+        Each level goes in pipelined batches: the ACLs read, the changes made, then the
+        listings (multiReads). ZooKeeper checks a create against its parent's pending change
+        record, which a pending ACL change leaves with the old ACL, so a create racing the
+        change may still land: the closed znodes are listed again until no child is new.
         """
-        reader = Reader(lambda: client, timeout)
-        refused: list[str] = []
-        level = [root]
+        closing = _Closing(self, client, Reader(lambda: client, timeout), clock, timeout)
+        closing.walk([root])
+        for _ in range(RECHECKS):
+            changed = list(closing.listed)
+            listings = closing.reader.collect(closing.reader.send([GetChildren(p) for p in changed]))
+            new = [f"{path}/{name}" for path, listing in zip(changed, listings)
+                   for name in listing.value or () if name not in closing.listed[path]]
+            if not new:
+                return closing.refused
+            for path, listing in zip(changed, listings):
+                closing.listed[path].update(listing.value or ())
+            closing.walk(new)
+        raise PermissionDeniedError(
+            f"the namespace {root} kept gaining znodes from clients without credentials while "
+            "it was being closed; try again"
+        )
+
+
+class _Closing:
+    """One closing pass: what it closed (with the children it listed) and what refused."""
+
+    def __init__(self, access: Access, client: KazooClient, reader: Reader, clock: str,
+                 timeout: float) -> None:
+        self.access, self.client, self.reader = access, client, reader
+        self.clock, self.timeout = clock, timeout
+        self.refused: list[str] = []
+        self.listed: dict[str, set[str]] = {}
+        """Each znode this pass closed, with the children it listed after closing it."""
+
+    def walk(self, level: list[str]) -> None:
+        """Close ``level`` and everything below it, one level at a time."""
         while level:
             following: list[str] = []
             for start in range(0, len(level), BATCH):
-                batch = level[start:start + BATCH]
-                following += self._close_batch(client, reader, batch, clock, timeout, refused)
+                following += self._batch(level[start:start + BATCH])
             level = following
-        return refused
 
-    def _close_batch(self, client: KazooClient, reader: Reader, paths: list[str], clock: str,
-                     timeout: float, refused: list[str]) -> list[str]:
+    def _batch(self, paths: list[str]) -> list[str]:
+        client, timeout = self.client, self.timeout
         reads = [client.get_acls_async(p) for p in paths]
         changes: dict[str, list[ACL]] = {}
         present: list[str] = []
@@ -109,23 +138,26 @@ class Access:
             except kx.NoNodeError:
                 continue
             present.append(path)
-            wanted = self.wanted(path, clock, acls)
+            wanted = self.access.wanted(path, self.clock, acls)
             if wanted is not None:
                 changes[path] = wanted
         sets = {p: client.set_acls_async(p, acl) for p, acl in changes.items()}
-        listings = reader.collect(reader.send([GetChildren(p) for p in present]))
-        for path, result in sets.items():
+        for path, result in sets.items():  # applied before the listing is even sent
             try:
                 result.get(timeout=timeout)
             except kx.NoNodeError:
                 pass
             except kx.NoAuthError:
-                refused.append(path)
+                self.refused.append(path)
+        listings = self.reader.collect(self.reader.send([GetChildren(p) for p in present]))
         children: list[str] = []
         for path, listing in zip(present, listings):
             if listing.error is not None:
                 raise listing.error
-            children += [f"{path}/{name}" for name in listing.value or ()]
+            names = listing.value or []
+            if path in sets:
+                self.listed[path] = set(names)
+            children += [f"{path}/{name}" for name in names]
         return children
 
 
