@@ -142,7 +142,8 @@ class Connection(Context):
         """The ZooKeeper clock as a UTC datetime."""
         return to_datetime(self.server_time_ms())
 
-    def update_settings(self, mapping: Mapping[str, Any], *, replace: bool = False) -> dict[str, Any]:
+    def update_settings(self, mapping: Mapping[str, Any], *,
+                        replace: bool = False) -> dict[str, Any]:
         """Change namespace-wide settings for every client (a compare-and-set on the znode).
 
         Arguments:

@@ -164,7 +164,9 @@ class Context:
         """
 
         def update(data: bytes | None, stat: Stat | None) -> None:
-            if stat is None:  # deleted: recreated by the next ensure_namespace
+            if stat is None:  # deleted: nothing stored, so the defaults apply
+                with self._settings_lock:
+                    self._settings_cache, self._settings_version = {}, -1
                 return
             try:
                 self._remember_settings(self._decode_settings(data or b""), stat.version)

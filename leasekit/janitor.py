@@ -39,7 +39,18 @@ _POLL = 0.1
 
 
 def check_interval(interval: Any) -> timedelta:
-    """The janitor interval as a ``timedelta``; ``InvalidDurationError`` unless it is > 0."""
+    """The janitor interval as a ``timedelta`` (no I/O: checked before anything starts).
+
+    Arguments:
+        interval: a duration (``timedelta``, seconds or a string like ``"30s"``).
+
+    Returns:
+        The interval.
+
+    Raises:
+        InvalidDurationError: not a duration, not > 0, or longer than
+            ``leasekit.durations.MAX_DURATION``.
+    """
     value = parse_duration(interval, what="janitor interval")
     if value <= timedelta(0):
         raise InvalidDurationError(f"janitor interval must be greater than 0, got {interval!r}")

@@ -53,7 +53,8 @@ def _int(minimum: int) -> Callable[[str, Any], int]:
             try:
                 value = int(value.strip().replace("_", ""))
             except ValueError:
-                raise InvalidArgumentError(f"{key} must be an integer, got {_shown(value)}") from None
+                raise InvalidArgumentError(
+                    f"{key} must be an integer, got {_shown(value)}") from None
         if not isinstance(value, int):
             raise InvalidArgumentError(f"{key} must be an integer, got {type(value).__name__}")
         if value < minimum:

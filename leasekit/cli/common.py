@@ -125,7 +125,8 @@ def _whole(text: str, what: str) -> int:
     try:
         return int(text.strip().replace("_", ""))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text[:40]!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"{what} must be a whole number, got {text[:40]!r}") from None
 
 
 def offset_arg(text: str) -> int:
@@ -140,7 +141,8 @@ def shift_arg(text: str) -> int:
     """An offset shift: a whole number in (-2**63, 2**63)."""
     value = _whole(text, "shift")
     if not -_INT64 < value < _INT64:
-        raise argparse.ArgumentTypeError(f"shift must be between -(2**63-1) and 2**63-1, got {text[:40]}")
+        raise argparse.ArgumentTypeError(
+            f"shift must be between -(2**63-1) and 2**63-1, got {text[:40]}")
     return value
 
 

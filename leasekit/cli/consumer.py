@@ -169,12 +169,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     target.add_argument("--to-earliest", action="store_true", help="the beginning of each log")
     target.add_argument("--to-latest", action="store_true", help="the end of each log")
     target.add_argument("--to-current", action="store_true", help="the committed offsets (end where none)")
-    target.add_argument("--to-offset", type=offset_arg, metavar="N", help="this offset in every bucket")
+    target.add_argument("--to-offset", type=offset_arg, metavar="N",
+                        help="this offset in every bucket")
     target.add_argument("--to-datetime", metavar="ISO8601", help="the first record at or after this time")
     target.add_argument("--by-duration", metavar="D", help="the first record at or after now minus D")
-    target.add_argument("--shift-by", type=shift_arg, metavar="N", help="move by N (clamped to the log)")
+    target.add_argument("--shift-by", type=shift_arg, metavar="N",
+                        help="move by N (clamped to the log)")
     reset.add_argument("--table", action="append", metavar="T", help="only this table (repeatable)")
-    reset.add_argument("--bucket", action="append", type=bucket_arg, metavar="B", help="only this bucket (repeatable)")
+    reset.add_argument("--bucket", action="append", type=bucket_arg, metavar="B",
+                       help="only this bucket (repeatable)")
     reset.add_argument("--execute", action="store_true", help="carry the reset out (default: a dry run)")
     delete = add_command(actions, "delete", "delete a group and its offsets", common, _delete)
     delete.add_argument("group", metavar="GROUP")

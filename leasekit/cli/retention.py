@@ -62,8 +62,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from ..retention.apply import run_retention
 
-    with connect(args, read_only=args.dry_run) as conn, tqdm(desc="retention", unit="item", disable=None,
-                                     leave=False) as bar:  # fmt: skip
+    with connect(args, read_only=args.dry_run) as conn, tqdm(
+            desc="retention", unit="item", disable=None, leave=False) as bar:
         report = run_retention(conn, args.table, dry_run=args.dry_run, progress=bar.update)
     data = {
         "dry_run": report.dry_run,

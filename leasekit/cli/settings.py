@@ -34,7 +34,8 @@ def _report(conn: Connection, settings: dict[str, Any], stored: dict[str, Any],
     return {
         "namespace": conn.namespace,
         "path": conn.paths.settings,
-        "settings": [{"setting": key, "value": value, "source": "set" if key in stored else "default"}
+        "settings": [{"setting": key, "value": value,
+                      "source": "set" if key in stored else "default"}
                      for key, value in settings.items()],
         "corrupt": corrupt,
     }

@@ -57,6 +57,14 @@ def _value(result: ReadResult) -> Any:
     return result.value
 
 
+MAX_TIMEOUT = 365 * 86400.0
+"""Seconds: a longer timeout waits this long (thread waits refuse much longer ones)."""
+
+MAX_SESSION_TIMEOUT = (2**31 - 1) / 1000
+"""Seconds: the protocol sends the session timeout as int32 milliseconds (a longer one would
+stop kazoo from connecting at all); servers grant far less anyway."""
+
+
 class ZkStore:
     """A ZooKeeper session with leasekit's transactions, pipelined reads, watches and retries.
 
@@ -73,8 +81,9 @@ class ZkStore:
         session_timeout: float | None = None,
     ) -> None:
         self.hosts = hosts
-        self.timeout = timeout
-        self.session_timeout = max(timeout, 4.0) if session_timeout is None else session_timeout
+        self.timeout = min(timeout, MAX_TIMEOUT)
+        asked = max(timeout, 4.0) if session_timeout is None else session_timeout
+        self.session_timeout = min(asked, MAX_SESSION_TIMEOUT)
         """The session timeout asked of ZooKeeper (it grants one within its bounds)."""
         self._auth = auth
         self.access = Access(auth)
@@ -82,7 +91,7 @@ class ZkStore:
         self._client: KazooClient | None = None
         self.round_trips = 0
         """Request batches sent and awaited (a pipelined batch counts once)."""
-        self._reader = Reader(lambda: self.client, timeout)
+        self._reader = Reader(lambda: self.client, self.timeout)
         self._dispatcher = Dispatcher()
         self._recording = threading.local()
         self._fence = threading.local()
