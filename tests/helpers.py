@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import leasekit as lk
 from leasekit.testing import seed_empty_snapshots as seed_empty_snapshots
 
@@ -186,3 +188,15 @@ class TcpProxy:
         self._closed = True
         self.cut()
         self._server.close()
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.02):
+    """The first truthy value of ``predicate()`` within ``timeout`` seconds, else an
+    AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

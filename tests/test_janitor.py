@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pyarrow as pa
 import pytest
-from helpers import grow, warehouse_files
+from helpers import grow, wait_for, warehouse_files
 
 import leasekit as lk
 from leasekit import janitor
@@ -29,16 +29,6 @@ HOUR_MS = 3_600_000
 def passes(caplog, thread_name: str | None = None) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "leasekit.janitor" and r.getMessage().startswith("janitor pass:")
             and (thread_name is None or r.threadName == thread_name)]
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def snapshot_ids(table) -> dict[int, list[int]]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-from helpers import grow, warehouse_files
+from helpers import grow, wait_for, warehouse_files
 
 import leasekit as lk
 from leasekit import janitor
@@ -24,16 +24,6 @@ from leasekit.retention import apply
 
 TB = lk.TableBucket
 SCHEMA = "id BIGINT, v STRING"
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _expired_nightly(conn) -> lk.Table:
