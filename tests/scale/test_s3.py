@@ -236,7 +236,11 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
     assert files[1] | files[3] <= stored and not files[2] & stored  # pinned and newest kept
     segments_after = _objects(bucket, f"{conn.namespace}/{table.data_dir}/log")
     assert segments_after < segments_before
-    assert {e.path for e in conn.warehouse.list(conn.tables_dir)} == {s.split("/", 1)[1] for s in stored}
+    # §9 Ownership: the owner marker lies beside tables/, and retention keeps it
+    marker = f"{conn.namespace}/{conn.namespace}/_leasekit_owner.json"  # warehouse s3://bucket/<ns>
+    assert marker in stored
+    assert ({e.path for e in conn.warehouse.list(conn.tables_dir)}
+            == {s.split("/", 1)[1] for s in stored - {marker}})
 
     lease.release([TB("t", 0)])
     assert lease.info().pins == {TB("t", 1): 1}
@@ -249,7 +253,7 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
     assert conn.run_retention().deleted == []
 
     conn.drop_table("t")
-    assert _objects(bucket, conn.namespace) == set()
+    assert _objects(bucket, conn.namespace) == {marker}  # the namespace still owns its directory
 
 
 def test_endpoint_in_the_uri_query_string(s3, zookeeper, namespace, bucket, monkeypatch):
