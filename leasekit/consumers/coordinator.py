@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import CommitFailedError, IllegalOperationError
+from ..errors import CommitFailedError, GroupNotEmptyError, IllegalOperationError
 from ..records import OffsetAndMetadata, TableBucket
 from ..zk import Check, TxnConflict
 from . import offsets as stored
@@ -332,8 +332,9 @@ class GroupCoordinator:
                                         f"owned by this member of group {self.group_id}; nothing was written")
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._tables[tb.table] for tb in changed}
-        try:
-            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence, skip_dropped=skip_dropped)
+        try:  # a manual assignment commits from outside the group: only into an empty one (§6.5)
+            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence, skip_dropped=skip_dropped,
+                          outside=self._sub.mode != SUBSCRIBED)
         except TxnConflict as exc:
             if exc.op in fence:
                 lost = owners.get(exc.op.path, "its buckets")
@@ -360,6 +361,9 @@ class GroupCoordinator:
             log.warning("auto-commit of group %s refused, rejoining: %s", self.group_id, exc)
             self._lost = True
             return False
+        except GroupNotEmptyError as exc:  # a manual assignment's: the group's members own them
+            log.warning("auto-commit into group %s skipped: %s", self.group_id, exc)
+            return True
 
     def close(self) -> None:
         """Commit the positions with auto-commit (C8), hand back the buckets, leave."""

@@ -6,6 +6,13 @@ pipelined round trip and writes every changed offset in one transaction while th
 ZooKeeper's request limit (several beyond it, each bucket's offset still written whole);
 offsets that did not change are not written. ``fence`` checks (the group generation of a
 member, say) go into every one of those transactions.
+
+A commit from outside the group (``outside``: a manual assignment, an offset reset) is refused
+with ``GroupNotEmptyError`` while the group has live members (§6.5, C13), checked inside each
+transaction: a member joins by creating its znode and bumping the data version of the
+``members`` znode in one transaction, and the commit checks that version (ZooKeeper's Check
+compares data versions only, never child versions), and the assignment's, as read together
+with an empty member list.
 """
 
 from __future__ import annotations
@@ -14,7 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..durations import check_id
-from ..errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
+from ..errors import (
+    GroupNotEmptyError,
+    IllegalStateError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    TableNotFoundError,
+)
 from ..records import OffsetAndMetadata, TableBucket
 from ..zk import (
     MAX_TXN_BYTES,
@@ -113,18 +126,31 @@ class _Dropped(Exception):
 
 def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | OffsetAndMetadata],
            tables: Mapping[str, TableInfo], *, fence: Sequence[Check] = (),
-           skip_dropped: bool = False) -> dict[TableBucket, OffsetRecord]:
+           skip_dropped: bool = False, outside: bool = False) -> dict[TableBucket, OffsetRecord]:
     """Commit ``offsets`` (checked) for the group; the records written, by bucket (unchanged
-    offsets are left out: nothing is written for them). Every transaction checks that the
-    tables are still the ones named (C17): offsets of a dropped table's buckets raise
-    ``TableNotFoundError`` before anything is written, or with ``skip_dropped`` are left out."""
+    offsets are left out: nothing is written for them).
+
+    Arguments:
+        fence: checks put into every transaction (a member's liveness and ownership, C11).
+        skip_dropped: leave out the offsets of dropped tables' buckets instead of raising.
+        outside: the committer is not a member: refused while the group has live members.
+
+    Returns:
+        The records written, by bucket.
+
+    Raises:
+        TableNotFoundError: a table was dropped (C17); nothing of it written.
+        GroupNotEmptyError: ``outside`` and the group has live members, read before the write
+            or found joined by the transaction's check; nothing was written.
+        InvalidArgumentError, InvalidTypeError: bad offsets, before any I/O.
+    """
     pending = check_offsets(offsets)
     written: dict[TableBucket, OffsetRecord] = {}
     for _ in range(ATTEMPTS):
         if not pending:
             return written
         try:
-            written.update(_commit_once(ctx, group_id, pending, tables, fence, written))
+            written.update(_commit_once(ctx, group_id, pending, tables, fence, written, outside))
             return written
         except _Dropped as exc:
             if not skip_dropped:
@@ -143,18 +169,25 @@ def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | Offs
 
 def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, OffsetAndMetadata],
                  tables: Mapping[str, TableInfo], fence: Sequence[Check],
-                 written: dict[TableBucket, OffsetRecord]) -> dict[TableBucket, OffsetRecord]:
+                 written: dict[TableBucket, OffsetRecord], outside: bool = False) -> dict[TableBucket, OffsetRecord]:
     paths = ctx.paths
     keys = list(pending)
     names = sorted({tb.table for tb in keys})
     offset_paths = [paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in keys]
     state_paths = [paths.bucket(tables[tb.table].table_id, tb.bucket) for tb in keys]
+    # (the assignment is read before the members: read in this order, one pipeline, in order)
+    empty = [paths.group_assignment(group_id), paths.group_members(group_id)] if outside else []
     now, nodes = ctx.read_with_clock([paths.group(group_id), paths.group_offsets(group_id),
-                                      *offset_paths, *state_paths, *(paths.table(n) for n in names)])
+                                      *offset_paths, *state_paths, *(paths.table(n) for n in names), *empty])
     group_node, parent_node = nodes[0], nodes[1]
     stored = nodes[2:2 + len(keys)]
     ends = log_ends(nodes[2 + len(keys):2 + 2 * len(keys)], state_paths)
     guard = list(fence)
+    ops: list[Op] = []
+    if group_node is None:
+        ops.append(Create(paths.group(group_id)))
+    if outside:
+        guard += _no_members(ctx, group_id, nodes[len(nodes) - 2], nodes[-1], ops)
     dropped = []
     for name, node in zip(names, nodes[2 + 2 * len(keys):]):
         if node is None or TableRecord.decode(node.data, paths.table(name)).table_id != tables[name].table_id:
@@ -163,9 +196,6 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
             guard.append(Check(paths.table(name), node.stat.version))  # not dropped while committing
     if dropped:
         raise _Dropped(dropped)
-    ops: list[Op] = []
-    if group_node is None:
-        ops.append(Create(paths.group(group_id)))
     if parent_node is None:
         ops.append(Create(paths.group_offsets(group_id)))
     records: dict[str, tuple[TableBucket, OffsetRecord]] = {}
@@ -191,3 +221,20 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
                 tb, record = records[op.path]
                 written[tb] = record
     return {tb: record for tb, record in records.values()}
+
+
+def _no_members(ctx: Context, group_id: str, assignment: Any, members: Any, ops: list[Op]) -> list[Check]:
+    """The checks that keep a commit from outside the group out of a group with live members:
+    ``GroupNotEmptyError`` now if the members read have any; else checks that fail once a
+    member joined since (a join bumps the ``members`` znode's data version; an assignment
+    published since names a member too). A missing ``members`` znode is created by the
+    commit (``ops``), which fails if a member created it meanwhile."""
+    if members is not None and members.stat.num_children:
+        raise GroupNotEmptyError(f"group {group_id} has {members.stat.num_children} live member(s): a consumer "
+                                 "outside it cannot commit its offsets (stop them first); nothing was written")
+    checks = [] if assignment is None else [Check(ctx.paths.group_assignment(group_id), assignment.stat.version)]
+    if members is None:
+        ops.append(Create(ctx.paths.group_members(group_id)))
+    else:
+        checks.append(Check(ctx.paths.group_members(group_id), members.stat.version))
+    return checks
