@@ -9,9 +9,9 @@ membership and offsets, or none)."""
 from __future__ import annotations
 
 import itertools
+import math
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,8 +25,6 @@ from ..errors import (
     OffsetOutOfRangeError,
     TableNotFoundError,
 )
-from ..log.reader import OFFSET, TIMESTAMP
-from ..log.segments import OP_COLUMN
 from ..records import OffsetAndMetadata, Record, TableBucket
 from ..tables.catalog import list_tables, load_table, load_tables
 from . import offsets as stored
@@ -90,7 +88,8 @@ class Consumer:
         """Some matched table waits for the buckets of a dropped table of its name to go."""
         self._gone: set[str] = set()
         """Ids of tables found dropped while assigned: their buckets are not read or waited on."""
-        self._records: deque[Record] = deque()
+        self._last: TableBucket | None = None
+        """The bucket getone handed a record of last: the next comes from its buffer first."""
         self._seen_assignment = self._sub.assignments
         self._turn = itertools.count()
         self._closed = False
@@ -204,50 +203,82 @@ class Consumer:
             return
         self._seen_assignment = self._sub.assignments
         assigned = set(self._sub.assignment())
-        self._fetcher.retain(assigned)
-        self._records = deque(r for r in self._records if r.table_bucket in assigned)
+        self._fetcher.retain(assigned)  # a revoked bucket's buffered records go (C1)
         self._fetcher.wake()
 
     # -- polling -----------------------------------------------------------------------------
 
     def poll(self, timeout: Any = "0s", max_records: int | None = None) -> dict[TableBucket, pa.Table]:
-        """Records from the positions of the assigned, unpaused buckets (only buckets that have
-        some); waits up to ``timeout`` for new ones."""
+        """Records from the positions of the assigned, unpaused buckets; records fetched and not
+        yet handed out (by ``getone``) come first. Positions move past what is returned (C1).
+
+        Arguments:
+            timeout: how long to wait for records when none are there (a duration; huge
+                values wait until records come).
+            max_records: at most this many records (default ``max_poll_records``).
+
+        Returns:
+            The records of each bucket that has some (``{}`` when none), with the columns
+            ``_offset``, ``_timestamp``, ``_op`` and the table's.
+
+        Raises:
+            IllegalStateError: the consumer is closed.
+            InvalidDurationError, InvalidArgumentError, InvalidTypeError: bad arguments.
+            NoOffsetForBucketError, OffsetOutOfRangeError: with ``auto_offset_reset="none"`` (C5).
+        """
         self._check_open()
-        wait = parse_duration(timeout, what="timeout").total_seconds()
+        wait = _timeout(timeout)
         limit = self._max_poll_records if max_records is None else _positive_int(max_records, "max_records")
-        deadline = time.monotonic() + wait
-        with self._coordinator.polling():  # max_poll_interval counts the time between polls
-            while True:
-                self._follow_pattern()
-                self._coordinator.poll()
-                self._assignment_changed()
-                out = self._fetch(limit) if not self._coordinator.suspended else {}
-                left = deadline - time.monotonic()
-                if out or left <= 0 or self._closed:
-                    return out
-                self._fetcher.wait(left, self._has_news)
+        return self._poll(wait, lambda: self._fetch(limit), {})
 
     def getone(self, timeout: Any = None) -> Record | None:
-        """The next record of any assigned bucket; None after ``timeout`` (None: wait forever)."""
+        """The next record of any assigned, unpaused bucket; its position moves past it only.
+
+        Arguments:
+            timeout: how long to wait for a record (None, or a huge duration: until one comes).
+
+        Returns:
+            The record, or None when none came within ``timeout`` or the consumer was closed.
+
+        Raises:
+            As ``poll``.
+        """
         self._check_open()
-        wait = None if timeout is None else parse_duration(timeout, what="timeout").total_seconds()
-        deadline = None if wait is None else time.monotonic() + wait
-        while not self._records:
-            left = 3600.0 if deadline is None else deadline - time.monotonic()
-            if left < 0 or self._closed:
-                return None
-            for tb, table in self.poll(timeout=max(left, 0.0)).items():
-                self._records.extend(_records(tb, table))
-            if deadline is not None and not self._records and time.monotonic() >= deadline:
-                return None
-        return self._records.popleft()
+        wait = math.inf if timeout is None else _timeout(timeout)
+        return self._poll(wait, self._take_one, None)
 
     def __iter__(self) -> Iterator[Record]:
         while not self._closed:
             record = self.getone()
             if record is not None:
                 yield record
+
+    def _poll(self, wait: float, take: Callable[[], Any], empty: Any) -> Any:
+        """Drive the group and take records until some come or ``wait`` seconds passed."""
+        deadline = time.monotonic() + wait
+        with self._coordinator.polling():  # max_poll_interval counts the time between polls
+            while True:
+                self._follow_pattern()
+                self._coordinator.poll()
+                self._assignment_changed()
+                out = take() if not self._coordinator.suspended else empty
+                left = deadline - time.monotonic()
+                if out or left <= 0 or self._closed:
+                    return out
+                self._fetcher.wait(left, self._has_news)
+
+    def _take_one(self) -> Record | None:
+        """The next record of the bucket getone served last, while it has buffered ones; else
+        of the next bucket with records."""
+        tb = self._last
+        if tb is not None and tb in self._fetchable_set():
+            state = self._sub.state(tb)
+            buffer = self._fetcher.buffered(tb, state.position) if state.position is not None else None
+            if buffer is not None:
+                record = buffer.record(tb)
+                state.position = record.offset + 1  # C1
+                return record
+        return self._fetch(1, one=True)
 
     def _has_news(self) -> bool:
         if self._closed or self._coordinator.has_work or (self._pattern is not None and self._pattern.changed):
@@ -259,16 +290,22 @@ class Consumer:
                 return True
         return False
 
+    def _fetchable_set(self) -> set[TableBucket]:
+        return set(self._fetchable()) if self._gone or self._sub.paused() else set(self._sub.assignment())
+
     def _fetchable(self) -> list[TableBucket]:
         buckets = self._sub.fetchable()
         if self._gone:
             buckets = [tb for tb in buckets if self._tables[tb.table].table_id not in self._gone]
         return buckets
 
-    def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
+    def _fetch(self, limit: int, *, one: bool = False) -> Any:
+        """Hand out up to ``limit`` records, buffered ones first, reading buckets whose buffer
+        is empty (round robin); positions move past what is handed out only (C1). With
+        ``one``: the next record, or None."""
         buckets = self._fetchable()
         if not buckets:
-            return {}
+            return None if one else {}
         self._fetcher.watch(buckets)
         self._ensure_positions(buckets)
         states = {tb: self._sub.state(tb) for tb in buckets}
@@ -281,17 +318,26 @@ class Consumer:
         start = next(self._turn) % len(buckets)
         out: dict[TableBucket, pa.Table] = {}
         now = int(time.time() * 1000)
-        buffered = {r.table_bucket for r in self._records}
         for tb in buckets[start:] + buckets[:start]:
             if limit <= 0:
                 break
-            if tb in buffered:  # getone's records come first: never twice, never skipped
-                continue
-            data = self._read(tb, states[tb], limit, now)
-            if data is not None:
-                out[tb] = data
-                limit -= data.num_rows
-        return out
+            state = states[tb]
+            buffer = self._fetcher.buffered(tb, state.position)
+            if buffer is None:
+                data = self._read(tb, state, self._max_poll_records if one else limit, now)
+                if data is None:
+                    continue
+                buffer = self._fetcher.keep(tb, data, state.position)
+            state.last_poll = now
+            if one:
+                self._last = tb
+                record = buffer.record(tb)
+                state.position = record.offset + 1  # C1
+                return record
+            out[tb] = data = buffer.table(limit)
+            state.position += data.num_rows  # C1
+            limit -= data.num_rows
+        return None if one else out
 
     def _read(self, tb: TableBucket, state: Any, limit: int, now: int) -> pa.Table | None:
         bounds = self._fetcher.bounds(tb) or self._fetcher.refresh_bounds([tb])[tb]
@@ -315,8 +361,7 @@ class Consumer:
             if position < fresh.begin:
                 self._out_of_range(tb, position, fresh)
             return None
-        state.position = position + data.num_rows  # C1
-        return data
+        return data  # from ``state.position`` (reset above when it was out of range)
 
     # -- positions ------------------------------------------------------------------------
 
@@ -386,7 +431,7 @@ class Consumer:
 
     def _move(self, tb: TableBucket, offset: int) -> None:
         self._sub.state(tb).position = offset
-        self._records = deque(r for r in self._records if r.table_bucket != tb)
+        self._fetcher.discard(tb)  # its buffered records are not the next any more
         self._fetcher.wake()
 
     def _targets(self, tbs: tuple[TableBucket, ...]) -> list[TableBucket]:
@@ -562,11 +607,10 @@ def _positive_int(value: object, what: str) -> int:
     return value
 
 
-def _records(tb: TableBucket, table: pa.Table) -> Iterator[Record]:
-    columns = [n for n in table.column_names if n not in (OFFSET, TIMESTAMP, OP_COLUMN)]
-    offsets = table.column(OFFSET).to_pylist()
-    stamps = table.column(TIMESTAMP).cast(pa.int64()).to_pylist()
-    ops = table.column(OP_COLUMN).to_pylist()
-    values = table.select(columns).to_pylist()
-    for offset, ts, op, value in zip(offsets, stamps, ops, values):
-        yield Record(tb, offset, ts, op, value)
+
+def _timeout(value: Any) -> float:
+    """Seconds to wait for ``value`` (a duration); huge ones wait until records come."""
+    try:
+        return parse_duration(value, what="timeout").total_seconds()
+    except OverflowError:  # beyond timedelta's range: longer than anyone waits
+        return math.inf
