@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..durations import parse_duration
 from ..errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -31,6 +30,8 @@ from . import offsets as stored
 from .assignors import get_assignor
 from .coordinator import GroupCoordinator, NoGroupCoordinator
 from .fetcher import Bounds, Fetcher, SegmentGone
+from .options import RESET_POLICIES, consumer_options, positive_int
+from .options import timeout as timeout_seconds
 from .pattern import TableWatch, compile_pattern
 from .subscription import ASSIGNED, SUBSCRIBED, SubscriptionState, check_listener
 
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Consumer", "RESET_POLICIES"]
 
-RESET_POLICIES = ("earliest", "latest", "none")
-
 
 class Consumer:
     """Reads buckets of tables by offset; built by ``Connection.consumer``."""
@@ -50,23 +49,13 @@ class Consumer:
                  auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
                  auto_commit_interval: Any = "5s", session_timeout: Any = "10s", assignor: str = "sticky",
                  listener: Any = None, max_poll_records: int = 10_000, max_poll_interval: Any = "5m") -> None:
-        if auto_offset_reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
-            raise InvalidArgumentError(f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
-                                       f"not {auto_offset_reset!r}")
-        if not isinstance(enable_auto_commit, bool):
-            raise InvalidTypeError("enable_auto_commit must be a bool")
+        options = consumer_options(auto_offset_reset=auto_offset_reset, enable_auto_commit=enable_auto_commit,
+                                   auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
+                                   max_poll_interval=max_poll_interval, max_poll_records=max_poll_records)
         self._assignor = get_assignor(assignor)
         if listener is not None:
             check_listener(listener)
-        self._session_timeout = parse_duration(session_timeout, what="session_timeout").total_seconds()
-        self._max_poll_interval = parse_duration(max_poll_interval, what="max_poll_interval").total_seconds()
-        for name, seconds in (("session_timeout", self._session_timeout),
-                              ("max_poll_interval", self._max_poll_interval)):
-            if seconds <= 0:
-                raise InvalidArgumentError(f"{name} must be greater than 0")
-        self._max_poll_records = _positive_int(max_poll_records, "max_poll_records")
-        self._reset = auto_offset_reset
-        interval = parse_duration(auto_commit_interval, what="auto_commit_interval").total_seconds()
+        self._max_poll_records, self._reset = options.max_poll_records, options.reset
         self._ctx = ctx
         self._tables: dict[str, TableInfo] = {}
         self._sub = SubscriptionState()
@@ -77,10 +66,11 @@ class Consumer:
             self._coordinator = NoGroupCoordinator(self._sub)
         else:
             self._coordinator = GroupCoordinator(ctx, stored.check_group_id(group_id), self._sub, self._tables,
-                                                 auto_commit=enable_auto_commit, interval=interval,
+                                                 auto_commit=options.auto_commit,
+                                                 interval=options.auto_commit_interval,
                                                  assignor=self._assignor, wake=self._fetcher.wake,
-                                                 session_timeout=self._session_timeout,
-                                                 max_poll_interval=self._max_poll_interval)
+                                                 session_timeout=options.session_timeout,
+                                                 max_poll_interval=options.max_poll_interval)
         self._pattern: TableWatch | None = None
         self._matched: dict[str, TableInfo] = {}
         """The tables the pattern matched at its newest change, by name."""
@@ -227,8 +217,8 @@ class Consumer:
             NoOffsetForBucketError, OffsetOutOfRangeError: with ``auto_offset_reset="none"`` (C5).
         """
         self._check_open()
-        wait = _timeout(timeout)
-        limit = self._max_poll_records if max_records is None else _positive_int(max_records, "max_records")
+        wait = timeout_seconds(timeout)
+        limit = self._max_poll_records if max_records is None else positive_int(max_records, "max_records")
         return self._poll(wait, lambda: self._fetch(limit), {})
 
     def getone(self, timeout: Any = None) -> Record | None:
@@ -244,7 +234,7 @@ class Consumer:
             As ``poll``.
         """
         self._check_open()
-        wait = math.inf if timeout is None else _timeout(timeout)
+        wait = math.inf if timeout is None else timeout_seconds(timeout)
         return self._poll(wait, self._take_one, None)
 
     def __iter__(self) -> Iterator[Record]:
@@ -402,11 +392,7 @@ class Consumer:
         """Make ``offset`` the next to return (C6)."""
         self._check_open()
         self._sub.state(tb)
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise InvalidTypeError(f"offset must be an int, not {type(offset).__name__}")
-        if offset < 0:
-            raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
-        self._move(tb, offset)
+        self._move(tb, stored.check_offset(offset, "offset"))
 
     def seek_to_beginning(self, *tbs: TableBucket) -> None:
         for tb, bounds in self._fetcher.refresh_bounds(self._targets(tbs)).items():
@@ -464,10 +450,7 @@ class Consumer:
             raise InvalidTypeError("timestamps must be a mapping of TableBucket to epoch ms")
         for tb, ts in timestamps.items():
             self._table_of(tb)
-            if isinstance(ts, bool) or not isinstance(ts, int):
-                raise InvalidTypeError(f"timestamp of {tb} must be an int (epoch ms)")
-            if ts < 0:
-                raise InvalidArgumentError(f"timestamp of {tb} must be >= 0, got {ts}")
+            stored.check_offset(ts, f"timestamp of {tb} (epoch ms)")
         bounds = self._bounds_now(timestamps)
         out: dict[TableBucket, int | None] = {}
         for tb, ts in timestamps.items():
@@ -598,19 +581,3 @@ class Consumer:
         self._fetcher.add_table(info)
         return self._tables[info.name]
 
-
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise InvalidArgumentError(f"{what} must be >= 1, got {value}")
-    return value
-
-
-
-def _timeout(value: Any) -> float:
-    """Seconds to wait for ``value`` (a duration); huge ones wait until records come."""
-    try:
-        return parse_duration(value, what="timeout").total_seconds()
-    except OverflowError:  # beyond timedelta's range: longer than anyone waits
-        return math.inf

@@ -16,6 +16,7 @@ from ..errors import CommitFailedError, GroupNotEmptyError, IllegalOperationErro
 from ..records import OffsetAndMetadata, TableBucket
 from ..zk import Check, TxnConflict
 from . import offsets as stored
+from .fetcher import MAX_WAIT
 from .group import GroupMember
 from .subscription import SUBSCRIBED, SubscriptionState
 
@@ -417,14 +418,14 @@ class PollTimer:
             thread.join()
 
     def _run(self, stop: threading.Event) -> None:
-        wait = self.interval
+        wait = min(self.interval, MAX_WAIT)  # (a huge interval waits in turns: it never fires)
         while not stop.wait(wait):
             with self._lock:  # a poll starting now waits until the member has left
                 idle = 0.0 if self._inside else time.monotonic() - self._last
                 if idle >= self.interval:
                     self._last = time.monotonic()  # once per idle spell
                     self._expired()
-            wait = self.interval - idle if idle < self.interval else self.interval
+            wait = min(self.interval - idle if idle < self.interval else self.interval, MAX_WAIT)
 
 
 def _no_group() -> IllegalOperationError:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..durations import check_id
 from ..errors import (
+    CorruptMetadataError,
     GroupNotEmptyError,
     IllegalStateError,
     InvalidArgumentError,
@@ -46,9 +47,13 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["MAX_METADATA_BYTES", "check_group_id", "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
+__all__ = ["MAX_METADATA_BYTES", "OFFSET_LIMIT", "check_offset", "decode", "check_group_id", "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
 
 MAX_METADATA_BYTES = 4096
+OFFSET_LIMIT = 2**63
+"""Offsets and epoch-ms timestamps are int64: every one is below this (§9)."""
+MAX_TIME_MS = 253402300799999
+"""The last millisecond of year 9999: the latest commit time a datetime shows."""
 ATTEMPTS = 50
 
 
@@ -70,10 +75,7 @@ def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
             raise InvalidTypeError(f"offset keys must be TableBucket, not {type(tb).__name__}")
         value = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
         offset, metadata = value
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise InvalidTypeError(f"offset of {tb} must be an int, not {type(offset).__name__}")
-        if offset < 0:
-            raise InvalidArgumentError(f"offset of {tb} must be >= 0, got {offset}")
+        check_offset(offset, f"offset of {tb}")
         if not isinstance(metadata, str):
             raise InvalidTypeError(f"metadata of {tb} must be a str, not {type(metadata).__name__}")
         if len(metadata.encode("utf-8", "surrogatepass")) > MAX_METADATA_BYTES:
@@ -82,8 +84,31 @@ def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
     return out
 
 
+def check_offset(value: object, what: str) -> int:
+    """``value`` if it is an int in [0, 2**63); else ``InvalidTypeError`` or
+    ``InvalidArgumentError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+    if value >= OFFSET_LIMIT:
+        raise InvalidArgumentError(f"{what} is out of range: {value} is not below 2**63")
+    return value
+
+
+def decode(node: Any, path: str) -> OffsetRecord:
+    """The committed offset stored at ``path``; ``CorruptMetadataError`` naming the path for
+    garbage, and for numbers no int64 holds (an older version's or a hostile client's)."""
+    record = OffsetRecord.decode(node, path)
+    numbers = [record.offset, *(n for c in record.history for n in (c.offset, c.log_end))]
+    if any(not 0 <= n < OFFSET_LIMIT for n in numbers) or any(
+            not 0 <= c.time_ms <= MAX_TIME_MS for c in record.history):
+        raise CorruptMetadataError(f"committed offset at {path} holds a number out of range", path)
+    return record
+
+
 def _decode(path: str, node: Any) -> OffsetRecord | None:
-    return None if node is None else OffsetRecord.decode(node, path)
+    return None if node is None else decode(node, path)
 
 
 def fetch(ctx: Context, group_id: str, tables: Mapping[str, TableInfo],
