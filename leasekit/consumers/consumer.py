@@ -20,8 +20,6 @@ from ..errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidTypeError,
-    NoOffsetForBucketError,
-    OffsetOutOfRangeError,
     TableNotFoundError,
 )
 from ..records import OffsetAndMetadata, Record, TableBucket
@@ -55,12 +53,12 @@ class Consumer:
         self._assignor = get_assignor(assignor)
         if listener is not None:
             check_listener(listener)
-        self._max_poll_records, self._reset = options.max_poll_records, options.reset
+        self._max_poll_records = options.max_poll_records
         self._ctx = ctx
         self._tables: dict[str, TableInfo] = {}
         self._sub = SubscriptionState()
         self._sub.listener = listener
-        self._fetcher = Fetcher({})
+        self._fetcher = Fetcher({}, reset=options.reset)
         self._coordinator: GroupCoordinator | NoGroupCoordinator
         if group_id is None:
             self._coordinator = NoGroupCoordinator(self._sub)
@@ -339,7 +337,7 @@ class Consumer:
                 self._gone.add(self._tables[tb.table].table_id)   # subscription at a coming poll (C17)
                 return None
             if not bounds.begin <= position <= bounds.end:
-                position = self._out_of_range(tb, position, bounds)
+                position = self._fetcher.reset_position(tb, state, bounds)
         if position >= bounds.end:
             return None
         try:
@@ -349,7 +347,7 @@ class Consumer:
         if data is None:  # retention deleted the segment under us (C5)
             fresh = self._fetcher.refresh_bounds([tb])[tb]
             if position < fresh.begin:
-                self._out_of_range(tb, position, fresh)
+                self._fetcher.reset_position(tb, state, fresh)
             return None
         return data  # from ``state.position`` (reset above when it was out of range)
 
@@ -357,29 +355,9 @@ class Consumer:
 
     def _ensure_positions(self, buckets: list[TableBucket]) -> None:
         missing = self._sub.without_position(buckets)
-        if not missing:
-            return
-        committed = self._coordinator.starting_offsets(missing)
-        known = {tb: self._fetcher.bounds(tb) for tb in missing}  # watched: current already
-        bounds = {tb: b for tb, b in known.items() if b is not None}
-        bounds.update(self._fetcher.refresh_bounds([tb for tb in missing if tb not in bounds]))
-        for tb in missing:
-            record = committed.get(tb)
-            if record is not None:
-                position = record.offset
-            elif self._reset == "none":
-                raise NoOffsetForBucketError(f"{tb} has no committed offset and auto_offset_reset is 'none'")
-            else:
-                position = bounds[tb].begin if self._reset == "earliest" else bounds[tb].end
-            self._sub.state(tb).position = position
-
-    def _out_of_range(self, tb: TableBucket, position: int, bounds: Bounds) -> int:
-        if self._reset == "none":
-            raise OffsetOutOfRangeError(f"position {position} of {tb} is outside its log [{bounds.begin}, "
-                                        f"{bounds.end}]")
-        new = bounds.begin if self._reset == "earliest" else bounds.end
-        self._sub.state(tb).position = new
-        return new
+        if missing:  # the committed offsets, else the reset policy (C5)
+            self._fetcher.start_positions({tb: self._sub.state(tb) for tb in missing},
+                                          self._coordinator.starting_offsets(missing))
 
     def position(self, tb: TableBucket) -> int:
         """Offset of the next record to return (C1)."""
@@ -389,7 +367,12 @@ class Consumer:
         return state.position
 
     def seek(self, tb: TableBucket, offset: int) -> None:
-        """Make ``offset`` the next to return (C6)."""
+        """Make ``offset`` the next to return (C6); the bucket's buffered records are dropped.
+
+        Raises:
+            IllegalStateError: ``tb`` is not assigned. InvalidTypeError: not an int.
+            InvalidArgumentError: negative, or 2**63 or more.
+        """
         self._check_open()
         self._sub.state(tb)
         self._move(tb, stored.check_offset(offset, "offset"))
@@ -452,12 +435,7 @@ class Consumer:
             self._table_of(tb)
             stored.check_offset(ts, f"timestamp of {tb} (epoch ms)")
         bounds = self._bounds_now(timestamps)
-        out: dict[TableBucket, int | None] = {}
-        for tb, ts in timestamps.items():
-            segments = self._fetcher.segments(tb, bounds[tb].begin)
-            found = next((s for s in segments if s.end_offset > bounds[tb].begin and s.timestamp_ms >= ts), None)
-            out[tb] = None if found is None else max(found.base_offset, bounds[tb].begin)
-        return out
+        return {tb: self._fetcher.offset_for_time(tb, ts, bounds[tb].begin) for tb, ts in timestamps.items()}
 
     def highwater(self, tb: TableBucket) -> int | None:
         """The bucket's log end offset as of the last poll; None before one."""
@@ -501,8 +479,19 @@ class Consumer:
         return self._coordinator.generation
 
     def commit(self, offsets: Mapping[TableBucket, int | OffsetAndMetadata] | None = None) -> None:
-        """Commit the positions of the assignment, or exactly ``offsets`` (C3); offsets that
-        did not change are not written."""
+        """Commit the positions of the assignment (records handed out only), or exactly
+        ``offsets`` (C3); offsets that did not change are not written.
+
+        Arguments:
+            offsets: None, or TableBucket -> offset (an int in [0, 2**63)) or OffsetAndMetadata.
+
+        Raises:
+            IllegalOperationError: no group_id. IllegalStateError: an unassigned bucket.
+            InvalidArgumentError, InvalidTypeError: bad offsets, before anything is written.
+            CommitFailedError: a member that no longer owns a bucket or left the group (C11).
+            GroupNotEmptyError: a manual assignment commits into a group with live members (§6.5).
+            TableNotFoundError: a bucket of a dropped table (C17).
+        """
         self._check_open()
         self._coordinator.require_group()
         if offsets is None:  # the positions: those of a dropped table's buckets are left out (C17)

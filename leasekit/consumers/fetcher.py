@@ -8,11 +8,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
-from ..errors import LeasekitError
+from ..errors import LeasekitError, NoOffsetForBucketError, OffsetOutOfRangeError
 from ..log.reader import OFFSET, TIMESTAMP, SegmentGone, SegmentReader, find_segment
 from ..log.segments import OP_COLUMN, list_segments
 from ..records import LogSegment, Record, TableBucket
@@ -73,7 +73,9 @@ class Buffered:
 class Fetcher:
     """Reads records of watched buckets; ``wait`` blocks until a watched bucket's log grows."""
 
-    def __init__(self, tables: Mapping[str, TableInfo]) -> None:
+    def __init__(self, tables: Mapping[str, TableInfo], *, reset: str = "latest") -> None:
+        self.reset = reset
+        """The reset policy (C5): "earliest", "latest" or "none"."""
         self._tables = dict(tables)
         self._readers = {name: SegmentReader(t) for name, t in self._tables.items()}
         self._bounds: dict[TableBucket, Bounds] = {}
@@ -192,6 +194,38 @@ class Fetcher:
         with self._changed:
             self._version += 1
             self._changed.notify_all()
+
+    # -- positions without an offset, or outside the log (C5) -------------------------------
+
+    def start_positions(self, states: Mapping[TableBucket, Any], committed: Mapping[TableBucket, Any]) -> None:
+        """Give each of ``states`` (buckets without a position) its committed offset, or one by
+        the reset policy; ``NoOffsetForBucketError`` with "none"."""
+        known = {tb: self.bounds(tb) for tb in states}  # watched: current already
+        bounds = {tb: b for tb, b in known.items() if b is not None}
+        bounds.update(self.refresh_bounds([tb for tb in states if tb not in bounds]))
+        for tb, state in states.items():
+            record = committed.get(tb)
+            if record is not None:
+                state.position = record.offset
+            elif self.reset == "none":
+                raise NoOffsetForBucketError(f"{tb} has no committed offset and auto_offset_reset is 'none'")
+            else:
+                state.position = bounds[tb].begin if self.reset == "earliest" else bounds[tb].end
+
+    def reset_position(self, tb: TableBucket, state: Any, bounds: Bounds) -> int:
+        """Move ``state``, whose position ``bounds`` do not hold, by the reset policy; the new
+        position. ``OffsetOutOfRangeError`` with "none"."""
+        if self.reset == "none":
+            raise OffsetOutOfRangeError(f"position {state.position} of {tb} is outside its log [{bounds.begin}, "
+                                        f"{bounds.end}]")
+        state.position = bounds.begin if self.reset == "earliest" else bounds.end
+        return state.position
+
+    def offset_for_time(self, tb: TableBucket, timestamp_ms: int, begin: int) -> int | None:
+        """The earliest stored offset (>= ``begin``) whose timestamp is >= ``timestamp_ms`` (C7)."""
+        segments = self.segments(tb, begin)
+        found = next((s for s in segments if s.end_offset > begin and s.timestamp_ms >= timestamp_ms), None)
+        return None if found is None else max(found.base_offset, begin)
 
     # -- records read, not handed out -------------------------------------------------------
 
