@@ -259,7 +259,8 @@ class Consumer:
         """The next record of the bucket getone served last, while it has buffered ones; else
         of the next bucket with records."""
         tb = self._last
-        if tb is not None and tb in self._fetchable_set():
+        if tb is not None and self._sub.is_assigned(tb) and not self._sub.state(tb).paused \
+                and self._tables[tb.table].table_id not in self._gone:  # (in O(1): no list of all)
             state = self._sub.state(tb)
             buffer = self._fetcher.buffered(tb, state.position) if state.position is not None else None
             if buffer is not None:
@@ -277,9 +278,6 @@ class Consumer:
             if bounds is not None and (position is None or position != bounds.end):
                 return True
         return False
-
-    def _fetchable_set(self) -> set[TableBucket]:
-        return set(self._fetchable()) if self._gone or self._sub.paused() else set(self._sub.assignment())
 
     def _fetchable(self) -> list[TableBucket]:
         buckets = self._sub.fetchable()
