@@ -65,7 +65,8 @@ def test_reset_is_a_dry_run_unless_asked(conn, orders):
     # C13
     _commit(conn, {TB("orders", b): 5 for b in range(3)})
     plan = conn.reset_offsets("g", to="earliest")
-    assert list(plan.columns) == RESET_COLUMNS
+    assert list(plan.columns) == [*RESET_COLUMNS, "clamped"]  # §9: the clamp is shown
+    assert plan["clamped"].tolist() == [False, False, False]
     assert plan["new_offset"].tolist() == [0, 0, 0] and plan["current_offset"].tolist() == [5, 5, 5]
     assert conn.describe_group("g")["current_offset"].tolist() == [5, 5, 5]
     conn.reset_offsets("g", to="latest", buckets=[TB("orders", 1)], dry_run=False)

@@ -162,7 +162,7 @@ def read_group(ctx: Context, group_id: str, *, offsets: bool = True) -> GroupVie
         path = f"{offsets_path}/{name}"
         key = _key(name)
         if key is not None and got.get(path) is not None:
-            records[key] = OffsetRecord.decode(got[path], path)
+            records[key] = stored.decode(got[path], path)  # (numbers out of range: corrupt)
     wanted = _named([*(t for m in members.values() for t in m.tables), *(r.table for r in records.values())])
     missing = sorted(wanted - set(guessed))
     got.update(zip((paths.table(t) for t in missing), store.get_many([paths.table(t) for t in missing])))
@@ -336,15 +336,26 @@ def group_status(ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_
 def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int | None = None,
                   tables: Iterable[Any] | None = None, buckets: Iterable[TableBucket] | None = None,
                   dry_run: bool = True) -> pd.DataFrame:
-    """The reset plan (RESET_COLUMNS); carried out only with ``dry_run=False`` (C13), and
-    refused with ``GroupNotEmptyError`` while the group has live members."""
+    """The reset plan: RESET_COLUMNS, with ``new_offset`` clamped to the bucket's [beginning,
+    end] as kafka-consumer-groups does, and ``clamped`` saying where the target was outside.
+
+    Carried out only with ``dry_run=False`` (C13), in transactions that check the group has
+    no live members.
+
+    Raises:
+        GroupNotEmptyError: the group has live members (also when one joins before the write).
+        InvalidArgumentError, InvalidTypeError: bad arguments (offsets and shifts of 2**63 or
+            more included), before anything is written.
+    """
     import pandas as pd
 
     group_id = stored.check_group_id(group_id)
     if (to is None) == (shift_by is None):
         raise InvalidArgumentError("give exactly one of to= and shift_by=")
-    if shift_by is not None and (isinstance(shift_by, bool) or not isinstance(shift_by, int)):
-        raise InvalidTypeError("shift_by must be an int")
+    if shift_by is not None:
+        stored.check_offset(abs(shift_by) if isinstance(shift_by, int) else shift_by, "shift_by")
+    if isinstance(to, int) and not isinstance(to, bool):
+        stored.check_offset(to, "to= offset")
     if not isinstance(dry_run, bool):
         raise InvalidTypeError("dry_run must be a bool")
     if isinstance(tables, (str, TableInfo)):
@@ -365,26 +376,28 @@ def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int 
     if chosen is not None:
         wanted = frozenset(chosen)
         rows = [r for r in rows if r.tb in wanted]
-    targets = _targets(ctx, rows, to, shift_by)
+    wanted = _targets(ctx, rows, to, shift_by)
+    targets = {r.tb: min(max(wanted[r.tb], r.begin), r.end) for r in rows}  # as kafka-consumer-groups
     plan = [{"group": group_id, "table": r.tb.table, "bucket": r.tb.bucket,
-             "current_offset": None if r.record is None else r.record.offset, "new_offset": targets[r.tb]}
-            for r in rows]
+             "current_offset": None if r.record is None else r.record.offset, "new_offset": targets[r.tb],
+             "clamped": targets[r.tb] != wanted[r.tb]} for r in rows]
     if not dry_run and plan:
-        stored.commit(ctx, group_id, {r.tb: targets[r.tb] for r in rows}, {r.tb.table: r.table for r in rows})
-    frame = pd.DataFrame(plan, columns=RESET_COLUMNS)
+        stored.commit(ctx, group_id, {r.tb: targets[r.tb] for r in rows}, {r.tb.table: r.table for r in rows},
+                      outside=True)  # a member joining since the read above refuses the write (C13)
+    frame = pd.DataFrame(plan, columns=[*RESET_COLUMNS, "clamped"])
+    frame["clamped"] = frame["clamped"].astype(bool)
     for column in ("bucket", "current_offset", "new_offset"):
         frame[column] = frame[column].astype("Int64")
     return frame
 
 
 def _targets(ctx: Context, rows: list[_Row], to: Any, shift_by: int | None) -> dict[TableBucket, int]:
+    """Each row's target before clamping (a shift or an offset may lie outside the log)."""
     out: dict[TableBucket, int] = {}
-    if isinstance(to, timedelta):
-        to = to_datetime(ctx.now_ms() - to_ms(to))
-    if isinstance(to, datetime):
-        if to.tzinfo is None:
+    if isinstance(to, (datetime, timedelta)):
+        if isinstance(to, datetime) and to.tzinfo is None:
             raise InvalidArgumentError("to= datetime must be timezone-aware")
-        since = int(to.timestamp() * 1000)
+        since = ctx.now_ms() - to_ms(to) if isinstance(to, timedelta) else int(to.timestamp() * 1000)
         segments = _segments(rows)
         for r in rows:
             found = next((s for s in segments[r.tb] if s.end_offset > r.begin and s.timestamp_ms >= since), None)
@@ -393,8 +406,7 @@ def _targets(ctx: Context, rows: list[_Row], to: Any, shift_by: int | None) -> d
     for r in rows:
         current = r.record.offset if r.record is not None else None
         if shift_by is not None:
-            base = current if current is not None else r.begin
-            out[r.tb] = min(max(base + shift_by, r.begin), r.end)  # clamped to [beginning, end]
+            out[r.tb] = (current if current is not None else r.begin) + shift_by
         elif to == "earliest":
             out[r.tb] = r.begin
         elif to == "latest":
@@ -402,8 +414,6 @@ def _targets(ctx: Context, rows: list[_Row], to: Any, shift_by: int | None) -> d
         elif to == "current":
             out[r.tb] = current if current is not None else r.end
         elif isinstance(to, int) and not isinstance(to, bool):
-            if to < 0:
-                raise InvalidArgumentError(f"to= offset must be >= 0, got {to}")
             out[r.tb] = to
         else:
             raise InvalidArgumentError(

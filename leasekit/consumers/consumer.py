@@ -9,30 +9,27 @@ membership and offsets, or none)."""
 from __future__ import annotations
 
 import itertools
+import math
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..durations import parse_duration
 from ..errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidTypeError,
-    NoOffsetForBucketError,
-    OffsetOutOfRangeError,
     TableNotFoundError,
 )
-from ..log.reader import OFFSET, TIMESTAMP
-from ..log.segments import OP_COLUMN
 from ..records import OffsetAndMetadata, Record, TableBucket
 from ..tables.catalog import list_tables, load_table, load_tables
 from . import offsets as stored
 from .assignors import get_assignor
 from .coordinator import GroupCoordinator, NoGroupCoordinator
 from .fetcher import Bounds, Fetcher, SegmentGone
+from .options import RESET_POLICIES, consumer_options, positive_int
+from .options import timeout as timeout_seconds
 from .pattern import TableWatch, compile_pattern
 from .subscription import ASSIGNED, SUBSCRIBED, SubscriptionState, check_listener
 
@@ -42,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Consumer", "RESET_POLICIES"]
 
-RESET_POLICIES = ("earliest", "latest", "none")
-
 
 class Consumer:
     """Reads buckets of tables by offset; built by ``Connection.consumer``."""
@@ -52,37 +47,28 @@ class Consumer:
                  auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
                  auto_commit_interval: Any = "5s", session_timeout: Any = "10s", assignor: str = "sticky",
                  listener: Any = None, max_poll_records: int = 10_000, max_poll_interval: Any = "5m") -> None:
-        if auto_offset_reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
-            raise InvalidArgumentError(f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
-                                       f"not {auto_offset_reset!r}")
-        if not isinstance(enable_auto_commit, bool):
-            raise InvalidTypeError("enable_auto_commit must be a bool")
+        options = consumer_options(auto_offset_reset=auto_offset_reset, enable_auto_commit=enable_auto_commit,
+                                   auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
+                                   max_poll_interval=max_poll_interval, max_poll_records=max_poll_records)
         self._assignor = get_assignor(assignor)
         if listener is not None:
             check_listener(listener)
-        self._session_timeout = parse_duration(session_timeout, what="session_timeout").total_seconds()
-        self._max_poll_interval = parse_duration(max_poll_interval, what="max_poll_interval").total_seconds()
-        for name, seconds in (("session_timeout", self._session_timeout),
-                              ("max_poll_interval", self._max_poll_interval)):
-            if seconds <= 0:
-                raise InvalidArgumentError(f"{name} must be greater than 0")
-        self._max_poll_records = _positive_int(max_poll_records, "max_poll_records")
-        self._reset = auto_offset_reset
-        interval = parse_duration(auto_commit_interval, what="auto_commit_interval").total_seconds()
+        self._max_poll_records = options.max_poll_records
         self._ctx = ctx
         self._tables: dict[str, TableInfo] = {}
         self._sub = SubscriptionState()
         self._sub.listener = listener
-        self._fetcher = Fetcher({})
+        self._fetcher = Fetcher({}, reset=options.reset)
         self._coordinator: GroupCoordinator | NoGroupCoordinator
         if group_id is None:
             self._coordinator = NoGroupCoordinator(self._sub)
         else:
             self._coordinator = GroupCoordinator(ctx, stored.check_group_id(group_id), self._sub, self._tables,
-                                                 auto_commit=enable_auto_commit, interval=interval,
+                                                 auto_commit=options.auto_commit,
+                                                 interval=options.auto_commit_interval,
                                                  assignor=self._assignor, wake=self._fetcher.wake,
-                                                 session_timeout=self._session_timeout,
-                                                 max_poll_interval=self._max_poll_interval)
+                                                 session_timeout=options.session_timeout,
+                                                 max_poll_interval=options.max_poll_interval)
         self._pattern: TableWatch | None = None
         self._matched: dict[str, TableInfo] = {}
         """The tables the pattern matched at its newest change, by name."""
@@ -90,7 +76,8 @@ class Consumer:
         """Some matched table waits for the buckets of a dropped table of its name to go."""
         self._gone: set[str] = set()
         """Ids of tables found dropped while assigned: their buckets are not read or waited on."""
-        self._records: deque[Record] = deque()
+        self._last: TableBucket | None = None
+        """The bucket getone handed a record of last: the next comes from its buffer first."""
         self._seen_assignment = self._sub.assignments
         self._turn = itertools.count()
         self._closed = False
@@ -204,50 +191,83 @@ class Consumer:
             return
         self._seen_assignment = self._sub.assignments
         assigned = set(self._sub.assignment())
-        self._fetcher.retain(assigned)
-        self._records = deque(r for r in self._records if r.table_bucket in assigned)
+        self._fetcher.retain(assigned)  # a revoked bucket's buffered records go (C1)
         self._fetcher.wake()
 
     # -- polling -----------------------------------------------------------------------------
 
     def poll(self, timeout: Any = "0s", max_records: int | None = None) -> dict[TableBucket, pa.Table]:
-        """Records from the positions of the assigned, unpaused buckets (only buckets that have
-        some); waits up to ``timeout`` for new ones."""
+        """Records from the positions of the assigned, unpaused buckets; records fetched and not
+        yet handed out (by ``getone``) come first. Positions move past what is returned (C1).
+
+        Arguments:
+            timeout: how long to wait for records when none are there (a duration; huge
+                values wait until records come).
+            max_records: at most this many records (default ``max_poll_records``).
+
+        Returns:
+            The records of each bucket that has some (``{}`` when none), with the columns
+            ``_offset``, ``_timestamp``, ``_op`` and the table's.
+
+        Raises:
+            IllegalStateError: the consumer is closed.
+            InvalidDurationError, InvalidArgumentError, InvalidTypeError: bad arguments.
+            NoOffsetForBucketError, OffsetOutOfRangeError: with ``auto_offset_reset="none"`` (C5).
+        """
         self._check_open()
-        wait = parse_duration(timeout, what="timeout").total_seconds()
-        limit = self._max_poll_records if max_records is None else _positive_int(max_records, "max_records")
-        deadline = time.monotonic() + wait
-        with self._coordinator.polling():  # max_poll_interval counts the time between polls
-            while True:
-                self._follow_pattern()
-                self._coordinator.poll()
-                self._assignment_changed()
-                out = self._fetch(limit) if not self._coordinator.suspended else {}
-                left = deadline - time.monotonic()
-                if out or left <= 0 or self._closed:
-                    return out
-                self._fetcher.wait(left, self._has_news)
+        wait = timeout_seconds(timeout)
+        limit = self._max_poll_records if max_records is None else positive_int(max_records, "max_records")
+        return self._poll(wait, lambda: self._fetch(limit), {})
 
     def getone(self, timeout: Any = None) -> Record | None:
-        """The next record of any assigned bucket; None after ``timeout`` (None: wait forever)."""
+        """The next record of any assigned, unpaused bucket; its position moves past it only.
+
+        Arguments:
+            timeout: how long to wait for a record (None, or a huge duration: until one comes).
+
+        Returns:
+            The record, or None when none came within ``timeout`` or the consumer was closed.
+
+        Raises:
+            As ``poll``.
+        """
         self._check_open()
-        wait = None if timeout is None else parse_duration(timeout, what="timeout").total_seconds()
-        deadline = None if wait is None else time.monotonic() + wait
-        while not self._records:
-            left = 3600.0 if deadline is None else deadline - time.monotonic()
-            if left < 0 or self._closed:
-                return None
-            for tb, table in self.poll(timeout=max(left, 0.0)).items():
-                self._records.extend(_records(tb, table))
-            if deadline is not None and not self._records and time.monotonic() >= deadline:
-                return None
-        return self._records.popleft()
+        wait = math.inf if timeout is None else timeout_seconds(timeout)
+        return self._poll(wait, self._take_one, None)
 
     def __iter__(self) -> Iterator[Record]:
         while not self._closed:
             record = self.getone()
             if record is not None:
                 yield record
+
+    def _poll(self, wait: float, take: Callable[[], Any], empty: Any) -> Any:
+        """Drive the group and take records until some come or ``wait`` seconds passed."""
+        deadline = time.monotonic() + wait
+        with self._coordinator.polling():  # max_poll_interval counts the time between polls
+            while True:
+                self._follow_pattern()
+                self._coordinator.poll()
+                self._assignment_changed()
+                out = take() if not self._coordinator.suspended else empty
+                left = deadline - time.monotonic()
+                if out or left <= 0 or self._closed:
+                    return out
+                self._fetcher.wait(left, self._has_news)
+
+    def _take_one(self) -> Record | None:
+        """The next record of the bucket getone served last, while it has buffered ones; else
+        of the next bucket with records."""
+        tb = self._last
+        if tb is not None and self._sub.is_assigned(tb) and not self._sub.state(tb).paused \
+                and self._tables[tb.table].table_id not in self._gone:  # (in O(1): no list of all)
+            state = self._sub.state(tb)
+            buffer = self._fetcher.buffered(tb, state.position) if state.position is not None else None
+            if buffer is not None:
+                record = buffer.record(tb)
+                state.position = record.offset + 1  # C1
+                return record
+        return self._fetch(1, one=True)
 
     def _has_news(self) -> bool:
         if self._closed or self._coordinator.has_work or (self._pattern is not None and self._pattern.changed):
@@ -265,10 +285,13 @@ class Consumer:
             buckets = [tb for tb in buckets if self._tables[tb.table].table_id not in self._gone]
         return buckets
 
-    def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
+    def _fetch(self, limit: int, *, one: bool = False) -> Any:
+        """Hand out up to ``limit`` records, buffered ones first, reading buckets whose buffer
+        is empty (round robin); positions move past what is handed out only (C1). With
+        ``one``: the next record, or None."""
         buckets = self._fetchable()
         if not buckets:
-            return {}
+            return None if one else {}
         self._fetcher.watch(buckets)
         self._ensure_positions(buckets)
         states = {tb: self._sub.state(tb) for tb in buckets}
@@ -281,17 +304,26 @@ class Consumer:
         start = next(self._turn) % len(buckets)
         out: dict[TableBucket, pa.Table] = {}
         now = int(time.time() * 1000)
-        buffered = {r.table_bucket for r in self._records}
         for tb in buckets[start:] + buckets[:start]:
             if limit <= 0:
                 break
-            if tb in buffered:  # getone's records come first: never twice, never skipped
-                continue
-            data = self._read(tb, states[tb], limit, now)
-            if data is not None:
-                out[tb] = data
-                limit -= data.num_rows
-        return out
+            state = states[tb]
+            buffer = self._fetcher.buffered(tb, state.position)
+            if buffer is None:
+                data = self._read(tb, state, self._max_poll_records if one else limit, now)
+                if data is None:
+                    continue
+                buffer = self._fetcher.keep(tb, data, state.position)
+            state.last_poll = now
+            if one:
+                self._last = tb
+                record = buffer.record(tb)
+                state.position = record.offset + 1  # C1
+                return record
+            out[tb] = data = buffer.table(limit)
+            state.position += data.num_rows  # C1
+            limit -= data.num_rows
+        return None if one else out
 
     def _read(self, tb: TableBucket, state: Any, limit: int, now: int) -> pa.Table | None:
         bounds = self._fetcher.bounds(tb) or self._fetcher.refresh_bounds([tb])[tb]
@@ -303,7 +335,7 @@ class Consumer:
                 self._gone.add(self._tables[tb.table].table_id)   # subscription at a coming poll (C17)
                 return None
             if not bounds.begin <= position <= bounds.end:
-                position = self._out_of_range(tb, position, bounds)
+                position = self._fetcher.reset_position(tb, state, bounds)
         if position >= bounds.end:
             return None
         try:
@@ -313,38 +345,17 @@ class Consumer:
         if data is None:  # retention deleted the segment under us (C5)
             fresh = self._fetcher.refresh_bounds([tb])[tb]
             if position < fresh.begin:
-                self._out_of_range(tb, position, fresh)
+                self._fetcher.reset_position(tb, state, fresh)
             return None
-        state.position = position + data.num_rows  # C1
-        return data
+        return data  # from ``state.position`` (reset above when it was out of range)
 
     # -- positions ------------------------------------------------------------------------
 
     def _ensure_positions(self, buckets: list[TableBucket]) -> None:
         missing = self._sub.without_position(buckets)
-        if not missing:
-            return
-        committed = self._coordinator.starting_offsets(missing)
-        known = {tb: self._fetcher.bounds(tb) for tb in missing}  # watched: current already
-        bounds = {tb: b for tb, b in known.items() if b is not None}
-        bounds.update(self._fetcher.refresh_bounds([tb for tb in missing if tb not in bounds]))
-        for tb in missing:
-            record = committed.get(tb)
-            if record is not None:
-                position = record.offset
-            elif self._reset == "none":
-                raise NoOffsetForBucketError(f"{tb} has no committed offset and auto_offset_reset is 'none'")
-            else:
-                position = bounds[tb].begin if self._reset == "earliest" else bounds[tb].end
-            self._sub.state(tb).position = position
-
-    def _out_of_range(self, tb: TableBucket, position: int, bounds: Bounds) -> int:
-        if self._reset == "none":
-            raise OffsetOutOfRangeError(f"position {position} of {tb} is outside its log [{bounds.begin}, "
-                                        f"{bounds.end}]")
-        new = bounds.begin if self._reset == "earliest" else bounds.end
-        self._sub.state(tb).position = new
-        return new
+        if missing:  # the committed offsets, else the reset policy (C5)
+            self._fetcher.start_positions({tb: self._sub.state(tb) for tb in missing},
+                                          self._coordinator.starting_offsets(missing))
 
     def position(self, tb: TableBucket) -> int:
         """Offset of the next record to return (C1)."""
@@ -354,14 +365,15 @@ class Consumer:
         return state.position
 
     def seek(self, tb: TableBucket, offset: int) -> None:
-        """Make ``offset`` the next to return (C6)."""
+        """Make ``offset`` the next to return (C6); the bucket's buffered records are dropped.
+
+        Raises:
+            IllegalStateError: ``tb`` is not assigned. InvalidTypeError: not an int.
+            InvalidArgumentError: negative, or 2**63 or more.
+        """
         self._check_open()
         self._sub.state(tb)
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise InvalidTypeError(f"offset must be an int, not {type(offset).__name__}")
-        if offset < 0:
-            raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
-        self._move(tb, offset)
+        self._move(tb, stored.check_offset(offset, "offset"))
 
     def seek_to_beginning(self, *tbs: TableBucket) -> None:
         for tb, bounds in self._fetcher.refresh_bounds(self._targets(tbs)).items():
@@ -386,7 +398,7 @@ class Consumer:
 
     def _move(self, tb: TableBucket, offset: int) -> None:
         self._sub.state(tb).position = offset
-        self._records = deque(r for r in self._records if r.table_bucket != tb)
+        self._fetcher.discard(tb)  # its buffered records are not the next any more
         self._fetcher.wake()
 
     def _targets(self, tbs: tuple[TableBucket, ...]) -> list[TableBucket]:
@@ -419,17 +431,9 @@ class Consumer:
             raise InvalidTypeError("timestamps must be a mapping of TableBucket to epoch ms")
         for tb, ts in timestamps.items():
             self._table_of(tb)
-            if isinstance(ts, bool) or not isinstance(ts, int):
-                raise InvalidTypeError(f"timestamp of {tb} must be an int (epoch ms)")
-            if ts < 0:
-                raise InvalidArgumentError(f"timestamp of {tb} must be >= 0, got {ts}")
+            stored.check_offset(ts, f"timestamp of {tb} (epoch ms)")
         bounds = self._bounds_now(timestamps)
-        out: dict[TableBucket, int | None] = {}
-        for tb, ts in timestamps.items():
-            segments = self._fetcher.segments(tb, bounds[tb].begin)
-            found = next((s for s in segments if s.end_offset > bounds[tb].begin and s.timestamp_ms >= ts), None)
-            out[tb] = None if found is None else max(found.base_offset, bounds[tb].begin)
-        return out
+        return {tb: self._fetcher.offset_for_time(tb, ts, bounds[tb].begin) for tb, ts in timestamps.items()}
 
     def highwater(self, tb: TableBucket) -> int | None:
         """The bucket's log end offset as of the last poll; None before one."""
@@ -473,8 +477,19 @@ class Consumer:
         return self._coordinator.generation
 
     def commit(self, offsets: Mapping[TableBucket, int | OffsetAndMetadata] | None = None) -> None:
-        """Commit the positions of the assignment, or exactly ``offsets`` (C3); offsets that
-        did not change are not written."""
+        """Commit the positions of the assignment (records handed out only), or exactly
+        ``offsets`` (C3); offsets that did not change are not written.
+
+        Arguments:
+            offsets: None, or TableBucket -> offset (an int in [0, 2**63)) or OffsetAndMetadata.
+
+        Raises:
+            IllegalOperationError: no group_id. IllegalStateError: an unassigned bucket.
+            InvalidArgumentError, InvalidTypeError: bad offsets, before anything is written.
+            CommitFailedError: a member that no longer owns a bucket or left the group (C11).
+            GroupNotEmptyError: a manual assignment commits into a group with live members (§6.5).
+            TableNotFoundError: a bucket of a dropped table (C17).
+        """
         self._check_open()
         self._coordinator.require_group()
         if offsets is None:  # the positions: those of a dropped table's buckets are left out (C17)
@@ -553,20 +568,3 @@ class Consumer:
         self._fetcher.add_table(info)
         return self._tables[info.name]
 
-
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise InvalidArgumentError(f"{what} must be >= 1, got {value}")
-    return value
-
-
-def _records(tb: TableBucket, table: pa.Table) -> Iterator[Record]:
-    columns = [n for n in table.column_names if n not in (OFFSET, TIMESTAMP, OP_COLUMN)]
-    offsets = table.column(OFFSET).to_pylist()
-    stamps = table.column(TIMESTAMP).cast(pa.int64()).to_pylist()
-    ops = table.column(OP_COLUMN).to_pylist()
-    values = table.select(columns).to_pylist()
-    for offset, ts, op, value in zip(offsets, stamps, ops, values):
-        yield Record(tb, offset, ts, op, value)

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import CommitFailedError, IllegalOperationError
+from ..errors import CommitFailedError, GroupNotEmptyError, IllegalOperationError
 from ..records import OffsetAndMetadata, TableBucket
 from ..zk import Check, TxnConflict
 from . import offsets as stored
+from .fetcher import MAX_WAIT
 from .group import GroupMember
 from .subscription import SUBSCRIBED, SubscriptionState
 
@@ -332,8 +333,9 @@ class GroupCoordinator:
                                         f"owned by this member of group {self.group_id}; nothing was written")
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._tables[tb.table] for tb in changed}
-        try:
-            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence, skip_dropped=skip_dropped)
+        try:  # a manual assignment commits from outside the group: only into an empty one (§6.5)
+            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence, skip_dropped=skip_dropped,
+                          outside=self._sub.mode != SUBSCRIBED)
         except TxnConflict as exc:
             if exc.op in fence:
                 lost = owners.get(exc.op.path, "its buckets")
@@ -360,6 +362,9 @@ class GroupCoordinator:
             log.warning("auto-commit of group %s refused, rejoining: %s", self.group_id, exc)
             self._lost = True
             return False
+        except GroupNotEmptyError as exc:  # a manual assignment's: the group's members own them
+            log.warning("auto-commit into group %s skipped: %s", self.group_id, exc)
+            return True
 
     def close(self) -> None:
         """Commit the positions with auto-commit (C8), hand back the buckets, leave."""
@@ -413,14 +418,14 @@ class PollTimer:
             thread.join()
 
     def _run(self, stop: threading.Event) -> None:
-        wait = self.interval
+        wait = min(self.interval, MAX_WAIT)  # (a huge interval waits in turns: it never fires)
         while not stop.wait(wait):
             with self._lock:  # a poll starting now waits until the member has left
                 idle = 0.0 if self._inside else time.monotonic() - self._last
                 if idle >= self.interval:
                     self._last = time.monotonic()  # once per idle spell
                     self._expired()
-            wait = self.interval - idle if idle < self.interval else self.interval
+            wait = min(self.interval - idle if idle < self.interval else self.interval, MAX_WAIT)
 
 
 def _no_group() -> IllegalOperationError:

@@ -1,7 +1,8 @@
 """The group protocol in ZooKeeper (C9–C16).
 
 - **Members** are sequential ephemeral znodes (``members/<host>-<pid>-<id>-<seq>``) carrying
-  host and subscription; liveness is the ZooKeeper session.
+  host and subscription; liveness is the ZooKeeper session. Joining also bumps the data
+  version of ``members``, which commits from outside the group check (§6.5).
 - **The leader** is the member with the lowest sequence number; each other member watches only
   the member just before it, so a leave wakes one member, not all (no herd effect). The leader
   watches the members (debounced: joins close together make one generation), computes each
@@ -81,8 +82,10 @@ class GroupMember:
             store.ensure_path(path)
         record = MemberRecord(self._ctx.owner, tuple(sorted(tables)))
         prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-        created, = store.commit([Create(paths.member(self.group_id, prefix), record.encode(),
-                                        ephemeral=True, sequence=True)])
+        members = paths.group_members(self.group_id)  # its data version counts joins: a commit
+        created, _ = store.commit([Create(paths.member(self.group_id, prefix), record.encode(),  # from outside
+                                          ephemeral=True, sequence=True),  # the group checks it (§6.5)
+                                   SetData(members, b"")])
         with self._lock:
             self.member_id = created.rsplit("/", 1)[1]
             self.assignment = None

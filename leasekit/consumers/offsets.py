@@ -6,6 +6,13 @@ pipelined round trip and writes every changed offset in one transaction while th
 ZooKeeper's request limit (several beyond it, each bucket's offset still written whole);
 offsets that did not change are not written. ``fence`` checks (the group generation of a
 member, say) go into every one of those transactions.
+
+A commit from outside the group (``outside``: a manual assignment, an offset reset) is refused
+with ``GroupNotEmptyError`` while the group has live members (§6.5, C13), checked inside each
+transaction: a member joins by creating its znode and bumping the data version of the
+``members`` znode in one transaction, and the commit checks that version (ZooKeeper's Check
+compares data versions only, never child versions), and the assignment's, as read together
+with an empty member list.
 """
 
 from __future__ import annotations
@@ -14,7 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..durations import check_id
-from ..errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
+from ..errors import (
+    CorruptMetadataError,
+    GroupNotEmptyError,
+    IllegalStateError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    TableNotFoundError,
+)
 from ..records import OffsetAndMetadata, TableBucket
 from ..zk import (
     MAX_TXN_BYTES,
@@ -33,9 +47,13 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["MAX_METADATA_BYTES", "check_group_id", "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
+__all__ = ["MAX_METADATA_BYTES", "OFFSET_LIMIT", "check_offset", "decode", "check_group_id", "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
 
 MAX_METADATA_BYTES = 4096
+OFFSET_LIMIT = 2**63
+"""Offsets and epoch-ms timestamps are int64: every one is below this (§9)."""
+MAX_TIME_MS = 253402300799999
+"""The last millisecond of year 9999: the latest commit time a datetime shows."""
 ATTEMPTS = 50
 
 
@@ -57,10 +75,7 @@ def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
             raise InvalidTypeError(f"offset keys must be TableBucket, not {type(tb).__name__}")
         value = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
         offset, metadata = value
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise InvalidTypeError(f"offset of {tb} must be an int, not {type(offset).__name__}")
-        if offset < 0:
-            raise InvalidArgumentError(f"offset of {tb} must be >= 0, got {offset}")
+        check_offset(offset, f"offset of {tb}")
         if not isinstance(metadata, str):
             raise InvalidTypeError(f"metadata of {tb} must be a str, not {type(metadata).__name__}")
         if len(metadata.encode("utf-8", "surrogatepass")) > MAX_METADATA_BYTES:
@@ -69,8 +84,31 @@ def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
     return out
 
 
+def check_offset(value: object, what: str) -> int:
+    """``value`` if it is an int in [0, 2**63); else ``InvalidTypeError`` or
+    ``InvalidArgumentError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+    if value >= OFFSET_LIMIT:
+        raise InvalidArgumentError(f"{what} is out of range: {value} is not below 2**63")
+    return value
+
+
+def decode(node: Any, path: str) -> OffsetRecord:
+    """The committed offset stored at ``path``; ``CorruptMetadataError`` naming the path for
+    garbage, and for numbers no int64 holds (an older version's or a hostile client's)."""
+    record = OffsetRecord.decode(node, path)
+    numbers = [record.offset, *(n for c in record.history for n in (c.offset, c.log_end))]
+    if any(not 0 <= n < OFFSET_LIMIT for n in numbers) or any(
+            not 0 <= c.time_ms <= MAX_TIME_MS for c in record.history):
+        raise CorruptMetadataError(f"committed offset at {path} holds a number out of range", path)
+    return record
+
+
 def _decode(path: str, node: Any) -> OffsetRecord | None:
-    return None if node is None else OffsetRecord.decode(node, path)
+    return None if node is None else decode(node, path)
 
 
 def fetch(ctx: Context, group_id: str, tables: Mapping[str, TableInfo],
@@ -113,18 +151,31 @@ class _Dropped(Exception):
 
 def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | OffsetAndMetadata],
            tables: Mapping[str, TableInfo], *, fence: Sequence[Check] = (),
-           skip_dropped: bool = False) -> dict[TableBucket, OffsetRecord]:
+           skip_dropped: bool = False, outside: bool = False) -> dict[TableBucket, OffsetRecord]:
     """Commit ``offsets`` (checked) for the group; the records written, by bucket (unchanged
-    offsets are left out: nothing is written for them). Every transaction checks that the
-    tables are still the ones named (C17): offsets of a dropped table's buckets raise
-    ``TableNotFoundError`` before anything is written, or with ``skip_dropped`` are left out."""
+    offsets are left out: nothing is written for them).
+
+    Arguments:
+        fence: checks put into every transaction (a member's liveness and ownership, C11).
+        skip_dropped: leave out the offsets of dropped tables' buckets instead of raising.
+        outside: the committer is not a member: refused while the group has live members.
+
+    Returns:
+        The records written, by bucket.
+
+    Raises:
+        TableNotFoundError: a table was dropped (C17); nothing of it written.
+        GroupNotEmptyError: ``outside`` and the group has live members, read before the write
+            or found joined by the transaction's check; nothing was written.
+        InvalidArgumentError, InvalidTypeError: bad offsets, before any I/O.
+    """
     pending = check_offsets(offsets)
     written: dict[TableBucket, OffsetRecord] = {}
     for _ in range(ATTEMPTS):
         if not pending:
             return written
         try:
-            written.update(_commit_once(ctx, group_id, pending, tables, fence, written))
+            written.update(_commit_once(ctx, group_id, pending, tables, fence, written, outside))
             return written
         except _Dropped as exc:
             if not skip_dropped:
@@ -143,18 +194,25 @@ def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | Offs
 
 def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, OffsetAndMetadata],
                  tables: Mapping[str, TableInfo], fence: Sequence[Check],
-                 written: dict[TableBucket, OffsetRecord]) -> dict[TableBucket, OffsetRecord]:
+                 written: dict[TableBucket, OffsetRecord], outside: bool = False) -> dict[TableBucket, OffsetRecord]:
     paths = ctx.paths
     keys = list(pending)
     names = sorted({tb.table for tb in keys})
     offset_paths = [paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in keys]
     state_paths = [paths.bucket(tables[tb.table].table_id, tb.bucket) for tb in keys]
+    # (the assignment is read before the members: read in this order, one pipeline, in order)
+    empty = [paths.group_assignment(group_id), paths.group_members(group_id)] if outside else []
     now, nodes = ctx.read_with_clock([paths.group(group_id), paths.group_offsets(group_id),
-                                      *offset_paths, *state_paths, *(paths.table(n) for n in names)])
+                                      *offset_paths, *state_paths, *(paths.table(n) for n in names), *empty])
     group_node, parent_node = nodes[0], nodes[1]
     stored = nodes[2:2 + len(keys)]
     ends = log_ends(nodes[2 + len(keys):2 + 2 * len(keys)], state_paths)
     guard = list(fence)
+    ops: list[Op] = []
+    if group_node is None:
+        ops.append(Create(paths.group(group_id)))
+    if outside:
+        guard += _no_members(ctx, group_id, nodes[len(nodes) - 2], nodes[-1], ops)
     dropped = []
     for name, node in zip(names, nodes[2 + 2 * len(keys):]):
         if node is None or TableRecord.decode(node.data, paths.table(name)).table_id != tables[name].table_id:
@@ -163,9 +221,6 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
             guard.append(Check(paths.table(name), node.stat.version))  # not dropped while committing
     if dropped:
         raise _Dropped(dropped)
-    ops: list[Op] = []
-    if group_node is None:
-        ops.append(Create(paths.group(group_id)))
     if parent_node is None:
         ops.append(Create(paths.group_offsets(group_id)))
     records: dict[str, tuple[TableBucket, OffsetRecord]] = {}
@@ -191,3 +246,20 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
                 tb, record = records[op.path]
                 written[tb] = record
     return {tb: record for tb, record in records.values()}
+
+
+def _no_members(ctx: Context, group_id: str, assignment: Any, members: Any, ops: list[Op]) -> list[Check]:
+    """The checks that keep a commit from outside the group out of a group with live members:
+    ``GroupNotEmptyError`` now if the members read have any; else checks that fail once a
+    member joined since (a join bumps the ``members`` znode's data version; an assignment
+    published since names a member too). A missing ``members`` znode is created by the
+    commit (``ops``), which fails if a member created it meanwhile."""
+    if members is not None and members.stat.num_children:
+        raise GroupNotEmptyError(f"group {group_id} has {members.stat.num_children} live member(s): a consumer "
+                                 "outside it cannot commit its offsets (stop them first); nothing was written")
+    checks = [] if assignment is None else [Check(ctx.paths.group_assignment(group_id), assignment.stat.version)]
+    if members is None:
+        ops.append(Create(ctx.paths.group_members(group_id)))
+    else:
+        checks.append(Check(ctx.paths.group_members(group_id), members.stat.version))
+    return checks

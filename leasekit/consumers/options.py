@@ -1,0 +1,79 @@
+"""A consumer's settings, checked before any I/O (§6.5, §9): the reset policy, auto-commit,
+durations (huge ones typed errors or, for waits, "until records come") and record limits."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from ..durations import parse_duration
+from ..errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
+
+__all__ = ["RESET_POLICIES", "MAX_SESSION_TIMEOUT", "ConsumerOptions", "consumer_options", "seconds", "timeout",
+           "positive_int"]
+
+RESET_POLICIES = ("earliest", "latest", "none")
+MAX_SESSION_TIMEOUT = timedelta(days=24)
+"""ZooKeeper takes a session timeout in int32 milliseconds (about 24.8 days)."""
+
+
+class ConsumerOptions(NamedTuple):
+    """The checked settings of a consumer."""
+
+    reset: str
+    """auto_offset_reset (C5)."""
+    auto_commit: bool
+    auto_commit_interval: float
+    """Seconds."""
+    session_timeout: float
+    """Seconds, at most MAX_SESSION_TIMEOUT."""
+    max_poll_interval: float
+    """Seconds; a huge one never fires."""
+    max_poll_records: int
+
+
+def consumer_options(*, auto_offset_reset: Any, enable_auto_commit: Any, auto_commit_interval: Any,
+                     session_timeout: Any, max_poll_interval: Any, max_poll_records: Any) -> ConsumerOptions:
+    """The settings checked; ``InvalidArgumentError`` (or ``InvalidTypeError``) for a bad one."""
+    if auto_offset_reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
+        raise InvalidArgumentError(f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
+                                   f"not {auto_offset_reset!r}")
+    if not isinstance(enable_auto_commit, bool):
+        raise InvalidTypeError("enable_auto_commit must be a bool")
+    session = seconds(session_timeout, "session_timeout")
+    idle = seconds(max_poll_interval, "max_poll_interval")
+    for name, value in (("session_timeout", session), ("max_poll_interval", idle)):
+        if value <= 0:
+            raise InvalidArgumentError(f"{name} must be greater than 0")
+    if session > MAX_SESSION_TIMEOUT.total_seconds():
+        raise InvalidArgumentError(f"session_timeout must be at most {MAX_SESSION_TIMEOUT.days}d (ZooKeeper's "
+                                   f"limit), got {session_timeout!r}")
+    return ConsumerOptions(auto_offset_reset, enable_auto_commit, seconds(auto_commit_interval, "auto_commit_interval"),
+                           session, idle, positive_int(max_poll_records, "max_poll_records"))
+
+
+def seconds(value: Any, what: str) -> float:
+    """Seconds of the duration ``value``; ``InvalidDurationError`` when it is not one or is
+    beyond what a ``timedelta`` holds."""
+    try:
+        return parse_duration(value, what=what).total_seconds()
+    except OverflowError:
+        raise InvalidDurationError(f"{what} is out of range: {value!r}") from None
+
+
+def timeout(value: Any) -> float:
+    """Seconds to wait for ``value`` (a duration); one beyond a ``timedelta``'s range waits
+    until records come."""
+    try:
+        return parse_duration(value, what="timeout").total_seconds()
+    except OverflowError:
+        return math.inf
+
+
+def positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgumentError(f"{what} must be >= 1, got {value}")
+    return value
