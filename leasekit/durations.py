@@ -20,6 +20,7 @@ from .errors import (
 __all__ = [
     "MAX_DURATION",
     "parse_duration",
+    "parse_wait",
     "to_ms",
     "format_duration",
     "check_table_name",
@@ -107,6 +108,33 @@ def parse_duration(value: object, *, what: str = "duration") -> timedelta:
     if result < timedelta(0):
         raise InvalidDurationError(f"{what} must not be negative, got {_shown(value)}")
     return result
+
+
+def parse_wait(value: object, *, what: str = "timeout") -> float:
+    """Seconds to wait for ``value``, a duration as ``parse_duration`` takes it, where one longer
+    than ``MAX_DURATION`` (``math.inf`` included) means no limit: ``math.inf``.
+
+    Raises:
+        InvalidDurationError: the value is not a duration, is negative or is nan.
+    """
+    try:
+        return parse_duration(value, what=what).total_seconds()
+    except InvalidDurationError:
+        if _too_long(value):
+            return math.inf
+        raise
+
+
+def _too_long(value: object) -> bool:
+    """Whether ``value`` is a well-formed duration longer than ``MAX_DURATION``."""
+    if isinstance(value, timedelta):
+        return value > MAX_DURATION
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value > MAX_DURATION.total_seconds()  # nan compares False
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value)
+        return bool(match) and float(match.group(1)) * _UNITS_MS[match.group(2)] > _MAX_MS
+    return False
 
 
 def parse_timestamp(text: str, *, what: str = "timestamp") -> datetime:

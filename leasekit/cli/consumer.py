@@ -25,7 +25,7 @@ __all__ = ["register"]
 DESCRIBE = ["group", "table", "bucket", "current_offset", "log_end_offset", "lag", "time_lag", "consumer_id",
             "host", "last_commit", "status"]
 MEMBERS = ["consumer_id", "host", "#buckets", "buckets", "assigned"]
-RESET = ["group", "table", "bucket", "current_offset", "new_offset"]
+RESET = ["group", "table", "bucket", "current_offset", "new_offset", "clamped"]
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -281,7 +281,9 @@ def describe_view(ctx: Context, group_id: str, view: GroupView, *, stop_after: t
                     "last_commit": None if rec is None else to_datetime(rec.commit_ms), "status": status})
     frame = pd.DataFrame(out, columns=DESCRIBE_COLUMNS)
     for column in ("bucket", "current_offset", "log_end_offset", "lag"):
-        frame[column] = frame[column].astype("Int64")
+        # straight from the ints: through float64 (where a value is missing) offsets near
+        # 2**63 would lose their last digits and fail the cast
+        frame[column] = pd.array([row[column] for row in out], dtype="Int64")
     frame["time_lag"] = pd.to_timedelta(frame["time_lag"])
     frame["last_commit"] = pd.to_datetime(frame["last_commit"], utc=True)
     for column in ("group", "table", "consumer_id", "host", "status"):
@@ -397,7 +399,9 @@ def _targets(ctx: Context, rows: list[_Row], to: Any, shift_by: int | None) -> d
     if isinstance(to, (datetime, timedelta)):
         if isinstance(to, datetime) and to.tzinfo is None:
             raise InvalidArgumentError("to= datetime must be timezone-aware")
-        since = ctx.now_ms() - to_ms(to) if isinstance(to, timedelta) else int(to.timestamp() * 1000)
+        # by duration: any length (a huge one means from the beginning, as clamped below)
+        since = (ctx.now_ms() - to // timedelta(milliseconds=1) if isinstance(to, timedelta)
+                 else int(to.timestamp() * 1000))
         segments = _segments(rows)
         for r in rows:
             found = next((s for s in segments[r.tb] if s.end_offset > r.begin and s.timestamp_ms >= since), None)

@@ -57,7 +57,7 @@ class Buffered:
 
     def table(self, n: int) -> pa.Table:
         """Hand out the next ``n`` records (fewer when fewer are left) as a table."""
-        out = self.data.slice(self.taken, n)
+        out = self.data.slice(self.taken, min(n, self.left))  # n may be any int (max_records)
         self.taken += out.num_rows
         return out
 

@@ -3,11 +3,10 @@ durations (huge ones typed errors or, for waits, "until records come") and recor
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any, NamedTuple
 
-from ..durations import parse_duration
+from ..durations import parse_duration, parse_wait
 from ..errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
 
 __all__ = ["RESET_POLICIES", "MAX_SESSION_TIMEOUT", "ConsumerOptions", "consumer_options", "seconds", "timeout",
@@ -63,12 +62,9 @@ def seconds(value: Any, what: str) -> float:
 
 
 def timeout(value: Any) -> float:
-    """Seconds to wait for ``value`` (a duration); one beyond a ``timedelta``'s range waits
-    until records come."""
-    try:
-        return parse_duration(value, what="timeout").total_seconds()
-    except OverflowError:
-        return math.inf
+    """Seconds to wait for ``value`` (a duration); one longer than any duration leasekit takes
+    (``MAX_DURATION``) waits until records come: ``math.inf``."""
+    return parse_wait(value, what="timeout")
 
 
 def positive_int(value: object, what: str) -> int:

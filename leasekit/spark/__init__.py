@@ -130,8 +130,9 @@ class ChangeBatch:
         ctx = self._table.connection
         _refuse_live_members(ctx, self._group)
         changed = {tb: r.end for tb, r in self.offsets.items() if len(r)}
-        if changed:
-            stored_offsets.commit(ctx, self._group, changed, {self._table.name: self._table})
+        if changed:  # §6.5: the check again, inside the transaction (a member may join meanwhile)
+            stored_offsets.commit(ctx, self._group, changed, {self._table.name: self._table},
+                                  outside=True)
 
     def __repr__(self) -> str:
         records = sum(len(r) for r in self.offsets.values())
