@@ -46,6 +46,12 @@ def conn(zookeeper, warehouse, namespace):
         yield connection
 
 
+@pytest.fixture
+def target(zookeeper, warehouse, namespace) -> list[str]:
+    """Global options pointing the CLI at the test ZooKeeper, warehouse and namespace."""
+    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A real local SparkSession, shared by the whole test session."""

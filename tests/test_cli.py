@@ -19,12 +19,6 @@ from leasekit.log.segments import list_segments
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 
 
-@pytest.fixture
-def target(zookeeper, warehouse, namespace) -> list[str]:
-    """Global options pointing the CLI at the test ZooKeeper, warehouse and namespace."""
-    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
-
-
 def replay_status_counts(table) -> dict[str, int]:
     """Live orders by status from the latest snapshot files read with pyarrow (not Spark),
     plus any log written after them (the demo's retention trims the older log)."""

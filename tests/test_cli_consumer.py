@@ -14,11 +14,6 @@ TB = lk.TableBucket
 
 
 @pytest.fixture
-def target(zookeeper, warehouse, namespace) -> list[str]:
-    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
-
-
-@pytest.fixture
 def orders(conn):
     table = conn.create_table("orders", "id BIGINT", "id", buckets=2)
     table.append([{"id": i} for i in range(20)])

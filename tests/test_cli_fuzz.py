@@ -39,11 +39,6 @@ INT = re.compile(r"-?[0-9]+")
 
 
 @pytest.fixture
-def target(zookeeper, warehouse, namespace) -> list[str]:
-    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
-
-
-@pytest.fixture
 def pinned(conn):
     """Table "t" (2 buckets, snapshots), lease "L" pinning them, group "g" with offsets."""
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2)

@@ -17,12 +17,6 @@ SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 
 
 @pytest.fixture
-def target(zookeeper, warehouse, namespace) -> list[str]:
-    """Global options pointing the CLI at the test ZooKeeper, warehouse and namespace."""
-    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
-
-
-@pytest.fixture
 def orders(conn, spark):
     """A 4-bucket table with one snapshot per bucket, plus ``empty``: 2 buckets, no snapshot."""
     table = conn.create_table("orders", SCHEMA, "id", buckets=4)

@@ -26,12 +26,6 @@ DELETED = ["KIND", "TABLE", "BUCKET", "ITEM-ID", "REASON", "SIZE-BYTES"]
 
 
 @pytest.fixture
-def target(zookeeper, warehouse, namespace) -> list[str]:
-    """Global options pointing the CLI at the test ZooKeeper, warehouse and namespace."""
-    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
-
-
-@pytest.fixture
 def orders(conn):
     """Two buckets with snapshots 1-3; lease q3 pins 0/1, lease old (expired) pins 1/1."""
     conn.update_settings({"lease.expiry-grace": "0s"})

@@ -19,12 +19,6 @@ from leasekit import embedded
 
 
 @pytest.fixture
-def target(zookeeper, warehouse, namespace) -> list[str]:
-    """Global options pointing the CLI at the test ZooKeeper, warehouse and namespace."""
-    return ["--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace]
-
-
-@pytest.fixture
 def no_env(monkeypatch):
     monkeypatch.delenv("LEASEKIT_ZOOKEEPER", raising=False)
     monkeypatch.delenv("LEASEKIT_WAREHOUSE", raising=False)
