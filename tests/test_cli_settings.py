@@ -154,6 +154,21 @@ def test_a_typo_in_the_warehouse_starts_no_server(capsys, tmp_path, no_env, argv
             embedded.stop(missing / "_zookeeper")
 
 
+@pytest.mark.parametrize("argv", [["lease", "acquire", "x", "--table", "t", "--duration", "999999999999d"],
+                                  ["lease", "renew", "x", "--duration", "1e300"],
+                                  ["janitor", "--interval", "999999999999d"]], ids=" ".join)
+def test_a_bad_duration_is_refused_before_a_writer_connects(capsys, tmp_path, no_env, argv) -> None:
+    # §3, §9: argument errors come first: no warehouse created, no server started for them
+    missing = tmp_path / "typo"
+    try:
+        code, out, err = run(capsys, "--warehouse", str(missing), *argv)
+        assert (code, out) == (2, "") and "out of range" in err and "Traceback" not in err
+        assert not missing.exists()
+    finally:
+        if missing.exists():
+            embedded.stop(missing / "_zookeeper")
+
+
 def test_the_default_warehouse_is_checked_too(capsys, tmp_path, no_env, monkeypatch) -> None:
     # §3, with no --warehouse: ./leasekit-warehouse
     monkeypatch.chdir(tmp_path)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..durations import check_id
+from ..durations import check_id, parse_duration
 from ..errors import LeaseNotFoundError
 from ..records import TableBucket
 from .common import add_command, bucket_arg, connect, duration_arg
@@ -77,10 +77,12 @@ def _list(args: argparse.Namespace) -> int:
 
 def _acquire(args: argparse.Namespace) -> int:
     check_id(args.lease_id)
+    # checked before connecting: a bad value never creates a warehouse or starts a server
+    duration = parse_duration(duration_arg(args.duration), what="lease duration")
     tables = list(dict.fromkeys(args.table))
     with connect(args) as conn:
         # no context manager: the lease must outlive the command
-        lease = conn.lease(args.lease_id, duration_arg(args.duration), drop_on_exit=False)
+        lease = conn.lease(args.lease_id, duration, drop_on_exit=False)
         result = lease.acquire_latest(tables)
     unavailable = _pin_rows(result.unavailable)
     for row in unavailable:
@@ -111,14 +113,12 @@ def _acquire(args: argparse.Namespace) -> int:
 
 
 def _renew(args: argparse.Namespace) -> int:
-    from ..durations import parse_duration
-
     check_id(args.lease_id)
+    duration = (None if args.duration is None  # checked before connecting, as in acquire
+                else parse_duration(duration_arg(args.duration), what="lease duration"))
     with connect(args) as conn:
-        if args.duration is None:
+        if duration is None:
             duration = _find(conn, args.lease_id).duration
-        else:
-            duration = duration_arg(args.duration)
         expires_at = conn.renew_kv_snapshot_lease(args.lease_id, duration)
     data = {"lease_id": args.lease_id, "duration": parse_duration(duration),
             "expires_at": expires_at}  # fmt: skip
