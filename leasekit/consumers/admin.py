@@ -379,12 +379,14 @@ def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int 
         wanted = frozenset(chosen)
         rows = [r for r in rows if r.tb in wanted]
     wanted = _targets(ctx, rows, to, shift_by)
-    targets = {r.tb: min(max(wanted[r.tb], r.begin), r.end) for r in rows}  # as kafka-consumer-groups
+    # clamped to [beginning, end], as kafka-consumer-groups does
+    targets = {r.tb: min(max(wanted[r.tb], r.begin), r.end) for r in rows}
     plan = [{"group": group_id, "table": r.tb.table, "bucket": r.tb.bucket,
-             "current_offset": None if r.record is None else r.record.offset, "new_offset": targets[r.tb],
-             "clamped": targets[r.tb] != wanted[r.tb]} for r in rows]
+             "current_offset": None if r.record is None else r.record.offset,
+             "new_offset": targets[r.tb], "clamped": targets[r.tb] != wanted[r.tb]} for r in rows]
     if not dry_run and plan:
-        stored.commit(ctx, group_id, {r.tb: targets[r.tb] for r in rows}, {r.tb.table: r.table for r in rows},
+        stored.commit(ctx, group_id, {r.tb: targets[r.tb] for r in rows},
+                      {r.tb.table: r.table for r in rows},
                       outside=True)  # a member joining since the read above refuses the write (C13)
     frame = pd.DataFrame(plan, columns=[*RESET_COLUMNS, "clamped"])
     frame["clamped"] = frame["clamped"].astype(bool)

@@ -45,11 +45,13 @@ class Consumer:
 
     def __init__(self, ctx: Context, tables: Iterable[TableInfo], *, group_id: str | None = None,
                  auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
-                 auto_commit_interval: Any = "5s", session_timeout: Any = "10s", assignor: str = "sticky",
-                 listener: Any = None, max_poll_records: int = 10_000, max_poll_interval: Any = "5m") -> None:
-        options = consumer_options(auto_offset_reset=auto_offset_reset, enable_auto_commit=enable_auto_commit,
-                                   auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
-                                   max_poll_interval=max_poll_interval, max_poll_records=max_poll_records)
+                 auto_commit_interval: Any = "5s", session_timeout: Any = "10s",
+                 assignor: str = "sticky", listener: Any = None, max_poll_records: int = 10_000,
+                 max_poll_interval: Any = "5m") -> None:
+        options = consumer_options(
+            auto_offset_reset=auto_offset_reset, enable_auto_commit=enable_auto_commit,
+            auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
+            max_poll_interval=max_poll_interval, max_poll_records=max_poll_records)
         self._assignor = get_assignor(assignor)
         if listener is not None:
             check_listener(listener)
@@ -216,7 +218,8 @@ class Consumer:
         """
         self._check_open()
         wait = timeout_seconds(timeout)
-        limit = self._max_poll_records if max_records is None else positive_int(max_records, "max_records")
+        limit = (self._max_poll_records if max_records is None
+                 else positive_int(max_records, "max_records"))
         return self._poll(wait, lambda: self._fetch(limit), {})
 
     def getone(self, timeout: Any = None) -> Record | None:
@@ -262,7 +265,8 @@ class Consumer:
         if tb is not None and self._sub.is_assigned(tb) and not self._sub.state(tb).paused \
                 and self._tables[tb.table].table_id not in self._gone:  # (in O(1): no list of all)
             state = self._sub.state(tb)
-            buffer = self._fetcher.buffered(tb, state.position) if state.position is not None else None
+            buffer = (None if state.position is None
+                      else self._fetcher.buffered(tb, state.position))
             if buffer is not None:
                 record = buffer.record(tb)
                 state.position = record.offset + 1  # C1
@@ -433,7 +437,8 @@ class Consumer:
             self._table_of(tb)
             stored.check_offset(ts, f"timestamp of {tb} (epoch ms)")
         bounds = self._bounds_now(timestamps)
-        return {tb: self._fetcher.offset_for_time(tb, ts, bounds[tb].begin) for tb, ts in timestamps.items()}
+        return {tb: self._fetcher.offset_for_time(tb, ts, bounds[tb].begin)
+                for tb, ts in timestamps.items()}
 
     def highwater(self, tb: TableBucket) -> int | None:
         """The bucket's log end offset as of the last poll; None before one."""

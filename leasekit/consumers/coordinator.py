@@ -334,8 +334,8 @@ class GroupCoordinator:
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._tables[tb.table] for tb in changed}
         try:  # a manual assignment commits from outside the group: only into an empty one (§6.5)
-            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence, skip_dropped=skip_dropped,
-                          outside=self._sub.mode != SUBSCRIBED)
+            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence,
+                          skip_dropped=skip_dropped, outside=self._sub.mode != SUBSCRIBED)
         except TxnConflict as exc:
             if exc.op in fence:
                 lost = owners.get(exc.op.path, "its buckets")

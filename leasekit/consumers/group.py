@@ -82,9 +82,10 @@ class GroupMember:
             store.ensure_path(path)
         record = MemberRecord(self._ctx.owner, tuple(sorted(tables)))
         prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-        members = paths.group_members(self.group_id)  # its data version counts joins: a commit
-        created, _ = store.commit([Create(paths.member(self.group_id, prefix), record.encode(),  # from outside
-                                          ephemeral=True, sequence=True),  # the group checks it (§6.5)
+        # the data version of members counts joins: a commit from outside the group checks it
+        members = paths.group_members(self.group_id)
+        created, _ = store.commit([Create(paths.member(self.group_id, prefix), record.encode(),
+                                          ephemeral=True, sequence=True),
                                    SetData(members, b"")])
         with self._lock:
             self.member_id = created.rsplit("/", 1)[1]

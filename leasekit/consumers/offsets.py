@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["MAX_METADATA_BYTES", "OFFSET_LIMIT", "check_offset", "decode", "check_group_id", "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
+__all__ = ["MAX_METADATA_BYTES", "OFFSET_LIMIT", "check_offset", "decode", "check_group_id",
+           "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
 
 MAX_METADATA_BYTES = 4096
 OFFSET_LIMIT = 2**63
@@ -194,7 +195,8 @@ def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | Offs
 
 def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, OffsetAndMetadata],
                  tables: Mapping[str, TableInfo], fence: Sequence[Check],
-                 written: dict[TableBucket, OffsetRecord], outside: bool = False) -> dict[TableBucket, OffsetRecord]:
+                 written: dict[TableBucket, OffsetRecord],
+                 outside: bool = False) -> dict[TableBucket, OffsetRecord]:
     paths = ctx.paths
     keys = list(pending)
     names = sorted({tb.table for tb in keys})
@@ -203,7 +205,8 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
     # (the assignment is read before the members: read in this order, one pipeline, in order)
     empty = [paths.group_assignment(group_id), paths.group_members(group_id)] if outside else []
     now, nodes = ctx.read_with_clock([paths.group(group_id), paths.group_offsets(group_id),
-                                      *offset_paths, *state_paths, *(paths.table(n) for n in names), *empty])
+                                      *offset_paths, *state_paths,
+                                      *(paths.table(n) for n in names), *empty])
     group_node, parent_node = nodes[0], nodes[1]
     stored = nodes[2:2 + len(keys)]
     ends = log_ends(nodes[2 + len(keys):2 + 2 * len(keys)], state_paths)
@@ -248,16 +251,19 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
     return {tb: record for tb, record in records.values()}
 
 
-def _no_members(ctx: Context, group_id: str, assignment: Any, members: Any, ops: list[Op]) -> list[Check]:
+def _no_members(ctx: Context, group_id: str, assignment: Any, members: Any,
+                ops: list[Op]) -> list[Check]:
     """The checks that keep a commit from outside the group out of a group with live members:
     ``GroupNotEmptyError`` now if the members read have any; else checks that fail once a
     member joined since (a join bumps the ``members`` znode's data version; an assignment
     published since names a member too). A missing ``members`` znode is created by the
     commit (``ops``), which fails if a member created it meanwhile."""
     if members is not None and members.stat.num_children:
-        raise GroupNotEmptyError(f"group {group_id} has {members.stat.num_children} live member(s): a consumer "
-                                 "outside it cannot commit its offsets (stop them first); nothing was written")
-    checks = [] if assignment is None else [Check(ctx.paths.group_assignment(group_id), assignment.stat.version)]
+        raise GroupNotEmptyError(
+            f"group {group_id} has {members.stat.num_children} live member(s): a consumer outside "
+            "it cannot commit its offsets (stop them first); nothing was written")
+    checks = ([] if assignment is None
+              else [Check(ctx.paths.group_assignment(group_id), assignment.stat.version)])
     if members is None:
         ops.append(Create(ctx.paths.group_members(group_id)))
     else:

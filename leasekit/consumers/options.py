@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 from ..durations import parse_duration, parse_wait
 from ..errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
 
-__all__ = ["RESET_POLICIES", "MAX_SESSION_TIMEOUT", "ConsumerOptions", "consumer_options", "seconds", "timeout",
-           "positive_int"]
+__all__ = ["RESET_POLICIES", "MAX_SESSION_TIMEOUT", "ConsumerOptions", "consumer_options",
+           "seconds", "timeout", "positive_int"]
 
 RESET_POLICIES = ("earliest", "latest", "none")
 MAX_SESSION_TIMEOUT = timedelta(days=24)
@@ -32,8 +32,9 @@ class ConsumerOptions(NamedTuple):
     max_poll_records: int
 
 
-def consumer_options(*, auto_offset_reset: Any, enable_auto_commit: Any, auto_commit_interval: Any,
-                     session_timeout: Any, max_poll_interval: Any, max_poll_records: Any) -> ConsumerOptions:
+def consumer_options(*, auto_offset_reset: Any, enable_auto_commit: Any,
+                     auto_commit_interval: Any, session_timeout: Any, max_poll_interval: Any,
+                     max_poll_records: Any) -> ConsumerOptions:
     """The settings checked; ``InvalidArgumentError`` (or ``InvalidTypeError``) for a bad one."""
     if auto_offset_reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
         raise InvalidArgumentError(f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
@@ -46,10 +47,11 @@ def consumer_options(*, auto_offset_reset: Any, enable_auto_commit: Any, auto_co
         if value <= 0:
             raise InvalidArgumentError(f"{name} must be greater than 0")
     if session > MAX_SESSION_TIMEOUT.total_seconds():
-        raise InvalidArgumentError(f"session_timeout must be at most {MAX_SESSION_TIMEOUT.days}d (ZooKeeper's "
-                                   f"limit), got {session_timeout!r}")
-    return ConsumerOptions(auto_offset_reset, enable_auto_commit, seconds(auto_commit_interval, "auto_commit_interval"),
-                           session, idle, positive_int(max_poll_records, "max_poll_records"))
+        raise InvalidArgumentError(f"session_timeout must be at most {MAX_SESSION_TIMEOUT.days}d "
+                                   f"(ZooKeeper's limit), got {session_timeout!r}")
+    return ConsumerOptions(auto_offset_reset, enable_auto_commit,
+                           seconds(auto_commit_interval, "auto_commit_interval"), session, idle,
+                           positive_int(max_poll_records, "max_poll_records"))
 
 
 def seconds(value: Any, what: str) -> float:

@@ -94,7 +94,8 @@ class Access:
         closing.walk([root])
         for _ in range(RECHECKS):
             changed = list(closing.listed)
-            listings = closing.reader.collect(closing.reader.send([GetChildren(p) for p in changed]))
+            pending = closing.reader.send([GetChildren(p) for p in changed])
+            listings = closing.reader.collect(pending)
             new = [f"{path}/{name}" for path, listing in zip(changed, listings)
                    for name in listing.value or () if name not in closing.listed[path]]
             if not new:
@@ -175,7 +176,8 @@ def protect(client: KazooClient, access: Access, root: str, *, seal: str, seal_d
         if not access.allowed(root_acls) & Permissions.CREATE:
             return (f"the namespace {root} is protected by other ZooKeeper credentials than "
                     f"{access.user!r}: this connection may read it but not write")
-        if client.exists(seal) is not None and not world_perms(client.get_acls(seal)[0]) & ~Permissions.READ:
+        sealed = client.exists(seal) is not None
+        if sealed and not world_perms(client.get_acls(seal)[0]) & ~Permissions.READ:
             return None
     refused = access.close_tree(client, root, clock, timeout)
     still_open = [p for p in refused if client.exists(p) is not None
