@@ -7,13 +7,14 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from ..durations import parse_duration, parse_wait
-from ..errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
+from ..zk import MAX_SESSION_TIMEOUT as _ZK_SESSION_LIMIT
 
 __all__ = ["RESET_POLICIES", "MAX_SESSION_TIMEOUT", "ConsumerOptions", "consumer_options",
            "seconds", "timeout", "positive_int"]
 
 RESET_POLICIES = ("earliest", "latest", "none")
-MAX_SESSION_TIMEOUT = timedelta(days=24)
+MAX_SESSION_TIMEOUT = timedelta(seconds=_ZK_SESSION_LIMIT)
 """ZooKeeper takes a session timeout in int32 milliseconds (about 24.8 days)."""
 
 
@@ -56,11 +57,8 @@ def consumer_options(*, auto_offset_reset: Any, enable_auto_commit: Any,
 
 def seconds(value: Any, what: str) -> float:
     """Seconds of the duration ``value``; ``InvalidDurationError`` when it is not one or is
-    beyond what a ``timedelta`` holds."""
-    try:
-        return parse_duration(value, what=what).total_seconds()
-    except OverflowError:
-        raise InvalidDurationError(f"{what} is out of range: {value!r}") from None
+    longer than ``MAX_DURATION`` (``parse_duration`` bounds every duration)."""
+    return parse_duration(value, what=what).total_seconds()
 
 
 def timeout(value: Any) -> float:

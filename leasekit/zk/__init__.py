@@ -12,11 +12,13 @@ from .ops import MAX_TXN_BYTES as MAX_TXN_BYTES
 from .ops import MAX_TXN_OPS as MAX_TXN_OPS
 from .ops import Check, Create, Delete, Node, Op, SetData, Stat, TxnConflict, chunk_ops, op_size
 from .reads import READS_PER_REQUEST, GetChildren, GetData, ReadResult
+from .store import MAX_SESSION_TIMEOUT as MAX_SESSION_TIMEOUT
 from .store import ZkStore
 from .watches import Watch
 
 __all__ = [
     "MAX_VALUE_BYTES", "MAX_REQUEST_BYTES", "MAX_TXN_BYTES", "MAX_TXN_OPS", "READS_PER_REQUEST",
+    "MAX_SESSION_TIMEOUT",
     "Stat", "Node", "Op", "Create", "SetData", "Delete", "Check", "TxnConflict", "chunk_ops", "op_size",
     "GetData", "GetChildren", "ReadResult", "ZkStore", "Watch", "ServerClock", "translated", "to_datetime",
 ]
