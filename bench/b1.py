@@ -86,7 +86,11 @@ def query(df: DataFrame) -> dict[str, tuple[int, float]]:
     """The measured aggregation: rows and total amount per status, collected."""
     from pyspark.sql import functions as F
 
-    rows = df.groupBy("status").agg(F.count(F.lit(1)).alias("n"), F.sum("amount").alias("amount")).collect()
+    rows = (
+        df.groupBy("status")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum("amount").alias("amount"))
+        .collect()
+    )
     return {r["status"]: (int(r["n"]), float(r["amount"])) for r in rows}
 
 
@@ -96,8 +100,15 @@ def _same(a: dict[str, tuple[int, float]], b: dict[str, tuple[int, float]]) -> b
     )
 
 
-def _measure(spark: SparkSession, lease: KvSnapshotLease, table: Table, files: list[str], ddl: str,
-             p: dict[str, Any], runs: int) -> tuple[list[dict[str, Any]], bool]:
+def _measure(
+    spark: SparkSession,
+    lease: KvSnapshotLease,
+    table: Table,
+    files: list[str],
+    ddl: str,
+    p: dict[str, Any],
+    runs: int,
+) -> tuple[list[dict[str, Any]], bool]:
     """Warm both sides up, then time them ``runs`` times in alternating order.
 
     Each side is timed as a whole and split into building the DataFrame (for leasekit: its
@@ -130,8 +141,10 @@ def _measure(spark: SparkSession, lease: KvSnapshotLease, table: Table, files: l
     results: list[dict[str, Any]] = []
     agree = _same(expected, warm) and sum(n for n, _ in expected.values()) == p["rows"]
     for i in range(runs):
-        figures: dict[str, Any] = {"order": alternate(i, ("leasekit", "baseline")),
-                                   "load_average": load_average()}
+        figures: dict[str, Any] = {
+            "order": alternate(i, ("leasekit", "baseline")),
+            "load_average": load_average(),
+        }
         timer = Timer()
         for name in figures["order"]:
             settle(spark)
@@ -150,10 +163,12 @@ def _measure(spark: SparkSession, lease: KvSnapshotLease, table: Table, files: l
         figures["ratio"] = figures["leasekit_s"] / figures["baseline_s"]
         figures["query_ratio"] = figures["leasekit_query_s"] / figures["baseline_query_s"]
         figures["cpu_ratio"] = ratio_or_none(figures["leasekit_cpu_s"], figures["baseline_cpu_s"])
-        log(f"B1: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
+        log(
+            f"B1: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
             f"leasekit {figures['leasekit_s']:.3f}s (frame {figures['leasekit_frame_s'] * 1000:.0f} ms), "
             f"baseline {figures['baseline_s']:.3f}s (frame {figures['baseline_frame_s'] * 1000:.0f} ms), "
-            f"ratio {figures['ratio']:.3f}")
+            f"ratio {figures['ratio']:.3f}"
+        )
         results.append(figures)
     return results, agree
 
@@ -169,7 +184,7 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
 
         def load() -> None:
             for start in range(0, p["rows"], p["batch_rows"]):
-                table.append(orders_batch(rng, ids[start:start + p["batch_rows"]]))
+                table.append(orders_batch(rng, ids[start : start + p["batch_rows"]]))
 
         log(f"B1: appending {p['rows']:,} rows in batches of {p['batch_rows']:,}")
         append_s, _ = timed(load)
@@ -183,7 +198,9 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         lease = conn.lease(duration=LEASE_DURATION)
         acquire_s, acquired = timed(lambda: lease.acquire_latest(table.name))
         pinned = {tb.bucket: sid for tb, sid in acquired.acquired.items()}
-        log(f"B1: lease {lease.lease_id} pinned {len(pinned)} buckets in {acquire_s * 1000:.0f} ms (untimed)")
+        log(
+            f"B1: lease {lease.lease_id} pinned {len(pinned)} buckets in {acquire_s * 1000:.0f} ms (untimed)"
+        )
         try:
             results, agree = _measure(spark, lease, table, files, ddl, p, runs)
         finally:
@@ -199,8 +216,10 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "query_ratio": round(median([r["query_ratio"] for r in results]), 3),
         "leasekit_frame_s": round(median([r["leasekit_frame_s"] for r in results]), 4),
         "baseline_frame_s": round(median([r["baseline_frame_s"] for r in results]), 4),
-        "leasekit_breakdown_s": {k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
-                                 for k in results[0]["leasekit_breakdown_s"]},
+        "leasekit_breakdown_s": {
+            k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
+            for k in results[0]["leasekit_breakdown_s"]
+        },
         "load_average": median([r["load_average"] or 0.0 for r in results]),
         "load_averages": [r["load_average"] for r in results],
         **cpu_figures(results),
@@ -214,14 +233,22 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "append_s": round(append_s, 1),
         "snapshot_s": round(snapshot_s, 1),
     }
-    parameters = {**p, "runs": runs, "quick": quick, "reader": READER,
-                  "query": "groupBy(status).agg(count, sum(amount)).collect()", "baseline": BASELINE}
+    parameters = {
+        **p,
+        "runs": runs,
+        "quick": quick,
+        "reader": READER,
+        "query": "groupBy(status).agg(count, sum(amount)).collect()",
+        "baseline": BASELINE,
+    }
     checks = {
         "results_equal": agree,
         "lease_pins_the_snapshot": not acquired.unavailable
         and pinned == {tb.bucket: s.snapshot_id for tb, s in snaps.items()},
     }
-    return Outcome(round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks)
+    return Outcome(
+        round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks
+    )
 
 
 BENCHMARK = Benchmark(

@@ -43,8 +43,13 @@ if TYPE_CHECKING:
 __all__ = ["BENCHMARK", "run"]
 
 SESSION_TIMEOUT_S = 2.0
-FULL = {"buckets": 300, "members_here": 2, "records_per_bucket": 20, "session_timeout": "2s",
-        "poll_timeout": "0.5s"}
+FULL = {
+    "buckets": 300,
+    "members_here": 2,
+    "records_per_bucket": 20,
+    "session_timeout": "2s",
+    "poll_timeout": "0.5s",
+}
 QUICK = {**FULL, "buckets": 30}
 SETTLE_TIMEOUT = 120.0
 TAKEOVER_TIMEOUT = 30.0
@@ -57,11 +62,25 @@ class _Process:
     def __init__(self, conn: Connection, table: str, group: str, session_timeout: str) -> None:
         self.state: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._stderr = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and block it
+        self._stderr = tempfile.TemporaryFile(
+            mode="w+"
+        )  # a pipe nobody reads could fill and block it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.b10_member", conn.warehouse.location, conn.namespace, table, group,
-             session_timeout],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+            [
+                sys.executable,
+                "-m",
+                "bench.b10_member",
+                conn.warehouse.location,
+                conn.namespace,
+                table,
+                group,
+                session_timeout,
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
         self._reader = threading.Thread(target=self._read, daemon=True, name="bench-b10-process")
         self._reader.start()
 
@@ -98,26 +117,36 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
 
     p = QUICK if quick else FULL
     results: list[dict[str, Any]] = []
-    checks = {"from_the_committed_offsets": True, "each_new_record_once_by_its_new_owner": True,
-              "killed_member_was_caught_up": True}
+    checks = {
+        "from_the_committed_offsets": True,
+        "each_new_record_once_by_its_new_owner": True,
+        "killed_member_was_caught_up": True,
+    }
     with temp_warehouse("B10") as conn:
         name, group = "orders", "b10"
         table = conn.create_table(name, "id BIGINT", "id", buckets=p["buckets"])
         table.append(pa.table({"id": ids_per_bucket(p["buckets"], p["records_per_bucket"])}))
         watch = AssignmentWatch(conn, group)
-        options = {"session_timeout": p["session_timeout"], "auto_offset_reset": "earliest",
-                   "poll_timeout": p["poll_timeout"]}
-        survivors = [PolledMember(conn, [name], group, name=f"m{k}", **options).start()
-                     for k in range(p["members_here"])]
+        options = {
+            "session_timeout": p["session_timeout"],
+            "auto_offset_reset": "earliest",
+            "poll_timeout": p["poll_timeout"],
+        }
+        survivors = [
+            PolledMember(conn, [name], group, name=f"m{k}", **options).start()
+            for k in range(p["members_here"])
+        ]
         try:
             for i in range(runs + 1):  # run 0 warms up, untimed
                 settle(None)
                 result, run_checks = _one_run(conn, table, group, watch, survivors, p)
                 label = "warm-up" if i == 0 else f"run {i}/{runs}"
-                log(f"B10: {label}: takeover {result['takeover_s']:.3f} s (member gone {result['gone_s']:.3f} s, "
+                log(
+                    f"B10: {label}: takeover {result['takeover_s']:.3f} s (member gone {result['gone_s']:.3f} s, "
                     f"assignment published {result['published_s']:.3f} s, buckets claimed and read "
                     f"{result['claimed_s']:.3f} s), {result['taken_over']} buckets taken over, checks "
-                    f"{'ok' if all(run_checks.values()) else run_checks}")
+                    f"{'ok' if all(run_checks.values()) else run_checks}"
+                )
                 if i == 0:
                     continue
                 results.append(result)
@@ -149,12 +178,19 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"session_timeout {SESSION_TIMEOUT_S:g} s: member znode gone after {figures['gone_s']:.2f} s, assignment "
         f"published {figures['published_s']:.2f} s, its {figures['taken_over']} buckets claimed and read "
         f"{figures['claimed_s']:.2f} s, new records returned {figures['after_gone_s'] * 1000:.0f} ms after the "
-        f"member znode went")
+        f"member znode went"
+    )
     return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 
-def _one_run(conn: Connection, table: Any, group: str, watch: AssignmentWatch, survivors: list[PolledMember],
-             p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bool]]:
+def _one_run(
+    conn: Connection,
+    table: Any,
+    group: str,
+    watch: AssignmentWatch,
+    survivors: list[PolledMember],
+    p: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, bool]]:
     import pyarrow as pa
 
     from .members import buckets_of, ids_per_bucket
@@ -172,11 +208,19 @@ def _one_run(conn: Connection, table: Any, group: str, watch: AssignmentWatch, s
         gone = _MemberGone(conn, group, dead)
         before = table.end_offsets()
         killed = process.kill()
-        table.append(pa.table({"id": ids_per_bucket(table.num_buckets, 1, only=[tb.bucket for tb in doomed])}))
+        table.append(
+            pa.table(
+                {"id": ids_per_bucket(table.num_buckets, 1, only=[tb.bucket for tb in doomed])}
+            )
+        )
         appended = time.perf_counter()
-        after = watch.wait_for(lambda r: dead not in r.buckets and r.generation > record.generation, TAKEOVER_TIMEOUT)
+        after = watch.wait_for(
+            lambda r: dead not in r.buckets and r.generation > record.generation, TAKEOVER_TIMEOUT
+        )
         if after is None:
-            raise RuntimeError(f"B10: no assignment without the killed member within {TAKEOVER_TIMEOUT:g} s")
+            raise RuntimeError(
+                f"B10: no assignment without the killed member within {TAKEOVER_TIMEOUT:g} s"
+            )
         done, polls = _wait_taken_over(survivors, doomed, before, TAKEOVER_TIMEOUT)
         owner = {tb: m.name for m in survivors for tb in buckets_of(after, m.member_id)}
         published = next(t for t, r in watch.seen if r.generation == after.generation)
@@ -186,7 +230,8 @@ def _one_run(conn: Connection, table: Any, group: str, watch: AssignmentWatch, s
         checks = {
             "from_the_committed_offsets": all(polls[tb][0][1] == before[tb] for tb in doomed),
             "each_new_record_once_by_its_new_owner": all(
-                len(polls[tb]) == 1 and polls[tb][0][2] == owner.get(tb) for tb in doomed),
+                len(polls[tb]) == 1 and polls[tb][0][2] == owner.get(tb) for tb in doomed
+            ),
             "killed_member_was_caught_up": caught_up,
         }
         result = {
@@ -203,10 +248,14 @@ def _one_run(conn: Connection, table: Any, group: str, watch: AssignmentWatch, s
     finally:
         stderr = process.stop()
         if process.proc.returncode not in (0, -signal.SIGKILL):
-            raise RuntimeError(f"B10: the member process failed ({process.proc.returncode}): {stderr[-2000:]}")
+            raise RuntimeError(
+                f"B10: the member process failed ({process.proc.returncode}): {stderr[-2000:]}"
+            )
 
 
-def _settle(watch: AssignmentWatch, survivors: list[PolledMember], process: _Process, size: int) -> AssignmentRecord:
+def _settle(
+    watch: AssignmentWatch, survivors: list[PolledMember], process: _Process, size: int
+) -> AssignmentRecord:
     """Wait until all ``size`` members consume their share of the latest assignment, the process
     has read and committed every record of its share; that assignment."""
     from .members import buckets_of
@@ -215,14 +264,20 @@ def _settle(watch: AssignmentWatch, survivors: list[PolledMember], process: _Pro
     while time.monotonic() < deadline:
         time.sleep(0.05)
         if process.proc.poll() is not None:
-            raise RuntimeError(f"B10: the member process exited ({process.proc.returncode}): {process.stop()[-2000:]}")
+            raise RuntimeError(
+                f"B10: the member process exited ({process.proc.returncode}): {process.stop()[-2000:]}"
+            )
         record = watch.latest()
         state = process.last()
         if record is None or len(record.buckets) != size or not state:
             continue
         share = {tuple(tb) for tb in buckets_of(record, state["member_id"])}
-        if not (state["generation"] == record.generation and state["caught_up"]
-                and {tuple(tb) for tb in state["assignment"]} == share and share):
+        if not (
+            state["generation"] == record.generation
+            and state["caught_up"]
+            and {tuple(tb) for tb in state["assignment"]} == share
+            and share
+        ):
             continue
         if all(_consuming(m, record) for m in survivors):
             return record
@@ -233,12 +288,17 @@ def _consuming(member: PolledMember, record: AssignmentRecord) -> bool:
     from .members import buckets_of
 
     last = member.last_fetch()
-    return (last is not None and last.generation == record.generation
-            and last.assignment == buckets_of(record, member.member_id) and not last.skipped)
+    return (
+        last is not None
+        and last.generation == record.generation
+        and last.assignment == buckets_of(record, member.member_id)
+        and not last.skipped
+    )
 
 
-def _wait_taken_over(survivors: list[PolledMember], doomed: frozenset[Any], before: dict[Any, int],
-                     timeout: float) -> tuple[float, dict[Any, list[tuple[float, int, str]]]]:
+def _wait_taken_over(
+    survivors: list[PolledMember], doomed: frozenset[Any], before: dict[Any, int], timeout: float
+) -> tuple[float, dict[Any, list[tuple[float, int, str]]]]:
     """When the last of ``doomed`` had its new record returned by a survivor; per bucket, the
     polls that returned new records (time, first offset, member), in time order."""
     deadline = time.monotonic() + timeout
@@ -247,12 +307,15 @@ def _wait_taken_over(survivors: list[PolledMember], doomed: frozenset[Any], befo
         for m in survivors:
             for tb, returned in m.returned().items():
                 if tb in doomed:
-                    polls.setdefault(tb, []).extend((t, start, m.name) for t, start, end in returned
-                                                    if end > before[tb])
+                    polls.setdefault(tb, []).extend(
+                        (t, start, m.name) for t, start, end in returned if end > before[tb]
+                    )
         if all(polls.get(tb) for tb in doomed):
             return max(min(polls[tb])[0] for tb in doomed), {tb: sorted(polls[tb]) for tb in doomed}
         time.sleep(0.01)
-    raise RuntimeError(f"B10: the killed member's buckets were not all consumed within {timeout:g} s")
+    raise RuntimeError(
+        f"B10: the killed member's buckets were not all consumed within {timeout:g} s"
+    )
 
 
 def _claimed(survivors: list[PolledMember], record: AssignmentRecord, since: float) -> float | None:
@@ -263,8 +326,16 @@ def _claimed(survivors: list[PolledMember], record: AssignmentRecord, since: flo
     times = []
     for m in survivors:
         share = buckets_of(record, m.member_id)
-        times.append(next((f.end for f in m.fetches(since) if f.generation == record.generation
-                           and f.assignment == share and not f.skipped), None))
+        times.append(
+            next(
+                (
+                    f.end
+                    for f in m.fetches(since)
+                    if f.generation == record.generation and f.assignment == share and not f.skipped
+                ),
+                None,
+            )
+        )
     return None if None in times else max(t for t in times if t is not None)
 
 
@@ -293,7 +364,7 @@ class _MemberGone:
 BENCHMARK = Benchmark(
     id="B10",
     what="takeover: a group member in another process is killed with SIGKILL, until its buckets are consumed "
-         "by the other members (session_timeout 2 s)",
+    "by the other members (session_timeout 2 s)",
     metric="value",
     target=SESSION_TIMEOUT_S + 1.0,
     op="<=",

@@ -16,8 +16,13 @@ def main(argv: list[str]) -> int:
 
     warehouse, namespace, table, group, session_timeout = argv
     conn = lk.connect(warehouse=warehouse, namespace=namespace)
-    consumer = conn.consumer(table, group_id=group, session_timeout=session_timeout,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = conn.consumer(
+        table,
+        group_id=group,
+        session_timeout=session_timeout,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     last = None
     while True:
         consumer.poll(timeout="0.2s")
@@ -26,10 +31,16 @@ def main(argv: list[str]) -> int:
         except lk.CommitFailedError:
             continue  # its buckets moved meanwhile: the next poll follows the group
         assignment = sorted(consumer.assignment())
-        caught_up = all(consumer.highwater(tb) is not None and consumer.position(tb) == consumer.highwater(tb)
-                        for tb in assignment)
-        state = {"member_id": consumer.member_id, "generation": consumer.generation,
-                 "assignment": [list(tb) for tb in assignment], "caught_up": caught_up}
+        caught_up = all(
+            consumer.highwater(tb) is not None and consumer.position(tb) == consumer.highwater(tb)
+            for tb in assignment
+        )
+        state = {
+            "member_id": consumer.member_id,
+            "generation": consumer.generation,
+            "assignment": [list(tb) for tb in assignment],
+            "caught_up": caught_up,
+        }
         if state != last:
             print(json.dumps(state), flush=True)
             last = state

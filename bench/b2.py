@@ -107,9 +107,15 @@ class BareCreates:
 
         acl = self.client.default_acl or OPEN_ACL_UNSAFE
         for count in range(1, len(self.parents) + 1):
-            sizes = [REQUEST_HEADER + len(Transaction(
-                [KCreate(f"{p}/{name}", b"", acl, 0) for p in self.parents[group]]).serialize())
-                for group in self._groups(count)]
+            sizes = [
+                REQUEST_HEADER
+                + len(
+                    Transaction(
+                        [KCreate(f"{p}/{name}", b"", acl, 0) for p in self.parents[group]]
+                    ).serialize()
+                )
+                for group in self._groups(count)
+            ]
             if max(sizes) <= JUTE_MAXBUFFER:
                 return count, sizes
         raise AssertionError("unreachable: a single create always fits")
@@ -136,7 +142,9 @@ class BareCreates:
 def _pins_created(conn: Connection, table: Table, lease_id: str, snapshot_id: int) -> int:
     """How many buckets of ``table`` have a pin znode of ``lease_id`` (untimed check)."""
     paths, tid = conn.paths, table.table_id
-    kids = conn.store.children_many([paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)])
+    kids = conn.store.children_many(
+        [paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)]
+    )
     return sum(1 for names in kids if names and lease_id in names)
 
 
@@ -151,8 +159,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         log(f"B2: seeding an empty snapshot for each of {n:,} buckets")
         seed_s, _ = timed(lambda: seed_empty_snapshots(conn, table, p["snapshot_id"]))
         bare = BareCreates(conn, n, p["snapshot_id"])
-        log(f"B2: seeded in {seed_s:.1f}s; baseline needs {bare.transactions} transaction(s) of "
-            f"{', '.join(f'{b:,}' for b in bare.request_bytes)} bytes (limit {JUTE_MAXBUFFER:,})")
+        log(
+            f"B2: seeded in {seed_s:.1f}s; baseline needs {bare.transactions} transaction(s) of "
+            f"{', '.join(f'{b:,}' for b in bare.request_bytes)} bytes (limit {JUTE_MAXBUFFER:,})"
+        )
 
         def leasekit_side(figures: dict[str, Any], timer: Timer | None) -> None:
             lease = conn.lease(duration=p["lease_duration"])
@@ -167,7 +177,9 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             figures["round_trips_per_1000_pins"] = figures["round_trips"] * 1000 / n
             checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
             if timer is None:  # the warm-up: check the pin znodes exist
-                checks["pins_created"] &= _pins_created(conn, table, lease.lease_id, p["snapshot_id"]) == n
+                checks["pins_created"] &= (
+                    _pins_created(conn, table, lease.lease_id, p["snapshot_id"]) == n
+                )
             lease.drop()
 
         def baseline_side(figures: dict[str, Any]) -> None:
@@ -181,11 +193,15 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         warm: dict[str, Any] = {}
         baseline_side(warm)
         leasekit_side(warm, None)
-        log(f"B2: warm-up leasekit {warm['leasekit_s'] * 1000:.0f} ms ({warm['round_trips']} round trips), "
-            f"baseline {warm['baseline_s'] * 1000:.0f} ms")
+        log(
+            f"B2: warm-up leasekit {warm['leasekit_s'] * 1000:.0f} ms ({warm['round_trips']} round trips), "
+            f"baseline {warm['baseline_s'] * 1000:.0f} ms"
+        )
         for i in range(runs):
-            figures: dict[str, Any] = {"order": alternate(i, ("leasekit", "baseline")),
-                                       "load_average": load_average()}
+            figures: dict[str, Any] = {
+                "order": alternate(i, ("leasekit", "baseline")),
+                "load_average": load_average(),
+            }
             timer = Timer()
             for side in figures["order"]:
                 settle(None)
@@ -195,22 +211,30 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 else:
                     baseline_side(figures)
                 after = zk_cpu_seconds(conn)
-                figures[f"{side}_cpu_s"] = None if cpu is None or after is None else round(after - cpu, 3)
+                figures[f"{side}_cpu_s"] = (
+                    None if cpu is None or after is None else round(after - cpu, 3)
+                )
             breakdown = {k: timer.seconds.get(k, 0.0) for k in PROFILE}
             breakdown["python_and_glue"] = figures["leasekit_s"] - sum(breakdown.values())
             figures["leasekit_breakdown_s"] = breakdown
             figures["zk_calls"] = dict(timer.calls)
             figures["ratio"] = figures["leasekit_s"] / figures["baseline_s"]
-            figures["cpu_ratio"] = ratio_or_none(figures["leasekit_cpu_s"], figures["baseline_cpu_s"])
-            log(f"B2: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
+            figures["cpu_ratio"] = ratio_or_none(
+                figures["leasekit_cpu_s"], figures["baseline_cpu_s"]
+            )
+            log(
+                f"B2: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
                 f"leasekit {figures['leasekit_s'] * 1000:.0f} ms ({figures['round_trips']} round trips), "
-                f"baseline {figures['baseline_s'] * 1000:.0f} ms, ratio {figures['ratio']:.3f}")
+                f"baseline {figures['baseline_s'] * 1000:.0f} ms, ratio {figures['ratio']:.3f}"
+            )
             results.append(figures)
     leasekit_s = median([r["leasekit_s"] for r in results])
     baseline_s = median([r["baseline_s"] for r in results])
     per_1000 = median([r["round_trips_per_1000_pins"] for r in results])
-    breakdown = {k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
-                 for k in results[0]["leasekit_breakdown_s"]}
+    breakdown = {
+        k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
+        for k in results[0]["leasekit_breakdown_s"]
+    }
     figures = {
         "leasekit_s": round(leasekit_s, 4),
         "baseline_s": round(baseline_s, 4),
@@ -221,7 +245,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "baseline_transactions": bare.transactions,
         "baseline_request_bytes": bare.request_bytes,
         "note": f"{per_1000:.2f} round trips per 1,000 pins; baseline {bare.transactions} pipelined "
-                f"transaction{'s' if bare.transactions > 1 else ''} (1 MB request limit)",
+        f"transaction{'s' if bare.transactions > 1 else ''} (1 MB request limit)",
         "load_average": median([r["load_average"] or 0.0 for r in results]),
         "load_averages": [r["load_average"] for r in results],
         **cpu_figures(results),
@@ -230,10 +254,18 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "seed_s": round(seed_s, 1),
     }
     if not quick:  # at 2,000 pins the fixed reads and clock calls dominate: not the target's scale
-        checks["round_trips_per_1000_pins_le_1"] = all(r["round_trips_per_1000_pins"] <= 1.0 for r in results)
-    parameters = {**p, "runs": runs, "quick": quick,
-                  "baseline": f"{bare.transactions} pipelined kazoo transaction(s) of empty creates"}
-    return Outcome(round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks)
+        checks["round_trips_per_1000_pins_le_1"] = all(
+            r["round_trips_per_1000_pins"] <= 1.0 for r in results
+        )
+    parameters = {
+        **p,
+        "runs": runs,
+        "quick": quick,
+        "baseline": f"{bare.transactions} pipelined kazoo transaction(s) of empty creates",
+    }
+    return Outcome(
+        round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks
+    )
 
 
 BENCHMARK = Benchmark(

@@ -70,11 +70,16 @@ def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
     paths = conn.paths
     names = conn.store.children(paths.lease_pins(lease_id)) or []
     array_paths = [f"{paths.lease_pins(lease_id)}/{name}" for name in names]
-    record, parent, *arrays = conn.store.get_many([paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths])
+    record, parent, *arrays = conn.store.get_many(
+        [paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths]
+    )
     if record is None or parent is None or any(a is None for a in arrays):
         raise RuntimeError(f"lease {lease_id} changed while measuring it")
     array_bytes = sum(len(a.data) for a in arrays if a is not None)
-    path_bytes = sum(len(path.encode()) for path in [paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths])
+    path_bytes = sum(
+        len(path.encode())
+        for path in [paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths]
+    )
     large = 0
     for path, node in zip(array_paths, arrays):
         if node is None:
@@ -92,7 +97,9 @@ def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
     }
 
 
-def _pin_znodes(conn: Connection, table: Table, lease_id: str, snapshot_id: int) -> tuple[int, int, int]:
+def _pin_znodes(
+    conn: Connection, table: Table, lease_id: str, snapshot_id: int
+) -> tuple[int, int, int]:
     """(pin znodes of ``lease_id`` under the table's snapshots, their data bytes, their path bytes)."""
     paths, tid = conn.paths, table.table_id
     snaps = [paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)]
@@ -107,7 +114,11 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     p = QUICK if quick else FULL
     n = p["buckets"]
     results: list[dict[str, Any]] = []
-    checks = {"all_pinned": True, "one_empty_pin_znode_per_bucket": True, "server_counts_match_paths": True}
+    checks = {
+        "all_pinned": True,
+        "one_empty_pin_znode_per_bucket": True,
+        "server_counts_match_paths": True,
+    }
     seeds: list[float] = []
     for i in range(runs):
         # A fresh warehouse (and ZooKeeper server) per run: the embedded server keeps its
@@ -124,44 +135,65 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             trips, after = conn.store.round_trips - trips, zk_monitor(conn)
             checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
             meta = lease_metadata(conn, lease.lease_id)
-            json_bytes = len(json.dumps({f"{tb.table}/{tb.bucket}": sid
-                                         for tb, sid in result.acquired.items()}).encode())
-            pin_znodes, pin_bytes, pin_path_bytes = _pin_znodes(conn, table, lease.lease_id, p["snapshot_id"])
+            json_bytes = len(
+                json.dumps(
+                    {f"{tb.table}/{tb.bucket}": sid for tb, sid in result.acquired.items()}
+                ).encode()
+            )
+            pin_znodes, pin_bytes, pin_path_bytes = _pin_znodes(
+                conn, table, lease.lease_id, p["snapshot_id"]
+            )
             checks["one_empty_pin_znode_per_bucket"] &= pin_znodes == n and pin_bytes == 0
             figures: dict[str, Any] = {
                 "bytes_per_bucket": meta["total_bytes"] / n,
                 **meta,
                 "json_bytes": json_bytes,
                 "json_bytes_per_bucket": json_bytes / n,
-                "bytes_per_bucket_at_large_ids": (meta["total_bytes"] - meta["array_bytes"]
-                                                  + meta["array_bytes_at_large_ids"]) / n,
+                "bytes_per_bucket_at_large_ids": (
+                    meta["total_bytes"] - meta["array_bytes"] + meta["array_bytes_at_large_ids"]
+                )
+                / n,
                 "pin_znodes": pin_znodes,
                 "pin_data_bytes": pin_bytes,
                 "pin_path_bytes": pin_path_bytes,
                 "pin_path_bytes_per_pin": pin_path_bytes / n,
                 # path + data bytes of every znode acquire created, from the paths themselves
-                "created_path_and_data_bytes": pin_path_bytes + pin_bytes + meta["path_bytes"] + meta["total_bytes"],
+                "created_path_and_data_bytes": pin_path_bytes
+                + pin_bytes
+                + meta["path_bytes"]
+                + meta["total_bytes"],
                 "acquire_s": acquire_s,
                 "acquire_round_trips": trips,
                 "load_average": load_average(),
             }
             if before and after:
                 figures["zk_znodes_added"] = after["znode_count"] - before["znode_count"]
-                figures["zk_approximate_data_size_growth"] = (after["approximate_data_size"]
-                                                              - before["approximate_data_size"])
-                figures["zk_approximate_bytes_per_pin"] = figures["zk_approximate_data_size_growth"] / n
-                figures["zk_bytes_per_pin"] = (figures["zk_approximate_data_size_growth"]
-                                               + ZNODE_RECORD_BYTES * figures["zk_znodes_added"]) / n
+                figures["zk_approximate_data_size_growth"] = (
+                    after["approximate_data_size"] - before["approximate_data_size"]
+                )
+                figures["zk_approximate_bytes_per_pin"] = (
+                    figures["zk_approximate_data_size_growth"] / n
+                )
+                figures["zk_bytes_per_pin"] = (
+                    figures["zk_approximate_data_size_growth"]
+                    + ZNODE_RECORD_BYTES * figures["zk_znodes_added"]
+                ) / n
                 checks["server_counts_match_paths"] &= (
                     figures["zk_znodes_added"] == pin_znodes + 2 + meta["array_znodes"]
-                    and figures["zk_approximate_data_size_growth"] == figures["created_path_and_data_bytes"])
+                    and figures["zk_approximate_data_size_growth"]
+                    == figures["created_path_and_data_bytes"]
+                )
             else:  # no mntr answer: the same sum from the paths
-                figures["zk_bytes_per_pin"] = (figures["created_path_and_data_bytes"] + ZNODE_RECORD_BYTES
-                                               * (pin_znodes + 2 + meta["array_znodes"])) / n
-            log(f"B3: run {i + 1}/{runs}: {meta['total_bytes']:,} bytes of lease metadata "
+                figures["zk_bytes_per_pin"] = (
+                    figures["created_path_and_data_bytes"]
+                    + ZNODE_RECORD_BYTES * (pin_znodes + 2 + meta["array_znodes"])
+                ) / n
+            log(
+                f"B3: run {i + 1}/{runs}: {meta['total_bytes']:,} bytes of lease metadata "
                 f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON {figures['json_bytes_per_bucket']:.2f} B), "
                 f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path bytes each), "
-                f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, {trips} round trips")
+                f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, {trips} round trips"
+            )
             lease.drop()
             results.append(figures)
     last = results[-1]
@@ -170,13 +202,17 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "spread": spread([r["bytes_per_bucket"] for r in results]),
         "zk_bytes_per_pin": round(median([r["zk_bytes_per_pin"] for r in results]), 1),
         "zk_bytes_per_pin_spread": spread([r["zk_bytes_per_pin"] for r in results], 1),
-        "zk_bytes_per_pin_counts": (f"growth of ZooKeeper's approximate_data_size (path + data bytes of the "
-                                    f"{n:,} pin znodes and the lease's own znodes) + {ZNODE_RECORD_BYTES} B "
-                                    "per znode added (length prefixes, ACL reference, persisted stat in "
-                                    "ZooKeeper's snapshot format), over the pins; heap overhead not counted"),
+        "zk_bytes_per_pin_counts": (
+            f"growth of ZooKeeper's approximate_data_size (path + data bytes of the "
+            f"{n:,} pin znodes and the lease's own znodes) + {ZNODE_RECORD_BYTES} B "
+            "per znode added (length prefixes, ACL reference, persisted stat in "
+            "ZooKeeper's snapshot format), over the pins; heap overhead not counted"
+        ),
         "znode_record_bytes": ZNODE_RECORD_BYTES,
         "json_bytes_per_bucket": round(median([r["json_bytes_per_bucket"] for r in results]), 3),
-        "bytes_per_bucket_at_large_ids": round(median([r["bytes_per_bucket_at_large_ids"] for r in results]), 3),
+        "bytes_per_bucket_at_large_ids": round(
+            median([r["bytes_per_bucket_at_large_ids"] for r in results]), 3
+        ),
         "total_bytes": last["total_bytes"],
         "record_bytes": last["record_bytes"],
         "array_znodes": last["array_znodes"],
@@ -185,8 +221,11 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "pin_znodes": last["pin_znodes"],
         "pin_data_bytes": last["pin_data_bytes"],
         "pin_path_bytes_per_pin": round(last["pin_path_bytes_per_pin"], 1),
-        "zk_approximate_bytes_per_pin": (round(median([r["zk_approximate_bytes_per_pin"] for r in results]), 1)
-                                         if "zk_approximate_bytes_per_pin" in last else None),
+        "zk_approximate_bytes_per_pin": (
+            round(median([r["zk_approximate_bytes_per_pin"] for r in results]), 1)
+            if "zk_approximate_bytes_per_pin" in last
+            else None
+        ),
         "zk_znodes_added": last.get("zk_znodes_added"),
         "acquire_s": round(median([r["acquire_s"] for r in results]), 3),
         "acquire_s_spread": spread([r["acquire_s"] for r in results]),
@@ -195,10 +234,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "load_averages": [r["load_average"] for r in results],
         "seed_s": round(median(seeds), 1),
     }
-    figures["note"] = (f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin counting the pin znodes "
-                       f"({figures['pin_path_bytes_per_pin']:.0f} B path + {ZNODE_RECORD_BYTES} B per znode); "
-                       f"JSON {figures['json_bytes_per_bucket']:.1f} B; "
-                       f"{figures['bytes_per_bucket_at_large_ids']:.2f} B with snapshot ids ≥ 65,536")
+    figures["note"] = (
+        f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin counting the pin znodes "
+        f"({figures['pin_path_bytes_per_pin']:.0f} B path + {ZNODE_RECORD_BYTES} B per znode); "
+        f"JSON {figures['json_bytes_per_bucket']:.1f} B; "
+        f"{figures['bytes_per_bucket_at_large_ids']:.2f} B with snapshot ids ≥ 65,536"
+    )
     parameters = {**p, "runs": runs, "quick": quick}
     return Outcome(figures["bytes_per_bucket"], figures, results, parameters, checks)
 

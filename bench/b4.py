@@ -60,16 +60,31 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 checks["unchanged_commit_writes_nothing"] &= same_ops == 0
                 stored = conn.store.get_many(paths)
                 start = time.perf_counter()
-                original([SetData(path, node.data, node.stat.version) for path, node in zip(paths, stored)])
+                original(
+                    [
+                        SetData(path, node.data, node.stat.version)
+                        for path, node in zip(paths, stored)
+                    ]
+                )
                 floor_s = time.perf_counter() - start
                 check = consumer.committed(buckets[-1])
                 checks["every_offset_stored"] &= check == i
-                results.append({"round_trips": commit_trips, "ops_written": commit_ops, "commit_s": commit_s,
-                                "floor_s": floor_s, "unchanged_round_trips": same_trips,
-                                "unchanged_ops_written": same_ops, "load_average": load_average()})
-                log(f"B4: run {i}/{runs}: {commit_trips} round trips, {commit_ops} ops, {commit_s * 1000:.1f} ms "
+                results.append(
+                    {
+                        "round_trips": commit_trips,
+                        "ops_written": commit_ops,
+                        "commit_s": commit_s,
+                        "floor_s": floor_s,
+                        "unchanged_round_trips": same_trips,
+                        "unchanged_ops_written": same_ops,
+                        "load_average": load_average(),
+                    }
+                )
+                log(
+                    f"B4: run {i}/{runs}: {commit_trips} round trips, {commit_ops} ops, {commit_s * 1000:.1f} ms "
                     f"(bare transaction {floor_s * 1000:.1f} ms); unchanged: {same_trips} round trips, "
-                    f"{same_ops} ops")
+                    f"{same_ops} ops"
+                )
     trips = max(r["round_trips"] for r in results)
     figures = {
         "round_trips": trips,
@@ -81,9 +96,11 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "floor_ms": round(median([r["floor_s"] for r in results]) * 1000, 1),
         "load_average": median([r["load_average"] or 0.0 for r in results]),
     }
-    figures["note"] = (f"{figures['ops_written']:,} ops in {trips} round trips, {figures['commit_ms']} ms "
-                       f"(bare transaction {figures['floor_ms']} ms); unchanged: "
-                       f"{figures['unchanged_ops_written']} writes, {figures['unchanged_round_trips']} round trips")
+    figures["note"] = (
+        f"{figures['ops_written']:,} ops in {trips} round trips, {figures['commit_ms']} ms "
+        f"(bare transaction {figures['floor_ms']} ms); unchanged: "
+        f"{figures['unchanged_ops_written']} writes, {figures['unchanged_round_trips']} round trips"
+    )
     return Outcome(float(trips), figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 

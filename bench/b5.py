@@ -66,9 +66,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             while got < n:
                 for tb, data in consumer.poll(timeout="1s").items():
                     offsets = data.column("_offset")
-                    checks["every_offset_once"] &= (offsets[0].as_py() == following.get(tb, 0)
-                                                    and offsets[-1].as_py() == following.get(tb, 0)
-                                                    + data.num_rows - 1)
+                    checks["every_offset_once"] &= (
+                        offsets[0].as_py() == following.get(tb, 0)
+                        and offsets[-1].as_py() == following.get(tb, 0) + data.num_rows - 1
+                    )
                     following[tb] = offsets[-1].as_py() + 1
                     got += data.num_rows
             return got
@@ -78,26 +79,41 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             for segs in segments.values():
                 for seg in segs:
                     data = pq.read_table(seg.file, columns=columns)
-                    offsets = pa.array(np.arange(seg.base_offset, seg.base_offset + data.num_rows, dtype=np.int64))
+                    offsets = pa.array(
+                        np.arange(seg.base_offset, seg.base_offset + data.num_rows, dtype=np.int64)
+                    )
                     data = data.append_column("_offset", offsets)
                     got += data.num_rows
             return got
 
         for i in range(runs):
             settle(None)
-            consumer = conn.consumer("orders", auto_offset_reset="earliest", enable_auto_commit=False,
-                                     max_poll_records=p["max_records"])  # built untimed: polls are timed
+            consumer = conn.consumer(
+                "orders",
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                max_poll_records=p["max_records"],
+            )  # built untimed: polls are timed
             lk_s, lk_n = timed(functools.partial(leasekit_side, consumer))
             consumer.close()
             settle(None)
             pa_s, pa_n = timed(pyarrow_side)
             checks["same_record_count"] &= lk_n == pa_n == n
             ratio = (lk_n / lk_s) / (pa_n / pa_s)
-            results.append({"ratio": ratio, "leasekit_s": lk_s, "pyarrow_s": pa_s,
-                            "leasekit_records_per_s": lk_n / lk_s, "pyarrow_records_per_s": pa_n / pa_s,
-                            "load_average": load_average()})
-            log(f"B5: run {i + 1}/{runs}: leasekit {lk_n / lk_s:,.0f} records/s, pyarrow {pa_n / pa_s:,.0f} "
-                f"records/s, ratio {ratio:.3f}")
+            results.append(
+                {
+                    "ratio": ratio,
+                    "leasekit_s": lk_s,
+                    "pyarrow_s": pa_s,
+                    "leasekit_records_per_s": lk_n / lk_s,
+                    "pyarrow_records_per_s": pa_n / pa_s,
+                    "load_average": load_average(),
+                }
+            )
+            log(
+                f"B5: run {i + 1}/{runs}: leasekit {lk_n / lk_s:,.0f} records/s, pyarrow {pa_n / pa_s:,.0f} "
+                f"records/s, ratio {ratio:.3f}"
+            )
     figures = {
         "ratio": round(median([r["ratio"] for r in results]), 3),
         "spread": spread([r["ratio"] for r in results]),
@@ -106,8 +122,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "segment_files": files,
         "load_average": median([r["load_average"] or 0.0 for r in results]),
     }
-    figures["note"] = (f"leasekit {figures['leasekit_records_per_s']:,} records/s, pyarrow "
-                       f"{figures['pyarrow_records_per_s']:,} records/s over {files} segment files")
+    figures["note"] = (
+        f"leasekit {figures['leasekit_records_per_s']:,} records/s, pyarrow "
+        f"{figures['pyarrow_records_per_s']:,} records/s over {files} segment files"
+    )
     return Outcome(figures["ratio"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 

@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 
 __all__ = ["BENCHMARK", "run"]
 
-FULL = {"buckets": 10_000, "snapshots": 4, "segments": 4, "rows_per_segment": 100, "pinned_every": 10,
-        "file_bytes": 64}
+FULL = {
+    "buckets": 10_000,
+    "snapshots": 4,
+    "segments": 4,
+    "rows_per_segment": 100,
+    "pinned_every": 10,
+    "file_bytes": 64,
+}
 QUICK = {**FULL, "buckets": 1_000}
 TABLE = "orders"
 
@@ -89,15 +95,31 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     p = QUICK if quick else FULL
     n = p["buckets"]
     results: list[dict[str, Any]] = []
-    checks = {"every_item_has_a_reason": True, "pinned_snapshots_kept": True, "expected_items": True,
-              "every_seeded_file_listed": True}
+    checks = {
+        "every_item_has_a_reason": True,
+        "pinned_snapshots_kept": True,
+        "expected_items": True,
+        "every_seeded_file_listed": True,
+    }
     seeded_files = n * (p["snapshots"] + p["segments"])
     with temp_warehouse("B6") as conn:
-        table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n, properties={"log.retention": "0s"})
-        log(f"B6: registering {n:,} buckets x {p['snapshots']} snapshots + {p['segments']} segments, "
-            f"writing {seeded_files:,} files of {p['file_bytes']} bytes")
-        seed_s, _ = timed(lambda: seed_history(conn, table, p["snapshots"], p["segments"], p["rows_per_segment"],
-                                               file_bytes=p["file_bytes"]))
+        table = conn.create_table(
+            TABLE, ORDERS_DDL, "id", buckets=n, properties={"log.retention": "0s"}
+        )
+        log(
+            f"B6: registering {n:,} buckets x {p['snapshots']} snapshots + {p['segments']} segments, "
+            f"writing {seeded_files:,} files of {p['file_bytes']} bytes"
+        )
+        seed_s, _ = timed(
+            lambda: seed_history(
+                conn,
+                table,
+                p["snapshots"],
+                p["segments"],
+                p["rows_per_segment"],
+                file_bytes=p["file_bytes"],
+            )
+        )
         pinned = {lk.TableBucket(TABLE, b): 1 for b in range(0, n, p["pinned_every"])}
         conn.acquire_kv_snapshot_lease("b6-report", pinned, "1h")
         log(f"B6: seeded in {seed_s:.1f}s; {len(pinned):,} oldest snapshots pinned")
@@ -114,31 +136,55 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             segs = [x for x in plan.items if x.kind == "segment"]
             files_listed = sum(count for _, count in seen)
             checks["every_item_has_a_reason"] &= all(x.reason for x in plan.items)
-            checks["expected_items"] &= (len(snaps) == n * p["snapshots"] and len(segs) == n * p["segments"]
-                                         and len(plan.items) == len(snaps) + len(segs) + 1)
+            checks["expected_items"] &= (
+                len(snaps) == n * p["snapshots"]
+                and len(segs) == n * p["segments"]
+                and len(plan.items) == len(snaps) + len(segs) + 1
+            )
             checks["every_seeded_file_listed"] &= files_listed >= seeded_files
             checks["pinned_snapshots_kept"] &= all(
                 x.action == "keep" and x.reason.startswith("pinned by lease b6-report")
-                for x in snaps if x.item_id == 1 and x.table_bucket in pinned)
+                for x in snaps
+                if x.item_id == 1 and x.table_bucket in pinned
+            )
             deletes = sum(1 for x in plan.items if x.action == "delete")
-            results.append({"plan_s": plan_s, "round_trips": trips, "items": len(plan.items),
-                            "deletes": deletes, "reclaimable_bytes": plan.reclaimable_bytes,
-                            "listings": len(seen), "files_listed": files_listed,
-                            "listing_s": sum(seconds for seconds, _ in seen),
-                            "breakdown_s": {**{k: timer.seconds.get(k, 0.0) for k in PROFILE},
-                                            "file_listing": sum(seconds for seconds, _ in seen)},
-                            "cpu_s": None if cpu is None or cpu_after is None else round(cpu_after - cpu, 3),
-                            "load_average": load_average()})
-            log(f"B6: run {i + 1}/{runs}: {plan_s:.2f}s, {len(plan.items):,} items ({deletes:,} deletes), "
-                f"{trips} round trips, {files_listed:,} files listed in {results[-1]['listing_s']:.2f}s")
+            results.append(
+                {
+                    "plan_s": plan_s,
+                    "round_trips": trips,
+                    "items": len(plan.items),
+                    "deletes": deletes,
+                    "reclaimable_bytes": plan.reclaimable_bytes,
+                    "listings": len(seen),
+                    "files_listed": files_listed,
+                    "listing_s": sum(seconds for seconds, _ in seen),
+                    "breakdown_s": {
+                        **{k: timer.seconds.get(k, 0.0) for k in PROFILE},
+                        "file_listing": sum(seconds for seconds, _ in seen),
+                    },
+                    "cpu_s": None
+                    if cpu is None or cpu_after is None
+                    else round(cpu_after - cpu, 3),
+                    "load_average": load_average(),
+                }
+            )
+            log(
+                f"B6: run {i + 1}/{runs}: {plan_s:.2f}s, {len(plan.items):,} items ({deletes:,} deletes), "
+                f"{trips} round trips, {files_listed:,} files listed in {results[-1]['listing_s']:.2f}s"
+            )
     figures = {
         "plan_s": round(median([r["plan_s"] for r in results]), 3),
         "spread": spread([r["plan_s"] for r in results]),
         "listing_s": round(median([r["listing_s"] for r in results]), 3),
-        "cpu_s": (None if any(r["cpu_s"] is None for r in results)
-                  else round(median([r["cpu_s"] for r in results]), 3)),
-        "breakdown_s": {k: round(median([r["breakdown_s"][k] for r in results]), 3)
-                        for k in results[0]["breakdown_s"]},
+        "cpu_s": (
+            None
+            if any(r["cpu_s"] is None for r in results)
+            else round(median([r["cpu_s"] for r in results]), 3)
+        ),
+        "breakdown_s": {
+            k: round(median([r["breakdown_s"][k] for r in results]), 3)
+            for k in results[0]["breakdown_s"]
+        },
         "files_listed": results[-1]["files_listed"],
         "listings": results[-1]["listings"],
         "round_trips": results[-1]["round_trips"],
@@ -149,8 +195,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "load_averages": [r["load_average"] for r in results],
         "seed_s": round(seed_s, 1),
     }
-    figures["note"] = (f"{figures['items']:,} items planned in {figures['round_trips']} round trips; "
-                       f"{figures['files_listed']:,} files listed in {figures['listing_s']:.2f} s")
+    figures["note"] = (
+        f"{figures['items']:,} items planned in {figures['round_trips']} round trips; "
+        f"{figures['files_listed']:,} files listed in {figures['listing_s']:.2f} s"
+    )
     return Outcome(figures["plan_s"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 

@@ -53,8 +53,14 @@ if TYPE_CHECKING:
 
 __all__ = ["BENCHMARK", "run", "handwritten_dedupe", "Workload", "workload"]
 
-FULL = {"records": 2_000_000, "keys": 1_000_000, "buckets": 16, "delete_fraction": 0.05,
-        "batch_rows": 500_000, "seed": 7}
+FULL = {
+    "records": 2_000_000,
+    "keys": 1_000_000,
+    "buckets": 16,
+    "delete_fraction": 0.05,
+    "batch_rows": 500_000,
+    "seed": 7,
+}
 QUICK = {**FULL, "records": 200_000, "keys": 100_000, "batch_rows": 50_000}
 
 # Where table.snapshot() spends its time (exclusive seconds per label); the rest is the
@@ -75,8 +81,10 @@ LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 """Above this many paths Spark lists them with a distributed job (default 32); leasekit sets
 it to the maximum around its reads of exact file lists, and so does the floor."""
 LISTING_OFF = str(2**31 - 1)
-BASELINE = ("read.schema(log ddl).parquet(segment files), repartition(buckets, bucket), "
-            "groupBy(bucket, id).agg(max_by(struct, offset)), write.partitionBy(bucket)")
+BASELINE = (
+    "read.schema(log ddl).parquet(segment files), repartition(buckets, bucket), "
+    "groupBy(bucket, id).agg(max_by(struct, offset)), write.partitionBy(bucket)"
+)
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,15 @@ class Workload:
     """Sum of ``amount`` over the live rows."""
 
 
-def workload(records: int, keys: int, delete_fraction: float, batch_rows: int, seed: int) -> Workload:
+def workload(
+    records: int, keys: int, delete_fraction: float, batch_rows: int, seed: int
+) -> Workload:
     """``keys`` distinct inserts, then upserts of repeated keys mixed with deletes."""
     rng = np.random.default_rng(seed)
     batches: list[tuple[str, pa.Table]] = []
     first = rng.permutation(keys).astype(np.int64)
     for start in range(0, keys, batch_rows):
-        batches.append(("upsert", orders_batch(rng, first[start:start + batch_rows])))
+        batches.append(("upsert", orders_batch(rng, first[start : start + batch_rows])))
     rest = records - keys
     deletes = int(records * delete_fraction)
     chunks = max(1, math.ceil(rest / batch_rows))
@@ -108,14 +118,19 @@ def workload(records: int, keys: int, delete_fraction: float, batch_rows: int, s
         n_delete = deletes * (i + 1) // chunks - deletes * i // chunks
         upsert_ids = rng.integers(0, keys, (hi - lo) - n_delete, dtype=np.int64)
         batches.append(("upsert", orders_batch(rng, upsert_ids)))
-        batches.append(("delete", pa.table({"id": rng.integers(0, keys, n_delete, dtype=np.int64)})))
+        batches.append(
+            ("delete", pa.table({"id": rng.integers(0, keys, n_delete, dtype=np.int64)}))
+        )
     # Expected end state: the last write per key wins (a key always lives in one bucket,
     # and appends keep the input order within a bucket).
     ids = np.concatenate([b.column("id").to_numpy() for _, b in batches])
     deleted = np.concatenate([np.full(b.num_rows, op == "delete") for op, b in batches])
-    amounts = np.concatenate([
-        b.column("amount").to_numpy() if op == "upsert" else np.zeros(b.num_rows) for op, b in batches
-    ])
+    amounts = np.concatenate(
+        [
+            b.column("amount").to_numpy() if op == "upsert" else np.zeros(b.num_rows)
+            for op, b in batches
+        ]
+    )
     _, last = np.unique(ids[::-1], return_index=True)
     last = len(ids) - 1 - last
     live = last[~deleted[last]]
@@ -150,7 +165,8 @@ def handwritten_dedupe(spark: SparkSession, table: Table, out_dir: str, log_ddl:
     )
     values = [c for c in table.schema.names if c != "id"]
     records = (
-        spark.read.schema(log_ddl).parquet(*[to_spark(s.file) for s in segments])
+        spark.read.schema(log_ddl)
+        .parquet(*[to_spark(s.file) for s in segments])
         .withColumn("file_name", F.col("_metadata.file_name"))
         .withColumn("offset", F.col("_metadata.row_index"))
         .join(F.broadcast(manifest), "file_name")
@@ -181,8 +197,9 @@ def _agrees(totals: tuple[int, int, float], work: Workload) -> bool:
     )
 
 
-def _one_run(spark: SparkSession, conn: Connection, work: Workload, p: dict[str, Any],
-             index: int, label: str) -> dict[str, Any]:
+def _one_run(
+    spark: SparkSession, conn: Connection, work: Workload, p: dict[str, Any], index: int, label: str
+) -> dict[str, Any]:
     from leasekit.log.segments import list_segments, log_schema
     from leasekit.spark import read_snapshots
     from leasekit.spark.session import session_conf
@@ -191,8 +208,11 @@ def _one_run(spark: SparkSession, conn: Connection, work: Workload, p: dict[str,
     build_s, table = timed(lambda: build(conn, f"orders_{label}", work, p["buckets"]))
     log_ddl = to_ddl(log_schema(table))  # the schema leasekit reads segments with
     out_dir = conn.warehouse.uri(f"bench/{label}/handwritten")
-    figures: dict[str, Any] = {"build_s": build_s, "order": alternate(index, ("leasekit", "baseline")),
-                               "load_average": load_average()}
+    figures: dict[str, Any] = {
+        "build_s": build_s,
+        "order": alternate(index, ("leasekit", "baseline")),
+        "load_average": load_average(),
+    }
     timer = Timer()
     snaps: dict[Any, Any] = {}
     for side in figures["order"]:
@@ -215,13 +235,18 @@ def _one_run(spark: SparkSession, conn: Connection, work: Workload, p: dict[str,
     ids = {tb: s.snapshot_id for tb, s in snaps.items()}
     figures["leasekit_rows"] = sum(s.row_count for s in snaps.values())
     figures["leasekit_files"] = sum(len(s.files) for s in snaps.values())
-    figures["baseline_files"] = sum(1 for _, _, names in os.walk(out_dir)
-                                    for n in names if n.endswith(".parquet"))
-    figures["segment_files"] = sum(len(segs) for segs in list_segments(table, range(table.num_buckets)).values())
+    figures["baseline_files"] = sum(
+        1 for _, _, names in os.walk(out_dir) for n in names if n.endswith(".parquet")
+    )
+    figures["segment_files"] = sum(
+        len(segs) for segs in list_segments(table, range(table.num_buckets)).values()
+    )
     lk_totals = _totals(read_snapshots(spark, table, ids))
     base_totals = _totals(spark.read.parquet(out_dir))
     figures["baseline_rows"] = base_totals[0]
-    figures["leasekit_correct"] = _agrees(lk_totals, work) and figures["leasekit_rows"] == work.live_rows
+    figures["leasekit_correct"] = (
+        _agrees(lk_totals, work) and figures["leasekit_rows"] == work.live_rows
+    )
     figures["baseline_correct"] = _agrees(base_totals, work)
     conn.drop_table(table.name)
     conn.warehouse.delete_dir(f"bench/{label}")
@@ -240,13 +265,17 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         log(f"B7: warm-up leasekit {warm['leasekit_s']:.2f}s, baseline {warm['baseline_s']:.2f}s")
         for i in range(runs):
             figures = _one_run(spark, conn, work, p, i, f"run{i}")
-            log(f"B7: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
+            log(
+                f"B7: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
                 f"build {figures['build_s']:.1f}s, leasekit {figures['leasekit_s']:.2f}s "
                 f"({figures['leasekit_files']} files), baseline {figures['baseline_s']:.2f}s "
-                f"({figures['baseline_files']} files), ratio {figures['ratio']:.3f}")
+                f"({figures['baseline_files']} files), ratio {figures['ratio']:.3f}"
+            )
             results.append(figures)
-    breakdown = {k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
-                 for k in results[0]["leasekit_breakdown_s"]}
+    breakdown = {
+        k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
+        for k in results[0]["leasekit_breakdown_s"]
+    }
     leasekit_s = median([r["leasekit_s"] for r in results])
     baseline_s = median([r["baseline_s"] for r in results])
     figures = {
@@ -272,8 +301,16 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "leasekit_matches_expected": all(r["leasekit_correct"] for r in results),
         "baseline_matches_expected": all(r["baseline_correct"] for r in results),
     }
-    parameters = {**p, "runs": runs, "quick": quick, "segments_per_bucket": len(work.batches), "baseline": BASELINE}
-    return Outcome(round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks)
+    parameters = {
+        **p,
+        "runs": runs,
+        "quick": quick,
+        "segments_per_bucket": len(work.batches),
+        "baseline": BASELINE,
+    }
+    return Outcome(
+        round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks
+    )
 
 
 BENCHMARK = Benchmark(

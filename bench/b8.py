@@ -54,8 +54,15 @@ if TYPE_CHECKING:
 
 __all__ = ["BENCHMARK", "run"]
 
-FULL = {"buckets": 1000, "snapshots": 3, "seeded_segments": 3, "rows_per_segment": 100, "appends": 4,
-        "records_per_append": 20, "file_bytes": 64}
+FULL = {
+    "buckets": 1000,
+    "snapshots": 3,
+    "seeded_segments": 3,
+    "rows_per_segment": 100,
+    "appends": 4,
+    "records_per_append": 20,
+    "file_bytes": 64,
+}
 QUICK = {**FULL, "buckets": 100}
 TABLE = "orders"
 GROUP = "b8"
@@ -66,10 +73,21 @@ WATCH_WAIT = 1.0
 POLL_TIMEOUT = 60.0
 
 
-ZK_READS = ("get", "children", "exists", "read_many", "get_many", "children_many", "read_with_clock",
-            "server_time_ms")
-FRAMES = {"lease": None, "consumer": "leasekit.widgets.consumers:grid_frame",
-          "retention": "leasekit.widgets.retention:plan_frame"}
+ZK_READS = (
+    "get",
+    "children",
+    "exists",
+    "read_many",
+    "get_many",
+    "children_many",
+    "read_with_clock",
+    "server_time_ms",
+)
+FRAMES = {
+    "lease": None,
+    "consumer": "leasekit.widgets.consumers:grid_frame",
+    "retention": "leasekit.widgets.retention:plan_frame",
+}
 
 
 def _profile(name: str) -> dict[str, str]:
@@ -80,8 +98,11 @@ def _profile(name: str) -> dict[str, str]:
     module = {"lease": "leases", "consumer": "consumers", "retention": "retention"}[name]
     cls = f"leasekit.widgets.{module}:{CLASSES[name]}"
     targets = {f"zk_{m}": f"leasekit.zk:ZkStore.{m}" for m in ZK_READS}
-    targets |= {"library": f"{cls}._load", "widget_state": "ipywidgets.widgets.widget:Widget.send_state",
-                "widgets_other": f"{cls}._show"}
+    targets |= {
+        "library": f"{cls}._load",
+        "widget_state": "ipywidgets.widgets.widget:Widget.send_state",
+        "widgets_other": f"{cls}._show",
+    }
     if FRAMES[name] is not None:
         targets["frames"] = FRAMES[name]
     return targets
@@ -109,22 +130,36 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                     shown = _shows_everything(conn, name, panel, n)
                     for i in range(runs):
                         order = alternate(i, ("panel", "floor"))
-                        figures = {"panel": CLASSES[name], "order": order, "load_average": load_average(),
-                                   **_one_side_pair(conn, panel, floors[name], name, order)}
+                        figures = {
+                            "panel": CLASSES[name],
+                            "order": order,
+                            "load_average": load_average(),
+                            **_one_side_pair(conn, panel, floors[name], name, order),
+                        }
                         results.append(figures)
-                        log(f"B8: {CLASSES[name]} run {i + 1}/{runs} ({' then '.join(order)}): "
+                        log(
+                            f"B8: {CLASSES[name]} run {i + 1}/{runs} ({' then '.join(order)}): "
                             f"refresh {figures['panel_s'] * 1000:.0f} ms ({figures['round_trips']} round trips), "
-                            f"floor {figures['floor_s'] * 1000:.0f} ms ({figures['floor_round_trips']})")
-                    checks[f"{name}_panel_shows_everything"] = shown and _shows_everything(conn, name, panel, n)
+                            f"floor {figures['floor_s'] * 1000:.0f} ms ({figures['floor_round_trips']})"
+                        )
+                    checks[f"{name}_panel_shows_everything"] = shown and _shows_everything(
+                        conn, name, panel, n
+                    )
                 finally:
                     panel.close()
             watches = {name: _watches(conn, name) for name in PANELS}
-            checks["watches_set_with_auto_refresh"] = all(w["watches"] > 0 for w in watches.values())
-            checks["watches_released_on_close"] = all(w["after_close"] == 0 for w in watches.values())
+            checks["watches_set_with_auto_refresh"] = all(
+                w["watches"] > 0 for w in watches.values()
+            )
+            checks["watches_released_on_close"] = all(
+                w["after_close"] == 0 for w in watches.values()
+            )
         finally:
             consumer.close()
-    per_panel = {name: _panel_figures([r for r in results if r["panel"] == CLASSES[name]], watches[name])
-                 for name in PANELS}
+    per_panel = {
+        name: _panel_figures([r for r in results if r["panel"] == CLASSES[name]], watches[name])
+        for name in PANELS
+    }
     slowest = max(PANELS, key=lambda k: per_panel[k]["refresh_s"])
     figures = {
         "value": per_panel[slowest]["refresh_s"],
@@ -139,7 +174,9 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     figures["note"] = "; ".join(
         f"{CLASSES[k]} {v['refresh_s'] * 1000:.0f} ms ({v['refresh_spread_s']['min'] * 1000:.0f}–"
         f"{v['refresh_spread_s']['max'] * 1000:.0f}) against {v['floor_s'] * 1000:.0f} ms for its floor, "
-        f"ratio {v['ratio']:.2f}, {v['watches']:,} watches" for k, v in per_panel.items())
+        f"ratio {v['ratio']:.2f}, {v['watches']:,} watches"
+        for k, v in per_panel.items()
+    )
     return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 
@@ -156,8 +193,9 @@ def _build(conn: Connection, name: str, *, auto_refresh: bool) -> Any:
     return RetentionPanel(conn, TABLE, auto_refresh=auto_refresh)
 
 
-def _one_side_pair(conn: Connection, panel: Any, floor: Callable[[], Any], name: str,
-                   order: list[str]) -> dict[str, Any]:
+def _one_side_pair(
+    conn: Connection, panel: Any, floor: Callable[[], Any], name: str, order: list[str]
+) -> dict[str, Any]:
     """Time one ``panel.refresh()`` and one floor, in ``order``."""
     out: dict[str, Any] = {}
     timer = Timer()
@@ -179,7 +217,10 @@ def _one_side_pair(conn: Connection, panel: Any, floor: Callable[[], Any], name:
         after = zk_cpu_seconds(conn)
         out[f"{side}_cpu_s"] = None if cpu is None or after is None else round(after - cpu, 3)
     zk = sum(timer.seconds.get(f"zk_{m}", 0.0) for m in ZK_READS)
-    breakdown = {"zookeeper": zk, **{k: timer.seconds.get(k, 0.0) for k in _profile(name) if not k.startswith("zk_")}}
+    breakdown = {
+        "zookeeper": zk,
+        **{k: timer.seconds.get(k, 0.0) for k in _profile(name) if not k.startswith("zk_")},
+    }
     breakdown["recording_and_glue"] = out["panel_s"] - sum(breakdown.values())
     out["breakdown_s"] = breakdown
     out["zk_calls"] = {k[3:]: v for k, v in timer.calls.items() if k.startswith("zk_")}
@@ -189,7 +230,11 @@ def _one_side_pair(conn: Connection, panel: Any, floor: Callable[[], Any], name:
 
 
 def _panel_figures(rows: list[dict[str, Any]], watches: dict[str, int]) -> dict[str, Any]:
-    cpu = None if any(r["cpu_ratio"] is None for r in rows) else round(median([r["cpu_ratio"] for r in rows]), 3)
+    cpu = (
+        None
+        if any(r["cpu_ratio"] is None for r in rows)
+        else round(median([r["cpu_ratio"] for r in rows]), 3)
+    )
     return {
         "refresh_s": round(median([r["panel_s"] for r in rows]), 4),
         "refresh_spread_s": spread([r["panel_s"] for r in rows], 4),
@@ -200,7 +245,9 @@ def _panel_figures(rows: list[dict[str, Any]], watches: dict[str, int]) -> dict[
         "cpu_ratio": cpu,
         "round_trips": int(median([r["round_trips"] for r in rows])),
         "floor_round_trips": int(median([r["floor_round_trips"] for r in rows])),
-        "breakdown_s": {k: round(median([r["breakdown_s"][k] for r in rows]), 4) for k in rows[0]["breakdown_s"]},
+        "breakdown_s": {
+            k: round(median([r["breakdown_s"][k] for r in rows]), 4) for k in rows[0]["breakdown_s"]
+        },
         "load_average": median([r["load_average"] or 0.0 for r in rows]),
         **watches,
     }
@@ -218,15 +265,28 @@ def _seed(conn: Connection, p: dict[str, Any]) -> Any:
 
     n, per = p["buckets"], p["records_per_append"]
     table = conn.create_table(TABLE, "id BIGINT, v STRING", "id", buckets=n)
-    log(f"B8: registering {n:,} buckets x {p['snapshots']} snapshots + {p['seeded_segments']} segments "
-        f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per bucket")
-    seed_history(conn, table, p["snapshots"], p["seeded_segments"], p["rows_per_segment"],
-                 file_bytes=p["file_bytes"])
+    log(
+        f"B8: registering {n:,} buckets x {p['snapshots']} snapshots + {p['seeded_segments']} segments "
+        f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per bucket"
+    )
+    seed_history(
+        conn,
+        table,
+        p["snapshots"],
+        p["seeded_segments"],
+        p["rows_per_segment"],
+        file_bytes=p["file_bytes"],
+    )
     buckets = [lk.TableBucket(TABLE, b) for b in range(n)]
     # the seeded segments have placeholder files: the member starts at the log end and reads
     # only what the appends write
-    consumer = conn.consumer(TABLE, group_id=GROUP, enable_auto_commit=False, auto_offset_reset="latest",
-                             max_poll_interval="1h")
+    consumer = conn.consumer(
+        TABLE,
+        group_id=GROUP,
+        enable_auto_commit=False,
+        auto_offset_reset="latest",
+        max_poll_interval="1h",
+    )
     try:
         deadline = time.monotonic() + POLL_TIMEOUT
         while len(consumer.assignment()) < n:
@@ -235,16 +295,23 @@ def _seed(conn: Connection, p: dict[str, Any]) -> Any:
                 raise RuntimeError("B8: the consumer did not get every bucket")
         ids = ids_per_bucket(n, per)
         for k in range(1, p["appends"] + 1):
-            table.append(pa.table({"id": ids + k * 10_000_000, "v": np.full(len(ids), f"batch {k}")}))
+            table.append(
+                pa.table({"id": ids + k * 10_000_000, "v": np.full(len(ids), f"batch {k}")})
+            )
             ends = table.end_offsets()
             deadline = time.monotonic() + POLL_TIMEOUT
             while any(consumer.position(tb) < ends[tb] for tb in buckets):
                 consumer.poll("0.5s")
                 if time.monotonic() > deadline:
                     raise RuntimeError("B8: the consumer did not catch up")
-            consumer.commit({tb: lk.OffsetAndMetadata(ends[tb] - (tb.bucket + k) % per,
-                                                      f"batch {k} checkpoint {tb.bucket}")
-                             for tb in buckets})
+            consumer.commit(
+                {
+                    tb: lk.OffsetAndMetadata(
+                        ends[tb] - (tb.bucket + k) % per, f"batch {k} checkpoint {tb.bucket}"
+                    )
+                    for tb in buckets
+                }
+            )
         conn.lease(READER, "1h", drop_on_exit=False).acquire_latest(TABLE)
         conn.acquire_kv_snapshot_lease("b8-report", {tb: 1 for tb in buckets[::10]}, "2h")
         conn.acquire_kv_snapshot_lease("b8-audit", {tb: 2 for tb in buckets[:5]}, "30m")
@@ -264,22 +331,32 @@ def _code() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout
+            return subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=30
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    return {"commit": git("rev-parse", "HEAD").strip() or None,
-            "modified": git("status", "--porcelain", "--", "widgets", "leasekit").splitlines()}
+    return {
+        "commit": git("rev-parse", "HEAD").strip() or None,
+        "modified": git("status", "--porcelain", "--", "widgets", "leasekit").splitlines(),
+    }
 
 
 def _shows_everything(conn: Connection, name: str, panel: Any, n: int) -> bool:
     """What the panel shows matches the library's answer (untimed)."""
     if name == "lease":
-        return (panel.lease.value == READER and len(panel.pins.data) == n
-                and len(panel.lease.options) == len(conn.leases()))
+        return (
+            panel.lease.value == READER
+            and len(panel.pins.data) == n
+            and len(panel.lease.options) == len(conn.leases())
+        )
     if name == "consumer":
-        return (len(panel.grid.data) == n == len(conn.describe_group(GROUP)) and len(panel.lag_line.x) > 0
-                and len(panel._board.members) == 1)
+        return (
+            len(panel.grid.data) == n == len(conn.describe_group(GROUP))
+            and len(panel.lag_line.x) > 0
+            and len(panel._board.members) == 1
+        )
     return len(panel.grid.data) == len(conn.retention_plan(TABLE).items)
 
 
@@ -291,15 +368,17 @@ def _watches(conn: Connection, name: str) -> dict[str, int]:
     time.sleep(WATCH_WAIT)
     watched, refreshes = panel.watched, panel.refreshes
     panel.close()
-    log(f"B8: {CLASSES[name]} with auto_refresh: {watched:,} watches ({refreshes} refreshes); "
-        f"{panel.watched} after close")
+    log(
+        f"B8: {CLASSES[name]} with auto_refresh: {watched:,} watches ({refreshes} refreshes); "
+        f"{panel.watched} after close"
+    )
     return {"watches": watched, "after_close": panel.watched}
 
 
 BENCHMARK = Benchmark(
     id="B8",
     what="notebook panel refresh (LeasePanel, ConsumerPanel, RetentionPanel) over 1,000 buckets, beside the "
-         "library calls giving the same data",
+    "library calls giving the same data",
     metric="value",
     target=0.3,
     op="<=",

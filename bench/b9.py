@@ -35,7 +35,13 @@ if TYPE_CHECKING:
 
 __all__ = ["BENCHMARK", "run"]
 
-FULL = {"buckets": 1000, "members": 10, "records_per_bucket": 20, "session_timeout": "10s", "poll_timeout": "0.5s"}
+FULL = {
+    "buckets": 1000,
+    "members": 10,
+    "records_per_bucket": 20,
+    "session_timeout": "10s",
+    "poll_timeout": "0.5s",
+}
 QUICK = {**FULL, "buckets": 100, "members": 4}
 SETTLE_TIMEOUT = 120.0
 REBALANCE_TIMEOUT = 30.0
@@ -44,17 +50,24 @@ REBALANCE_TIMEOUT = 30.0
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     p = QUICK if quick else FULL
     results: list[dict[str, Any]] = []
-    checks = {"one_new_generation": True, "only_the_minimum_moves": True, "unmoved_never_paused": True,
-              "new_records_read_once_by_their_owners": True, "every_record_once": True}
+    checks = {
+        "one_new_generation": True,
+        "only_the_minimum_moves": True,
+        "unmoved_never_paused": True,
+        "new_records_read_once_by_their_owners": True,
+        "every_record_once": True,
+    }
     with temp_warehouse("B9") as conn:
         for i in range(runs + 1):  # run 0 warms up, untimed
             settle(None)
             result, run_checks = _one_run(conn, p, i)
             label = "warm-up" if i == 0 else f"run {i}/{runs}"
-            log(f"B9: {label}: rebalance {result['rebalance_s'] * 1000:.0f} ms (assignment published "
+            log(
+                f"B9: {label}: rebalance {result['rebalance_s'] * 1000:.0f} ms (assignment published "
                 f"{result['published_s'] * 1000:.0f} ms, new member consuming {result['newcomer_s'] * 1000:.0f} ms), "
                 f"{result['moved']} buckets moved, unmoved buckets stalled {result['unmoved_stalled_s']:.3f} s, "
-                f"checks {'ok' if all(run_checks.values()) else run_checks}")
+                f"checks {'ok' if all(run_checks.values()) else run_checks}"
+            )
             if i == 0:
                 continue
             results.append(result)
@@ -80,11 +93,14 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"{figures['moved']} moved buckets after {figures['newcomer_s'] * 1000:.0f} ms; buckets that stayed: "
         f"{figures['unmoved_stalled_s']:g} s stalled, {figures['unmoved_revoked']} revoked; moved buckets "
         f"{figures['moved_unowned_bucket_s']:.1f} bucket-seconds without a consuming owner (eager protocol: "
-        f"at least {figures['eager_paused_bucket_s']:,.0f}, all {p['buckets']:,} buckets paused throughout)")
+        f"at least {figures['eager_paused_bucket_s']:,.0f}, all {p['buckets']:,} buckets paused throughout)"
+    )
     return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 
-def _one_run(conn: Connection, p: dict[str, Any], index: int) -> tuple[dict[str, Any], dict[str, bool]]:
+def _one_run(
+    conn: Connection, p: dict[str, Any], index: int
+) -> tuple[dict[str, Any], dict[str, bool]]:
     import pyarrow as pa
 
     from .members import AssignmentWatch, PolledMember, buckets_of, ids_per_bucket
@@ -95,9 +111,14 @@ def _one_run(conn: Connection, p: dict[str, Any], index: int) -> tuple[dict[str,
     table.append(pa.table({"id": ids_per_bucket(n, p["records_per_bucket"])}))
     ends = table.end_offsets()
     watch = AssignmentWatch(conn, group)
-    options = {"session_timeout": p["session_timeout"], "auto_offset_reset": "earliest",
-               "poll_timeout": p["poll_timeout"]}
-    members = [PolledMember(conn, [name], group, name=f"m{k}", **options).start() for k in range(size)]
+    options = {
+        "session_timeout": p["session_timeout"],
+        "auto_offset_reset": "earliest",
+        "poll_timeout": p["poll_timeout"],
+    }
+    members = [
+        PolledMember(conn, [name], group, name=f"m{k}", **options).start() for k in range(size)
+    ]
     newcomer: PolledMember | None = None
     try:
         settled = _settle(watch, members, ends)
@@ -105,13 +126,19 @@ def _one_run(conn: Connection, p: dict[str, Any], index: int) -> tuple[dict[str,
         for m in members:
             m.forget(mark)
         before = {m.member_id: buckets_of(settled, m.member_id) for m in members}
-        newcomer = PolledMember(conn, [name], group, name=f"m{size}", **options)  # no I/O: built untimed
+        newcomer = PolledMember(
+            conn, [name], group, name=f"m{size}", **options
+        )  # no I/O: built untimed
         newcomer.start()
         every = [*members, newcomer]
-        record = watch.wait_for(lambda r: newcomer.member_id in r.buckets and len(r.buckets) == size + 1,
-                                REBALANCE_TIMEOUT)
+        record = watch.wait_for(
+            lambda r: newcomer.member_id in r.buckets and len(r.buckets) == size + 1,
+            REBALANCE_TIMEOUT,
+        )
         if record is None:
-            raise RuntimeError(f"B9: no assignment with {size + 1} members within {REBALANCE_TIMEOUT:g} s")
+            raise RuntimeError(
+                f"B9: no assignment with {size + 1} members within {REBALANCE_TIMEOUT:g} s"
+            )
         done = _wait_consuming(every, record, REBALANCE_TIMEOUT)
         t0 = newcomer.first_poll or mark
         time.sleep(0.3)
@@ -124,9 +151,11 @@ def _one_run(conn: Connection, p: dict[str, Any], index: int) -> tuple[dict[str,
         unowned = _moved_unowned(members, newcomer, moved, t0)
         rebalance_s = max(done.values()) - t0
         checks = {
-            "one_new_generation": record.generation == settled.generation + 1 and latest is not None
+            "one_new_generation": record.generation == settled.generation + 1
+            and latest is not None
             and latest.generation == record.generation,
-            "only_the_minimum_moves": moved == after[newcomer.member_id] and not gained
+            "only_the_minimum_moves": moved == after[newcomer.member_id]
+            and not gained
             and len(moved) <= -(-n // (size + 1)),
             "unmoved_never_paused": stalled_s == 0 and revoked == 0,
         }
@@ -181,18 +210,26 @@ def _settle(watch: Any, members: list[PolledMember], ends: dict[Any, int]) -> As
         time.sleep(0.5)
         if watch.latest() is record and all(_consuming(m, record) for m in members):
             return record
-    raise RuntimeError(f"B9: the group of {len(members)} did not settle within {SETTLE_TIMEOUT:g} s")
+    raise RuntimeError(
+        f"B9: the group of {len(members)} did not settle within {SETTLE_TIMEOUT:g} s"
+    )
 
 
 def _consuming(member: PolledMember, record: AssignmentRecord) -> bool:
     from .members import buckets_of
 
     last = member.last_fetch()
-    return (last is not None and last.generation == record.generation
-            and last.assignment == buckets_of(record, member.member_id) and not last.skipped)
+    return (
+        last is not None
+        and last.generation == record.generation
+        and last.assignment == buckets_of(record, member.member_id)
+        and not last.skipped
+    )
 
 
-def _wait_consuming(members: list[PolledMember], record: AssignmentRecord, timeout: float) -> dict[str, float]:
+def _wait_consuming(
+    members: list[PolledMember], record: AssignmentRecord, timeout: float
+) -> dict[str, float]:
     """Per member, when the first fetch under ``record`` that read its whole share ended."""
     from .members import buckets_of
 
@@ -204,18 +241,26 @@ def _wait_consuming(members: list[PolledMember], record: AssignmentRecord, timeo
                 continue
             share = buckets_of(record, m.member_id)
             for f in m.fetches():
-                if f.generation == record.generation and f.assignment == share and not f.skipped and not f.paused:
+                if (
+                    f.generation == record.generation
+                    and f.assignment == share
+                    and not f.skipped
+                    and not f.paused
+                ):
                     done[m.name] = f.end
                     break
         if len(done) == len(members):
             return done
         time.sleep(0.01)
     missing = [m.name for m in members if m.name not in done]
-    raise RuntimeError(f"B9: {', '.join(missing)} not consuming generation {record.generation} after {timeout:g} s")
+    raise RuntimeError(
+        f"B9: {', '.join(missing)} not consuming generation {record.generation} after {timeout:g} s"
+    )
 
 
-def _unmoved_stalls(members: list[PolledMember], before: dict[Any, Any], after: dict[Any, Any],
-                    since: float) -> tuple[float, int]:
+def _unmoved_stalls(
+    members: list[PolledMember], before: dict[Any, Any], after: dict[Any, Any], since: float
+) -> tuple[float, int]:
     """Bucket-seconds that buckets staying with their owner spent revoked, out of its assignment,
     paused or skipped by a fetch (each fetch that misses one counts the time since the fetch
     before), and how many of them the listener heard revoked."""
@@ -231,9 +276,13 @@ def _unmoved_stalls(members: list[PolledMember], before: dict[Any, Any], after: 
     return stalled, revoked
 
 
-def _moved_unowned(members: list[PolledMember], newcomer: PolledMember, moved: set[Any], t0: float) -> list[float]:
+def _moved_unowned(
+    members: list[PolledMember], newcomer: PolledMember, moved: set[Any], t0: float
+) -> list[float]:
     """Per moved bucket: from its revocation by its last owner until a fetch of its new owner read it."""
-    revoked_at = {tb: e.time for m in members for e in m.events(t0) if e.kind == "revoked" for tb in e.buckets}
+    revoked_at = {
+        tb: e.time for m in members for e in m.events(t0) if e.kind == "revoked" for tb in e.buckets
+    }
     read_at: dict[Any, float] = {}
     for f in newcomer.fetches(t0):
         for tb in f.assignment - f.skipped - f.paused:
@@ -241,8 +290,9 @@ def _moved_unowned(members: list[PolledMember], newcomer: PolledMember, moved: s
     return [read_at[tb] - revoked_at.get(tb, t0) for tb in moved if tb in read_at]
 
 
-def _new_records(table: Any, members: list[PolledMember], record: AssignmentRecord,
-                 moved: set[Any]) -> tuple[float, bool]:
+def _new_records(
+    table: Any, members: list[PolledMember], record: AssignmentRecord, moved: set[Any]
+) -> tuple[float, bool]:
     """Append one record to every bucket (untimed setup); seconds until all were returned, and
     whether each was returned once, by its owner under ``record``, the moved buckets' new owner
     starting where their last owner stopped."""
@@ -293,7 +343,7 @@ def _every_record_once(members: list[PolledMember], ends: dict[Any, int]) -> boo
 BENCHMARK = Benchmark(
     id="B9",
     what="rebalance: an 11th member joins a group of 10 consumers over 1,000 buckets, until every member "
-         "consumes under the new generation",
+    "consumes under the new generation",
     metric="value",
     target=1.0,
     op="<=",

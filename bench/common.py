@@ -168,7 +168,9 @@ def temp_warehouse(label: str) -> Iterator[Connection]:
     conn = None
     try:
         log(f"warehouse {root}: starting ZooKeeper")
-        conn = leasekit.connect(warehouse=root, namespace=f"bench-{label.lower()}-{uuid.uuid4().hex[:8]}")
+        conn = leasekit.connect(
+            warehouse=root, namespace=f"bench-{label.lower()}-{uuid.uuid4().hex[:8]}"
+        )
         yield conn
     finally:
         if conn is not None:
@@ -187,13 +189,17 @@ def orders_batch(rng: np.random.Generator, ids: np.ndarray) -> pa.Table:
         _CUSTOMER_NAMES = pa.array([f"customer-{i:06d}" for i in range(CUSTOMERS)])
     n = len(ids)
     status = pa.array(STATUSES).take(pa.array(rng.choice(len(STATUSES), n, p=STATUS_WEIGHTS)))
-    return pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "customer": _CUSTOMER_NAMES.take(pa.array(rng.integers(0, CUSTOMERS, n))),
-        "status": status,
-        "amount": pa.array(np.round(rng.gamma(2.0, 40.0, n), 2)),
-        "ts": pa.array(TS_START_US + rng.integers(0, TS_SPAN_US, n), pa.timestamp("us", tz="UTC")),
-    })
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "customer": _CUSTOMER_NAMES.take(pa.array(rng.integers(0, CUSTOMERS, n))),
+            "status": status,
+            "amount": pa.array(np.round(rng.gamma(2.0, 40.0, n), 2)),
+            "ts": pa.array(
+                TS_START_US + rng.integers(0, TS_SPAN_US, n), pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -270,7 +276,9 @@ def spread(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
     fewer than 2 runs), so the IQR is that of the runs themselves, not an estimate.
     """
     ordered = sorted(float(v) for v in values)
-    q1, q2, q3 = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else ordered * 3
+    q1, q2, q3 = (
+        statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else ordered * 3
+    )
     return {
         "n": len(ordered),
         "min": round(ordered[0], digits),
@@ -328,8 +336,12 @@ def _java_version() -> str | None:
     from leasekit.embedded.java import find_java
 
     try:
-        out = subprocess.run([find_java(), "-XshowSettings:properties", "-version"],
-                             capture_output=True, text=True, timeout=30).stderr
+        out = subprocess.run(
+            [find_java(), "-XshowSettings:properties", "-version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stderr
     except Exception:  # noqa: BLE001 - machine info is best effort
         return None
     for line in out.splitlines():
@@ -362,7 +374,9 @@ def zk_monitor(conn: Connection) -> dict[str, int]:
     from leasekit.errors import LeasekitError
 
     try:
-        text = embedded.four_letter(conn.store.hosts.split(",")[0].split("/")[0], "mntr", timeout=5.0)
+        text = embedded.four_letter(
+            conn.store.hosts.split(",")[0].split("/")[0], "mntr", timeout=5.0
+        )
     except LeasekitError:
         return {}
     out: dict[str, int] = {}

@@ -76,8 +76,16 @@ class PolledMember:
     part of ``poll`` that reads the assigned buckets, right after the group was followed).
     """
 
-    def __init__(self, conn: Connection, tables: Iterable[str], group: str, *, name: str,
-                 poll_timeout: str = "0.5s", **options: Any) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        tables: Iterable[str],
+        group: str,
+        *,
+        name: str,
+        poll_timeout: str = "0.5s",
+        **options: Any,
+    ) -> None:
         self.name = name
         self.poll_timeout = poll_timeout
         self.consumer = conn.consumer(*tables, group_id=group, listener=_Listener(self), **options)
@@ -97,7 +105,9 @@ class PolledMember:
             end = time.perf_counter()
             c = self.consumer
             assignment, paused = frozenset(c.assignment()), frozenset(c.paused())
-            skipped = frozenset(tb for tb in assignment - paused if (c.last_poll_timestamp(tb) or 0) < start_ms)
+            skipped = frozenset(
+                tb for tb in assignment - paused if (c.last_poll_timestamp(tb) or 0) < start_ms
+            )
             with self._lock:
                 self._fetches.append(Fetch(start, end, c.generation, assignment, paused, skipped))
             return out
@@ -122,7 +132,8 @@ class PolledMember:
                     for tb, data in got.items():
                         offsets = data.column("_offset")
                         self._returned.setdefault(tb, []).append(
-                            (now, offsets[0].as_py(), offsets[-1].as_py() + 1))
+                            (now, offsets[0].as_py(), offsets[-1].as_py() + 1)
+                        )
         except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
             self.error = exc
         finally:
@@ -204,7 +215,9 @@ class AssignmentWatch:
         with self._lock:
             return self.seen[-1][1] if self.seen else None
 
-    def wait_for(self, ready: Callable[[AssignmentRecord], bool], timeout: float) -> AssignmentRecord | None:
+    def wait_for(
+        self, ready: Callable[[AssignmentRecord], bool], timeout: float
+    ) -> AssignmentRecord | None:
         """The first published assignment for which ``ready`` holds, waiting up to ``timeout``."""
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -249,4 +262,8 @@ def ids_per_bucket(buckets: int, per_bucket: int, only: Iterable[int] | None = N
     ids = np.sort(np.concatenate(chosen))
     if only is None:
         return ids
-    return ids[np.isin(bucket_ids(pa.table({"id": ids}), ["id"], buckets), np.fromiter(only, dtype=np.int32))]
+    return ids[
+        np.isin(
+            bucket_ids(pa.table({"id": ids}), ["id"], buckets), np.fromiter(only, dtype=np.int32)
+        )
+    ]

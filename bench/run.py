@@ -145,12 +145,23 @@ ORDER = re.compile(r"(\D*)(\d*)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("id", type=str.upper, choices=sorted(REGISTRY), metavar="ID",
-                        help=f"benchmark id: {', '.join(sorted(REGISTRY, key=_natural))}")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "id",
+        type=str.upper,
+        choices=sorted(REGISTRY),
+        metavar="ID",
+        help=f"benchmark id: {', '.join(sorted(REGISTRY, key=_natural))}",
+    )
     parser.add_argument("--quick", action="store_true", help="small data, for a smoke test")
-    parser.add_argument("--runs", type=int, default=None,
-                        help="timed runs (default 5, 9 for B2); the median and the spread of the runs are reported")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="timed runs (default 5, 9 for B2); the median and the spread of the runs are reported",
+    )
     args = parser.parse_args(argv)
     if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -165,8 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         if spark is not None:
             spark.stop()
     summary = _summary(bench, outcome)
-    record = {**summary, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "parameters": outcome.parameters, "machine": machine, "runs": outcome.runs}
+    record = {
+        **summary,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "parameters": outcome.parameters,
+        "machine": machine,
+        "runs": outcome.runs,
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{bench.id}{'.quick' if args.quick else ''}.json"
     path.write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
@@ -217,8 +233,10 @@ def write_readme() -> None:
     rows = []
     for path in sorted(RESULTS_DIR.glob("*.json"), key=lambda p: _natural(p.stem)):
         rows.append(_table_row(json.loads(path.read_text())))
-    header = ["| id | what | target | measured | pass | date | parameters |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    header = [
+        "| id | what | target | measured | pass | date | parameters |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     table = "\n".join(header + rows) if rows else "No results yet."
     README.write_text(f"{intro}\n{TABLE_START}\n{table}\n{TABLE_END}\n")
 
@@ -233,8 +251,10 @@ def _table_row(r: dict[str, Any]) -> str:
     measured = f"{r[metric]:.3f}{unit and ' ' + unit}"
     runs = r.get("spread")
     if runs and runs.get("n", 0) > 1:
-        measured += (f" [{runs['n']} runs: {runs['min']:.3f}–{runs['max']:.3f}, "
-                     f"IQR {runs['q1']:.3f}–{runs['q3']:.3f}]")
+        measured += (
+            f" [{runs['n']} runs: {runs['min']:.3f}–{runs['max']:.3f}, "
+            f"IQR {runs['q1']:.3f}–{runs['q3']:.3f}]"
+        )
     details = [f"{k[:-2]} {_seconds(r[k])}" for k in ("leasekit_s", "baseline_s") if k in r]
     if r.get("cpu_ratio") is not None:
         details.append(f"CPU ratio {r['cpu_ratio']:.3f}")
@@ -245,10 +265,24 @@ def _table_row(r: dict[str, Any]) -> str:
     if details:
         measured += f" ({', '.join(details)})"
     failed = [k for k, ok in r.get("checks", {}).items() if not ok]
-    verdict = ("yes" if r["pass"] else "**no**") + (f" (failed: {', '.join(failed)})" if failed else "")
-    return "| " + " | ".join([
-        r["id"], r["what"], target, measured, verdict, r["date"][:10], _parameters(r),
-    ]).replace("\n", " ") + " |"
+    verdict = ("yes" if r["pass"] else "**no**") + (
+        f" (failed: {', '.join(failed)})" if failed else ""
+    )
+    return (
+        "| "
+        + " | ".join(
+            [
+                r["id"],
+                r["what"],
+                target,
+                measured,
+                verdict,
+                r["date"][:10],
+                _parameters(r),
+            ]
+        ).replace("\n", " ")
+        + " |"
+    )
 
 
 def _seconds(value: float) -> str:
@@ -259,8 +293,10 @@ def _parameters(r: dict[str, Any]) -> str:
     p = dict(r.get("parameters", {}))
     p.pop("baseline", None)
     quick = p.pop("quick", False)
-    parts = [f"{k}={v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}={v}"
-             for k, v in p.items()]
+    parts = [
+        f"{k}={v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}={v}"
+        for k, v in p.items()
+    ]
     cores = r.get("machine", {}).get("cores_available")
     if cores:
         parts.append(f"cores={cores}")

@@ -142,8 +142,9 @@ class Connection(Context):
         """The ZooKeeper clock as a UTC datetime."""
         return to_datetime(self.server_time_ms())
 
-    def update_settings(self, mapping: Mapping[str, Any], *,
-                        replace: bool = False) -> dict[str, Any]:
+    def update_settings(
+        self, mapping: Mapping[str, Any], *, replace: bool = False
+    ) -> dict[str, Any]:
         """Change namespace-wide settings for every client (a compare-and-set on the znode).
 
         Arguments:
@@ -179,7 +180,10 @@ class Connection(Context):
             try:
                 stat = self.store.set(path, SettingsRecord(merged).encode(), version)
             except TxnConflict as exc:
-                if exc.reason not in ("version", "nonode"):  # nonode: deleted meanwhile, recreated on re-read
+                if exc.reason not in (
+                    "version",
+                    "nonode",
+                ):  # nonode: deleted meanwhile, recreated on re-read
                     raise IllegalStateError(f"cannot update settings at {path}: {exc}") from None
                 continue
             self._remember_settings(merged, stat.version)
@@ -212,27 +216,39 @@ class Connection(Context):
             raise InvalidTypeError("force must be a bool")
         _tables.drop_table(self, name, force=force)
 
-
     # -- KV snapshot leases ------------------------------------------------------------------
 
-    def lease(self, lease_id: str | None = None, duration: Any = "1h", *, keepalive: bool = False,
-              drop_on_exit: bool = True) -> KvSnapshotLease:
+    def lease(
+        self,
+        lease_id: str | None = None,
+        duration: Any = "1h",
+        *,
+        keepalive: bool = False,
+        drop_on_exit: bool = True,
+    ) -> KvSnapshotLease:
         """A lease handle; validates its id and duration now, does no I/O until the first call."""
         from .leases.handle import KvSnapshotLease
 
-        return KvSnapshotLease(self, lease_id, duration, keepalive=keepalive, drop_on_exit=drop_on_exit)
+        return KvSnapshotLease(
+            self, lease_id, duration, keepalive=keepalive, drop_on_exit=drop_on_exit
+        )
 
-    def acquire_kv_snapshot_lease(self, lease_id: str, snapshot_ids: Mapping[TableBucket, int],
-                                  lease_duration: Any) -> AcquireResult:
+    def acquire_kv_snapshot_lease(
+        self, lease_id: str, snapshot_ids: Mapping[TableBucket, int], lease_duration: Any
+    ) -> AcquireResult:
         """Pin snapshots for the lease, creating it on first use (Fluss Admin API shape)."""
         check_id(lease_id)
         duration_ms = lease_store.lease_duration_ms(self, lease_duration)
-        return lease_store.acquire(self, lease_id, lease_store.check_snapshot_ids(self, snapshot_ids), duration_ms)
+        return lease_store.acquire(
+            self, lease_id, lease_store.check_snapshot_ids(self, snapshot_ids), duration_ms
+        )
 
     def renew_kv_snapshot_lease(self, lease_id: str, lease_duration: Any) -> datetime:
         """Extend the lease to at least now + lease_duration; returns the new expiry."""
         check_id(lease_id)
-        return to_datetime(lease_store.renew(self, lease_id, lease_store.lease_duration_ms(self, lease_duration)))
+        return to_datetime(
+            lease_store.renew(self, lease_id, lease_store.lease_duration_ms(self, lease_duration))
+        )
 
     def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets from the lease (idempotent)."""
@@ -254,19 +270,35 @@ class Connection(Context):
         """Reclaim leases past expires_at + lease.expiry-grace now; returns their ids."""
         return lease_admin.expire(self)
 
-
     # -- retention ------------------------------------------------------------------------
 
-    def consumer(self, *tables: str | _tables.Table, group_id: str | None = None, auto_offset_reset: str = "latest",
-                 enable_auto_commit: bool = True, auto_commit_interval: Any = "5s", session_timeout: Any = "10s",
-                 assignor: str = "sticky", listener: Any = None, max_poll_records: int = 10_000,
-                 max_poll_interval: Any = "5m") -> Consumer:
+    def consumer(
+        self,
+        *tables: str | _tables.Table,
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval: Any = "5s",
+        session_timeout: Any = "10s",
+        assignor: str = "sticky",
+        listener: Any = None,
+        max_poll_records: int = 10_000,
+        max_poll_interval: Any = "5m",
+    ) -> Consumer:
         """A consumer of ``tables`` (every bucket); with ``group_id`` it commits for that group."""
-        return Consumer(self, [_tables.load_table(self, t) for t in tables], group_id=group_id,
-                        auto_offset_reset=auto_offset_reset, enable_auto_commit=enable_auto_commit,
-                        auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
-                        assignor=assignor, listener=listener, max_poll_records=max_poll_records,
-                        max_poll_interval=max_poll_interval)
+        return Consumer(
+            self,
+            [_tables.load_table(self, t) for t in tables],
+            group_id=group_id,
+            auto_offset_reset=auto_offset_reset,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval=auto_commit_interval,
+            session_timeout=session_timeout,
+            assignor=assignor,
+            listener=listener,
+            max_poll_records=max_poll_records,
+            max_poll_interval=max_poll_interval,
+        )
 
     def consumer_groups(self) -> list[str]:
         """Groups with stored offsets or live members, sorted."""
@@ -280,16 +312,34 @@ class Connection(Context):
         """The group's live members and the buckets each owns."""
         return consumer_admin.group_members(self, group_id)
 
-    def group_status(self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s") -> GroupStatus:
+    def group_status(
+        self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
+    ) -> GroupStatus:
         """Lag health of the group and of each committed bucket (DESIGN §6.6)."""
-        return consumer_admin.group_status(self, group_id, stop_after=stop_after, stall_after=stall_after)
+        return consumer_admin.group_status(
+            self, group_id, stop_after=stop_after, stall_after=stall_after
+        )
 
-    def reset_offsets(self, group_id: str, *, to: Any = None, shift_by: int | None = None,
-                      tables: Iterable[Any] | None = None, buckets: Iterable[TableBucket] | None = None,
-                      dry_run: bool = True) -> Any:
+    def reset_offsets(
+        self,
+        group_id: str,
+        *,
+        to: Any = None,
+        shift_by: int | None = None,
+        tables: Iterable[Any] | None = None,
+        buckets: Iterable[TableBucket] | None = None,
+        dry_run: bool = True,
+    ) -> Any:
         """The reset plan as a DataFrame; carried out only with ``dry_run=False`` (C13)."""
-        return consumer_admin.reset_offsets(self, group_id, to=to, shift_by=shift_by, tables=tables,
-                                            buckets=buckets, dry_run=dry_run)
+        return consumer_admin.reset_offsets(
+            self,
+            group_id,
+            to=to,
+            shift_by=shift_by,
+            tables=tables,
+            buckets=buckets,
+            dry_run=dry_run,
+        )
 
     def delete_group(self, group_id: str) -> bool:
         """Delete a group and its offsets (refused while it has live members)."""
@@ -305,7 +355,9 @@ class Connection(Context):
 
         return retention_plan(self, table)
 
-    def run_retention(self, table: str | _tables.Table | None = None, *, dry_run: bool = False) -> RetentionReport:
+    def run_retention(
+        self, table: str | _tables.Table | None = None, *, dry_run: bool = False
+    ) -> RetentionReport:
         """Expire leases, then delete unpinned old snapshots, old log segments and orphan files."""
         from .retention.apply import run_retention
 

@@ -91,8 +91,12 @@ class Context:
             if self.store.exists(path) is None:
                 self.store.ensure_path(path)
         user = self.store.access.user or ""
-        refused = self.store.protect(self.paths.root, seal=self.paths.access,
-                                     seal_data=AccessRecord(user).encode(), clock=self.paths.clock)
+        refused = self.store.protect(
+            self.paths.root,
+            seal=self.paths.access,
+            seal_data=AccessRecord(user).encode(),
+            clock=self.paths.clock,
+        )
         self.write_refused = refused or self.store.write_refusal(self.paths.root)
         if self.write_refused:
             log.info("read-only connection: %s", self.write_refused)
@@ -121,8 +125,13 @@ class Context:
             WarehouseOwnedError: another metadata store (or namespace instance) owns it.
             IllegalStateError: the marker cannot be written (for a connection that may write).
         """
-        ownership.claim(self.warehouse, self.namespace, self.identity, self.store.hosts,
-                        writer=self.write_refused is None)
+        ownership.claim(
+            self.warehouse,
+            self.namespace,
+            self.identity,
+            self.store.hosts,
+            writer=self.write_refused is None,
+        )
 
     def ensure_writable(self, what: str) -> None:
         """Refuse, before anything is changed, a write this connection may not make: ZooKeeper's
@@ -143,7 +152,9 @@ class Context:
         error = CorruptMetadataError(
             f"namespace settings at {path} are corrupt ({exc}); retention refuses to run until "
             "they are repaired with `leasekit settings reset` or "
-            "conn.update_settings(mapping, replace=True)", path)
+            "conn.update_settings(mapping, replace=True)",
+            path,
+        )
         if self._settings_warned != version:
             self._settings_warned = version
             log.warning("%s", error)

@@ -34,13 +34,26 @@ SCHEMA = (
     "order_id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, updated_at TIMESTAMP"
 )
 BUCKETS = 8
-PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "0s", "log.retention.respect-consumers": True}
+PROPERTIES = {
+    "kv.snapshot.num-retained": 1,
+    "log.retention": "0s",
+    "log.retention.respect-consumers": True,
+}
 """Keep only the newest snapshot and no older log than the consumer group still needs, so the
 plan shows what the lease and the group keep."""
 GROUP_SIZE = 3
 """Consumers in the demo's group: 8 buckets split 3/3/2, then 4/4 once one has left."""
 _SETTLE_SECONDS = 30.0  # a join or takeover not done by then is an error, not a wait
-LAG_COLUMNS = ["bucket", "current_offset", "log_end_offset", "lag", "time_lag", "consumer_id", "last_commit", "status"]
+LAG_COLUMNS = [
+    "bucket",
+    "current_offset",
+    "log_end_offset",
+    "lag",
+    "time_lag",
+    "consumer_id",
+    "last_commit",
+    "status",
+]
 STATUSES = ("created", "paid", "shipped", "delivered", "cancelled")
 _DELIVERED, _CANCELLED = 3, 4
 _UPDATE_SHARE = 0.6  # of each batch after the first: status changes of open orders
@@ -128,8 +141,13 @@ class _Group:
         """Create ``size`` consumers of ``table`` in ``group_id``; they join at their first poll."""
         for i in range(size):
             member = _Member(f"consumer-{i + 1}")
-            member.consumer = conn.consumer(table, group_id=group_id, auto_offset_reset="earliest",
-                                            enable_auto_commit=False, listener=member)
+            member.consumer = conn.consumer(
+                table,
+                group_id=group_id,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                listener=member,
+            )
             self.members.append(member)
             self.live.append(member)
 
@@ -143,10 +161,14 @@ class _Group:
         started = time.perf_counter()
         while not self.balanced():
             if time.perf_counter() - started > _SETTLE_SECONDS:
-                owned = {m.name: sorted(tb.bucket for tb in m.consumer.assignment()) for m in self.live}
-                raise IllegalStateError(f"{what}: the group did not settle in {_SETTLE_SECONDS:.0f} s; "
-                                        f"generations {[m.consumer.generation for m in self.live]}, "
-                                        f"buckets {owned}")
+                owned = {
+                    m.name: sorted(tb.bucket for tb in m.consumer.assignment()) for m in self.live
+                }
+                raise IllegalStateError(
+                    f"{what}: the group did not settle in {_SETTLE_SECONDS:.0f} s; "
+                    f"generations {[m.consumer.generation for m in self.live]}, "
+                    f"buckets {owned}"
+                )
             for member in self.live:
                 self._count(member, member.consumer.poll(timeout="0.05s"))
         return time.perf_counter() - started
@@ -154,14 +176,24 @@ class _Group:
     def balanced(self) -> bool:
         generations = {m.consumer.generation for m in self.live}
         owned = [tb for m in self.live for tb in m.consumer.assignment()]
-        return (len(generations) == 1 and None not in generations and len(owned) == len(set(owned))
-                and set(owned) == self.buckets)
+        return (
+            len(generations) == 1
+            and None not in generations
+            and len(owned) == len(set(owned))
+            and set(owned) == self.buckets
+        )
 
     def assignment(self) -> list[dict[str, Any]]:
         """One row per live member: its name, member id, buckets and generation."""
-        return [{"member": m.name, "member_id": m.consumer.member_id,
-                 "buckets": sorted(tb.bucket for tb in m.consumer.assignment()),
-                 "generation": m.consumer.generation} for m in self.live]
+        return [
+            {
+                "member": m.name,
+                "member_id": m.consumer.member_id,
+                "buckets": sorted(tb.bucket for tb in m.consumer.assignment()),
+                "generation": m.consumer.generation,
+            }
+            for m in self.live
+        ]
 
     def consume(self, records: int) -> int:
         """Read up to ``records`` records in small polls, the live members in turn, so each
@@ -171,9 +203,13 @@ class _Group:
         reading = list(self.live)
         while left > 0 and reading:
             for member in list(reading):
-                got = self._count(member, member.consumer.poll(timeout="1s", max_records=min(chunk, left)))
+                got = self._count(
+                    member, member.consumer.poll(timeout="1s", max_records=min(chunk, left))
+                )
                 if not got:
-                    reading.remove(member)  # nothing new within a second: it has read its buckets up
+                    reading.remove(
+                        member
+                    )  # nothing new within a second: it has read its buckets up
                 left -= got
                 if left <= 0:
                     break
@@ -204,9 +240,22 @@ class _Group:
         for member in self.live:
             member.hold = False
             member.consumer.resume(*member.consumer.assignment())
-        return {"closed": leaving.name, "member_id": member_id, "generation": [before, self.live[0].consumer.generation],
-                "seconds": seconds, "moved": [{"bucket": tb.bucket, "from": leaving.name, "to": owners[tb].name,
-                                               "committed": committed[tb], "starts_at": starts[tb]} for tb in moved]}
+        return {
+            "closed": leaving.name,
+            "member_id": member_id,
+            "generation": [before, self.live[0].consumer.generation],
+            "seconds": seconds,
+            "moved": [
+                {
+                    "bucket": tb.bucket,
+                    "from": leaving.name,
+                    "to": owners[tb].name,
+                    "committed": committed[tb],
+                    "starts_at": starts[tb],
+                }
+                for tb in moved
+            ],
+        }
 
     def _count(self, member: _Member, batches: dict[TableBucket, pa.Table]) -> int:
         got = 0
@@ -216,12 +265,16 @@ class _Group:
         self.consumed += got
         return got
 
-    def read_in_order(self, begin: dict[TableBucket, int], committed: dict[TableBucket, Any]) -> bool:
+    def read_in_order(
+        self, begin: dict[TableBucket, int], committed: dict[TableBucket, Any]
+    ) -> bool:
         """C12: each bucket's records were returned once each, in order, from ``begin`` to its
         committed offset, whichever members read them."""
         for tb, reads in self.reads.items():
             end = begin[tb] if pd.isna(committed[tb]) else int(committed[tb])
-            offsets = np.concatenate([o for _, o in reads]) if reads else np.empty(0, dtype=np.int64)
+            offsets = (
+                np.concatenate([o for _, o in reads]) if reads else np.empty(0, dtype=np.int64)
+            )
             if not np.array_equal(offsets, np.arange(begin[tb], end)):
                 return False
         return True
@@ -268,7 +321,9 @@ def run(
     if table in conn.tables():
         with contextlib.suppress(TableNotFoundError):
             conn.drop_table(table, force=True)  # the demo owns this table, leases of old runs too
-    orders_table = conn.create_table(table, SCHEMA, "order_id", buckets=BUCKETS, properties=PROPERTIES)
+    orders_table = conn.create_table(
+        table, SCHEMA, "order_id", buckets=BUCKETS, properties=PROPERTIES
+    )
     out(f"demo: {rows} order upserts in {batches} batches into {table} ({BUCKETS} buckets)")
 
     orders = _Orders(rows, seed)
@@ -280,7 +335,10 @@ def run(
     conn.delete_group(group)  # a previous run's offsets: the demo owns this group
     log_start = orders_table.beginning_offsets()
     audit = _Group(orders_table.buckets)
-    with contextlib.closing(audit), conn.lease(f"{table}-report", duration="10m", keepalive=True) as lease:
+    with (
+        contextlib.closing(audit),
+        conn.lease(f"{table}-report", duration="10m", keepalive=True) as lease,
+    ):
         audit.open(conn, table, group, GROUP_SIZE)
         join_seconds = audit.settle("join")  # before the first write: joining reads nothing
         joined = audit.assignment()
@@ -294,7 +352,9 @@ def run(
                 if len(gone):
                     orders_table.delete(pd.DataFrame({"order_id": gone.astype(np.int64)}))
                 deleted += len(gone)
-            audit.consume(int((sizes[: i + 1] // 2).sum()) - audit.consumed)  # the group keeps half the pace
+            audit.consume(
+                int((sizes[: i + 1] // 2).sum()) - audit.consumed
+            )  # the group keeps half the pace
             audit.commit()
             if i == pin_after:  # one consumer leaves; the others take its buckets over
                 takeover = audit.takeover()
@@ -324,13 +384,21 @@ def run(
         "latest snapshots = live keys": final_read == _expected(expected),
         "every bucket pinned": not pinned.unavailable,
         "log the group has not read is kept": all(log_left[tb] <= committed[tb] for tb in log_left),
-        "lag = log end - committed": bool((lag["lag"] == lag["log_end_offset"] - lag["current_offset"]).all()),
-        f"{GROUP_SIZE} consumers split the buckets, each once, balanced within 1":
-            sorted(b for r in joined for b in r["buckets"]) == list(range(BUCKETS)) and shares[-1] - shares[0] <= 1,
-        "the new owners resumed at the committed offsets":
-            all(r["starts_at"] == r["committed"] and r["resumed_at"] in (None, r["committed"]) for r in takeover["moved"]),
-        "every record up to the committed offsets read once, in order (none skipped)":
-            audit.read_in_order(log_start, committed),
+        "lag = log end - committed": bool(
+            (lag["lag"] == lag["log_end_offset"] - lag["current_offset"]).all()
+        ),
+        f"{GROUP_SIZE} consumers split the buckets, each once, balanced within 1": sorted(
+            b for r in joined for b in r["buckets"]
+        )
+        == list(range(BUCKETS))
+        and shares[-1] - shares[0] <= 1,
+        "the new owners resumed at the committed offsets": all(
+            r["starts_at"] == r["committed"] and r["resumed_at"] in (None, r["committed"])
+            for r in takeover["moved"]
+        ),
+        "every record up to the committed offsets read once, in order (none skipped)": audit.read_in_order(
+            log_start, committed
+        ),
     }
     if not all(checks.values()):
         raise IllegalStateError(
@@ -340,7 +408,9 @@ def run(
         )
     rows_read, by_status = final_read[0], final_read[2]
     elapsed = time.perf_counter() - started
-    kept_by_lease = [i for i in plan.items if i.kind == "snapshot" and i.reason.startswith("pinned by lease")]
+    kept_by_lease = [
+        i for i in plan.items if i.kind == "snapshot" and i.reason.startswith("pinned by lease")
+    ]
 
     result: dict[str, Any] = {
         "table": table,
@@ -353,7 +423,10 @@ def run(
         "rows_read_through_lease": first_read[0],
         "retention": {
             "snapshots_kept_by_lease": len(kept_by_lease),
-            "deleted": {kind: sum(1 for i in report.deleted if i.kind == kind) for kind in ("snapshot", "segment", "orphan")},
+            "deleted": {
+                kind: sum(1 for i in report.deleted if i.kind == kind)
+                for kind in ("snapshot", "segment", "orphan")
+            },
             "freed_bytes": report.freed_bytes,
             "errors": report.errors,
         },
@@ -361,9 +434,18 @@ def run(
             "group_id": group,
             "members": len(joined),
             "joined": {"seconds": round(join_seconds, 3), "assignment": joined},
-            "takeover": {**takeover, "after_batch": pin_after + 1, "seconds": round(takeover["seconds"], 3)},
-            "read": {tb.bucket: {"records": sum(len(o) for _, o in reads), "by": list(dict.fromkeys(n for n, _ in reads))}
-                     for tb, reads in audit.reads.items()},
+            "takeover": {
+                **takeover,
+                "after_batch": pin_after + 1,
+                "seconds": round(takeover["seconds"], 3),
+            },
+            "read": {
+                tb.bucket: {
+                    "records": sum(len(o) for _, o in reads),
+                    "by": list(dict.fromkeys(n for n, _ in reads)),
+                }
+                for tb, reads in audit.reads.items()
+            },
             "records_consumed": audit.consumed,
             "lag": int(lag["lag"].sum()),
             "max_time_lag_s": round(lag["time_lag"].max().total_seconds(), 1),
@@ -388,14 +470,20 @@ def run(
         "live keys": live,
         "buckets": result["buckets"],
         "snapshots taken": snapshots,
-        "lease": (f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
-                  f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped at the end"),
+        "lease": (
+            f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
+            f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped at the end"
+        ),
         "read through the lease": f"{first_read[0]} rows, before and after retention",
-        "consumer group": (f"{group}: {len(joined)} consumers read {audit.consumed} records at half the write "
-                           f"rate, lag {result['group']['lag']}, status {health.status}"),
-        "retention": (f"{len(kept_by_lease)} snapshots kept for the lease; deleted "
-                      + ", ".join(f"{n} {k}s" for k, n in result["retention"]["deleted"].items())
-                      + f" ({report.freed_bytes} bytes)"),
+        "consumer group": (
+            f"{group}: {len(joined)} consumers read {audit.consumed} records at half the write "
+            f"rate, lag {result['group']['lag']}, status {health.status}"
+        ),
+        "retention": (
+            f"{len(kept_by_lease)} snapshots kept for the lease; deleted "
+            + ", ".join(f"{n} {k}s" for k, n in result["retention"]["deleted"].items())
+            + f" ({report.freed_bytes} bytes)"
+        ),
         "rows read by Spark": f"{rows_read} (latest snapshots)",
         "check": "passed (" + "; ".join(checks) + ")",
         "elapsed": f"{elapsed:.1f} s",
@@ -403,11 +491,18 @@ def run(
         "zookeeper": f"{result['zookeeper']} (namespace {conn.namespace})",
     }
     counts = [{"status": s, "count": n} for s, n in by_status.items()]
-    shown = [i for i in plan.items if i.kind in ("snapshot", "segment") and i.table_bucket and i.table_bucket.bucket == 0]
-    plan_rows = [{"item": f"{i.kind} {i.item_id}", "action": i.action, "reason": i.reason} for i in shown]
+    shown = [
+        i
+        for i in plan.items
+        if i.kind in ("snapshot", "segment") and i.table_bucket and i.table_bucket.bucket == 0
+    ]
+    plan_rows = [
+        {"item": f"{i.kind} {i.item_id}", "action": i.action, "reason": i.reason} for i in shown
+    ]
     lag_rows = frame_rows(lag)
     stayed = ", ".join(m.name for m in audit.live)
-    out(f"\n{format_fields(summary)}\n\n"
+    out(
+        f"\n{format_fields(summary)}\n\n"
         f"Consumer group {group}: {len(joined)} consumers joined in {join_seconds:.2f} s, generation "
         f"{joined[0]['generation']}\n{format_table(joined)}\n\n"
         f"Takeover after batch {pin_after + 1}: {takeover['closed']} committed and closed; {stayed} own all "
@@ -416,7 +511,8 @@ def run(
         f"{format_table(takeover['moved'], ['bucket', 'from', 'to', 'committed', 'resumed_at'])}\n\n"
         f"Consumer group {group} (before retention)\n{format_table(lag_rows, LAG_COLUMNS)}\n"
         f"\nRetention plan, bucket 0 (before the run)\n"
-        f"{format_table(plan_rows)}\n\nSpark: count by status\n{format_table(counts)}")
+        f"{format_table(plan_rows)}\n\nSpark: count by status\n{format_table(counts)}"
+    )
     return result
 
 
@@ -424,9 +520,15 @@ def _summary(frame: Any) -> tuple[int, int, dict[str, int]]:
     """(rows, distinct keys, rows by status) of an orders DataFrame."""
     from pyspark.sql import functions as F
 
-    totals = frame.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")).first()
+    totals = frame.agg(
+        F.count(F.lit(1)).alias("rows"), F.countDistinct("order_id").alias("keys")
+    ).first()
     by_status = {r["status"]: int(r["count"]) for r in frame.groupBy("status").count().collect()}
-    return int(totals["rows"]), int(totals["keys"]), {k: by_status[k] for k in sorted(by_status, key=_status_order)}
+    return (
+        int(totals["rows"]),
+        int(totals["keys"]),
+        {k: by_status[k] for k in sorted(by_status, key=_status_order)},
+    )
 
 
 def _expected(by_status: dict[str, int]) -> tuple[int, int, dict[str, int]]:

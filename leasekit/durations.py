@@ -179,7 +179,12 @@ def check_table_name(name: object) -> str:
     return name
 
 
-def check_id(value: object, *, what: str = "lease id", error: type[InvalidArgumentError] = InvalidLeaseIdError) -> str:
+def check_id(
+    value: object,
+    *,
+    what: str = "lease id",
+    error: type[InvalidArgumentError] = InvalidLeaseIdError,
+) -> str:
     """Return ``value`` if it follows the id rule (1-128 of [A-Za-z0-9._-], not . or ..)."""
     if not isinstance(value, str):
         raise error(f"{what} must be a str, not {type(value).__name__}")

@@ -100,8 +100,15 @@ class PartialAppendError(IllegalStateError):
     committed. Exactly ``committed`` is visible; retrying ``remaining`` with the same
     operation (``operation``: "upsert" or "delete") never duplicates a record."""
 
-    def __init__(self, message: str, committed: dict[TableBucket, OffsetRange], uncommitted: list[TableBucket],
-                 remaining: Any = None, operation: str = "upsert", unknown: list[TableBucket] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        committed: dict[TableBucket, OffsetRange],
+        uncommitted: list[TableBucket],
+        remaining: Any = None,
+        operation: str = "upsert",
+        unknown: list[TableBucket] | None = None,
+    ) -> None:
         super().__init__(message)
         self.committed = committed
         """Buckets whose records are visible, with their offset ranges."""

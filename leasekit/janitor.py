@@ -85,8 +85,13 @@ def run_once(conn: Context) -> RetentionReport:
         report = dataclasses.replace(report, errors=errors + report.errors)
     for error in report.errors:
         log.warning("janitor pass skipped: %s", error)
-    log.info("janitor pass: deleted %d items, freed %d bytes, %d errors in %.3fs",
-             len(report.deleted), report.freed_bytes, len(report.errors), time.monotonic() - started)
+    log.info(
+        "janitor pass: deleted %d items, freed %d bytes, %d errors in %.3fs",
+        len(report.deleted),
+        report.freed_bytes,
+        len(report.errors),
+        time.monotonic() - started,
+    )
     return report
 
 
@@ -156,12 +161,18 @@ class Janitor:
                 remove_listener()
 
     def _lead(self) -> None:
-        log.info("janitor %s leads at %s (interval %s)", self.conn.owner, self.path,
-                 format_duration(timedelta(seconds=self.interval)))
+        log.info(
+            "janitor %s leads at %s (interval %s)",
+            self.conn.owner,
+            self.path,
+            format_duration(timedelta(seconds=self.interval)),
+        )
         while not self.stop.is_set():
             if self._lost.is_set():
-                log.warning("janitor %s lost its ZooKeeper session; joining the election again",
-                            self.conn.owner)
+                log.warning(
+                    "janitor %s lost its ZooKeeper session; joining the election again",
+                    self.conn.owner,
+                )
                 return
             if not self._connected.is_set():  # suspended: maybe no longer leader; wait
                 self.stop.wait(_POLL)
@@ -190,8 +201,11 @@ class Janitor:
             with self.conn.store.fenced(fence):
                 run_once(self.conn)
         except LeadershipLostError as exc:
-            log.warning("janitor %s lost the election during a pass; joining it again: %s",
-                        self.conn.owner, exc)
+            log.warning(
+                "janitor %s lost the election during a pass; joining it again: %s",
+                self.conn.owner,
+                exc,
+            )
             return False
         except CorruptMetadataError as exc:
             log.warning("janitor pass skipped corrupt metadata at %s: %s", exc.path, exc)

@@ -65,8 +65,9 @@ def check(warehouse: Warehouse, namespace: str, identity: str | None) -> None:
         raise _refuse(warehouse, namespace, owner)
 
 
-def claim(warehouse: Warehouse, namespace: str, identity: str | None, zookeeper: str, *,
-          writer: bool) -> None:
+def claim(
+    warehouse: Warehouse, namespace: str, identity: str | None, zookeeper: str, *, writer: bool
+) -> None:
     """Write the marker naming ``identity`` where there is none (adopting a directory made
     before markers), then check it names ``identity``.
 
@@ -79,8 +80,12 @@ def claim(warehouse: Warehouse, namespace: str, identity: str | None, zookeeper:
     if identity is None:
         return
     if _owner(warehouse, namespace) is None:
-        marker = {"identity": identity, "zookeeper": zookeeper, "namespace": namespace,
-                  "claimed_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        marker = {
+            "identity": identity,
+            "zookeeper": zookeeper,
+            "namespace": namespace,
+            "claimed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
         data = (json.dumps(marker, indent=1) + "\n").encode()
         try:
             warehouse.create_exclusive(marker_path(namespace), data)

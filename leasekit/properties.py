@@ -54,7 +54,8 @@ def _int(minimum: int) -> Callable[[str, Any], int]:
                 value = int(value.strip().replace("_", ""))
             except ValueError:
                 raise InvalidArgumentError(
-                    f"{key} must be an integer, got {_shown(value)}") from None
+                    f"{key} must be an integer, got {_shown(value)}"
+                ) from None
         if not isinstance(value, int):
             raise InvalidArgumentError(f"{key} must be an integer, got {type(value).__name__}")
         if value < minimum:
@@ -123,7 +124,9 @@ NAMESPACE_SETTINGS: dict[str, Setting] = {
 }
 
 
-def parse_properties(values: Mapping[str, Any] | None, known: Mapping[str, Setting], *, what: str) -> dict[str, Any]:
+def parse_properties(
+    values: Mapping[str, Any] | None, known: Mapping[str, Setting], *, what: str
+) -> dict[str, Any]:
     """Stored form of ``values``; unknown keys or bad values raise ``InvalidArgumentError``.
 
     ``what`` names the kind of key in messages ("table property", "setting").
@@ -131,7 +134,9 @@ def parse_properties(values: Mapping[str, Any] | None, known: Mapping[str, Setti
     if values is None:
         return {}
     if not isinstance(values, Mapping):
-        raise InvalidArgumentError(f"{what} values must be a mapping of key to value, got {type(values).__name__}")
+        raise InvalidArgumentError(
+            f"{what} values must be a mapping of key to value, got {type(values).__name__}"
+        )
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
@@ -140,8 +145,9 @@ def parse_properties(values: Mapping[str, Any] | None, known: Mapping[str, Setti
     return out
 
 
-def effective(stored: Mapping[str, Any], known: Mapping[str, Setting], *,
-              path: str | None = None) -> dict[str, Any]:
+def effective(
+    stored: Mapping[str, Any], known: Mapping[str, Setting], *, path: str | None = None
+) -> dict[str, Any]:
     """User-facing values of every key: stored ones loaded, the rest defaults.
 
     Keys this version does not know are ignored (a newer client may have set them).

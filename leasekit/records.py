@@ -10,8 +10,20 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 __all__ = [
-    "TableBucket", "OffsetRange", "Snapshot", "LogSegment", "AcquireResult", "LeaseInfo",
-    "RetentionItem", "RetentionPlan", "RetentionReport", "OffsetAndMetadata", "Record", "CommittedOffset", "GroupStatus", "MemberInfo",
+    "TableBucket",
+    "OffsetRange",
+    "Snapshot",
+    "LogSegment",
+    "AcquireResult",
+    "LeaseInfo",
+    "RetentionItem",
+    "RetentionPlan",
+    "RetentionReport",
+    "OffsetAndMetadata",
+    "Record",
+    "CommittedOffset",
+    "GroupStatus",
+    "MemberInfo",
 ]
 
 
@@ -193,8 +205,15 @@ def _frame(items: list[RetentionItem]) -> Any:
     import pandas as pd
 
     rows = [
-        (i.kind, i.table_bucket.table if i.table_bucket else None,
-         i.table_bucket.bucket if i.table_bucket else None, i.item_id, i.action, i.reason, i.size_bytes)
+        (
+            i.kind,
+            i.table_bucket.table if i.table_bucket else None,
+            i.table_bucket.bucket if i.table_bucket else None,
+            i.item_id,
+            i.action,
+            i.reason,
+            i.size_bytes,
+        )
         for i in items
     ]
     frame = pd.DataFrame(rows, columns=_ITEM_COLUMNS)

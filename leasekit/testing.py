@@ -21,8 +21,13 @@ __all__ = ["seed_empty_snapshots", "seed_history"]
 
 def _latest_arrays(ctx: Context, table: TableInfo, snapshot_id: int) -> list[Op]:
     n, tid = table.num_buckets, table.table_id
-    return [Create(ctx.paths.latest_chunk(tid, c // CHUNK), LatestChunk([snapshot_id] * min(CHUNK, n - c)).encode())
-            for c in range(0, n, CHUNK)]
+    return [
+        Create(
+            ctx.paths.latest_chunk(tid, c // CHUNK),
+            LatestChunk([snapshot_id] * min(CHUNK, n - c)).encode(),
+        )
+        for c in range(0, n, CHUNK)
+    ]
 
 
 def seed_empty_snapshots(ctx: Context, table: TableInfo, snapshot_id: int = 1) -> None:
@@ -33,13 +38,24 @@ def seed_empty_snapshots(ctx: Context, table: TableInfo, snapshot_id: int = 1) -
     snapshot = SnapshotRecord(0, 0, 0, ()).encode()
     ops: list[Op] = []
     for b in range(table.num_buckets):
-        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b)),
-                Create(paths.snapshot(tid, b, snapshot_id), snapshot)]
+        ops += [
+            Create(paths.bucket(tid, b), state),
+            Create(paths.log(tid, b)),
+            Create(paths.snapshots(tid, b)),
+            Create(paths.snapshot(tid, b, snapshot_id), snapshot),
+        ]
     ctx.store.commit_chunked([*ops, *_latest_arrays(ctx, table, snapshot_id)])
 
 
-def seed_history(ctx: Context, table: TableInfo, snapshots: int, segments: int, rows_per_segment: int, *,
-                 file_bytes: int | None = None) -> None:
+def seed_history(
+    ctx: Context,
+    table: TableInfo,
+    snapshots: int,
+    segments: int,
+    rows_per_segment: int,
+    *,
+    file_bytes: int | None = None,
+) -> None:
     """Give every bucket of a fresh table ``segments`` log segments of ``rows_per_segment``
     records (timestamp 0) and ``snapshots`` snapshots, snapshot i at log offset
     i * rows_per_segment.
@@ -55,15 +71,25 @@ def seed_history(ctx: Context, table: TableInfo, snapshots: int, segments: int, 
     files: list[str] = []
     ops: list[Op] = []
     for b in range(table.num_buckets):
-        ops += [Create(paths.bucket(tid, b), state), Create(paths.log(tid, b)), Create(paths.snapshots(tid, b))]
+        ops += [
+            Create(paths.bucket(tid, b), state),
+            Create(paths.log(tid, b)),
+            Create(paths.snapshots(tid, b)),
+        ]
         for s in range(1, snapshots + 1):
             rel = f"{table.data_dir}/snapshots/seed-{s}/_bucket={b}/part-0.parquet"
             files.append(rel)
-            ops.append(Create(paths.snapshot(tid, b, s), SnapshotRecord(s * rows, rows, size, (rel,)).encode()))
+            ops.append(
+                Create(
+                    paths.snapshot(tid, b, s), SnapshotRecord(s * rows, rows, size, (rel,)).encode()
+                )
+            )
         for g in range(segments):
             rel = f"{table.data_dir}/log/{b}/seed-{g}.parquet"
             files.append(rel)
-            ops.append(Create(paths.segment(tid, b, g * rows), SegmentRecord(rel, rows, size, 0).encode()))
+            ops.append(
+                Create(paths.segment(tid, b, g * rows), SegmentRecord(rel, rows, size, 0).encode())
+            )
     if file_bytes is not None:
         if not ctx.warehouse.is_local:
             raise ValueError("seed_history writes files into local warehouses only")

@@ -73,7 +73,8 @@ def contained(rel: object, within: str, znode: str) -> str:
     shown = f"{rel!r:.200}"
     if not isinstance(rel, str):
         raise CorruptMetadataError(
-            f"metadata at {znode} names a path that is not a string: {shown}", znode)
+            f"metadata at {znode} names a path that is not a string: {shown}", znode
+        )
     why = None
     if rel.startswith("/") or "://" in rel:
         why = "an absolute path or URI, not a path relative to the warehouse"
@@ -88,13 +89,17 @@ def contained(rel: object, within: str, znode: str) -> str:
             why = "a path outside it"
     raise CorruptMetadataError(
         f"metadata at {znode} names {shown}: {why}; its files must lie inside {within}/ of the "
-        "warehouse, so nothing is read or deleted there", znode)
+        "warehouse, so nothing is read or deleted there",
+        znode,
+    )
 
 
 class Listing:
     """The files found below a warehouse directory (``Warehouse.scan``)."""
 
-    def __init__(self, warehouse: Warehouse, paths: list[str], entries: dict[str, FileEntry] | None) -> None:
+    def __init__(
+        self, warehouse: Warehouse, paths: list[str], entries: dict[str, FileEntry] | None
+    ) -> None:
         self.paths = paths
         """Every file found, relative to the warehouse root."""
         self._warehouse = warehouse
@@ -132,7 +137,7 @@ class Warehouse:
             self.location = base.rstrip("/")
         else:
             self.scheme = "file"
-            local = location[len("file://"):] if location.startswith("file://") else location
+            local = location[len("file://") :] if location.startswith("file://") else location
             self.location = os.path.abspath(os.path.expanduser(local))
         self._fs: pafs.FileSystem | None = None
         self._root = ""
@@ -171,7 +176,7 @@ class Warehouse:
         """The warehouse-relative path of a location returned by ``uri``."""
         if not location.startswith(self.location + "/"):
             raise InvalidArgumentError(f"{location} is not in the warehouse {self.location}")
-        return location[len(self.location) + 1:]
+        return location[len(self.location) + 1 :]
 
     def open_parquet(self, rel: str) -> pq.ParquetFile:
         """An open Parquet file (footer read) for reads of chosen row groups; ``FileNotFoundError``
@@ -199,7 +204,9 @@ class Warehouse:
         path = self.fs_path(rel)
         with io_errors(f"write {self.uri(rel)}"):
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            pq.write_table(table, path, filesystem=self.fs, compression="snappy", row_group_size=row_group_size)
+            pq.write_table(
+                table, path, filesystem=self.fs, compression="snappy", row_group_size=row_group_size
+            )
             return self.fs.get_file_info(path).size
 
     def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
@@ -215,7 +222,9 @@ class Warehouse:
         """Every file below ``rel_dir`` (recursively); empty if it does not exist."""
         base = self.fs_path(rel_dir)
         with io_errors(f"list {self.uri(rel_dir)}"):
-            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+            infos = self.fs.get_file_info(
+                pafs.FileSelector(base, recursive=True, allow_not_found=True)
+            )
         prefix = len(self._root) + 1
         return [
             FileEntry(info.path[prefix:], info.size or 0, (info.mtime_ns or 0) // 1_000_000)
@@ -258,8 +267,11 @@ class Warehouse:
             return []
         with io_errors(f"stat {len(rels)} files in {self.location}"):
             infos = self.fs.get_file_info([self.fs_path(rel) for rel in rels])
-        return [FileEntry(rel, info.size or 0, (info.mtime_ns or 0) // 1_000_000)
-                for rel, info in zip(rels, infos) if info.type == pafs.FileType.File]
+        return [
+            FileEntry(rel, info.size or 0, (info.mtime_ns or 0) // 1_000_000)
+            for rel, info in zip(rels, infos)
+            if info.type == pafs.FileType.File
+        ]
 
     def exists(self, rel: str) -> bool:
         with io_errors(f"stat {self.uri(rel)}"):
@@ -283,7 +295,10 @@ class Warehouse:
                     inside[directory] = None
                 targets.append(posixpath.join(directory, f".{name}.crc"))
             for target in targets:
-                with io_errors(f"delete {self.uri(target)}"), contextlib.suppress(FileNotFoundError):
+                with (
+                    io_errors(f"delete {self.uri(target)}"),
+                    contextlib.suppress(FileNotFoundError),
+                ):
                     self.fs.delete_file(self.fs_path(target))
 
     def delete_dir(self, rel_dir: str) -> None:
@@ -306,7 +321,8 @@ class Warehouse:
         if real != root and not real.startswith(root + os.sep):
             raise IllegalStateError(
                 f"{self.uri(rel_dir)} leads out of the warehouse through a symbolic link (to "
-                f"{real}); nothing is deleted there")
+                f"{real}); nothing is deleted there"
+            )
 
     # -- small files (the namespace directory's owner marker) -------------------------------
 

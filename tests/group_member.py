@@ -34,10 +34,18 @@ class Events(lk.BucketRebalanceListener):
 
     def on_buckets_assigned(self, assigned):
         c = self.consumer
-        self.line("ASSIGNED", time.time(), c.member_id, c.generation, *sorted(tb.bucket for tb in assigned))
+        self.line(
+            "ASSIGNED",
+            time.time(),
+            c.member_id,
+            c.generation,
+            *sorted(tb.bucket for tb in assigned),
+        )
 
     def on_buckets_revoked(self, revoked):
-        self.line("REVOKED", time.time(), self.consumer.member_id, *sorted(tb.bucket for tb in revoked))
+        self.line(
+            "REVOKED", time.time(), self.consumer.member_id, *sorted(tb.bucket for tb in revoked)
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -49,8 +57,14 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     events = Events(args.events)
     with lk.connect(args.zookeeper, args.warehouse, namespace=args.namespace) as conn:
-        consumer = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
-                                 session_timeout=args.session_timeout, listener=events)
+        consumer = conn.consumer(
+            "orders",
+            group_id="g",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout=args.session_timeout,
+            listener=events,
+        )
         events.consumer = consumer
         while True:
             batch = consumer.poll(timeout="0.2s")

@@ -58,7 +58,9 @@ def read_log(table, since: dict[int, int] | None = None) -> dict[int, list[dict]
     return out
 
 
-def pin_znodes(conn, table, lease_id: str, snapshot_ids: dict[int, int] | None = None) -> dict[int, int]:
+def pin_znodes(
+    conn, table, lease_id: str, snapshot_ids: dict[int, int] | None = None
+) -> dict[int, int]:
     """{bucket: snapshot_id} of every pin znode the lease has under the table's snapshots
     (only under ``snapshot_ids``, when given, to keep checks of 100,000 buckets quick)."""
     paths, tid = conn.paths, table.table_id
@@ -110,7 +112,12 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
             for b, state in enumerate(read_states(table, range(table.num_buckets))):
                 if state is not None:
                     path = f"{rel}/_bucket={b}/part-00000.parquet"
-                    written[b] = Written(state.end, [path], 1, conn.warehouse.write_parquet(path, pa.table({"id": [b]})))
+                    written[b] = Written(
+                        state.end,
+                        [path],
+                        1,
+                        conn.warehouse.write_parquet(path, pa.table({"id": [b]})),
+                    )
             register(table, written, token)
 
 

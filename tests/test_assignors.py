@@ -49,8 +49,14 @@ def check_valid(result, members, tables) -> None:
 
 def valid_current(members, tables, current) -> dict[str, set[TableBucket]]:
     """The buckets each member may keep: still existing and subscribed."""
-    return {m: {tb for tb in current.get(m, ()) if tb.table in members[m]
-                and tb.bucket < tables.get(tb.table, 0)} for m in members}
+    return {
+        m: {
+            tb
+            for tb in current.get(m, ())
+            if tb.table in members[m] and tb.bucket < tables.get(tb.table, 0)
+        }
+        for m in members
+    }
 
 
 def minimum_moves(members, tables, current) -> int:
@@ -66,25 +72,34 @@ def minimum_moves(members, tables, current) -> int:
 
 def moves(members, tables, current, result) -> int:
     """Buckets of members still present that change owner."""
-    return sum(len(owned - result[m]) for m, owned in valid_current(members, tables, current).items())
+    return sum(
+        len(owned - result[m]) for m, owned in valid_current(members, tables, current).items()
+    )
 
 
 def reordered(rnd, members, tables, current):
     """The same inputs, built with mappings and sets in another insertion order."""
+
     def shuffled(items):
         items = list(items)
         rnd.shuffle(items)
         return items
-    return ({m: frozenset(shuffled(members[m])) for m in shuffled(members)},
-            {t: tables[t] for t in shuffled(tables)},
-            {m: set(shuffled(current[m])) for m in shuffled(current)})
+
+    return (
+        {m: frozenset(shuffled(members[m])) for m in shuffled(members)},
+        {t: tables[t] for t in shuffled(tables)},
+        {m: set(shuffled(current[m])) for m in shuffled(current)},
+    )
 
 
 def sticky_balanced(members, result) -> bool:
     """Sticky's balance with any subscriptions: no member holds a bucket of a table that a member
     with at least 2 fewer buckets subscribes to."""
-    return not any(len(result[d]) >= len(result[r]) + 2 and any(tb.table in members[r] for tb in result[d])
-                   for d in result for r in result)
+    return not any(
+        len(result[d]) >= len(result[r]) + 2 and any(tb.table in members[r] for tb in result[d])
+        for d in result
+        for r in result
+    )
 
 
 def check_range_shape(members, tables, result) -> None:
@@ -95,10 +110,13 @@ def check_range_shape(members, tables, result) -> None:
         runs = [sorted(tb.bucket for tb in result[m] if tb.table == table) for m in subscribers]
         assert [b for run in runs for b in run] == list(range(tables[table]))
         quota, extra = divmod(tables[table], len(subscribers))
-        assert [len(run) for run in runs] == [quota + (1 if i < extra else 0) for i in range(len(runs))]
+        assert [len(run) for run in runs] == [
+            quota + (1 if i < extra else 0) for i in range(len(runs))
+        ]
 
 
 # --- fixed examples -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_ten_buckets_over_three_members_is_4_3_3(name):
@@ -113,35 +131,59 @@ def test_range_matches_kafkas_documented_example():
     # C9: Kafka's RangeAssignor example: t0, t1 with 3 partitions each, consumers C0 and C1
     members = {"C0": frozenset({"t0", "t1"}), "C1": frozenset({"t0", "t1"})}
     result = RangeAssignor().assign(members, {"t0": 3, "t1": 3}, {})
-    assert result == {"C0": buckets("t0", 0, 1) | buckets("t1", 0, 1),
-                      "C1": buckets("t0", 2) | buckets("t1", 2)}
+    assert result == {
+        "C0": buckets("t0", 0, 1) | buckets("t1", 0, 1),
+        "C1": buckets("t0", 2) | buckets("t1", 2),
+    }
 
 
 def test_roundrobin_matches_kafkas_documented_examples():
     # C9: Kafka's RoundRobinAssignor examples, identical then different subscriptions
     members = {"C0": frozenset({"t0", "t1"}), "C1": frozenset({"t0", "t1"})}
     result = RoundRobinAssignor().assign(members, {"t0": 3, "t1": 3}, {})
-    assert result == {"C0": buckets("t0", 0, 2) | buckets("t1", 1),
-                      "C1": buckets("t0", 1) | buckets("t1", 0, 2)}
-    members = {"C0": frozenset({"t0"}), "C1": frozenset({"t0", "t1"}), "C2": frozenset({"t0", "t1", "t2"})}
+    assert result == {
+        "C0": buckets("t0", 0, 2) | buckets("t1", 1),
+        "C1": buckets("t0", 1) | buckets("t1", 0, 2),
+    }
+    members = {
+        "C0": frozenset({"t0"}),
+        "C1": frozenset({"t0", "t1"}),
+        "C2": frozenset({"t0", "t1", "t2"}),
+    }
     result = RoundRobinAssignor().assign(members, {"t0": 1, "t1": 2, "t2": 3}, {})
-    assert result == {"C0": buckets("t0", 0), "C1": buckets("t1", 0),
-                      "C2": buckets("t1", 1) | buckets("t2", 0, 1, 2)}
+    assert result == {
+        "C0": buckets("t0", 0),
+        "C1": buckets("t1", 0),
+        "C2": buckets("t1", 1) | buckets("t2", 0, 1, 2),
+    }
 
 
 def test_sticky_matches_kafkas_documented_examples():
     # C9: Kafka's StickyAssignor examples. Different subscriptions: as balanced as they allow.
-    members = {"C0": frozenset({"t0"}), "C1": frozenset({"t0", "t1"}), "C2": frozenset({"t0", "t1", "t2"})}
+    members = {
+        "C0": frozenset({"t0"}),
+        "C1": frozenset({"t0", "t1"}),
+        "C2": frozenset({"t0", "t1", "t2"}),
+    }
     result = StickyAssignor().assign(members, {"t0": 1, "t1": 2, "t2": 3}, {})
-    assert result == {"C0": buckets("t0", 0), "C1": buckets("t1", 0, 1), "C2": buckets("t2", 0, 1, 2)}
+    assert result == {
+        "C0": buckets("t0", 0),
+        "C1": buckets("t1", 0, 1),
+        "C2": buckets("t2", 0, 1, 2),
+    }
     # Identical subscriptions, C1 leaves: C0 and C2 keep all they had.
     everything = frozenset(TABLES)
     tables = dict.fromkeys(TABLES, 2)
-    before = {"C0": {TB("t0", 0), TB("t1", 1), TB("t3", 0)},
-              "C1": {TB("t0", 1), TB("t2", 0), TB("t3", 1)},
-              "C2": {TB("t1", 0), TB("t2", 1)}}
+    before = {
+        "C0": {TB("t0", 0), TB("t1", 1), TB("t3", 0)},
+        "C1": {TB("t0", 1), TB("t2", 0), TB("t3", 1)},
+        "C2": {TB("t1", 0), TB("t2", 1)},
+    }
     result = StickyAssignor().assign({"C0": everything, "C2": everything}, tables, before)
-    assert result == {"C0": before["C0"] | {TB("t2", 0)}, "C2": before["C2"] | {TB("t0", 1), TB("t3", 1)}}
+    assert result == {
+        "C0": before["C0"] | {TB("t2", 0)},
+        "C2": before["C2"] | {TB("t0", 1), TB("t3", 1)},
+    }
 
 
 def test_sticky_leave_moves_only_the_leavers_buckets():
@@ -166,18 +208,25 @@ def test_sticky_join_moves_only_the_minimum():
     after = sticky.assign(members, {"t": 10}, before)
     check_valid(after, members, {"t": 10})
     assert len(after["d"]) == 2
-    assert moves(members, {"t": 10}, before, after) == 2 == minimum_moves(members, {"t": 10}, before)
+    assert (
+        moves(members, {"t": 10}, before, after) == 2 == minimum_moves(members, {"t": 10}, before)
+    )
     assert all(after[m] <= before[m] for m in ("a", "b", "c"))
 
 
 def test_sticky_drops_buckets_that_are_no_longer_valid():
     # C9: buckets of gone members, dropped or shrunk tables and unsubscribed tables are reassigned
     members = {"a": frozenset({"t0"}), "b": frozenset({"t0", "t1"})}
-    current = {"a": buckets("t0", 0, 1, 7) | buckets("t1", 0) | buckets("gone", 0),
-               "b": buckets("t0", 1), "left": buckets("t1", 1)}
+    current = {
+        "a": buckets("t0", 0, 1, 7) | buckets("t1", 0) | buckets("gone", 0),
+        "b": buckets("t0", 1),
+        "left": buckets("t1", 1),
+    }
     result = StickyAssignor().assign(members, {"t0": 4, "t1": 2}, current)
     check_valid(result, members, {"t0": 4, "t1": 2})
-    assert buckets("t0", 0, 1) <= result["a"]  # "a" keeps t0/1 too: a duplicate goes to the smaller id
+    assert (
+        buckets("t0", 0, 1) <= result["a"]
+    )  # "a" keeps t0/1 too: a duplicate goes to the smaller id
     assert sticky_balanced(members, result)
 
 
@@ -224,8 +273,16 @@ def test_output_does_not_depend_on_the_hash_seed():
         "    r = a.assign(members, tables, current)\n"
         "    print(a.name, sorted((m, sorted(b)) for m, b in r.items()))\n"
     )
-    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                              env={"PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
     assert len(outputs) == 1
 
 
@@ -239,7 +296,9 @@ counts_st = st.integers(min_value=0, max_value=13)
 def test_identical_subscriptions_over_joins_and_leaves(data):
     # C9: coverage, balance (sticky and roundrobin within 1; range within 1 per table),
     # determinism, and sticky moving exactly the minimum, after every join, leave or table change
-    tables = {t: data.draw(counts_st) for t in data.draw(st.sets(st.sampled_from(TABLES), min_size=1))}
+    tables = {
+        t: data.draw(counts_st) for t in data.draw(st.sets(st.sampled_from(TABLES), min_size=1))
+    }
     ids: list[str] = data.draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=4, unique=True))
     current: dict[str, dict[str, set[TableBucket]]] = {name: {} for name in NAMES}
     rnd = data.draw(st.randoms(use_true_random=False))
@@ -254,12 +313,16 @@ def test_identical_subscriptions_over_joins_and_leaves(data):
                 check_range_shape(members, tables, result)
             else:
                 assert max(sizes, default=0) - min(sizes, default=0) <= 1
-            if name == "roundrobin":  # the k-th bucket in (table, bucket) order goes to member k % M
+            if (
+                name == "roundrobin"
+            ):  # the k-th bucket in (table, bucket) order goes to member k % M
                 order = sorted(members)
                 every = sorted(TB(t, b) for t in tables for b in range(tables[t]))
                 assert all(tb in result[order[k % len(order)]] for k, tb in enumerate(every))
             if name == "sticky":
-                assert moves(members, tables, current[name], result) == minimum_moves(members, tables, current[name])
+                assert moves(members, tables, current[name], result) == minimum_moves(
+                    members, tables, current[name]
+                )
             current[name] = result
         event = data.draw(st.sampled_from(["join", "leave", "resize", "add table", "drop table"]))
         absent = [m for m in IDS if m not in ids]
@@ -270,7 +333,9 @@ def test_identical_subscriptions_over_joins_and_leaves(data):
         elif event == "resize":
             tables[data.draw(st.sampled_from(sorted(tables)))] = data.draw(counts_st)
         elif event == "add table" and len(tables) < len(TABLES):
-            tables[data.draw(st.sampled_from([t for t in TABLES if t not in tables]))] = data.draw(counts_st)
+            tables[data.draw(st.sampled_from([t for t in TABLES if t not in tables]))] = data.draw(
+                counts_st
+            )
         elif event == "drop table" and len(tables) > 1:
             del tables[data.draw(st.sampled_from(sorted(tables)))]
 
@@ -286,7 +351,9 @@ def test_mixed_subscriptions_over_joins_and_leaves(data):
     # every member, determinism; sticky as balanced as the subscriptions allow and stable (its own
     # output is kept as it is); range in contiguous ranges per table
     tables = {t: data.draw(counts_st) for t in TABLES}
-    members = data.draw(st.dictionaries(st.sampled_from(IDS), subscriptions_st, min_size=1, max_size=6))
+    members = data.draw(
+        st.dictionaries(st.sampled_from(IDS), subscriptions_st, min_size=1, max_size=6)
+    )
     junk = st.builds(TB, st.sampled_from((*TABLES, "gone")), st.integers(min_value=0, max_value=15))
     start = data.draw(st.dictionaries(st.sampled_from(IDS), st.sets(junk, max_size=8), max_size=6))
     current = {name: start for name in NAMES}

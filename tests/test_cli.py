@@ -25,8 +25,11 @@ def replay_status_counts(table) -> dict[str, int]:
     import pyarrow.parquet as pq
 
     latest = {s.table_bucket.bucket: s for s in table.snapshots()}  # oldest first: the last wins
-    frames = [pq.read_table(f, columns=["order_id", "status"]).to_pandas()
-              for snap in latest.values() for f in snap.files]
+    frames = [
+        pq.read_table(f, columns=["order_id", "status"]).to_pandas()
+        for snap in latest.values()
+        for f in snap.files
+    ]
     state = pd.concat(frames) if frames else pd.DataFrame(columns=["order_id", "status"])
     tails = []
     for bucket, segments in list_segments(table, range(table.num_buckets)).items():
@@ -38,11 +41,13 @@ def replay_status_counts(table) -> dict[str, int]:
     if tails:
         log = pd.concat(tails).sort_values("_offset", kind="stable")
         last = log.drop_duplicates("order_id", keep="last")
-        state = pd.concat([state[~state["order_id"].isin(last["order_id"])],
-                           last[last["_op"] == "upsert"][["order_id", "status"]]])
+        state = pd.concat(
+            [
+                state[~state["order_id"].isin(last["order_id"])],
+                last[last["_op"] == "upsert"][["order_id", "status"]],
+            ]
+        )
     return state["status"].value_counts().to_dict()
-
-
 
 
 def test_create_list_describe_plain(capsys, target) -> None:
@@ -67,7 +72,7 @@ def test_create_list_describe_plain(capsys, target) -> None:
     assert "log.retention = 7d" in out
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("BUCKET"))
-    buckets = [line.split() for line in lines[start + 1:]]
+    buckets = [line.split() for line in lines[start + 1 :]]
     assert buckets == [[str(b), "0", "0", "-", "-", "-"] for b in range(3)]
 
 
@@ -109,8 +114,10 @@ def test_create_json_output(capsys, target) -> None:
         (["t", "--schema", "id BIGINT,, name STRING", "--primary-key", "id"], "invalid schema"),
         (["t", "--schema", "id BIGNUM", "--primary-key", "id"], ""),
         (["t", "--schema", SCHEMA, "--primary-key", "id", "--property", "no.such=1"], "no.such"),
-        (["t", "--schema", SCHEMA, "--primary-key", "id", "--property", "log.retention=soon"],
-         "log.retention"),
+        (
+            ["t", "--schema", SCHEMA, "--primary-key", "id", "--property", "log.retention=soon"],
+            "log.retention",
+        ),
         (["t", "--schema", SCHEMA, "--primary-key", "nope"], "'nope' is not in the schema"),
         (["t", "--schema", SCHEMA, "--primary-key", "id", "--buckets", "0"], "buckets"),
     ],
@@ -209,7 +216,9 @@ def test_demo_run(conn, spark) -> None:
     assert len({m["generation"] for m in joined}) == 1
     for m in joined:
         buckets = ", ".join(map(str, m["buckets"]))
-        assert re.search(rf"{m['member']}\s+{m['member_id']}\s+{buckets}\s+{m['generation']}\n", summary)
+        assert re.search(
+            rf"{m['member']}\s+{m['member_id']}\s+{buckets}\s+{m['generation']}\n", summary
+        )
     # C12: the closed member's buckets moved to the other two at a newer generation, which
     # resumed at its committed offsets; no record was skipped or read twice across the takeover
     takeover = group["takeover"]
@@ -221,16 +230,23 @@ def test_demo_run(conn, spark) -> None:
     assert all(r["resumed_at"] == r["committed"] is not None for r in takeover["moved"])
     assert f"Takeover after batch 2: {closed['member']} committed and closed" in summary
     for r in takeover["moved"]:
-        assert re.search(rf"\n\s*{r['bucket']}\s+{closed['member']}\s+{r['to']}\s+{r['committed']}\s+{r['committed']}\n",
-                         summary)
+        assert re.search(
+            rf"\n\s*{r['bucket']}\s+{closed['member']}\s+{r['to']}\s+{r['committed']}\s+{r['committed']}\n",
+            summary,
+        )
         assert group["read"][r["bucket"]]["by"] == [closed["member"], r["to"]]
     committed = conn.describe_group("demo_orders-audit").set_index("bucket")["current_offset"]
-    assert {b: r["records"] for b, r in group["read"].items()} == {b: int(committed[b]) for b in range(8)}
+    assert {b: r["records"] for b, r in group["read"].items()} == {
+        b: int(committed[b]) for b in range(8)
+    }
     assert "read once, in order (none skipped)" in summary
     # §6.6: the demo's group read half of what was written; its describe table shows the lag
     # measured now, the time lag and the health; R3: retention kept the log it has not read
     assert group["records_consumed"] == sum(n // 2 for n in (2_000, 2_000, 2_000))
-    assert group["lag"] == sum(conn.table("demo_orders").end_offsets().values()) - group["records_consumed"]
+    assert (
+        group["lag"]
+        == sum(conn.table("demo_orders").end_offsets().values()) - group["records_consumed"]
+    )
     assert group["lag"] > 0 and group["max_time_lag_s"] >= 0 and group["status"] in ("OK", "WARN")
     assert "Consumer group demo_orders-audit" in summary and "TIME-LAG" in summary
     assert "consumer group demo_orders-audit has not committed past it" in summary

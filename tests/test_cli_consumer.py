@@ -29,15 +29,31 @@ def test_list_and_describe_like_kafka_consumer_groups(capsys, target, orders):
     assert code == 0
     assert out.startswith("GROUP billing: OK\nGENERATION -  LEADER -  no live members\n")
     header = out.splitlines()[3].split()
-    assert header == ["GROUP", "TABLE", "BUCKET", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "TIME-LAG",
-                      "CONSUMER-ID", "HOST", "LAST-COMMIT", "STATUS"]
+    assert header == [
+        "GROUP",
+        "TABLE",
+        "BUCKET",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "TIME-LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "LAST-COMMIT",
+        "STATUS",
+    ]
     data = run_json(capsys, "consumer", "describe", "billing", *target)
     rows = {r["bucket"]: r for r in data["buckets"]}
     end = orders.end_offsets()[TB("orders", 0)]
     assert rows[0]["current_offset"] == 2 and rows[0]["lag"] == end - 2
-    assert rows[1]["current_offset"] is None and rows[1]["lag"] is None  # never committed: not huge lag
+    assert (
+        rows[1]["current_offset"] is None and rows[1]["lag"] is None
+    )  # never committed: not huge lag
     assert data["generation"] is None and data["leader"] is None and data["unowned"] == []
-    assert run(capsys, "consumer", "describe", "billing", "--members", *target)[1] == "group billing has no live members\n"
+    assert (
+        run(capsys, "consumer", "describe", "billing", "--members", *target)[1]
+        == "group billing has no live members\n"
+    )
 
 
 def test_reset_offsets_is_a_dry_run_without_execute(capsys, conn, target, orders):
@@ -45,19 +61,41 @@ def test_reset_offsets_is_a_dry_run_without_execute(capsys, conn, target, orders
     code, out, _ = run(capsys, "consumer", "reset-offsets", "billing", "--to-earliest", *target)
     assert code == 0 and out.startswith("dry run: nothing changed")
     assert conn.describe_group("billing")["current_offset"].tolist()[0] == 2
-    data = run_json(capsys, "consumer", "reset-offsets", "billing", "--shift-by", "5", "--table", "orders",
-                    "--bucket", "0", "--execute", *target)
+    data = run_json(
+        capsys,
+        "consumer",
+        "reset-offsets",
+        "billing",
+        "--shift-by",
+        "5",
+        "--table",
+        "orders",
+        "--bucket",
+        "0",
+        "--execute",
+        *target,
+    )
     assert data["executed"] is True and [r["new_offset"] for r in data["plan"]] == [7]
     assert conn.describe_group("billing")["current_offset"].tolist()[0] == 7
-    for spelling in (["--to-latest"], ["--to-current"], ["--to-offset", "3"], ["--by-duration", "1h"],
-                     ["--to-datetime", "2020-01-01T00:00:00Z"]):
+    for spelling in (
+        ["--to-latest"],
+        ["--to-current"],
+        ["--to-offset", "3"],
+        ["--by-duration", "1h"],
+        ["--to-datetime", "2020-01-01T00:00:00Z"],
+    ):
         assert run(capsys, "consumer", "reset-offsets", "billing", *spelling, *target)[0] == 0
-    code, _, err = run(capsys, "consumer", "reset-offsets", "billing", "--to-datetime", "yesterday", *target)
+    code, _, err = run(
+        capsys, "consumer", "reset-offsets", "billing", "--to-datetime", "yesterday", *target
+    )
     assert code == 2 and "ISO 8601" in err
 
 
 def test_delete(capsys, target, orders):
-    assert run_json(capsys, "consumer", "delete", "billing", *target) == {"group": "billing", "deleted": True}
+    assert run_json(capsys, "consumer", "delete", "billing", *target) == {
+        "group": "billing",
+        "deleted": True,
+    }
     assert run_json(capsys, "consumer", "list", *target) == {"groups": []}
 
 
@@ -78,7 +116,11 @@ def test_describe_shows_generation_leader_owners_and_members(capsys, conn, targe
         assert code == 0 and lines[1] == f"GENERATION {a.generation}  LEADER {a.member_id}"
         assert {int(line.split()[2]): line.split()[7] for line in lines[4:]} == owner
         data = run_json(capsys, "consumer", "describe", "g", *target)
-        assert (data["generation"], data["leader"], data["unowned"]) == (a.generation, a.member_id, [])
+        assert (data["generation"], data["leader"], data["unowned"]) == (
+            a.generation,
+            a.member_id,
+            [],
+        )
         assert {r["bucket"]: r["consumer_id"] for r in data["buckets"]} == owner
 
         code, out, _ = run(capsys, "consumer", "describe", "g", "--members", *target)
@@ -86,17 +128,31 @@ def test_describe_shows_generation_leader_owners_and_members(capsys, conn, targe
         assert lines[:2] == ["GROUP g", f"GENERATION {a.generation}  LEADER {a.member_id}"]
         assert lines[3].split() == ["CONSUMER-ID", "HOST", "#BUCKETS", "BUCKETS", "ASSIGNED"]
         for line, c in zip(lines[4:], (a, b)):  # oldest first
-            bucket, = (tb.bucket for tb in c.assignment())
-            assert line.split() == [c.member_id, conn.owner, "1", f"orders({bucket})", f"orders({bucket})"]
+            (bucket,) = (tb.bucket for tb in c.assignment())
+            assert line.split() == [
+                c.member_id,
+                conn.owner,
+                "1",
+                f"orders({bucket})",
+                f"orders({bucket})",
+            ]
         members = run_json(capsys, "consumer", "describe", "g", "--members", *target)
         assert [(m["consumer_id"], m["leader"], m["buckets"]) for m in members["members"]] == [
-            (c.member_id, c is a, [{"table": "orders", "bucket": tb.bucket} for tb in c.assignment()]) for c in (a, b)]
+            (
+                c.member_id,
+                c is a,
+                [{"table": "orders", "bucket": tb.bucket} for tb in c.assignment()],
+            )
+            for c in (a, b)
+        ]
 
-        gone, = b.assignment()
+        (gone,) = b.assignment()
         b.close()  # before a polls again, b's bucket has no live owner
         code, out, _ = run(capsys, "consumer", "describe", "g", *target)
         lines = out.splitlines()
-        assert lines[1].startswith("GENERATION ") and lines[1].endswith(f"LEADER {a.member_id}  UNOWNED 1")
+        assert lines[1].startswith("GENERATION ") and lines[1].endswith(
+            f"LEADER {a.member_id}  UNOWNED 1"
+        )
         row = next(line.split() for line in lines[4:] if int(line.split()[2]) == gone.bucket)
         assert row[7:9] == ["-", "-"]  # CONSUMER-ID and HOST
         data = run_json(capsys, "consumer", "describe", "g", *target)

@@ -17,21 +17,41 @@ from hypothesis import strategies as st
 from leasekit.cli.common import duration_arg
 from leasekit.durations import parse_duration
 
-CLI_FUZZ = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.filter_too_much])
+CLI_FUZZ = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+    ],
+)
 
 numbers = st.one_of(
-    st.integers(-(2**70), 2**70), st.integers(-3, 10),
+    st.integers(-(2**70), 2**70),
+    st.integers(-3, 10),
     st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**70, -(2**63)]),
 ).map(str)
-floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                   st.sampled_from([1e300, 1e308, float("inf"), float("nan")])).map(str)
+floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e300, 1e308, float("inf"), float("nan")]),
+).map(str)
 texts = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=12)
 duration_texts = st.one_of(
     st.from_regex(r"[0-9]{1,30}(\.[0-9]{1,6})?(ms|s|m|h|d)", fullmatch=True),
-    st.sampled_from(["999999999999d", "9" * 400 + "s", "1" * 5000 + "d", "1e300s", "-1s",
-                     "100000d", "100001d", "8d", "0s"]),
+    st.sampled_from(
+        [
+            "999999999999d",
+            "9" * 400 + "s",
+            "1" * 5000 + "d",
+            "1e300s",
+            "-1s",
+            "100000d",
+            "100001d",
+            "8d",
+            "0s",
+        ]
+    ),
 )
 cli_durations = st.one_of(numbers, floats, texts, duration_texts)
 cli_numbers = st.one_of(numbers, floats, texts)
@@ -44,7 +64,9 @@ def pinned(conn):
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2)
     grow(table, 1)
     conn.lease("L", "1h").acquire_latest("t")
-    with conn.consumer("t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+    with conn.consumer(
+        "t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+    ) as c:
         while not c.assignment():
             c.poll(timeout="0.05s")
         c.commit({tb: 0 for tb in c.assignment()})
@@ -83,8 +105,10 @@ def _bad_int(text: str, low: int, high: int) -> bool | None:
 @example(duration=str(2**70), renew="inf")
 def test_cli_fuzz_lease_durations(capsys, target, pinned, duration, renew):
     # §9, L2: lease acquire --duration, lease renew --duration
-    for argv, text in ((["lease", "acquire", "fz", "--table", "t", f"--duration={duration}"], duration),
-                       (["lease", "renew", "fz", f"--duration={renew}"], renew)):
+    for argv, text in (
+        (["lease", "acquire", "fz", "--table", "t", f"--duration={duration}"], duration),
+        (["lease", "renew", "fz", f"--duration={renew}"], renew),
+    ):
         value = _duration(text)
         bad = value is None or not timedelta(0) < value <= timedelta(days=7)
         _readable(*run(capsys, *target, *argv), bad)
@@ -128,7 +152,9 @@ def test_cli_fuzz_reset_offsets(capsys, target, pinned, option, value):
 @example(bucket="99")
 def test_cli_fuzz_release_bucket(capsys, target, pinned, bucket):
     # §9, L9: lease release --bucket with any number
-    code, out, err = run(capsys, *target, "lease", "release", "L", "--table", "t", f"--bucket={bucket}")
+    code, out, err = run(
+        capsys, *target, "lease", "release", "L", "--table", "t", f"--bucket={bucket}"
+    )
     _readable(code, out, err, _bad_int(bucket, 0, 2**63))
     if code == 0 and INT.fullmatch(bucket) and int(bucket) >= 2:
         assert f"bucket(s) {int(bucket)} of t were not pinned by lease L" in out

@@ -26,8 +26,6 @@ def orders(conn, spark):
     return table
 
 
-
-
 def ts(text: str) -> datetime:
     assert text.endswith("Z")
     return datetime.fromisoformat(text[:-1] + "+00:00")
@@ -43,12 +41,17 @@ def test_acquire_plain_pins_latest_and_keeps_the_lease(capsys, target, conn, ord
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(
-        "lease nightly pins the latest snapshot of 4 bucket(s); it expires at ")
+        "lease nightly pins the latest snapshot of 4 bucket(s); it expires at "
+    )
     assert [line.split() for line in lines[2:5]] == [
-        ["TABLE", "ACQUIRED", "UNAVAILABLE"], ["orders", "4", "0"], ["empty", "0", "2"]]
+        ["TABLE", "ACQUIRED", "UNAVAILABLE"],
+        ["orders", "4", "0"],
+        ["empty", "0", "2"],
+    ]
     assert lines[6] == "unavailable buckets:"
     assert [line.split() for line in lines[8:]] == [
-        ["empty", str(b), "-1", "no", "snapshot", "yet"] for b in range(2)]
+        ["empty", str(b), "-1", "no", "snapshot", "yet"] for b in range(2)
+    ]
 
     # L6, L8: the first acquire created the lease, and it outlives the command
     info = lease_info(conn, "nightly")
@@ -95,8 +98,10 @@ def test_list_plain_json_and_expired(capsys, target, conn, orders) -> None:
     header, *rows = [line.split() for line in out.splitlines()]
     assert header == ["LEASE-ID", "PINS", "TABLES", "DURATION", "RENEWED-AT", "EXPIRES-AT",
                       "EXPIRES-IN", "OWNER"]  # fmt: skip
-    assert [r[:4] for r in rows] == [["both", "4", "orders", "2h"],
-                                     ["short", "1", "orders", "500ms"]]
+    assert [r[:4] for r in rows] == [
+        ["both", "4", "orders", "2h"],
+        ["short", "1", "orders", "500ms"],
+    ]
     assert 7000 < int(rows[0][6]) <= 7200
     assert int(rows[1][6]) < 0  # expired, not yet reclaimed
 
@@ -154,7 +159,8 @@ def test_release_buckets_then_the_whole_table(capsys, target, conn, orders) -> N
     assert lines[0] == "released bucket(s) 1 of orders from lease rel; it still pins 3 bucket(s):"
     assert [line.split() for line in lines[2:]] == [
         ["TABLE", "BUCKET", "SNAPSHOT-ID"],
-        *[["orders", str(b), str(latest[TableBucket("orders", b)])] for b in (0, 2, 3)]]
+        *[["orders", str(b), str(latest[TableBucket("orders", b)])] for b in (0, 2, 3)],
+    ]
     assert set(lease_info(conn, "rel").pins) == {TableBucket("orders", b) for b in (0, 2, 3)}
 
     # L9: idempotent; buckets the lease does not pin are ignored
@@ -163,7 +169,8 @@ def test_release_buckets_then_the_whole_table(capsys, target, conn, orders) -> N
     assert data["released"] == [{"table": "orders", "bucket": 2}]
     assert data["not_pinned"] == [{"table": "orders", "bucket": 1}]
     assert [(p["bucket"], p["snapshot_id"]) for p in data["pins"]] == [
-        (b, latest[TableBucket("orders", b)]) for b in (0, 3)]
+        (b, latest[TableBucket("orders", b)]) for b in (0, 3)
+    ]
 
     code, out, _ = run(capsys, *target, "lease", "release", "rel", "--table", "orders")
     assert code == 0
@@ -188,8 +195,10 @@ def test_drop_twice(capsys, target, conn, orders) -> None:
     code, out, err = run(capsys, *target, "lease", "drop", "gone")
     assert (code, out, err) == (0, "dropped lease gone\n", "")
     assert lease_info(conn, "gone") is None
-    assert all(not conn.store.children(conn.paths.snapshot(orders.table_id, tb.bucket, sid))
-               for tb, sid in orders.latest_snapshots().items())  # L10: pins went too
+    assert all(
+        not conn.store.children(conn.paths.snapshot(orders.table_id, tb.bucket, sid))
+        for tb, sid in orders.latest_snapshots().items()
+    )  # L10: pins went too
 
     # exit 0 also when there is no such lease, as `lease drop --help` says
     code, out, err = run(capsys, *target, "lease", "drop", "gone")

@@ -37,8 +37,6 @@ def orders(conn):
     return table
 
 
-
-
 def rows_of(out: str, columns: list[str] = COLUMNS) -> list[list[str]]:
     lines = out.splitlines()
     assert lines[0].split() == columns
@@ -65,14 +63,16 @@ def test_plan_plain(capsys, target, conn, orders) -> None:
     assert by_item[("snapshot", "orders", "0", "1")][4:7] == ["keep", "pinned", "by"]
     assert by_item[("snapshot", "orders", "1", "1")][4] == "delete"
     assert " ".join(by_item[("snapshot", "orders", "1", "1")][5:-1]).startswith(
-        "older than the newest 2 of bucket, not pinned; its lease(s) old expire in this pass")
+        "older than the newest 2 of bucket, not pinned; its lease(s) old expire in this pass"
+    )
     assert by_item[("snapshot", "orders", "0", "3")][4:9] == ["keep", "newest", "2", "of", "bucket"]
     assert by_item[("snapshot", "orders", "0", "3")][-1] == str(orders.snapshots(0)[-1].size_bytes)
     plan = conn.retention_plan()
     deletes = len(plan.deletes)
     assert deletes == 2
     assert out.rstrip().splitlines()[-1] == (
-        f"reclaimable {plan.reclaimable_bytes} bytes: {len(plan.items) - deletes} keep, {deletes} delete")
+        f"reclaimable {plan.reclaimable_bytes} bytes: {len(plan.items) - deletes} keep, {deletes} delete"
+    )
     assert plan.reclaimable_bytes > 0
     assert snapshot_ids(orders) == {(b, s) for b in (0, 1) for s in (1, 2, 3)}  # changes nothing
 
@@ -88,7 +88,10 @@ def test_plan_json_and_table_scope(capsys, target, conn, orders) -> None:
 
     conn.create_table("empty", SCHEMA, "id", buckets=1)
     scoped = run_json(capsys, *target, "retention", "plan", "--table", "empty")
-    assert [(i["kind"], i["item_id"]) for i in scoped["items"]] == [("lease", "old"), ("lease", "q3")]
+    assert [(i["kind"], i["item_id"]) for i in scoped["items"]] == [
+        ("lease", "old"),
+        ("lease", "q3"),
+    ]
     code, out, _ = run(capsys, *target, "retention", "plan", "--table", "empty")
     assert code == 0  # leases are namespace-wide: every plan covers them
     assert out.rstrip().splitlines()[-1] == "reclaimable 0 bytes: 1 keep, 1 delete"
@@ -101,10 +104,13 @@ def test_run_dry_run_changes_nothing(capsys, target, conn, orders) -> None:
     plan = conn.retention_plan()
     code, out, err = run(capsys, *target, "retention", "run", "--dry-run")
     assert code == 0, err
-    assert out.splitlines()[0] == (f"dry run: would delete 2 item(s) and free {plan.reclaimable_bytes} "
-                                   "bytes; nothing changed")
+    assert out.splitlines()[0] == (
+        f"dry run: would delete 2 item(s) and free {plan.reclaimable_bytes} bytes; nothing changed"
+    )
     assert [r[:4] for r in rows_of("\n".join(out.splitlines()[2:]), DELETED)] == [
-        ["lease", "-", "-", "old"], ["snapshot", "orders", "1", "1"]]
+        ["lease", "-", "-", "old"],
+        ["snapshot", "orders", "1", "1"],
+    ]
     data = run_json(capsys, *target, "retention", "run", "--dry-run")
     assert data["dry_run"] is True and data["errors"] == []
     assert data["freed_bytes"] == plan.reclaimable_bytes
@@ -119,7 +125,9 @@ def test_run_deletes_plain_and_json(capsys, target, conn, orders) -> None:
     assert data["dry_run"] is False and data["errors"] == []
     assert data["freed_bytes"] == freed
     assert [(d["kind"], d["table"], d["bucket"], d["item_id"]) for d in data["deleted"]] == [
-        ("lease", None, None, "old"), ("snapshot", "orders", 1, 1)]
+        ("lease", None, None, "old"),
+        ("snapshot", "orders", 1, 1),
+    ]
     assert snapshot_ids(orders) == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3)}
     assert conn.store.children(conn.paths.leases) == ["q3"]
 
@@ -149,8 +157,10 @@ def test_janitor_rejects_a_bad_interval(capsys, target) -> None:
         assert err.startswith("leasekit: error: janitor interval") and len(err.splitlines()) == 1
 
 
-LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO leasekit\.janitor: janitor pass: "
-                      r"deleted \d+ items, freed \d+ bytes, \d+ errors in \d+\.\d+s$")
+LOG_LINE = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO leasekit\.janitor: janitor pass: "
+    r"deleted \d+ items, freed \d+ bytes, \d+ errors in \d+\.\d+s$"
+)
 
 
 def test_janitor_process_reclaims_and_stops_on_signals(target, conn, orders) -> None:
@@ -158,7 +168,9 @@ def test_janitor_process_reclaims_and_stops_on_signals(target, conn, orders) -> 
     command = [sys.executable, "-m", "leasekit.cli", "janitor", "--interval", "1s", *target]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for signum in (signal.SIGTERM, signal.SIGINT):
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         lines: list[str] = []
         reader = threading.Thread(target=lines.extend, args=(proc.stderr,), daemon=True)
         reader.start()

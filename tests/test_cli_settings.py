@@ -32,11 +32,15 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
     code, out, err = run(capsys, *target, "settings", "show")
     assert code == 0, err
     assert [line.split() for line in out.splitlines()] == [
-        ["SETTING", "VALUE", "SOURCE"], ["lease.max-duration", "7d", "default"],
-        ["lease.expiry-grace", "30s", "default"], ["orphan.min-age", "1h", "default"]]
+        ["SETTING", "VALUE", "SOURCE"],
+        ["lease.max-duration", "7d", "default"],
+        ["lease.expiry-grace", "30s", "default"],
+        ["orphan.min-age", "1h", "default"],
+    ]
 
-    code, out, err = run(capsys, *target, "settings", "set", "lease.max-duration=2d",
-                         "orphan.min-age=90")
+    code, out, err = run(
+        capsys, *target, "settings", "set", "lease.max-duration=2d", "orphan.min-age=90"
+    )
     assert code == 0, err
     assert out.startswith(f"updated the settings of namespace {conn.namespace}")
     assert conn.settings()["lease.max-duration"] == timedelta(days=2)
@@ -45,7 +49,8 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
     assert data["settings"] == [
         {"setting": "lease.max-duration", "value": "2d", "source": "set"},
         {"setting": "lease.expiry-grace", "value": "30s", "source": "default"},
-        {"setting": "orphan.min-age", "value": "90s", "source": "set"}]
+        {"setting": "orphan.min-age", "value": "90s", "source": "set"},
+    ]
 
     data = run_json(capsys, *target, "settings", "set", "--replace", "lease.expiry-grace=5s")
     assert [r["source"] for r in data["settings"]] == ["default", "set", "default"]
@@ -54,17 +59,21 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
 
     code, out, err = run(capsys, *target, "settings", "reset")
     assert code == 0, err
-    assert out.startswith(f"reset the settings of namespace {conn.namespace}: every setting has "
-                          "its default")
+    assert out.startswith(
+        f"reset the settings of namespace {conn.namespace}: every setting has its default"
+    )
     assert conn.stored_settings()[0] == {}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["nope=1"], "unknown setting 'nope'"),
-    (["lease.max-duration=0"], "lease.max-duration must be greater than 0"),
-    (["lease.max-duration=999999999999d"], "out of range"),
-    (["orphan.min-age=1h", "orphan.min-age=2h"], "setting 'orphan.min-age' is given twice"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["nope=1"], "unknown setting 'nope'"),
+        (["lease.max-duration=0"], "lease.max-duration must be greater than 0"),
+        (["lease.max-duration=999999999999d"], "out of range"),
+        (["orphan.min-age=1h", "orphan.min-age=2h"], "setting 'orphan.min-age' is given twice"),
+    ],
+)
 def test_settings_set_refuses_bad_values(capsys, target, conn, argv, message) -> None:
     # §6.1: unknown keys or bad values -> one error line, nothing written
     before = conn.store.get(conn.paths.settings)
@@ -120,23 +129,32 @@ def json_of(capsys, *argv):
 # -- read-only commands and a warehouse that does not exist (§3) ------------------------------
 
 READ_ONLY = [
-    ["table", "list"], ["table", "describe", "t"], ["lease", "list"], ["consumer", "list"],
-    ["consumer", "describe", "g"], ["consumer", "describe", "g", "--members"],
-    ["consumer", "reset-offsets", "g", "--to-earliest"], ["retention", "plan"],
-    ["retention", "run", "--dry-run"], ["settings", "show"],
+    ["table", "list"],
+    ["table", "describe", "t"],
+    ["lease", "list"],
+    ["consumer", "list"],
+    ["consumer", "describe", "g"],
+    ["consumer", "describe", "g", "--members"],
+    ["consumer", "reset-offsets", "g", "--to-earliest"],
+    ["retention", "plan"],
+    ["retention", "run", "--dry-run"],
+    ["settings", "show"],
 ]
 
 
 @pytest.mark.parametrize("argv", READ_ONLY, ids=" ".join)
-def test_read_only_commands_refuse_a_missing_warehouse(capsys, zookeeper, tmp_path, no_env,
-                                                       argv) -> None:
+def test_read_only_commands_refuse_a_missing_warehouse(
+    capsys, zookeeper, tmp_path, no_env, argv
+) -> None:
     # §3: a command that only reads never creates a warehouse: it says so (with a ZooKeeper
     # address given, so nothing would be started either way)
     missing = tmp_path / "nonexistent" / "dir"
     code, out, err = run(capsys, "--zookeeper", zookeeper, "--warehouse", str(missing), *argv)
     assert (code, out) == (2, "")
-    assert err == (f"leasekit: error: no warehouse at {missing}: nothing to read there (check "
-                   "--warehouse or $LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)\n")
+    assert err == (
+        f"leasekit: error: no warehouse at {missing}: nothing to read there (check "
+        "--warehouse or $LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)\n"
+    )
     assert not (tmp_path / "nonexistent").exists()
 
 
@@ -154,9 +172,15 @@ def test_a_typo_in_the_warehouse_starts_no_server(capsys, tmp_path, no_env, argv
             embedded.stop(missing / "_zookeeper")
 
 
-@pytest.mark.parametrize("argv", [["lease", "acquire", "x", "--table", "t", "--duration", "999999999999d"],
-                                  ["lease", "renew", "x", "--duration", "1e300"],
-                                  ["janitor", "--interval", "999999999999d"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["lease", "acquire", "x", "--table", "t", "--duration", "999999999999d"],
+        ["lease", "renew", "x", "--duration", "1e300"],
+        ["janitor", "--interval", "999999999999d"],
+    ],
+    ids=" ".join,
+)
 def test_a_bad_duration_is_refused_before_a_writer_connects(capsys, tmp_path, no_env, argv) -> None:
     # §3, §9: argument errors come first: no warehouse created, no server started for them
     missing = tmp_path / "typo"
@@ -177,17 +201,43 @@ def test_the_default_warehouse_is_checked_too(capsys, tmp_path, no_env, monkeypa
     assert os.listdir(tmp_path) == []
 
 
-def test_write_commands_still_create_the_warehouse(capsys, zookeeper, tmp_path, namespace,
-                                                   no_env) -> None:
+def test_write_commands_still_create_the_warehouse(
+    capsys, zookeeper, tmp_path, namespace, no_env
+) -> None:
     # §3: table create makes a new warehouse
     fresh = tmp_path / "fresh"
-    code, _, err = run(capsys, "--zookeeper", zookeeper, "--warehouse", str(fresh), "--namespace",
-                       namespace, "table", "create", "t", "--schema", "id BIGINT", "--primary-key",
-                       "id")
+    code, _, err = run(
+        capsys,
+        "--zookeeper",
+        zookeeper,
+        "--warehouse",
+        str(fresh),
+        "--namespace",
+        namespace,
+        "table",
+        "create",
+        "t",
+        "--schema",
+        "id BIGINT",
+        "--primary-key",
+        "id",
+    )
     assert code == 0, err
     assert fresh.is_dir()
-    assert run(capsys, "--zookeeper", zookeeper, "--warehouse", str(fresh), "--namespace",
-               namespace, "table", "list")[0] == 0
+    assert (
+        run(
+            capsys,
+            "--zookeeper",
+            zookeeper,
+            "--warehouse",
+            str(fresh),
+            "--namespace",
+            namespace,
+            "table",
+            "list",
+        )[0]
+        == 0
+    )
 
 
 # -- describe of an unknown group, release of buckets not pinned -------------------------------
@@ -208,11 +258,24 @@ def test_release_names_the_buckets_that_were_not_pinned(capsys, target, conn) ->
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=4)
     grow(table, 1)
     run_json(capsys, *target, "lease", "acquire", "rel", "--table", "t")
-    code, out, err = run(capsys, *target, "lease", "release", "rel", "--table", "t",
-                         "--bucket", "1", "--bucket", "99")
+    code, out, err = run(
+        capsys,
+        *target,
+        "lease",
+        "release",
+        "rel",
+        "--table",
+        "t",
+        "--bucket",
+        "1",
+        "--bucket",
+        "99",
+    )
     assert code == 0, err
-    assert out.splitlines()[0] == ("released bucket(s) 1 of t from lease rel; bucket(s) 99 of t "
-                                   "were not pinned by lease rel; it still pins 3 bucket(s):")
+    assert out.splitlines()[0] == (
+        "released bucket(s) 1 of t from lease rel; bucket(s) 99 of t "
+        "were not pinned by lease rel; it still pins 3 bucket(s):"
+    )
     data = run_json(capsys, *target, "lease", "release", "rel", "--table", "t", "--bucket", "1")
     assert data["released"] == [] and data["not_pinned"] == [{"table": "t", "bucket": 1}]
     assert len(data["pins"]) == 3

@@ -34,8 +34,16 @@ def test_settings_defaults_and_updates_are_shared(conn, zookeeper, warehouse, na
         assert other.settings()["orphan.min-age"] == timedelta(minutes=1)
 
 
-@pytest.mark.parametrize("mapping", [{"nope": 1}, {"lease.max-duration": 0}, {"lease.max-duration": "forever"},
-                                     {"lease.expiry-grace": -1}, "lease.max-duration=1h"])
+@pytest.mark.parametrize(
+    "mapping",
+    [
+        {"nope": 1},
+        {"lease.max-duration": 0},
+        {"lease.max-duration": "forever"},
+        {"lease.expiry-grace": -1},
+        "lease.max-duration=1h",
+    ],
+)
 def test_bad_settings(conn, mapping):
     before = conn.settings()
     with pytest.raises(lk.InvalidArgumentError):
@@ -43,9 +51,18 @@ def test_bad_settings(conn, mapping):
     assert conn.settings() == before
 
 
-@pytest.mark.parametrize("kwargs", [dict(namespace="a/b"), dict(namespace=""), dict(timeout="soon"),
-                                    dict(timeout=0), dict(auth=("user",)), dict(auth="user:pw"),
-                                    dict(zookeeper="")])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(namespace="a/b"),
+        dict(namespace=""),
+        dict(timeout="soon"),
+        dict(timeout=0),
+        dict(auth=("user",)),
+        dict(auth="user:pw"),
+        dict(zookeeper=""),
+    ],
+)
 def test_bad_connect_arguments(warehouse, kwargs):
     with pytest.raises(lk.InvalidArgumentError):
         lk.connect(warehouse=warehouse, **kwargs)
@@ -63,8 +80,12 @@ def test_connect_without_address_starts_and_reuses_embedded_server(tmp_path):
     wh = tmp_path / "wh"
     script = f"import leasekit as lk; c = lk.connect(warehouse={str(wh)!r}); print(c.zookeeper); c.close()"
     try:
-        first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-        second = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+        first = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout
+        second = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout
         assert first.strip() == second.strip()
         assert first.startswith("127.0.0.1:")
         assert (wh / "_zookeeper").is_dir()
@@ -91,9 +112,13 @@ def test_corrupt_table_metadata_names_the_path(conn):
 def test_acl_protects_writes(zookeeper, warehouse, namespace):
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as owner:
         owner.create_table("t", "id BIGINT", "id")
-        with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as same:
+        with lk.connect(
+            zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")
+        ) as same:
             same.table("t").append([{"id": 1}])
-        with lk.connect(zookeeper, warehouse, namespace=namespace) as stranger:  # DESIGN §9: connecting works
+        with lk.connect(
+            zookeeper, warehouse, namespace=namespace
+        ) as stranger:  # DESIGN §9: connecting works
             assert stranger.tables() == ["t"]
             with pytest.raises(lk.PermissionDeniedError):  # ... the write is refused
                 stranger.create_table("u", "id BIGINT", "id")
@@ -115,11 +140,14 @@ def test_import_is_light():
         "import sys, time; t = time.perf_counter(); import leasekit; d = time.perf_counter() - t; "
         "print(d, *[m in sys.modules for m in ('pyspark', 'kazoo', 'ipywidgets', 'pandas')])"
     )
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-            for _ in range(3)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for _ in range(3)
+    ]
     assert sorted(float(r[0]) for r in runs)[1] < 0.5
     assert all(r[1:4] == ["False", "False", "False"] for r in runs)
-
 
 
 def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, namespace):
@@ -127,17 +155,22 @@ def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, names
     from kazoo.security import make_digest_acl
 
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
-        conn.store.client.set_acls(conn.paths.settings, [make_digest_acl("analyst", "s3cret", all=True)])
+        conn.store.client.set_acls(
+            conn.paths.settings, [make_digest_acl("analyst", "s3cret", all=True)]
+        )
         with pytest.raises(lk.PermissionDeniedError, match="settings"):
             conn.watch_settings()  # the watch's first read, as connect() makes it
         with pytest.raises(lk.PermissionDeniedError, match="settings"):
             lk.connect(zookeeper, warehouse, namespace=namespace)
-        with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as allowed:
+        with lk.connect(
+            zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")
+        ) as allowed:
             assert allowed.cached_settings() == allowed.settings()
 
 
 def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_auth(
-        zookeeper, warehouse, namespace):
+    zookeeper, warehouse, namespace
+):
     # §6.1, §9 Access: readers read the clock by writing its scratch znode; a connection with
     # auth makes that znode world READ|WRITE (only) on a namespace made by an older leasekit
     from kazoo.exceptions import NoAuthError
@@ -146,8 +179,9 @@ def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_
     auth = ("analyst", "s3cret")
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=auth) as writer:
         clock = writer.paths.clock
-        writer.store.client.set_acls(clock, [make_digest_acl(*auth, all=True),
-                                             make_acl("world", "anyone", read=True)])
+        writer.store.client.set_acls(
+            clock, [make_digest_acl(*auth, all=True), make_acl("world", "anyone", read=True)]
+        )
         marker = f"{writer.paths.root}/access"  # no namespace-closed marker back then
         if writer.store.client.exists(marker):
             writer.store.client.delete(marker)
@@ -187,11 +221,18 @@ def settings_warnings(caplog, path):
     return [r for r in caplog.records if r.levelno == logging.WARNING and path in r.getMessage()]
 
 
-@pytest.mark.parametrize("data", [GARBAGE, msgpack.packb({"v": 1, "values": {"orphan.min-age": "x"}}),
-                                  msgpack.packb({"v": 1, "values": {"lease.expiry-grace": 2**64 - 1}})],
-                         ids=["garbage", "ill-typed", "oversized"])
-def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(zookeeper, warehouse, namespace,
-                                                                       caplog, data):
+@pytest.mark.parametrize(
+    "data",
+    [
+        GARBAGE,
+        msgpack.packb({"v": 1, "values": {"orphan.min-age": "x"}}),
+        msgpack.packb({"v": 1, "values": {"lease.expiry-grace": 2**64 - 1}}),
+    ],
+    ids=["garbage", "ill-typed", "oversized"],
+)
+def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(
+    zookeeper, warehouse, namespace, caplog, data
+):
     # §9: a corrupt settings znode locks nobody out; retention fails safe meanwhile
     with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
         first.update_settings({"orphan.min-age": "2h"})
@@ -203,9 +244,14 @@ def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(zookeeper
         warned = settings_warnings(caplog, path)
         assert warned and "leasekit settings reset" in warned[0].getMessage()
         assert "replace=True" in warned[0].getMessage()
-        for call in (conn.settings, conn.retention_plan, conn.run_retention, conn.expire_leases,
-                     lambda: conn.run_retention(dry_run=True),
-                     lambda: conn.update_settings({"lease.expiry-grace": "1s"})):
+        for call in (
+            conn.settings,
+            conn.retention_plan,
+            conn.run_retention,
+            conn.expire_leases,
+            lambda: conn.run_retention(dry_run=True),
+            lambda: conn.update_settings({"lease.expiry-grace": "1s"}),
+        ):
             with pytest.raises(lk.CorruptMetadataError) as info:
                 call()
             assert info.value.path == path and path in str(info.value)
@@ -224,8 +270,11 @@ def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplo
             conn.update_settings({}, replace="yes")
         assert conn.store.get(conn.paths.settings).data == GARBAGE
         new = conn.update_settings({"orphan.min-age": "2h"}, replace=True)
-        assert new == {"lease.max-duration": timedelta(days=7), "lease.expiry-grace": timedelta(seconds=30),
-                       "orphan.min-age": timedelta(hours=2)}
+        assert new == {
+            "lease.max-duration": timedelta(days=7),
+            "lease.expiry-grace": timedelta(seconds=30),
+            "orphan.min-age": timedelta(hours=2),
+        }
         assert conn.settings() == new
         conn.retention_plan()
     caplog.clear()
@@ -248,8 +297,10 @@ def test_janitor_skips_its_passes_while_settings_are_corrupt(conn, zookeeper, ca
     with caplog.at_level(logging.WARNING, logger="leasekit"):
         thread.start()
         deadline = time.monotonic() + 20
-        while not any("janitor pass skipped" in r.getMessage() for r in settings_warnings(caplog,
-                                                                                         conn.paths.settings)):
+        while not any(
+            "janitor pass skipped" in r.getMessage()
+            for r in settings_warnings(caplog, conn.paths.settings)
+        ):
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)
         stop.set()

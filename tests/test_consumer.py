@@ -60,16 +60,24 @@ def test_max_records_and_getone(conn, orders):
         records = [consumer.getone(timeout="1s") for _ in range(20)]
         assert sorted(r.value["id"] for r in records) == list(range(20))
         first = records[0]
-        assert isinstance(first, lk.Record) and first.op == "upsert" and isinstance(first.timestamp_ms, int)
-        assert consumer.position(first.table_bucket) == max(
-            r.offset for r in records if r.table_bucket == first.table_bucket) + 1  # C1
+        assert (
+            isinstance(first, lk.Record)
+            and first.op == "upsert"
+            and isinstance(first.timestamp_ms, int)
+        )
+        assert (
+            consumer.position(first.table_bucket)
+            == max(r.offset for r in records if r.table_bucket == first.table_bucket) + 1
+        )  # C1
         assert consumer.getone(timeout="0.2s") is None
 
 
 def test_committed_none_before_commit_then_new_consumer_resumes(conn, orders):
     # C2, C3, C4: a new consumer in the same group starts from the committed offsets
     tb = TB("orders", 0)
-    with conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+    with conn.consumer(
+        "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+    ) as c:
         assert c.committed(tb) is None
         c.poll()
         c.commit()
@@ -154,7 +162,10 @@ def test_offset_queries_never_move_positions(conn, orders):
         orders.append([{"id": i, "v": "b"} for i in range(100, 120)])
         second = list_segments(orders, [0])[0][1]
         times = c.offsets_for_times({tb: 0, TB("orders", 1): 2**62})
-        assert times == {tb: 0, TB("orders", 1): None}  # earliest offset with timestamp >= t, None if none
+        assert times == {
+            tb: 0,
+            TB("orders", 1): None,
+        }  # earliest offset with timestamp >= t, None if none
         assert c.offsets_for_times({tb: first.timestamp_ms}) == {tb: 0}
         if second.timestamp_ms > first.timestamp_ms:
             assert c.offsets_for_times({tb: first.timestamp_ms + 1}) == {tb: second.base_offset}
@@ -175,7 +186,9 @@ def test_pause_and_resume(conn, orders):
 def test_auto_commit_on_interval_and_on_close(conn, orders):
     # C8
     tb = TB("orders", 0)
-    c = conn.consumer("orders", group_id="auto", auto_offset_reset="earliest", auto_commit_interval="0.2s")
+    c = conn.consumer(
+        "orders", group_id="auto", auto_offset_reset="earliest", auto_commit_interval="0.2s"
+    )
     c.poll()
     time.sleep(0.3)
     c.poll()
@@ -260,8 +273,13 @@ def test_a_group_subscription_is_assigned_in_poll_and_the_listener_hears_every_c
     other = conn.create_table("other", "id BIGINT", "id", buckets=1)
     other.append([{"id": 1}])
     calls, box = [], []
-    c = conn.consumer("orders", group_id="lg", auto_offset_reset="earliest", enable_auto_commit=False,
-                      listener=_Recorder(box, calls))
+    c = conn.consumer(
+        "orders",
+        group_id="lg",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        listener=_Recorder(box, calls),
+    )
     box.append(c)
     assert c.assignment() == set() and c.member_id is None
     with pytest.raises(lk.IllegalStateError, match="poll"):

@@ -42,7 +42,9 @@ def test_describe_measures_lag_now_and_marks_never_committed_buckets_na(conn, or
     assert rows[0].current_offset == 1 and rows[0].lag == now_ends[TB("orders", 0)] - 1
     assert rows[0].log_end_offset == now_ends[TB("orders", 0)]
     assert rows[0].time_lag > pd.Timedelta(0)
-    assert rows[1].lag == now_ends[TB("orders", 1)] - ends[TB("orders", 1)]  # measured now, not at commit
+    assert (
+        rows[1].lag == now_ends[TB("orders", 1)] - ends[TB("orders", 1)]
+    )  # measured now, not at commit
     assert pd.isna(rows[2].current_offset) and pd.isna(rows[2].lag) and pd.isna(rows[2].time_lag)
     assert str(frame["time_lag"].dtype).startswith("timedelta64")
     assert isinstance(rows[0].last_commit, pd.Timestamp) and rows[0].status == "OK"
@@ -58,7 +60,10 @@ def test_group_status_reports_the_worst_bucket(conn, orders):
     status = conn.group_status("g")
     assert status.status == "OK" and set(status.buckets) == {TB("orders", 0), TB("orders", 1)}
     stopped = conn.group_status("g", stop_after="0s")
-    assert stopped.status == "ERR" and stopped.buckets == {TB("orders", 0): "STOP", TB("orders", 1): "OK"}
+    assert stopped.status == "ERR" and stopped.buckets == {
+        TB("orders", 0): "STOP",
+        TB("orders", 1): "OK",
+    }
 
 
 def test_reset_is_a_dry_run_unless_asked(conn, orders):
@@ -86,24 +91,33 @@ def test_reset_targets(conn, orders):
     assert forward["new_offset"].tolist() == [ends[TB("orders", b)] for b in range(3)]
     assert conn.reset_offsets("g", to=timedelta(hours=1))["new_offset"].tolist() == [0, 0, 0]
     future = datetime.now(timezone.utc) + timedelta(hours=1)
-    assert conn.reset_offsets("g", to=future)["new_offset"].tolist() == [ends[TB("orders", b)] for b in range(3)]
+    assert conn.reset_offsets("g", to=future)["new_offset"].tolist() == [
+        ends[TB("orders", b)] for b in range(3)
+    ]
     assert conn.reset_offsets("g", to=3, tables=["orders"])["new_offset"].tolist() == [3, 3, 3]
     assert conn.reset_offsets("g", to="current")["new_offset"].tolist() == [2, 2, 2]
-    assert conn.reset_offsets("g", to=4, tables=orders)["new_offset"].tolist() == [4, 4, 4]  # §6: a Table too
+    assert conn.reset_offsets("g", to=4, tables=orders)["new_offset"].tolist() == [
+        4,
+        4,
+        4,
+    ]  # §6: a Table too
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({}, lk.InvalidArgumentError),
-    ({"to": "earliest", "shift_by": 1}, lk.InvalidArgumentError),
-    ({"to": "smallest"}, lk.InvalidArgumentError),
-    ({"to": -1}, lk.InvalidArgumentError),
-    ({"to": datetime(2020, 1, 1)}, lk.InvalidArgumentError),
-    ({"shift_by": "1"}, TypeError),
-    ({"to": "earliest", "dry_run": "no"}, TypeError),
-    ({"to": "earliest", "tables": 5}, TypeError),
-    ({"to": "earliest", "buckets": TB("orders", 0)}, TypeError),
-    ({"to": "earliest", "buckets": [("orders", 0), 1]}, TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({}, lk.InvalidArgumentError),
+        ({"to": "earliest", "shift_by": 1}, lk.InvalidArgumentError),
+        ({"to": "smallest"}, lk.InvalidArgumentError),
+        ({"to": -1}, lk.InvalidArgumentError),
+        ({"to": datetime(2020, 1, 1)}, lk.InvalidArgumentError),
+        ({"shift_by": "1"}, TypeError),
+        ({"to": "earliest", "dry_run": "no"}, TypeError),
+        ({"to": "earliest", "tables": 5}, TypeError),
+        ({"to": "earliest", "buckets": TB("orders", 0)}, TypeError),
+        ({"to": "earliest", "buckets": [("orders", 0), 1]}, TypeError),
+    ],
+)
 def test_reset_bad_input(conn, orders, kwargs, error):
     _commit(conn, {TB("orders", 0): 1})
     with pytest.raises(error):
@@ -128,9 +142,14 @@ def test_a_subscribed_group_consumer_is_a_live_member(conn, orders):
     consumer.commit()
     members = conn.group_members("live")
     assert [m.member_id for m in members] == [consumer.member_id]
-    assert members[0].buckets == {TB("orders", b) for b in range(3)} and members[0].host == conn.owner
+    assert (
+        members[0].buckets == {TB("orders", b) for b in range(3)} and members[0].host == conn.owner
+    )
     frame = conn.describe_group("live")
-    assert frame["consumer_id"].tolist() == [consumer.member_id] * 3 and frame["host"].tolist() == [conn.owner] * 3
+    assert (
+        frame["consumer_id"].tolist() == [consumer.member_id] * 3
+        and frame["host"].tolist() == [conn.owner] * 3
+    )
     assert conn.consumer_groups() == ["live"]
     with pytest.raises(lk.GroupNotEmptyError):
         conn.reset_offsets("live", to="earliest")
@@ -144,7 +163,9 @@ def test_a_subscribed_group_consumer_is_a_live_member(conn, orders):
 
 def test_stall_needs_a_live_owner(conn, orders):
     # §6.6 rules 3 and 5: the same idle lagging bucket is STALL while a member owns it, STOP after
-    consumer = conn.consumer("orders", group_id="idle", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = conn.consumer(
+        "orders", group_id="idle", auto_offset_reset="earliest", enable_auto_commit=False
+    )
     consumer.poll(max_records=1)
     consumer.commit()
     lagging = next(tb for tb in consumer.assignment() if consumer.committed(tb) == 1)
@@ -192,7 +213,10 @@ def four(conn):
 
 
 def _owner_column(frame):
-    return {TB(r.table, r.bucket): None if pd.isna(r.consumer_id) else r.consumer_id for r in frame.itertuples()}
+    return {
+        TB(r.table, r.bucket): None if pd.isna(r.consumer_id) else r.consumer_id
+        for r in frame.itertuples()
+    }
 
 
 def test_members_describe_and_status_show_who_owns_each_bucket_now(conn, four, pair):
@@ -204,33 +228,43 @@ def test_members_describe_and_status_show_who_owns_each_bucket_now(conn, four, p
     assert [m.member_id for m in members] == [a.member_id, b.member_id]  # oldest first
     ma, mb = members
     assert (ma.buckets, mb.buckets) == (mine_a, mine_b)
-    assert not ma.buckets & mb.buckets and ma.buckets | mb.buckets == set(four.buckets)  # C9: each once
+    assert not ma.buckets & mb.buckets and ma.buckets | mb.buckets == set(
+        four.buckets
+    )  # C9: each once
     assert (ma.assigned, mb.assigned) == (mine_a, mine_b)
     assert ma.generation == mb.generation == a.generation == b.generation >= 1
     assert ma.leader and not mb.leader and ma.host == mb.host == conn.owner
 
     frame = conn.describe_group("g")
-    assert list(frame.columns) == DESCRIBE_COLUMNS  # §6.6: generation and leader are attrs, not columns
+    assert (
+        list(frame.columns) == DESCRIBE_COLUMNS
+    )  # §6.6: generation and leader are attrs, not columns
     assert frame.attrs == {"generation": a.generation, "leader": a.member_id}
-    assert _owner_column(frame) == {tb: a.member_id if tb in mine_a else b.member_id for tb in four.buckets}
+    assert _owner_column(frame) == {
+        tb: a.member_id if tb in mine_a else b.member_id for tb in four.buckets
+    }
     status = conn.group_status("g")
     assert status.generation == a.generation and status.unowned == frozenset()
 
     generation = a.generation
     b.close()  # it releases its buckets and leaves; a claims them at its next poll only (C10)
     frame = conn.describe_group("g")
-    assert _owner_column(frame) == {tb: a.member_id if tb in mine_a else None for tb in four.buckets}
+    assert _owner_column(frame) == {
+        tb: a.member_id if tb in mine_a else None for tb in four.buckets
+    }
     assert frame.set_index("bucket").loc[sorted(tb.bucket for tb in mine_b), "host"].isna().all()
     assert conn.group_status("g").unowned == mine_b
     deadline = time.monotonic() + 10  # the leader publishes the next generation from its watch
     while conn.group_members("g")[0].generation == generation and time.monotonic() < deadline:
         time.sleep(0.05)
-    alone, = conn.group_members("g")
-    assert alone.buckets == mine_a and alone.assigned == set(four.buckets)  # handed over, not yet claimed
+    (alone,) = conn.group_members("g")
+    assert alone.buckets == mine_a and alone.assigned == set(
+        four.buckets
+    )  # handed over, not yet claimed
     assert alone.generation > generation and alone.leader
 
     _poll_all([a], lambda: len(a.assignment()) == 4)
-    alone, = conn.group_members("g")
+    (alone,) = conn.group_members("g")
     assert alone.buckets == alone.assigned == set(four.buckets) and alone.generation == a.generation
     assert _owner_column(conn.describe_group("g")) == {tb: a.member_id for tb in four.buckets}
     status = conn.group_status("g")
@@ -246,7 +280,9 @@ def test_an_owner_znode_naming_a_member_that_is_gone_is_not_ownership(conn, four
     b.commit()
     conn.store.commit([Delete(conn.paths.member("g", b.member_id))])  # as when its session expires
     frame = conn.describe_group("g")
-    assert _owner_column(frame) == {tb: a.member_id if tb in a.assignment() else None for tb in four.buckets}
+    assert _owner_column(frame) == {
+        tb: a.member_id if tb in a.assignment() else None for tb in four.buckets
+    }
     assert [m.member_id for m in conn.group_members("g")] == [a.member_id]
     assert conn.group_status("g").unowned == b.assignment()
     conn.store.commit([Delete(conn.paths.member("g", a.member_id))])

@@ -125,7 +125,9 @@ def test_a_revoked_buckets_buffered_records_are_never_returned_or_committed(conn
     deadline = time.monotonic() + 15
     while not (len(a.assignment()) == 1 and len(b.assignment()) == 1):
         assert time.monotonic() < deadline, "the group did not rebalance"
-        for tb, data in a.poll(timeout="0.05s", max_records=1).items():  # (the rebalance runs in poll)
+        for tb, data in a.poll(
+            timeout="0.05s", max_records=1
+        ).items():  # (the rebalance runs in poll)
             handed += [(tb, o) for o in data.column("_offset").to_pylist()]
         for tb, data in b.poll(timeout="0.05s").items():
             handed += [(tb, o) for o in data.column("_offset").to_pylist()]

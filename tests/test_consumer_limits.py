@@ -34,7 +34,11 @@ def test_a_huge_timeout_waits_until_records_come(conn, orders, call):
     with conn.consumer("orders") as consumer:
         threading.Timer(0.3, lambda: orders.append([{"id": 100}])).start()
         got = getattr(consumer, call)(timeout=1e12)
-        ids = [got.value["id"]] if call == "getone" else [i for t in got.values() for i in t.column("id").to_pylist()]
+        ids = (
+            [got.value["id"]]
+            if call == "getone"
+            else [i for t in got.values() for i in t.column("id").to_pylist()]
+        )
         assert ids == [100]
 
 
@@ -56,9 +60,17 @@ def test_the_longest_max_poll_interval_never_fires_and_keeps_its_timer(conn, ord
     assert errors == []
 
 
-@pytest.mark.parametrize("kwargs", [{"session_timeout": "999999999999d"}, {"max_poll_interval": "999999999999d"},
-                                    {"auto_commit_interval": "999999999999d"}, {"session_timeout": 1e12},
-                                    {"session_timeout": "30d"}, {"max_poll_interval": 1e12}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"session_timeout": "999999999999d"},
+        {"max_poll_interval": "999999999999d"},
+        {"auto_commit_interval": "999999999999d"},
+        {"session_timeout": 1e12},
+        {"session_timeout": "30d"},
+        {"max_poll_interval": 1e12},
+    ],
+)
 def test_durations_out_of_range_are_typed_errors_at_construction(conn, orders, kwargs):
     # §9: typed errors, before any I/O (a session timeout ZooKeeper cannot take included)
     with pytest.raises(lk.InvalidArgumentError):
@@ -96,8 +108,9 @@ def test_reset_offsets_refuses_2_63_and_writes_nothing(conn, orders):
     assert conn.describe_group("g").empty
 
 
-def test_reset_offsets_clamps_to_the_log_and_shows_it_in_the_plan(conn, orders, capsys, zookeeper, warehouse,
-                                                                  namespace):
+def test_reset_offsets_clamps_to_the_log_and_shows_it_in_the_plan(
+    conn, orders, capsys, zookeeper, warehouse, namespace
+):
     # §6.6, §9: to=int, datetime, timedelta and shift_by are clamped to [beginning, end]
     tb = TB("orders", 0)
     plan = conn.reset_offsets("g", tables=["orders"], to=999_999_999, dry_run=False)
@@ -105,15 +118,32 @@ def test_reset_offsets_clamps_to_the_log_and_shows_it_in_the_plan(conn, orders, 
     assert plan["new_offset"].tolist() == [10] and plan["clamped"].tolist() == [True]
     row = conn.describe_group("g").iloc[0]
     assert (row["current_offset"], row["log_end_offset"], row["lag"]) == (10, 10, 0)
-    cases = [({"to": 3}, 3, False), ({"shift_by": 10**12}, 10, True), ({"shift_by": -(2**62)}, 0, True),
-             ({"to": datetime(1970, 1, 1, tzinfo=timezone.utc)}, 0, False),
-             ({"to": datetime(9999, 1, 1, tzinfo=timezone.utc)}, 10, False),
-             ({"to": timedelta(days=999_999_999)}, 0, False)]
+    cases = [
+        ({"to": 3}, 3, False),
+        ({"shift_by": 10**12}, 10, True),
+        ({"shift_by": -(2**62)}, 0, True),
+        ({"to": datetime(1970, 1, 1, tzinfo=timezone.utc)}, 0, False),
+        ({"to": datetime(9999, 1, 1, tzinfo=timezone.utc)}, 10, False),
+        ({"to": timedelta(days=999_999_999)}, 0, False),
+    ]
     for kwargs, new, clamped in cases:
         plan = conn.reset_offsets("g", tables=["orders"], **kwargs)
         assert (plan["new_offset"].tolist(), plan["clamped"].tolist()) == ([new], [clamped]), kwargs
-    code, out, err = run_cli(capsys, "--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace,
-                             "consumer", "reset-offsets", "g", "--to-offset", "999999999", "--execute")
+    code, out, err = run_cli(
+        capsys,
+        "--zookeeper",
+        zookeeper,
+        "--warehouse",
+        warehouse,
+        "--namespace",
+        namespace,
+        "consumer",
+        "reset-offsets",
+        "g",
+        "--to-offset",
+        "999999999",
+        "--execute",
+    )
     assert code == 0, err
     assert conn.describe_group("g").loc[0, "current_offset"] == 10
     assert conn.group_status("g").buckets[tb] == "OK"
@@ -131,15 +161,26 @@ def _store_offset(conn, orders, offset):
     return path
 
 
-def test_a_stored_offset_of_2_63_is_corrupt_metadata_naming_its_path(conn, orders, capsys, zookeeper, warehouse,
-                                                                     namespace):
+def test_a_stored_offset_of_2_63_is_corrupt_metadata_naming_its_path(
+    conn, orders, capsys, zookeeper, warehouse, namespace
+):
     # §9 with §5: a value an older version or a hostile client wrote; never a TypeError
     path = _store_offset(conn, orders, 2**63)
     for read in (conn.describe_group, conn.group_status):
         with pytest.raises(lk.CorruptMetadataError, match=path):
             read("g")
-    code, out, err = run_cli(capsys, "--zookeeper", zookeeper, "--warehouse", warehouse, "--namespace", namespace,
-                             "consumer", "describe", "g")
+    code, out, err = run_cli(
+        capsys,
+        "--zookeeper",
+        zookeeper,
+        "--warehouse",
+        warehouse,
+        "--namespace",
+        namespace,
+        "consumer",
+        "describe",
+        "g",
+    )
     assert code != 0 and path in err and "Traceback" not in err
 
 

@@ -189,8 +189,31 @@ def test_parse_ddl_wrong_python_type(value):
         st.text(max_size=80),
         st.lists(
             st.sampled_from(
-                ["id", "`x`", "INT", "ARRAY", "MAP", "STRUCT", "DECIMAL", "VARCHAR", "<", ">",
-                 "(", ")", ",", ":", "NOT", "NULL", "COMMENT", "'c'", "10", "2", "`", "'", "\\"]
+                [
+                    "id",
+                    "`x`",
+                    "INT",
+                    "ARRAY",
+                    "MAP",
+                    "STRUCT",
+                    "DECIMAL",
+                    "VARCHAR",
+                    "<",
+                    ">",
+                    "(",
+                    ")",
+                    ",",
+                    ":",
+                    "NOT",
+                    "NULL",
+                    "COMMENT",
+                    "'c'",
+                    "10",
+                    "2",
+                    "`",
+                    "'",
+                    "\\",
+                ]
             ),  # fmt: skip
             max_size=25,
         ).map(" ".join),
@@ -232,7 +255,9 @@ def test_to_ddl_round_trips(ddl):
 
 
 def test_to_ddl_normalizes_and_allows_reserved_names():
-    schema = pa.schema([("_offset", pa.int64()), ("s", pa.large_string()), ("t", pa.timestamp("ns"))])
+    schema = pa.schema(
+        [("_offset", pa.int64()), ("s", pa.large_string()), ("t", pa.timestamp("ns"))]
+    )
     assert to_ddl(schema) == "_offset BIGINT, s STRING, t TIMESTAMP_NTZ"
 
 
@@ -267,7 +292,9 @@ def spark_to_arrow(spark_type):
         return pa.list_(pa.field("item", item, spark_type.containsNull))
     if isinstance(spark_type, T.MapType):
         key, value = spark_to_arrow(spark_type.keyType), spark_to_arrow(spark_type.valueType)
-        return pa.map_(pa.field("key", key, False), pa.field("value", value, spark_type.valueContainsNull))
+        return pa.map_(
+            pa.field("key", key, False), pa.field("value", value, spark_type.valueContainsNull)
+        )
     assert isinstance(spark_type, T.StructType), spark_type
     return pa.struct([spark_field_to_arrow(f) for f in spark_type.fields])
 

@@ -33,15 +33,21 @@ def test_group_like_ids_with_a_trailing_newline_are_refused(value):
     # L1 (group ids follow the lease-id rule and raise InvalidArgumentError, DESIGN 6.5)
     with pytest.raises(lk.InvalidArgumentError, match="invalid group id"):
         check_id(value, what="group id", error=lk.InvalidArgumentError)
-    assert check_id(value.rstrip("\n"), what="group id", error=lk.InvalidArgumentError) == value.rstrip("\n")
+    assert check_id(
+        value.rstrip("\n"), what="group id", error=lk.InvalidArgumentError
+    ) == value.rstrip("\n")
 
 
 @pytest.mark.parametrize("value", TRAILING)
 def test_table_names_with_a_trailing_newline_are_refused_before_any_zookeeper_call(conn, value):
     # L1 (the table name rule, DESIGN 4)
     before = conn.store.round_trips
-    for call in (lambda: conn.create_table(value, "id BIGINT", "id"), lambda: conn.table(value),
-                 lambda: conn.drop_table(value), lambda: conn.lease("q3").acquire_latest(value)):
+    for call in (
+        lambda: conn.create_table(value, "id BIGINT", "id"),
+        lambda: conn.table(value),
+        lambda: conn.drop_table(value),
+        lambda: conn.lease("q3").acquire_latest(value),
+    ):
         with pytest.raises(lk.InvalidArgumentError, match="invalid table name"):
             call()
     assert conn.store.round_trips == before
@@ -57,9 +63,23 @@ def test_namespaces_with_a_trailing_newline_are_refused_before_connecting(wareho
 
 # -- oversized durations (§9) -----------------------------------------------------------------
 
-HUGE = [2**70, -(2**70), 2**63, 1e300, 1e308, float("inf"), float("-inf"), float("nan"),
-        "999999999999d", "99999999999999999999s", "9" * 400 + "ms", "1" * 5000 + "d",
-        timedelta.max, timedelta(days=999_999_999), timedelta(days=200_000)]
+HUGE = [
+    2**70,
+    -(2**70),
+    2**63,
+    1e300,
+    1e308,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "999999999999d",
+    "99999999999999999999s",
+    "9" * 400 + "ms",
+    "1" * 5000 + "d",
+    timedelta.max,
+    timedelta(days=999_999_999),
+    timedelta(days=200_000),
+]
 
 
 @pytest.mark.parametrize("value", HUGE, ids=repr)
@@ -84,8 +104,7 @@ def test_the_largest_duration_fits_every_use():
         to_ms(MAX_DURATION + timedelta(milliseconds=1))
 
 
-@pytest.mark.parametrize("value", ["999999999999d", 2**70, float("inf"), timedelta.max],
-                         ids=repr)
+@pytest.mark.parametrize("value", ["999999999999d", 2**70, float("inf"), timedelta.max], ids=repr)
 def test_oversized_durations_are_refused_at_every_entry_point_before_any_write(conn, value):
     # §9, L2: a typed error before anything is written, whatever the entry point
     from leasekit import janitor
@@ -116,8 +135,9 @@ def test_oversized_durations_are_refused_at_every_entry_point_before_any_write(c
     assert conn.tables() == ["t"]
 
 
-@pytest.mark.parametrize("key", ["kv.snapshot.num-retained", "log.segment.max-rows",
-                                 "log.retention.bytes"])
+@pytest.mark.parametrize(
+    "key", ["kv.snapshot.num-retained", "log.segment.max-rows", "log.retention.bytes"]
+)
 @pytest.mark.parametrize("value", [2**63, 2**64, 2**70, str(2**64)], ids=repr)
 def test_oversized_numeric_properties_are_refused(conn, key, value):
     # §9, §7.5: msgpack stores no int >= 2**64 and int64 arithmetic none >= 2**63

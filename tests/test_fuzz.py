@@ -15,25 +15,47 @@ from leasekit import spark as lks
 ALLOWED = (lk.LeasekitError, ValueError, TypeError)
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True), st.text(max_size=40), st.binary(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=40),
+    st.binary(max_size=20),
     st.timedeltas(min_value=timedelta(days=-10), max_value=timedelta(days=10)),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    st.tuples(inner, inner),
-), max_leaves=8)
-buckets = st.builds(lk.TableBucket, st.one_of(st.text(max_size=12), st.just("t")),
-                    st.one_of(st.integers(-3, 10), st.just(0)))
-snapshot_maps = st.one_of(values, st.dictionaries(st.one_of(buckets, scalars), st.one_of(scalars, st.integers(-2, 5)),
-                                                    max_size=4))
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(max_size=10), inner, max_size=4),
+        st.tuples(inner, inner),
+    ),
+    max_leaves=8,
+)
+buckets = st.builds(
+    lk.TableBucket,
+    st.one_of(st.text(max_size=12), st.just("t")),
+    st.one_of(st.integers(-3, 10), st.just(0)),
+)
+snapshot_maps = st.one_of(
+    values,
+    st.dictionaries(
+        st.one_of(buckets, scalars), st.one_of(scalars, st.integers(-2, 5)), max_size=4
+    ),
+)
 
-FUZZ = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
-SPARK_FUZZ = settings(max_examples=25, deadline=None,
-                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SPARK_FUZZ = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture
@@ -64,7 +86,9 @@ def test_fuzz_append_and_delete(table, rows):
 
 
 @FUZZ
-@given(lease_id=values, duration=values, keepalive=values, ids=snapshot_maps, tables=values, bs=values)
+@given(
+    lease_id=values, duration=values, keepalive=values, ids=snapshot_maps, tables=values, bs=values
+)
 def test_fuzz_lease_handle(conn, table, lease_id, duration, keepalive, ids, tables, bs):
     try:
         lease = conn.lease(lease_id, duration, keepalive=keepalive)
@@ -110,7 +134,9 @@ def test_fuzz_connect_arguments(tmp_path, zookeeper, namespace, auth, timeout):
     except ALLOWED:
         pass
     try:
-        lk.connect(zookeeper, str(tmp_path / "wh"), namespace=namespace, auth=auth, timeout=timeout).close()
+        lk.connect(
+            zookeeper, str(tmp_path / "wh"), namespace=namespace, auth=auth, timeout=timeout
+        ).close()
     except ALLOWED:
         pass
 
@@ -134,8 +160,12 @@ def test_fuzz_read_changes(spark, snapshotted, target, group):
 
 
 @SPARK_FUZZ
-@given(target=st.one_of(values, st.just("the table")), ids=snapshot_maps, offsets=st.one_of(st.none(), snapshot_maps),
-       df=values)
+@given(
+    target=st.one_of(values, st.just("the table")),
+    ids=snapshot_maps,
+    offsets=st.one_of(st.none(), snapshot_maps),
+    df=values,
+)
 def test_fuzz_spark_functions(spark, snapshotted, target, ids, offsets, df):
     # DESIGN §9 fuzz, §6.4: leasekit.spark takes a Table object; anything else is a TypeError
     table = snapshotted if target == "the table" else target
@@ -151,29 +181,61 @@ def test_fuzz_spark_functions(spark, snapshotted, target, ids, offsets, df):
 def test_spark_functions_given_a_table_name_say_what_to_pass(spark, snapshotted, call):
     # DESIGN §6.4 (table is a Table object), §6.10 (TypeError where the type is wrong)
     frame = spark.createDataFrame([(1, "a")], "id BIGINT, v STRING")
-    calls = {"read_snapshots": lambda: lks.read_snapshots(spark, "t", {lk.TableBucket("t", 0): 1}),
-             "read_at": lambda: lks.read_at(spark, "t"),
-             "write": lambda: lks.write(frame, "t")}
-    with pytest.raises(lk.InvalidTypeError, match=r"table must be a Table object, e.g. conn.table\('t'\), not str"):
+    calls = {
+        "read_snapshots": lambda: lks.read_snapshots(spark, "t", {lk.TableBucket("t", 0): 1}),
+        "read_at": lambda: lks.read_at(spark, "t"),
+        "write": lambda: lks.write(frame, "t"),
+    }
+    with pytest.raises(
+        lk.InvalidTypeError, match=r"table must be a Table object, e.g. conn.table\('t'\), not str"
+    ):
         calls[call]()
 
 
-offset_maps = st.one_of(values, st.dictionaries(st.one_of(buckets, scalars),
-                                                st.one_of(scalars, st.integers(-2, 50),
-                                                          st.builds(lk.OffsetAndMetadata, st.integers(-2, 50),
-                                                                    st.one_of(st.text(max_size=20), scalars))),
-                                                max_size=4))
+offset_maps = st.one_of(
+    values,
+    st.dictionaries(
+        st.one_of(buckets, scalars),
+        st.one_of(
+            scalars,
+            st.integers(-2, 50),
+            st.builds(
+                lk.OffsetAndMetadata, st.integers(-2, 50), st.one_of(st.text(max_size=20), scalars)
+            ),
+        ),
+        max_size=4,
+    ),
+)
 
 
 @FUZZ
-@given(group=values, reset=values, auto=values, interval=values, records=values, assignor=values, timeout=values,
-       listener=st.one_of(st.none(), values, st.just(lk.BucketRebalanceListener())))
-def test_fuzz_consumer_construction(conn, table, group, reset, auto, interval, records, assignor, timeout, listener):
+@given(
+    group=values,
+    reset=values,
+    auto=values,
+    interval=values,
+    records=values,
+    assignor=values,
+    timeout=values,
+    listener=st.one_of(st.none(), values, st.just(lk.BucketRebalanceListener())),
+)
+def test_fuzz_consumer_construction(
+    conn, table, group, reset, auto, interval, records, assignor, timeout, listener
+):
     # §9: conn.consumer and every keyword
     try:
-        consumer = conn.consumer("t", group_id=group, auto_offset_reset=reset, enable_auto_commit=auto,
-                                 auto_commit_interval=interval, max_poll_records=records, assignor=assignor,
-                                 session_timeout=timeout, max_poll_interval=timeout, listener=listener)
+        consumer = conn.consumer(
+            "t",
+            group_id=group,
+            auto_offset_reset=reset,
+            enable_auto_commit=auto,
+            auto_commit_interval=interval,
+            max_poll_records=records,
+            assignor=assignor,
+            session_timeout=timeout,
+            max_poll_interval=timeout,
+            listener=listener,
+        )
     except ALLOWED:
         return
     _call(consumer.poll)
@@ -181,18 +243,30 @@ def test_fuzz_consumer_construction(conn, table, group, reset, auto, interval, r
 
 
 @FUZZ
-@given(offsets=offset_maps, tb=st.one_of(buckets, values), offset=values, timeout=values, limit=values,
-       times=offset_maps, tbs=st.lists(st.one_of(buckets, scalars), max_size=3))
+@given(
+    offsets=offset_maps,
+    tb=st.one_of(buckets, values),
+    offset=values,
+    timeout=values,
+    limit=values,
+    times=offset_maps,
+    tbs=st.lists(st.one_of(buckets, scalars), max_size=3),
+)
 def test_fuzz_consumer_calls(conn, table, offsets, tb, offset, timeout, limit, times, tbs):
     # §9: every public method of a consumer
-    with conn.consumer("t", group_id="fuzz", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+    with conn.consumer(
+        "t", group_id="fuzz", auto_offset_reset="earliest", enable_auto_commit=False
+    ) as c:
         c.poll(max_records=1)  # joins: its buckets are assigned
         _call(c.commit, offsets)
         _call(c.committed, tb)
         _call(c.seek, tb, offset)
         _call(c.position, tb)
         _call(c.poll, timeout="0s", max_records=limit)
-        _call(c.poll, timeout=timeout if isinstance(timeout, (int, float)) and abs(timeout) < 0.01 else "0s")
+        _call(
+            c.poll,
+            timeout=timeout if isinstance(timeout, (int, float)) and abs(timeout) < 0.01 else "0s",
+        )
         _call(c.getone, timeout="0s")
         _call(c.seek_to_beginning, *[x for x in tbs if not isinstance(x, lk.TableBucket)] or tbs)
         _call(c.seek_to_end, *tbs)
@@ -214,8 +288,12 @@ regexes = st.one_of(st.none(), values, st.text(alphabet="^$.*+?()[]{}|\\d_tx0-9,
 
 
 @FUZZ
-@given(tables=st.one_of(values, st.lists(st.one_of(st.just("t"), scalars), max_size=3)), pattern=regexes,
-       listener=st.one_of(st.none(), values, st.just(lk.BucketRebalanceListener())), group=st.sampled_from([None, "fz"]))
+@given(
+    tables=st.one_of(values, st.lists(st.one_of(st.just("t"), scalars), max_size=3)),
+    pattern=regexes,
+    listener=st.one_of(st.none(), values, st.just(lk.BucketRebalanceListener())),
+    group=st.sampled_from([None, "fz"]),
+)
 def test_fuzz_subscribe(conn, table, tables, pattern, listener, group):
     # §9, C17: subscribe with any tables, pattern and listener: a clear error, or a subscription
     # whose assignment (once polled) has buckets of the tables it names or matches only
@@ -247,7 +325,9 @@ def test_fuzz_consumer_admin(conn, table, group, to, shift, tables, bkts, dry):
     _call(conn.describe_group, group)
     _call(conn.group_members, group)
     _call(conn.group_status, group, stop_after=to, stall_after=shift)
-    _call(conn.reset_offsets, group, to=to, shift_by=shift, tables=tables, buckets=bkts, dry_run=dry)
+    _call(
+        conn.reset_offsets, group, to=to, shift_by=shift, tables=tables, buckets=bkts, dry_run=dry
+    )
     _call(conn.delete_offsets, group, bkts)
     _call(conn.delete_group, group)
 
@@ -262,14 +342,34 @@ huge_numbers = st.one_of(
 )
 duration_texts = st.one_of(
     st.from_regex(r"[0-9]{1,30}(\.[0-9]{1,6})?(ms|s|m|h|d)", fullmatch=True),
-    st.sampled_from(["999999999999d", "9" * 400 + "s", "1" * 5000 + "d", "1e300s", "inf", "nan",
-                     "-1s", "100000d", "100001d", f"{2**63}ms", f"{2**64}ms"]),
+    st.sampled_from(
+        [
+            "999999999999d",
+            "9" * 400 + "s",
+            "1" * 5000 + "d",
+            "1e300s",
+            "inf",
+            "nan",
+            "-1s",
+            "100000d",
+            "100001d",
+            f"{2**63}ms",
+            f"{2**64}ms",
+        ]
+    ),
 )
-durations = st.one_of(huge_numbers, duration_texts, st.timedeltas(),
-                      st.sampled_from([0, 1, 0.5, "0s", "1s", "500ms", "2h"]))
+durations = st.one_of(
+    huge_numbers,
+    duration_texts,
+    st.timedeltas(),
+    st.sampled_from([0, 1, 0.5, "0s", "1s", "500ms", "2h"]),
+)
 offsets = st.one_of(huge_numbers, st.integers(-3, 50))
-BIG_FUZZ = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+BIG_FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _short(value, limit=0.02):
@@ -338,8 +438,11 @@ def test_fuzz_lease_durations(conn, table, duration, renew, limit):
 
 
 @BIG_FUZZ
-@given(key=st.sampled_from(["lease.max-duration", "lease.expiry-grace", "orphan.min-age"]),
-       value=st.one_of(durations, offsets, values), replace=st.booleans())
+@given(
+    key=st.sampled_from(["lease.max-duration", "lease.expiry-grace", "orphan.min-age"]),
+    value=st.one_of(durations, offsets, values),
+    replace=st.booleans(),
+)
 @example(key="lease.expiry-grace", value="999999999999d", replace=False)
 @example(key="orphan.min-age", value=timedelta.max, replace=True)
 def test_fuzz_update_settings(conn, table, key, value, replace):
@@ -351,9 +454,12 @@ def test_fuzz_update_settings(conn, table, key, value, replace):
 
 
 @BIG_FUZZ
-@given(key=st.sampled_from(["log.retention", "log.segment.max-rows", "kv.snapshot.num-retained",
-                            "log.retention.bytes"]),
-       value=st.one_of(durations, offsets, st.builds(str, offsets), values))
+@given(
+    key=st.sampled_from(
+        ["log.retention", "log.segment.max-rows", "kv.snapshot.num-retained", "log.retention.bytes"]
+    ),
+    value=st.one_of(durations, offsets, st.builds(str, offsets), values),
+)
 @example(key="log.retention", value="999999999999d")
 @example(key="log.retention", value=timedelta.max)
 @example(key="log.segment.max-rows", value=2**64)
@@ -361,7 +467,9 @@ def test_fuzz_update_settings(conn, table, key, value, replace):
 def test_fuzz_table_properties(conn, table, key, value):
     # §9, §7.5: a table created with any property value is readable and retention plans it
     try:
-        created = conn.create_table("p", "id BIGINT, v STRING", "id", buckets=1, properties={key: value})
+        created = conn.create_table(
+            "p", "id BIGINT, v STRING", "id", buckets=1, properties={key: value}
+        )
     except ALLOWED:
         assert conn.tables() == ["t"]
         return
@@ -374,16 +482,27 @@ def test_fuzz_table_properties(conn, table, key, value):
 
 
 @BIG_FUZZ
-@given(interval=durations, session=durations, poll_interval=durations, records=offsets,
-       group=st.sampled_from([None, "fz"]))
+@given(
+    interval=durations,
+    session=durations,
+    poll_interval=durations,
+    records=offsets,
+    group=st.sampled_from([None, "fz"]),
+)
 @example(interval="999999999999d", session="1s", poll_interval="1s", records=1, group=None)
 @example(interval="1s", session="30d", poll_interval=timedelta.max, records=2**64, group="fz")
 def test_fuzz_consumer_durations(conn, table, interval, session, poll_interval, records, group):
     # §9, §6.5: every duration keyword of conn.consumer, and max_poll_records
     try:
-        consumer = conn.consumer("t", group_id=group, auto_commit_interval=interval,
-                                 session_timeout=session, max_poll_interval=poll_interval,
-                                 max_poll_records=records, enable_auto_commit=False)
+        consumer = conn.consumer(
+            "t",
+            group_id=group,
+            auto_commit_interval=interval,
+            session_timeout=session,
+            max_poll_interval=poll_interval,
+            max_poll_records=records,
+            enable_auto_commit=False,
+        )
     except ALLOWED:
         return
     with consumer:
@@ -416,7 +535,9 @@ def test_fuzz_poll_timeouts(conn, table, timeout, records):
 @given(offset=offsets, metadata=st.one_of(st.text(max_size=8), values))
 def test_fuzz_commit_offsets(conn, table, offset, metadata):
     # §9, C2, C3: a commit of any offset is stored or refused with a typed error
-    with conn.consumer("t", group_id="fz", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+    with conn.consumer(
+        "t", group_id="fz", auto_offset_reset="earliest", enable_auto_commit=False
+    ) as c:
         c.poll(max_records=1)
         tb = lk.TableBucket("t", 0)
         _call(c.commit, {tb: offset})
@@ -428,7 +549,9 @@ def test_fuzz_commit_offsets(conn, table, offset, metadata):
 @pytest.fixture
 def committed(conn, table):
     """Group "fz" with committed offsets and no live member."""
-    with conn.consumer("t", group_id="fz", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+    with conn.consumer(
+        "t", group_id="fz", auto_offset_reset="earliest", enable_auto_commit=False
+    ) as c:
         while not c.assignment():
             c.poll(timeout="0.05s")
         c.commit({tb: 0 for tb in c.assignment()})
@@ -436,8 +559,10 @@ def committed(conn, table):
 
 
 @BIG_FUZZ
-@given(to=st.one_of(offsets, durations, st.sampled_from(["earliest", "latest", "current"])),
-       shift=offsets)
+@given(
+    to=st.one_of(offsets, durations, st.sampled_from(["earliest", "latest", "current"])),
+    shift=offsets,
+)
 def test_fuzz_reset_offsets_dry_run(conn, committed, to, shift):
     # §9, C13: a dry run with any target or shift is a plan or a typed error
     _call(conn.reset_offsets, committed, to=to, dry_run=True)
@@ -467,8 +592,11 @@ def test_fuzz_janitor_interval(conn, interval):
     _call(janitor.run, conn, interval, stop)
 
 
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(offset=st.one_of(huge_numbers, st.integers(-3, -1), st.integers(3, 50)))
 def test_fuzz_read_at_offsets(spark, snapshotted, offset):
     # §9, §6.4: offsets outside [0, end] are refused before any Spark job

@@ -24,7 +24,9 @@ def orders(conn):
 
 def live_member(conn):
     """A member of group g that consumed and committed the whole bucket (offset 100)."""
-    member = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    member = conn.consumer(
+        "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+    )
     deadline = time.monotonic() + 10
     while not (member.assignment() and member.position(TB("orders", 0)) >= 100):
         assert time.monotonic() < deadline, "the member got no records"
@@ -55,12 +57,15 @@ def test_a_commit_from_outside_a_live_group_is_refused_and_writes_nothing(conn, 
         assert out.committed(TB("orders", 0)) == 40
 
 
-def test_a_member_joining_between_the_read_and_the_write_refuses_the_commit(conn, orders, zookeeper,
-                                                                             warehouse, namespace, monkeypatch):
+def test_a_member_joining_between_the_read_and_the_write_refuses_the_commit(
+    conn, orders, zookeeper, warehouse, namespace, monkeypatch
+):
     # §6.5 inside the transaction: the outsider reads an empty group, then a member joins and
     # is assigned the bucket before the outsider's transaction runs: that transaction fails
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
-        joiner = other.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+        joiner = other.consumer(
+            "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+        )
         out = outsider(conn, enable_auto_commit=False)
         real = conn.store.commit
         joined = []
@@ -83,13 +88,16 @@ def test_a_member_joining_between_the_read_and_the_write_refuses_the_commit(conn
         joiner.close()
 
 
-def test_reset_offsets_is_fenced_inside_its_transaction_too(conn, orders, zookeeper, warehouse, namespace,
-                                                            monkeypatch):
+def test_reset_offsets_is_fenced_inside_its_transaction_too(
+    conn, orders, zookeeper, warehouse, namespace, monkeypatch
+):
     # C13: the reset's check of the group's members holds up to its write
     with outsider(conn, enable_auto_commit=False) as out:
         out.commit({TB("orders", 0): 10})
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
-        joiner = other.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+        joiner = other.consumer(
+            "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+        )
         real = conn.store.commit
 
         def commit(ops):

@@ -52,12 +52,19 @@ def poll_until(consumers, until, seconds=20.0):
 
 
 def test_a_suspended_member_returns_no_records_and_commits_nothing_then_carries_on(
-        conn, behind_proxy, proxy, orders):
+    conn, behind_proxy, proxy, orders
+):
     # C16: while the connection is cut the member returns no records and commits nothing;
     # restored within its session it carries on as the same member, owning the same buckets
     listener = Recorder()
-    c = behind_proxy.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
-                              session_timeout="8s", listener=listener)
+    c = behind_proxy.consumer(
+        "orders",
+        group_id="g",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout="8s",
+        listener=listener,
+    )
     first = poll_until([c], lambda: c.assignment() == set(orders.buckets))
     first += poll_until([c], lambda: True)
     assert len(first) == 40
@@ -92,19 +99,37 @@ def consumed_offsets(orders, since_id):
     """(bucket, offset) of the records with ``id >= since_id``, read from the log."""
     from helpers import read_log
 
-    return [(b, r["_offset"]) for b, rows in read_log(orders).items() for r in rows if r["id"] >= since_id]
+    return [
+        (b, r["_offset"])
+        for b, rows in read_log(orders).items()
+        for r in rows
+        if r["id"] >= since_id
+    ]
 
 
 def test_a_member_whose_session_is_lost_hears_everything_revoked_and_rejoins(
-        conn, behind_proxy, proxy, orders):
+    conn, behind_proxy, proxy, orders
+):
     # C16: cut past its session timeout, the member's buckets move to the other member (C12);
     # when the connection returns it treats its whole assignment as revoked (listener called,
     # no record returned while cut) and rejoins as a new member; no record is skipped
     la, lb = Recorder(), Recorder()
-    a = behind_proxy.consumer("orders", group_id="g", auto_offset_reset="earliest", session_timeout="2s",
-                              listener=la, auto_commit_interval="0.2s")
-    b = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", session_timeout="2s",
-                      listener=lb, auto_commit_interval="0.2s")
+    a = behind_proxy.consumer(
+        "orders",
+        group_id="g",
+        auto_offset_reset="earliest",
+        session_timeout="2s",
+        listener=la,
+        auto_commit_interval="0.2s",
+    )
+    b = conn.consumer(
+        "orders",
+        group_id="g",
+        auto_offset_reset="earliest",
+        session_timeout="2s",
+        listener=lb,
+        auto_commit_interval="0.2s",
+    )
     seen = poll_until([a], lambda: a.assignment() == set(orders.buckets))
     seen += poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
     mine, old_member = a.assignment(), a.member_id
@@ -115,13 +140,21 @@ def test_a_member_whose_session_is_lost_hears_everything_revoked_and_rejoins(
     cut_at = time.monotonic()
     during = []
     while b.assignment() != set(orders.buckets):
-        assert time.monotonic() - cut_at < 2 + 5, "the lost member's buckets did not move in time"  # C12
+        assert time.monotonic() - cut_at < 2 + 5, (
+            "the lost member's buckets did not move in time"
+        )  # C12
         during += consumed(a.poll(timeout="0.05s"))
         seen += consumed(b.poll(timeout="0.05s"))
     assert during == []  # suspended: nothing returned
     proxy.restore()
-    seen += poll_until([a, b], lambda: a.member_id not in (None, old_member) and len(a.assignment()) == 2
-                       and len(b.assignment()) == 2)
+    seen += poll_until(
+        [a, b],
+        lambda: (
+            a.member_id not in (None, old_member)
+            and len(a.assignment()) == 2
+            and len(b.assignment()) == 2
+        ),
+    )
     seen += poll_until([a, b], lambda: {o for tb, o in seen} >= set(range(20)), seconds=10)
     assert ("revoked", mine) in la.calls  # the whole assignment, told to the listener
     assert la.calls.index(("revoked", mine)) < len(la.calls) - 1  # then assigned again
@@ -137,14 +170,24 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(conn, o
     # leaves the group, its buckets go to the others; its next poll hears them revoked and
     # rejoins; time spent blocked inside poll does not count
     la = Recorder()
-    a = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
-                      max_poll_interval="1.5s", listener=la)
-    b = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    a = conn.consumer(
+        "orders",
+        group_id="g",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_interval="1.5s",
+        listener=la,
+    )
+    b = conn.consumer(
+        "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+    )
     poll_until([a], lambda: a.assignment() == set(orders.buckets))
     assert a.poll(timeout="2.5s") == {}  # blocked in poll longer than the interval: still a member
     first = a.member_id
     assert {m.member_id for m in conn.group_members("g")} == {first}
-    poll_until([b], lambda: b.assignment() == set(orders.buckets), seconds=15)  # a is idle meanwhile
+    poll_until(
+        [b], lambda: b.assignment() == set(orders.buckets), seconds=15
+    )  # a is idle meanwhile
     assert first not in {m.member_id for m in conn.group_members("g")}
     with pytest.raises(lk.CommitFailedError):
         a.commit()  # not a member any more: nothing written
@@ -160,16 +203,27 @@ def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders
     # session expiry) rejoins instead of raising, from poll and from close alike
     from leasekit.zk import Delete
 
-    a = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", auto_commit_interval="0.1s")
+    a = conn.consumer(
+        "orders", group_id="g", auto_offset_reset="earliest", auto_commit_interval="0.1s"
+    )
     poll_until([a], lambda: a.assignment() == set(orders.buckets))
     first = a.member_id
     conn.store.commit([Delete(conn.paths.member("g", first))])
     time.sleep(0.2)
-    poll_until([a], lambda: a.member_id not in (None, first) and a.assignment() == set(orders.buckets))
-    b = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", auto_commit_interval="1h")
+    poll_until(
+        [a], lambda: a.member_id not in (None, first) and a.assignment() == set(orders.buckets)
+    )
+    b = conn.consumer(
+        "orders", group_id="g", auto_offset_reset="earliest", auto_commit_interval="1h"
+    )
     poll_until([a, b], lambda: len(a.assignment()) == len(b.assignment()) == 2)
     orders.append([{"id": i} for i in range(40, 80)])
-    poll_until([b], lambda: all(b.position(tb) == e for tb, e in orders.end_offsets().items() if tb in b.assignment()))
+    poll_until(
+        [b],
+        lambda: all(
+            b.position(tb) == e for tb, e in orders.end_offsets().items() if tb in b.assignment()
+        ),
+    )
     conn.store.commit([Delete(conn.paths.member("g", b.member_id))])
     b.close()  # its closing commit is refused: nothing raised, nothing written
     a.close()

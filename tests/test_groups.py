@@ -27,8 +27,13 @@ class Recorder(lk.BucketRebalanceListener):
 
 
 def member(conn, listener=None):
-    c = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
-                      listener=listener)
+    c = conn.consumer(
+        "orders",
+        group_id="g",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        listener=listener,
+    )
     if listener is not None:
         listener.consumer = c
     return c
@@ -65,7 +70,10 @@ def test_members_split_the_buckets_and_only_moving_buckets_are_revoked(conn, ord
     b = member(conn, lb)
     again = poll_all([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
     assert again == []  # b starts from what a committed while handing the buckets over
-    assert a.assignment() | b.assignment() == set(orders.buckets) and not a.assignment() & b.assignment()
+    assert (
+        a.assignment() | b.assignment() == set(orders.buckets)
+        and not a.assignment() & b.assignment()
+    )
     assert a.generation == b.generation >= 1
     assert la.calls[:2] == [("assigned", set(orders.buckets)), ("revoked", b.assignment())]
     assert lb.calls == [("assigned", b.assignment())]
@@ -124,10 +132,15 @@ def test_when_the_leader_leaves_the_next_oldest_member_assigns(conn, orders):
     assert first.leader == a.member_id
     a.close()
     poll_all([b, c], lambda: len(b.assignment()) == len(c.assignment()) == 2)
-    now = AssignmentRecord.decode(conn.store.get(conn.paths.group_assignment("g")), conn.paths.group_assignment("g"))
+    now = AssignmentRecord.decode(
+        conn.store.get(conn.paths.group_assignment("g")), conn.paths.group_assignment("g")
+    )
     assert now.leader == b.member_id and now.generation > first.generation
     assert b.generation == c.generation == now.generation
-    assert b.assignment() | c.assignment() == set(orders.buckets) and not b.assignment() & c.assignment()
+    assert (
+        b.assignment() | c.assignment() == set(orders.buckets)
+        and not b.assignment() & c.assignment()
+    )
     b.close()
     c.close()
 
@@ -154,12 +167,19 @@ def test_other_assignors_split_every_table(conn, assignor):
         conn.create_table(name, "id BIGINT", "id", buckets=3).append([{"id": i} for i in range(9)])
     c1, c2 = (conn.consumer("a", "b", group_id="g", assignor=assignor) for _ in range(2))
     poll_all([c1], lambda: len(c1.assignment()) == 6)
-    poll_all([c1, c2], lambda: len(c1.assignment()) + len(c2.assignment()) == 6
-             and min(len(c1.assignment()), len(c2.assignment())) == 3 - (assignor == "range"))
+    poll_all(
+        [c1, c2],
+        lambda: (
+            len(c1.assignment()) + len(c2.assignment()) == 6
+            and min(len(c1.assignment()), len(c2.assignment())) == 3 - (assignor == "range")
+        ),
+    )
     assert not c1.assignment() & c2.assignment()
     if assignor == "range":  # Kafka's range: the first member gets the extra bucket of each table
         for table in ("a", "b"):
-            counts = sorted(len({tb for tb in c.assignment() if tb.table == table}) for c in (c1, c2))
+            counts = sorted(
+                len({tb for tb in c.assignment() if tb.table == table}) for c in (c1, c2)
+            )
             assert counts == [1, 2]
     c1.close()
     c2.close()

@@ -27,8 +27,13 @@ HOUR_MS = 3_600_000
 
 
 def passes(caplog, thread_name: str | None = None) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "leasekit.janitor" and r.getMessage().startswith("janitor pass:")
-            and (thread_name is None or r.threadName == thread_name)]
+    return [
+        r
+        for r in caplog.records
+        if r.name == "leasekit.janitor"
+        and r.getMessage().startswith("janitor pass:")
+        and (thread_name is None or r.threadName == thread_name)
+    ]
 
 
 def snapshot_ids(table) -> dict[int, list[int]]:
@@ -66,8 +71,12 @@ def start_janitor():
 
     def start(conn, interval="200ms", name=None):
         stop = threading.Event()
-        thread = threading.Thread(target=janitor.run, args=(conn, interval, stop),
-                                  name=name or f"janitor-{len(started)}", daemon=True)
+        thread = threading.Thread(
+            target=janitor.run,
+            args=(conn, interval, stop),
+            name=name or f"janitor-{len(started)}",
+            daemon=True,
+        )
         thread.start()
         started.append((stop, thread))
         return stop, thread
@@ -90,13 +99,19 @@ def test_interval_is_checked_before_any_io(conn) -> None:
     janitor.run(conn, "1s", stop)  # already stopped: returns at once
 
 
-def test_expired_lease_reclaimed_within_one_interval_real_clock(conn, start_janitor, caplog) -> None:
+def test_expired_lease_reclaimed_within_one_interval_real_clock(
+    conn, start_janitor, caplog
+) -> None:
     # L11 on the ZooKeeper clock: never before expires_at + grace, within one interval after;
     # eagerly: the snapshot only the lease kept goes in the same pass (R5), no new snapshot needed.
     conn.update_settings({"lease.expiry-grace": "1s"})
-    table = conn.create_table("t", SCHEMA, "id", buckets=1, properties={"kv.snapshot.num-retained": 1})
+    table = conn.create_table(
+        "t", SCHEMA, "id", buckets=1, properties={"kv.snapshot.num-retained": 1}
+    )
     grow(table, 2)
-    expires_ms = int(conn.lease("short", "1s").acquire({TB("t", 0): 1}).expires_at.timestamp() * 1000)
+    expires_ms = int(
+        conn.lease("short", "1s").acquire({TB("t", 0): 1}).expires_at.timestamp() * 1000
+    )
     deadline, interval_ms, slack_ms = expires_ms + 1000, 300, 500
     path = conn.paths.lease("short")
     start_janitor(conn, "300ms")
@@ -114,8 +129,13 @@ def test_expired_lease_reclaimed_within_one_interval_real_clock(conn, start_jani
     assert t1 >= deadline and observations > 20  # every earlier look saw it: never before
     wait_for(lambda: snapshot_ids(table) == {0: [2]}, 2, "the unpinned snapshot to go")
     # the pass logs its summary after its last deletion: wait for it, not only for the files
-    wait_for(lambda: any(r.getMessage().startswith("janitor pass: deleted 2 items")
-                         for r in passes(caplog)), 2, "the pass's summary")
+    wait_for(
+        lambda: any(
+            r.getMessage().startswith("janitor pass: deleted 2 items") for r in passes(caplog)
+        ),
+        2,
+        "the pass's summary",
+    )
     assert conn.store.children(conn.paths.snapshot(table.table_id, 0, 2)) == []  # no pin left
 
 
@@ -137,7 +157,9 @@ def test_expiry_follows_the_injected_clock(conn, start_janitor, caplog) -> None:
     assert conn.leases() == []
 
 
-def test_one_janitor_acts_at_a_time_and_a_standby_takes_over(connect, start_janitor, caplog) -> None:
+def test_one_janitor_acts_at_a_time_and_a_standby_takes_over(
+    connect, start_janitor, caplog
+) -> None:
     # R7: leader election; when the leader's session ends, the standby leads.
     first, second = connect(), connect()
     start_janitor(first, "100ms", name="janitor-a")
@@ -151,13 +173,18 @@ def test_one_janitor_acts_at_a_time_and_a_standby_takes_over(connect, start_jani
 
     first.close()  # ends the leader's session: its election znode goes with it
     wait_for(lambda: passes(caplog, "janitor-b"), 5, "the standby to take over")
-    wait_for(lambda: not any(t.name == "janitor-a" for t in threading.enumerate()), 5,
-             "the old leader's thread to end")
+    wait_for(
+        lambda: not any(t.name == "janitor-a" for t in threading.enumerate()),
+        5,
+        "the old leader's thread to end",
+    )
     done_a = len(passes(caplog, "janitor-a"))
     time.sleep(0.5)
     assert len(passes(caplog, "janitor-a")) == done_a  # the old leader does no more passes
     assert len(passes(caplog, "janitor-b")) >= 3
-    assert second.store.election(f"{second.paths.janitor}/election", "probe").contenders() == [second.owner]
+    assert second.store.election(f"{second.paths.janitor}/election", "probe").contenders() == [
+        second.owner
+    ]
 
 
 def test_stop_returns_promptly_for_standby_and_leader(connect, start_janitor, caplog) -> None:
@@ -181,7 +208,9 @@ def test_stop_returns_promptly_for_standby_and_leader(connect, start_janitor, ca
 def test_corrupt_lease_is_logged_and_skipped(conn, start_janitor, caplog) -> None:
     # Section 9: garbage in a lease znode is CorruptMetadataError naming the path; the janitor
     # skips it, keeps what it pins and still reclaims the other expired lease.
-    table = conn.create_table("t", SCHEMA, "id", buckets=1, properties={"kv.snapshot.num-retained": 1})
+    table = conn.create_table(
+        "t", SCHEMA, "id", buckets=1, properties={"kv.snapshot.num-retained": 1}
+    )
     grow(table, 3)
     conn.lease("good", "1h").acquire({TB("t", 0): 1})
     conn.lease("bad", "1h").acquire({TB("t", 0): 2})
@@ -194,11 +223,19 @@ def test_corrupt_lease_is_logged_and_skipped(conn, start_janitor, caplog) -> Non
     start_janitor(conn, "100ms")
     wait_for(lambda: conn.store.exists(conn.paths.lease("good")) is None, 5, "the good lease to go")
     wait_for(lambda: len(passes(caplog)) >= 2, 5, "a second pass")
-    warnings = [r.getMessage() for r in caplog.records if r.name == "leasekit.janitor" and r.levelno == logging.WARNING]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "leasekit.janitor" and r.levelno == logging.WARNING
+    ]
     assert any(bad in w and "decode" in w for w in warnings)
     assert conn.store.get(bad).data == b"\xc1garbage"  # left untouched
-    assert snapshot_ids(table) == {0: [2, 3]}  # 1 went with "good"; 2 is held by the unreadable lease
-    reason = next(i.reason for i in conn.retention_plan().items if i.kind == "snapshot" and i.item_id == 2)
+    assert snapshot_ids(table) == {
+        0: [2, 3]
+    }  # 1 went with "good"; 2 is held by the unreadable lease
+    reason = next(
+        i.reason for i in conn.retention_plan().items if i.kind == "snapshot" and i.item_id == 2
+    )
     assert reason == "pinned by 1 pin(s) of no known lease"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
@@ -210,8 +247,12 @@ def test_pass_finishes_a_half_done_table_drop(conn, caplog) -> None:
     assert warehouse_files(conn)
     node = conn.store.get(conn.paths.table("t"))
     marker = DroppedTable("t", table.data_dir).encode()
-    conn.store.commit([Delete(conn.paths.table("t"), node.stat.version),
-                       Create(conn.paths.dropped_table(table.table_id), marker)])
+    conn.store.commit(
+        [
+            Delete(conn.paths.table("t"), node.stat.version),
+            Create(conn.paths.dropped_table(table.table_id), marker),
+        ]
+    )
     report = janitor.run_once(conn)
     assert report.errors == [] and not report.dry_run
     assert conn.store.children(conn.paths.dropped) == []
@@ -227,11 +268,22 @@ def test_a_pass_whose_election_znode_is_gone_deletes_nothing(conn) -> None:
     dropped = conn.create_table("t", SCHEMA, "id", buckets=2)
     grow(dropped, 2)
     node = conn.store.get(conn.paths.table("t"))
-    conn.store.commit([Delete(conn.paths.table("t"), node.stat.version),
-                       Create(conn.paths.dropped_table(dropped.table_id),
-                              DroppedTable("t", dropped.data_dir).encode())])
-    table = conn.create_table("u", SCHEMA, "id", buckets=2,
-                              properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"})
+    conn.store.commit(
+        [
+            Delete(conn.paths.table("t"), node.stat.version),
+            Create(
+                conn.paths.dropped_table(dropped.table_id),
+                DroppedTable("t", dropped.data_dir).encode(),
+            ),
+        ]
+    )
+    table = conn.create_table(
+        "u",
+        SCHEMA,
+        "id",
+        buckets=2,
+        properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"},
+    )
     grow(table, 3)
     conn.warehouse.write_parquet(f"{table.data_dir}/stray/part-0.parquet", pa.table({"id": [1]}))
     assert len(conn.retention_plan().deletes) > 5
@@ -260,13 +312,19 @@ janitor.run(conn, "1h")
 """
 
 
-def test_janitor_killed_mid_pass_next_one_finishes(conn, zookeeper, warehouse, namespace,
-                                                   start_janitor, caplog) -> None:
+def test_janitor_killed_mid_pass_next_one_finishes(
+    conn, zookeeper, warehouse, namespace, start_janitor, caplog
+) -> None:
     # R7: kill -9 during a pass with much to delete; a new janitor takes over once the dead
     # one's session ends and leaves exactly what a clean run leaves.
     conn.update_settings({"orphan.min-age": "0s", "lease.expiry-grace": "0s"})
-    table = conn.create_table("big", SCHEMA, "id", buckets=32,
-                              properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"})
+    table = conn.create_table(
+        "big",
+        SCHEMA,
+        "id",
+        buckets=32,
+        properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"},
+    )
     grow(table, 16)
     for i, sid in enumerate((2, 3, 4)):
         conn.lease(f"gone-{i}", "300ms").acquire({TB("big", b): sid for b in range(32)})
@@ -282,14 +340,21 @@ def test_janitor_killed_mid_pass_next_one_finishes(conn, zookeeper, warehouse, n
     assert len(plan.deletes) > 500
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE, zookeeper, warehouse, namespace], env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE, zookeeper, warehouse, namespace], env=env
+    )
     try:
         snap_dirs = [conn.paths.snapshots(table.table_id, b) for b in range(32)]
 
         def count() -> int:
             return sum(len(k or []) for k in conn.store.children_many(snap_dirs))
 
-        wait_for(lambda: proc.poll() is not None or count() < before - 40, 30, "the pass to start", step=0)
+        wait_for(
+            lambda: proc.poll() is not None or count() < before - 40,
+            30,
+            "the pass to start",
+            step=0,
+        )
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=10)
@@ -306,7 +371,9 @@ def test_janitor_killed_mid_pass_next_one_finishes(conn, zookeeper, warehouse, n
     segments = {(tb.bucket, base) for kind, tb, base in keep if kind == "segment"}
     from leasekit.log.segments import list_segments
 
-    stored = {(b, s.base_offset) for b, segs in list_segments(table, range(32)).items() for s in segs}
+    stored = {
+        (b, s.base_offset) for b, segs in list_segments(table, range(32)).items() for s in segs
+    }
     assert stored == segments
     snaps = {(s.table_bucket.bucket, s.snapshot_id): s for s in table.snapshots()}
     begin = table.beginning_offsets()
@@ -318,6 +385,9 @@ def test_janitor_killed_mid_pass_next_one_finishes(conn, zookeeper, warehouse, n
     pins = conn.store.children_many([conn.paths.snapshot(table.table_id, b, s) for b, s in snaps])
     assert sorted(p for kids in pins for p in kids) == ["keeper"] * 4
     referenced = {os.path.relpath(f, warehouse) for s in table.snapshots() for f in s.files}
-    referenced |= {os.path.relpath(s.file, warehouse) for segs in list_segments(table, range(32)).values()
-                   for s in segs}
+    referenced |= {
+        os.path.relpath(s.file, warehouse)
+        for segs in list_segments(table, range(32)).values()
+        for s in segs
+    }
     assert warehouse_files(conn) == referenced  # no orphan left, nothing referenced missing

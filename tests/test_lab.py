@@ -49,12 +49,19 @@ def _env(home: Path) -> dict[str, str]:
     """No LEASEKIT_* setting from outside; Jupyter's user directories in ``home`` so no
     configuration or kernel spec of this machine comes in (the venv's are found through
     sys.prefix)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEKIT_", "JUPYTER", "JPY_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("LEASEKIT_", "JUPYTER", "JPY_"))
+    }
     for name in ("config", "data", "runtime", "ipython"):
         (home / name).mkdir(parents=True, exist_ok=True)
-    env.update(JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_DATA_DIR=str(home / "data"),
-               JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"),
-               JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1")
+    env.update(
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_DATA_DIR=str(home / "data"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        IPYTHONDIR=str(home / "ipython"),
+        JUPYTER_PLATFORM_DIRS="1",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -77,14 +84,20 @@ class Lab:
     def next_line(self, deadline: float) -> str:
         while True:
             if time.monotonic() > deadline:
-                pytest.fail(f"leasekit lab printed no URL in time; output {self.output}; "
-                            f"log:\n{self.log_tail()}", pytrace=False)
+                pytest.fail(
+                    f"leasekit lab printed no URL in time; output {self.output}; "
+                    f"log:\n{self.log_tail()}",
+                    pytrace=False,
+                )
             try:
                 line = self.lines.get(timeout=0.25)
             except queue.Empty:
                 if self.proc.poll() is not None and self.lines.empty():
-                    pytest.fail(f"leasekit lab exited with {self.proc.returncode}; output "
-                                f"{self.output}; log:\n{self.log_tail()}", pytrace=False)
+                    pytest.fail(
+                        f"leasekit lab exited with {self.proc.returncode}; output "
+                        f"{self.output}; log:\n{self.log_tail()}",
+                        pytrace=False,
+                    )
                 continue
             self.output.append(line)
             return line
@@ -96,15 +109,20 @@ class Lab:
                 return self.api("/api/status", timeout=2)
             except (OSError, urllib.error.URLError, ValueError):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    pytest.fail(f"JupyterLab did not answer /api/status; log:\n{self.log_tail()}",
-                                pytrace=False)
+                    pytest.fail(
+                        f"JupyterLab did not answer /api/status; log:\n{self.log_tail()}",
+                        pytrace=False,
+                    )
                 time.sleep(0.2)
 
     def api(self, path: str, method: str = "GET", body: dict | None = None, timeout: float = 10.0):
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            f"{self.base}{path}?token={self.token}", data=data, method=method,
-            headers={"Content-Type": "application/json"})
+            f"{self.base}{path}?token={self.token}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             text = response.read()
         return json.loads(text) if text else None
@@ -121,13 +139,32 @@ class Lab:
             ws = websocket.create_connection(url, timeout=timeout)
             try:
                 msg_id = uuid.uuid4().hex
-                ws.send(json.dumps({
-                    "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test",
-                               "session": uuid.uuid4().hex, "date": "", "version": "5.3"},
-                    "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                    "content": {"code": code, "silent": False, "store_history": False,
-                                "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
-                }))
+                ws.send(
+                    json.dumps(
+                        {
+                            "header": {
+                                "msg_id": msg_id,
+                                "msg_type": "execute_request",
+                                "username": "test",
+                                "session": uuid.uuid4().hex,
+                                "date": "",
+                                "version": "5.3",
+                            },
+                            "parent_header": {},
+                            "metadata": {},
+                            "channel": "shell",
+                            "buffers": [],
+                            "content": {
+                                "code": code,
+                                "silent": False,
+                                "store_history": False,
+                                "user_expressions": {},
+                                "allow_stdin": False,
+                                "stop_on_error": True,
+                            },
+                        }
+                    )
+                )
                 out, errors = [], []
                 deadline = time.monotonic() + timeout
                 while time.monotonic() < deadline:
@@ -193,10 +230,16 @@ def start_lab(tmp_path) -> Iterator:
     def start(*argv: str, cwd: Path, token: str) -> Lab:
         log = tmp_path / f"lab-{len(started)}.log"
         with open(log, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "leasekit.cli", *argv], cwd=cwd,
-                                    env=_env(tmp_path / "jupyter-home"), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=err, text=True,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "leasekit.cli", *argv],
+                cwd=cwd,
+                env=_env(tmp_path / "jupyter-home"),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
         lab = Lab(proc, log, token)
         started.append(lab)
         return lab
@@ -209,26 +252,49 @@ def start_lab(tmp_path) -> Iterator:
 def _notebooks(path: Path) -> Path:
     path.mkdir()
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import leasekit as lk")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path / "hello.ipynb")
     return path
 
 
 def test_lab_serves_the_notebooks_and_its_kernel_reaches_the_named_zookeeper(
-        tmp_path, start_lab, conn, zookeeper, namespace):
+    tmp_path, start_lab, conn, zookeeper, namespace
+):
     conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
     notebooks = _notebooks(tmp_path / "nbs")
     port, token = _free_port(), uuid.uuid4().hex
-    lab = start_lab("--zookeeper", zookeeper, "--warehouse", conn.warehouse.location, "lab",
-                    "--namespace", namespace, "--notebooks", "nbs", "--port", str(port),
-                    "--ip", "127.0.0.1", "--no-browser",
-                    "--", f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0",
-                    cwd=tmp_path, token=token)
+    lab = start_lab(
+        "--zookeeper",
+        zookeeper,
+        "--warehouse",
+        conn.warehouse.location,
+        "lab",
+        "--namespace",
+        namespace,
+        "--notebooks",
+        "nbs",
+        "--port",
+        str(port),
+        "--ip",
+        "127.0.0.1",
+        "--no-browser",
+        "--",
+        f"--IdentityProvider.token={token}",
+        "--ServerApp.port_retries=0",
+        cwd=tmp_path,
+        token=token,
+    )
     deadline = time.monotonic() + READY_TIMEOUT
     while not (line := lab.next_line(deadline)).startswith("JupyterLab (pid "):
         pass
     assert line.endswith(f" is at http://127.0.0.1:{port}/lab?token={token}")
-    fields = dict(ln.split(None, 1) for ln in lab.output[:-1] if not ln.startswith("notebooks connect"))
+    fields = dict(
+        ln.split(None, 1) for ln in lab.output[:-1] if not ln.startswith("notebooks connect")
+    )
     assert fields["notebooks"] == str(notebooks) and fields["zookeeper"] == zookeeper
     assert fields["embedded"] == "false" and fields["warehouse"] == conn.warehouse.location
     assert f"notebooks connect with lk.connect(namespace={namespace!r})" in lab.output
@@ -238,7 +304,11 @@ def test_lab_serves_the_notebooks_and_its_kernel_reaches_the_named_zookeeper(
     assert [(c["name"], c["type"]) for c in contents["content"]] == [("hello.ipynb", "notebook")]
     specs = lab.api("/api/kernelspecs")
     assert specs["default"] == "python3"
-    assert specs["kernelspecs"]["python3"]["spec"]["argv"][0] in ("python", "python3", sys.executable)
+    assert specs["kernelspecs"]["python3"]["spec"]["argv"][0] in (
+        "python",
+        "python3",
+        sys.executable,
+    )
     # the kernel runs this environment's Python, imports leasekit, and lk.connect() without a
     # ZooKeeper or warehouse argument opens the store the command was given
     seen = json.loads(lab.run_in_kernel("hello.ipynb", KERNEL_CODE.format(namespace=namespace)))
@@ -264,10 +334,22 @@ def test_lab_without_zookeeper_starts_the_warehouse_embedded_server(tmp_path, st
     data_dir = warehouse / "_zookeeper"
     port, token = _free_port(), uuid.uuid4().hex
     try:
-        lab = start_lab("lab", "--warehouse", "wh", "--json", "--port", str(port),
-                        "--ip", "127.0.0.1", "--no-browser", "--",
-                        f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0",
-                        cwd=tmp_path, token=token)
+        lab = start_lab(
+            "lab",
+            "--warehouse",
+            "wh",
+            "--json",
+            "--port",
+            str(port),
+            "--ip",
+            "127.0.0.1",
+            "--no-browser",
+            "--",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.port_retries=0",
+            cwd=tmp_path,
+            token=token,
+        )
         deadline = time.monotonic() + READY_TIMEOUT
         text = ""
         while True:
@@ -281,7 +363,9 @@ def test_lab_without_zookeeper_starts_the_warehouse_embedded_server(tmp_path, st
         assert doc["warehouse"] == str(warehouse) and doc["notebooks"] == str(notebooks)
         assert doc["url"] == f"http://127.0.0.1:{port}/lab?token={token}"
         lab.wait_answering(f"http://127.0.0.1:{port}", deadline)
-        seen = json.loads(lab.run_in_kernel("hello.ipynb", KERNEL_CODE.format(namespace="leasekit")))
+        seen = json.loads(
+            lab.run_in_kernel("hello.ipynb", KERNEL_CODE.format(namespace="leasekit"))
+        )
         assert seen["zookeeper"] == server.address and seen["warehouse"] == str(warehouse)
         assert seen["prefix"] == sys.prefix and seen["cwd"] == str(notebooks)
     finally:
@@ -292,14 +376,19 @@ def test_lab_refuses_a_missing_notebooks_directory(tmp_path, capsys, monkeypatch
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(capsys, "--zookeeper", "127.0.0.1:1", "lab", "--no-browser")
     assert code == 2 and out == ""
-    assert err.strip() == (f"leasekit: error: no notebooks directory at {tmp_path / 'notebooks'}; "
-                           "pass --notebooks DIR")
+    assert err.strip() == (
+        f"leasekit: error: no notebooks directory at {tmp_path / 'notebooks'}; pass --notebooks DIR"
+    )
     assert not (tmp_path / "leasekit-warehouse").exists()  # nothing started
 
 
 def test_importing_the_cli_does_not_import_jupyter():
-    code = ("import sys, leasekit.cli; "
-            "print(sorted(m for m in ('jupyterlab', 'jupyter_server', 'jupyter_core', 'tornado') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys, leasekit.cli; "
+        "print(sorted(m for m in ('jupyterlab', 'jupyter_server', 'jupyter_core', 'tornado') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"

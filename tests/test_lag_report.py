@@ -25,8 +25,9 @@ def orders(conn):
     """Table ``orders`` (2 buckets) read to its end by the group ``billing`` in three rounds,
     each committed explicitly; the consumer is closed, so no live member owns a bucket."""
     table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
-    with conn.consumer("orders", group_id=GROUP, enable_auto_commit=False,
-                       auto_offset_reset="earliest") as consumer:
+    with conn.consumer(
+        "orders", group_id=GROUP, enable_auto_commit=False, auto_offset_reset="earliest"
+    ) as consumer:
         for round_ in range(3):
             table.append([{"id": round_ * 100 + i, "v": "a"} for i in range(20)])
             seen = 0
@@ -39,13 +40,26 @@ def orders(conn):
 def _run(tmp_path: Path, conn, **parameters):
     """Execute the notebook in ``tmp_path``; (output notebook, CSV rows, the error or None)."""
     out = tmp_path / "lag_report_out.ipynb"
-    params = {"zookeeper": conn.zookeeper, "warehouse": conn.warehouse.location,
-              "namespace": conn.namespace, "group_id": GROUP, "max_lag": 10,
-              "max_time_lag": "15m", "output_path": "report.csv", **parameters}
+    params = {
+        "zookeeper": conn.zookeeper,
+        "warehouse": conn.warehouse.location,
+        "namespace": conn.namespace,
+        "group_id": GROUP,
+        "max_lag": 10,
+        "max_time_lag": "15m",
+        "output_path": "report.csv",
+        **parameters,
+    }
     error = None
     try:
-        papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=params, kernel_name="python3",
-                                   cwd=str(tmp_path), progress_bar=False)
+        papermill.execute_notebook(
+            str(NOTEBOOK),
+            str(out),
+            parameters=params,
+            kernel_name="python3",
+            cwd=str(tmp_path),
+            progress_bar=False,
+        )
     except PapermillExecutionError as exc:
         error = exc
     nb = nbformat.read(out, as_version=4)  # papermill writes it on failure too
@@ -65,8 +79,13 @@ def _verdicts(nb) -> list[str]:
 
 
 def _errors(nb) -> list[str]:
-    return [o.ename for c in nb.cells if c.cell_type == "code" for o in c.outputs
-            if o.output_type == "error"]
+    return [
+        o.ename
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error"
+    ]
 
 
 def _by_bucket(rows) -> dict[int, dict[str, str]]:
@@ -118,8 +137,9 @@ def test_lag_over_threshold_fails_the_run_after_verdict_and_csv(tmp_path, conn, 
     assert "lag over 10 in 2 bucket(s) (" in verdict
     for tb in ends:
         assert f"{tb.table}/{tb.bucket} {ends[tb] - committed[tb]}" in verdict
-    assert {b: int(r["lag"]) for b, r in _by_bucket(rows).items()} == \
-        {tb.bucket: ends[tb] - committed[tb] for tb in ends}
+    assert {b: int(r["lag"]) for b, r in _by_bucket(rows).items()} == {
+        tb.bucket: ends[tb] - committed[tb] for tb in ends
+    }
 
 
 def test_stopped_group_is_err_and_fails_the_run(tmp_path, conn, orders):
@@ -136,8 +156,9 @@ def test_stopped_group_is_err_and_fails_the_run(tmp_path, conn, orders):
     assert verdict.startswith(f"VERDICT: ALERT — group {GROUP}, status ERR, ")
     assert "status ERR (" + ", ".join(f"orders/{b} STOP" for b in lagging) + ")" in verdict
     assert "lag over" not in verdict
-    assert {int(r["bucket"]): r["status"] for r in rows} == \
-        {b: "STOP" if b in lagging else "OK" for b in range(2)}  # rule 1: lag 0 is OK
+    assert {int(r["bucket"]): r["status"] for r in rows} == {
+        b: "STOP" if b in lagging else "OK" for b in range(2)
+    }  # rule 1: lag 0 is OK
 
 
 def test_time_lag_over_threshold_fails_the_run(tmp_path, conn, orders):
@@ -157,6 +178,8 @@ def test_unknown_group_fails_the_run(tmp_path, conn, orders):
     nb, rows, error = _run(tmp_path, conn, group_id="billing-typo")
     assert error is not None and error.ename == "LagAlert"
     (verdict,) = _verdicts(nb)
-    assert verdict == ("VERDICT: ALERT — group billing-typo, status OK, max lag 0, "
-                       "max time lag -: no committed offsets")
+    assert verdict == (
+        "VERDICT: ALERT — group billing-typo, status OK, max lag 0, "
+        "max time lag -: no committed offsets"
+    )
     assert rows == []

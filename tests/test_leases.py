@@ -69,7 +69,9 @@ def test_valid_lease_id_edge_cases(conn):
         assert conn.drop_kv_snapshot_lease(lease_id) is False
 
 
-@pytest.mark.parametrize("duration", [0, -1, "0s", "-5m", "8d", timedelta(0), "soon", float("nan"), True, [1]])
+@pytest.mark.parametrize(
+    "duration", [0, -1, "0s", "-5m", "8d", timedelta(0), "soon", float("nan"), True, [1]]
+)
 def test_invalid_durations(conn, duration):
     # L2
     before = conn.store.round_trips
@@ -88,7 +90,10 @@ def test_max_duration_is_a_namespace_setting(conn, zookeeper, warehouse, namespa
     with lk.connect(zookeeper, warehouse, namespace=namespace) as admin:
         admin.update_settings({"lease.max-duration": "1h"})
     deadline = time.monotonic() + 5
-    while conn.cached_settings()["lease.max-duration"] != timedelta(hours=1) and time.monotonic() < deadline:
+    while (
+        conn.cached_settings()["lease.max-duration"] != timedelta(hours=1)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     with pytest.raises(lk.InvalidDurationError):
         conn.lease("x", "2h")
@@ -97,7 +102,13 @@ def test_max_duration_is_a_namespace_setting(conn, zookeeper, warehouse, namespa
 
 def test_durations_in_every_form(conn, orders):
     # L2, L7
-    for duration, seconds in [(timedelta(minutes=5), 300), (90, 90), (1.5, 1.5), ("500ms", 0.5), ("2h", 7200)]:
+    for duration, seconds in [
+        (timedelta(minutes=5), 300),
+        (90, 90),
+        (1.5, 1.5),
+        ("500ms", 0.5),
+        ("2h", 7200),
+    ]:
         result = conn.acquire_kv_snapshot_lease("forms", {TB("orders", 0): 2}, duration)
         info = conn.leases()[0]
         assert info.duration == timedelta(seconds=seconds)
@@ -106,6 +117,7 @@ def test_durations_in_every_form(conn, orders):
 
 
 # -- L3-L6: pins --------------------------------------------------------------------------
+
 
 def test_acquire_pins_and_protects_from_deletion(conn, orders):
     # L3
@@ -122,7 +134,9 @@ def test_acquire_pins_and_protects_from_deletion(conn, orders):
 def test_missing_or_deleted_snapshots_are_unavailable_and_not_pinned(conn, orders):
     # L3
     delete_snapshot(orders, 1, 1)
-    result = conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1, TB("orders", 1): 1, TB("orders", 2): 99}, "1h")
+    result = conn.acquire_kv_snapshot_lease(
+        "q3", {TB("orders", 0): 1, TB("orders", 1): 1, TB("orders", 2): 99}, "1h"
+    )
     assert result.acquired == {TB("orders", 0): 1}
     assert result.unavailable == {TB("orders", 1): 1, TB("orders", 2): 99}
     assert conn.leases()[0].pins == {TB("orders", 0): 1}
@@ -161,7 +175,9 @@ def test_acquire_latest_pins_newest_and_reports_buckets_without_snapshot(conn, s
     result = lease.acquire_latest(["sparse", "other"])
     written = {tb for tb, s in table.latest_snapshots().items()}
     assert set(result.acquired) == written and len(written) == 1
-    assert result.unavailable == {tb: -1 for tb in table.buckets + other.buckets if tb not in written}
+    assert result.unavailable == {
+        tb: -1 for tb in table.buckets + other.buckets if tb not in written
+    }
     assert lease.acquire_latest("sparse").acquired == result.acquired  # a str is one table
 
 
@@ -191,6 +207,7 @@ def test_acquire_latest_retries_when_the_latest_disappears(conn, orders, spark, 
 
 
 # -- L7, L8, L11: expiry on the ZooKeeper clock ----------------------------------------
+
 
 def test_expiry_is_zookeeper_time_of_acquire_plus_duration(conn, orders):
     # L7
@@ -295,6 +312,7 @@ def test_renew_racing_expiry_wins_or_fails_cleanly(conn, orders):
 
 # -- L9, L10: release and drop ----------------------------------------------------------
 
+
 def test_release_is_idempotent_and_keeps_the_lease(conn, orders):
     # L9
     lease = conn.lease("q3", "1h")
@@ -334,11 +352,14 @@ def test_drop_removes_lease_and_pins_in_one_step(conn, orders):
 
 # -- L12: reads ---------------------------------------------------------------------------
 
+
 def test_read_returns_exactly_the_pinned_snapshot_rows(conn, orders, spark):
     # L12
     lease = conn.lease("q3", "1h")
     lease.acquire(both(orders, 1))
-    expected = sorted(map(tuple, lks.read_snapshots(spark, orders, {b: 1 for b in range(4)}).collect()))
+    expected = sorted(
+        map(tuple, lks.read_snapshots(spark, orders, {b: 1 for b in range(4)}).collect())
+    )
     orders.append([{"id": i, "status": "late"} for i in range(300)])
     orders.snapshot(spark)
     rows = sorted(map(tuple, lease.read(spark, orders).collect()))
@@ -368,6 +389,7 @@ def test_read_after_drop_is_expired(conn, orders, spark):
 
 
 # -- L13: keepalive ---------------------------------------------------------------------
+
 
 def test_keepalive_renews_in_the_background(conn, orders, spark):
     # L13: a 2 s lease used for 4 s stays valid
@@ -425,10 +447,17 @@ def test_bad_acquire_input_writes_nothing(conn, orders, snapshot_ids, error):
     assert namespace_tree(conn) == before
 
 
-@pytest.mark.parametrize("buckets, error", [
-    ([("orders", 0)], TypeError), (TB("orders", 0), TypeError), ("orders", TypeError),
-    ([TB("nope", 0)], lk.TableNotFoundError), ([TB("orders", "0")], TypeError), ([TB("orders", 1.0)], TypeError),
-])
+@pytest.mark.parametrize(
+    "buckets, error",
+    [
+        ([("orders", 0)], TypeError),
+        (TB("orders", 0), TypeError),
+        ("orders", TypeError),
+        ([TB("nope", 0)], lk.TableNotFoundError),
+        ([TB("orders", "0")], TypeError),
+        ([TB("orders", 1.0)], TypeError),
+    ],
+)
 def test_bad_release_input_writes_nothing(conn, orders, buckets, error):
     conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
     before = namespace_tree(conn)

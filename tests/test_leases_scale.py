@@ -19,7 +19,9 @@ from leasekit.snapshots.catalog import delete_snapshot, get_snapshots
 from leasekit.zk import MAX_VALUE_BYTES
 
 
-def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(conn, zookeeper, warehouse, namespace):
+def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(
+    conn, zookeeper, warehouse, namespace
+):
     # L14
     table = conn.create_table("wide", "id BIGINT", "id", buckets=100_000)
     seed_empty_snapshots(conn, table)
@@ -52,8 +54,15 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(conn, zookeeper,
     assert len(result.acquired) == 100_000 and result.unavailable == {}
     assert len(lease.info().pins) == 100_000
     assert pin_znodes(conn, table, "big", every) == every
-    sizes = [len(n.data) for n in conn.store.get_many(
-        [f"{conn.paths.lease_pins('big')}/{name}" for name in conn.store.children(conn.paths.lease_pins("big"))])]
+    sizes = [
+        len(n.data)
+        for n in conn.store.get_many(
+            [
+                f"{conn.paths.lease_pins('big')}/{name}"
+                for name in conn.store.children(conn.paths.lease_pins("big"))
+            ]
+        )
+    ]
     assert max(sizes) < MAX_VALUE_BYTES // 100  # far from ZooKeeper's 1 MB
     assert elapsed < 120
 
@@ -63,7 +72,10 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(conn, zookeeper,
     assert pin_znodes(conn, table, "big", sample) == {b: 1 for b in sample if b % 2}
     assert lease.drop() is True
     assert conn.drop_kv_snapshot_lease("crashed") is True
-    assert pin_znodes(conn, table, "big", sample) == {} and pin_znodes(conn, table, "crashed", sample) == {}
+    assert (
+        pin_znodes(conn, table, "big", sample) == {}
+        and pin_znodes(conn, table, "crashed", sample) == {}
+    )
     assert conn.leases() == []
 
 
@@ -105,7 +117,9 @@ def test_acquire_latest_races_snapshots_and_deletion(conn, spark):
             while not stop.is_set():
                 result = lease.acquire_latest("hot")
                 assert len(result.acquired) == 4
-                pinned = get_snapshots(table, {tb.bucket: sid for tb, sid in result.acquired.items()})
+                pinned = get_snapshots(
+                    table, {tb.bucket: sid for tb, sid in result.acquired.items()}
+                )
                 assert all(os.path.exists(f) for snap in pinned for f in snap.files)
                 assert lease.read(spark, "hot").count() == keys
                 counts["acquires"] += 1

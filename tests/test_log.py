@@ -89,7 +89,9 @@ def test_append_returns_offset_ranges_per_bucket(conn):
 
 def test_segment_max_rows_splits_large_appends(conn):
     # W1 (segments are split by log.segment.max-rows and stay dense)
-    table = conn.create_table("t", "id BIGINT", "id", buckets=1, properties={"log.segment.max-rows": 30})
+    table = conn.create_table(
+        "t", "id BIGINT", "id", buckets=1, properties={"log.segment.max-rows": 30}
+    )
     table.append(pa.table({"id": pa.array(range(100), pa.int64())}))
     segs = list_segments(table, [0])[0]
     assert [(s.base_offset, s.end_offset) for s in segs] == [(0, 30), (30, 60), (60, 90), (90, 100)]
@@ -157,7 +159,15 @@ def test_timestamp_floor_survives_a_backwards_clock(conn):
 
     state = read_states(table, [0])[0]
     future = state.stat.mtime_ms + 3_600_000
-    conn.store.commit([SetData(conn.paths.bucket(table.table_id, 0), state.encode(ts_floor=future), state.stat.version)])
+    conn.store.commit(
+        [
+            SetData(
+                conn.paths.bucket(table.table_id, 0),
+                state.encode(ts_floor=future),
+                state.stat.version,
+            )
+        ]
+    )
     table.append([{"id": 2}])
     segs = list_segments(table, [0])[0]
     assert segs[1].timestamp_ms >= future >= segs[0].timestamp_ms

@@ -15,7 +15,11 @@ from leasekit.log.segments import ROW_GROUP_RECORDS, list_segments
 @pytest.fixture
 def table(conn):
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1)
-    table.append(pa.table({"id": pa.array(range(150_000), pa.int64()), "v": [f"a{i}" for i in range(150_000)]}))
+    table.append(
+        pa.table(
+            {"id": pa.array(range(150_000), pa.int64()), "v": [f"a{i}" for i in range(150_000)]}
+        )
+    )
     table.delete([{"id": 7}])
     return table
 
@@ -48,7 +52,9 @@ def test_segment_files_have_row_groups_a_read_can_skip(table):
     import pyarrow.parquet as pq
 
     seg = list_segments(table, [0])[0][0]
-    assert pq.ParquetFile(seg.file).metadata.num_row_groups == 3  # 150,000 records in groups of 65,536
+    assert (
+        pq.ParquetFile(seg.file).metadata.num_row_groups == 3
+    )  # 150,000 records in groups of 65,536
 
 
 def test_a_segment_deleted_under_the_reader_is_reported(conn, table):
@@ -61,15 +67,20 @@ def test_a_segment_deleted_under_the_reader_is_reported(conn, table):
     assert isinstance(lkreader.SegmentGone("x"), lk.IllegalStateError)
 
 
-def test_a_sequential_read_decodes_each_row_group_once_and_keeps_none_it_finished(table, monkeypatch):
+def test_a_sequential_read_decodes_each_row_group_once_and_keeps_none_it_finished(
+    table, monkeypatch
+):
     # §6.5 bounded caching: a reader going through a segment in small steps decodes each row
     # group once, and drops a group as soon as a read reached its end
     import pyarrow.parquet as pq
 
     decoded = []
     real = pq.ParquetFile.read_row_group
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
-                        lambda self, i, **kw: decoded.append(i) or real(self, i, **kw))
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_group",
+        lambda self, i, **kw: decoded.append(i) or real(self, i, **kw),
+    )
     seg = list_segments(table, [0])[0][0]
     reader = lkreader.SegmentReader(table)
     try:

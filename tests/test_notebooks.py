@@ -29,8 +29,14 @@ def _execute(name: str, tmp_path: Path, **parameters) -> Path:
     """Run notebooks/<name> in a fresh python3 kernel working in ``tmp_path``; the output path."""
     output = tmp_path / f"{Path(name).stem}-output.ipynb"
     papermill.execute_notebook(
-        str(NOTEBOOKS / name), str(output), parameters=parameters, kernel_name="python3",
-        cwd=str(tmp_path), progress_bar=False, start_timeout=120, execution_timeout=300,
+        str(NOTEBOOKS / name),
+        str(output),
+        parameters=parameters,
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+        start_timeout=120,
+        execution_timeout=300,
     )
     return output
 
@@ -102,7 +108,9 @@ def test_quickstart_runs_top_to_bottom(conn, zookeeper, warehouse, namespace, tm
         consumer.assign([TB("orders", 0)])
         consumer.commit({TB("orders", 0): 3})
 
-    nb = _run("quickstart.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace)
+    nb = _run(
+        "quickstart.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace
+    )
 
     # The parameters were used: no embedded server or default warehouse next to the notebook.
     assert not (tmp_path / "leasekit-warehouse").exists()
@@ -135,7 +143,9 @@ def test_quickstart_runs_top_to_bottom(conn, zookeeper, warehouse, namespace, tm
     plan_cell = _text(_cell(nb, "orders.snapshot(spark)"))
     plan = conn.retention_plan("orders")
     assert f"reclaimable: {plan.reclaimable_bytes:,} bytes" in plan_cell
-    assert "pinned by lease quickstart-hold until" in plan_cell and "newest 2 of bucket" in plan_cell
+    assert (
+        "pinned by lease quickstart-hold until" in plan_cell and "newest 2 of bucket" in plan_cell
+    )
     assert {(i.table_bucket.bucket, i.item_id) for i in plan.deletes} == {(1, 1), (2, 1), (3, 1)}
 
     # The Dashboard is the last expression of its cell.
@@ -150,12 +160,16 @@ def test_quickstart_runs_top_to_bottom(conn, zookeeper, warehouse, namespace, tm
 def _orders_with_a_snapshot(conn, spark) -> pd.DataFrame:
     """An orders table whose newest snapshot holds the returned rows; rows appended after it
     (status "late") are in the log only."""
-    orders = conn.create_table("orders", "order_id BIGINT, status STRING, amount DOUBLE", "order_id", buckets=4)
-    rows = pd.DataFrame({
-        "order_id": range(400),
-        "status": [("new", "paid", "shipped")[i % 3] for i in range(400)],
-        "amount": [(i % 10) * 0.5 for i in range(400)],  # sums are exact in binary
-    })
+    orders = conn.create_table(
+        "orders", "order_id BIGINT, status STRING, amount DOUBLE", "order_id", buckets=4
+    )
+    rows = pd.DataFrame(
+        {
+            "order_id": range(400),
+            "status": [("new", "paid", "shipped")[i % 3] for i in range(400)],
+            "amount": [(i % 10) * 0.5 for i in range(400)],  # sums are exact in binary
+        }
+    )
     orders.append(rows)
     gone = list(range(0, 400, 7))
     orders.delete([{"order_id": k} for k in gone])
@@ -164,18 +178,34 @@ def _orders_with_a_snapshot(conn, spark) -> pd.DataFrame:
     return rows[~rows["order_id"].isin(gone)]
 
 
-def test_pinned_read_writes_the_query_over_the_pinned_snapshot(conn, spark, zookeeper, warehouse, namespace,
-                                                               tmp_path):
+def test_pinned_read_writes_the_query_over_the_pinned_snapshot(
+    conn, spark, zookeeper, warehouse, namespace, tmp_path
+):
     # L12: the query sees exactly the pinned snapshot, not the log appended after it
     state = _orders_with_a_snapshot(conn, spark)
-    nb = _run("pinned_read.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace,
-              table="orders", lease_id="nightly-report", lease_duration="10m",
-              query="SELECT status, count(*) AS n, sum(amount) AS total FROM orders GROUP BY status",
-              output_path="by_status.parquet")
+    nb = _run(
+        "pinned_read.ipynb",
+        tmp_path,
+        zookeeper=zookeeper,
+        warehouse=warehouse,
+        namespace=namespace,
+        table="orders",
+        lease_id="nightly-report",
+        lease_duration="10m",
+        query="SELECT status, count(*) AS n, sum(amount) AS total FROM orders GROUP BY status",
+        output_path="by_status.parquet",
+    )
 
-    written = pd.read_parquet(tmp_path / "by_status.parquet").sort_values("status").reset_index(drop=True)
-    expected = (state.groupby("status").agg(n=("order_id", "size"), total=("amount", "sum"))
-                .reset_index().sort_values("status").reset_index(drop=True))
+    written = (
+        pd.read_parquet(tmp_path / "by_status.parquet").sort_values("status").reset_index(drop=True)
+    )
+    expected = (
+        state.groupby("status")
+        .agg(n=("order_id", "size"), total=("amount", "sum"))
+        .reset_index()
+        .sort_values("status")
+        .reset_index(drop=True)
+    )
     pd.testing.assert_frame_equal(written, expected, check_dtype=False)
     assert "late" not in set(written["status"])
 
@@ -191,12 +221,22 @@ def test_pinned_read_writes_the_query_over_the_pinned_snapshot(conn, spark, zook
     _nothing_left_running(tmp_path)
 
 
-def test_pinned_read_drops_its_lease_when_the_query_fails(conn, spark, zookeeper, warehouse, namespace, tmp_path):
+def test_pinned_read_drops_its_lease_when_the_query_fails(
+    conn, spark, zookeeper, warehouse, namespace, tmp_path
+):
     # A failing cell fails the run (§10), and the lease is dropped all the same (§6.3 drop_on_exit)
     _orders_with_a_snapshot(conn, spark)
     with pytest.raises(papermill.PapermillExecutionError) as failed:
-        _execute("pinned_read.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace,
-                 query="SELECT no_such_column FROM orders", output_format="csv", output_path="never.csv")
+        _execute(
+            "pinned_read.ipynb",
+            tmp_path,
+            zookeeper=zookeeper,
+            warehouse=warehouse,
+            namespace=namespace,
+            query="SELECT no_such_column FROM orders",
+            output_format="csv",
+            output_path="never.csv",
+        )
     assert failed.value.ename == "AnalysisException"
 
     assert conn.leases() == []  # lease_id None: a new id, acquired and then dropped
@@ -225,16 +265,26 @@ def _history(conn, spark) -> dict[tuple[str, int], list[int]]:
 
 
 def _snapshot_ids(conn) -> dict[tuple[str, int], list[int]]:
-    return {(name, b): [s.snapshot_id for s in conn.table(name).snapshots(b)]
-            for name in conn.tables() for b in range(conn.table(name).num_buckets)}
+    return {
+        (name, b): [s.snapshot_id for s in conn.table(name).snapshots(b)]
+        for name in conn.tables()
+        for b in range(conn.table(name).num_buckets)
+    }
 
 
-def test_retention_audit_shows_the_plan_and_changes_nothing(conn, spark, zookeeper, warehouse, namespace,
-                                                            tmp_path):
+def test_retention_audit_shows_the_plan_and_changes_nothing(
+    conn, spark, zookeeper, warehouse, namespace, tmp_path
+):
     # R6: the plan changes nothing and gives every item a reason
     before = _history(conn, spark)
     plan = conn.retention_plan()
-    nb = _run("retention_audit.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace)
+    nb = _run(
+        "retention_audit.ipynb",
+        tmp_path,
+        zookeeper=zookeeper,
+        warehouse=warehouse,
+        namespace=namespace,
+    )
 
     assert _snapshot_ids(conn) == before
     assert [lease.lease_id for lease in conn.leases()] == ["audit-pin"]
@@ -249,23 +299,37 @@ def test_retention_audit_shows_the_plan_and_changes_nothing(conn, spark, zookeep
     _nothing_left_running(tmp_path)
 
 
-def test_retention_audit_executes_on_one_table(conn, spark, zookeeper, warehouse, namespace, tmp_path):
+def test_retention_audit_executes_on_one_table(
+    conn, spark, zookeeper, warehouse, namespace, tmp_path
+):
     # R1: newest 2 and the pinned snapshot kept, the rest deleted, files after metadata; only `table`
     before = _history(conn, spark)
     plan = conn.retention_plan("events")
     doomed = conn.table("events").snapshots(1)[0]
-    nb = _run("retention_audit.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace,
-              table="events", execute=True)
+    nb = _run(
+        "retention_audit.ipynb",
+        tmp_path,
+        zookeeper=zookeeper,
+        warehouse=warehouse,
+        namespace=namespace,
+        table="events",
+        execute=True,
+    )
 
     after = _snapshot_ids(conn)
     assert after[("events", 0)] == [1, 2, 3]  # snapshot 1 pinned by audit-pin
     assert after[("events", 1)] == [2, 3]
-    assert after[("other", 0)] == before[("other", 0)] and after[("other", 1)] == before[("other", 1)]
+    assert (
+        after[("other", 0)] == before[("other", 0)] and after[("other", 1)] == before[("other", 1)]
+    )
     assert not any(os.path.exists(f) for f in doomed.files)
 
     out = _all_text(nb)
     assert f"reclaimable: {plan.reclaimable_bytes:,} bytes" in out
-    assert f"retention ran: 1 deleted, {doomed.size_bytes:,} bytes freed" in out and ", 0 errors" in out
+    assert (
+        f"retention ran: 1 deleted, {doomed.size_bytes:,} bytes freed" in out
+        and ", 0 errors" in out
+    )
     report = _text(_cell(nb, "if execute:"))
     assert "older than the newest 2 of bucket, not pinned" in report and "events" in report
     _nothing_left_running(tmp_path)

@@ -27,10 +27,14 @@ def test_commit_then_fetch_with_metadata_time_and_log_end(conn, orders):
     assert offsets.fetch(conn, "g", tables, [TB("orders", 0)]) == {}
     ends = orders.end_offsets()
     before = conn.now_ms()
-    offsets.commit(conn, "g", {TB("orders", 0): lk.OffsetAndMetadata(3, "batch 7"), TB("orders", 1): 0}, tables)
+    offsets.commit(
+        conn, "g", {TB("orders", 0): lk.OffsetAndMetadata(3, "batch 7"), TB("orders", 1): 0}, tables
+    )
     got = offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)])
-    assert {tb: (r.offset, r.metadata) for tb, r in got.items()} == {TB("orders", 0): (3, "batch 7"),
-                                                                    TB("orders", 1): (0, "")}
+    assert {tb: (r.offset, r.metadata) for tb, r in got.items()} == {
+        TB("orders", 0): (3, "batch 7"),
+        TB("orders", 1): (0, ""),
+    }
     record = got[TB("orders", 0)]
     assert before <= record.commit_ms <= conn.now_ms()
     assert record.history[-1].log_end == ends[TB("orders", 0)]
@@ -42,11 +46,17 @@ def test_unchanged_offsets_are_not_written(conn, orders):
     # C3, §5: a commit that changes nothing writes nothing; a changed one writes only itself
     tables = {"orders": orders}
     offsets.commit(conn, "g", {TB("orders", b): 5 for b in range(4)}, tables)
-    versions = {tb: r.stat.version for tb, r in offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)]).items()}
+    versions = {
+        tb: r.stat.version
+        for tb, r in offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)]).items()
+    }
     assert offsets.commit(conn, "g", {TB("orders", b): 5 for b in range(4)}, tables) == {}
     written = offsets.commit(conn, "g", {TB("orders", 0): 6, TB("orders", 1): 5}, tables)
     assert set(written) == {TB("orders", 0)}
-    after = {tb: r.stat.version for tb, r in offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)]).items()}
+    after = {
+        tb: r.stat.version
+        for tb, r in offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)]).items()
+    }
     assert after == {**versions, TB("orders", 0): versions[TB("orders", 0)] + 1}
 
 
@@ -82,22 +92,28 @@ def test_commits_beyond_one_transaction_write_every_offset_whole(conn):
     table = conn.create_table("wide", "id BIGINT", "id", buckets=1000)
     tables = {"wide": table}
     metadata = "m" * offsets.MAX_METADATA_BYTES
-    offsets.commit(conn, "g", {TB("wide", b): lk.OffsetAndMetadata(b, metadata) for b in range(1000)}, tables)
+    offsets.commit(
+        conn, "g", {TB("wide", b): lk.OffsetAndMetadata(b, metadata) for b in range(1000)}, tables
+    )
     got = offsets.fetch(conn, "g", tables, [TB("wide", b) for b in range(1000)])
     assert {tb: (r.offset, r.metadata) for tb, r in got.items()} == {
-        TB("wide", b): (b, metadata) for b in range(1000)}
+        TB("wide", b): (b, metadata) for b in range(1000)
+    }
 
 
-@pytest.mark.parametrize("bad, error", [
-    ({}, lk.InvalidArgumentError),
-    ({("orders", 0): 1}, TypeError),
-    ({TB("orders", 0): -1}, lk.InvalidArgumentError),
-    ({TB("orders", 0): "1"}, TypeError),
-    ({TB("orders", 0): True}, TypeError),
-    ({TB("orders", 0): lk.OffsetAndMetadata(1, "é" * 2049)}, lk.InvalidArgumentError),
-    ({TB("orders", 0): lk.OffsetAndMetadata(1, b"x")}, TypeError),
-    ([1], TypeError),
-])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({}, lk.InvalidArgumentError),
+        ({("orders", 0): 1}, TypeError),
+        ({TB("orders", 0): -1}, lk.InvalidArgumentError),
+        ({TB("orders", 0): "1"}, TypeError),
+        ({TB("orders", 0): True}, TypeError),
+        ({TB("orders", 0): lk.OffsetAndMetadata(1, "é" * 2049)}, lk.InvalidArgumentError),
+        ({TB("orders", 0): lk.OffsetAndMetadata(1, b"x")}, TypeError),
+        ([1], TypeError),
+    ],
+)
 def test_bad_offsets_are_refused_before_any_write(bad, error):
     # C2, C3: validation errors are typed
     with pytest.raises(error):

@@ -111,7 +111,11 @@ def test_a_consumer_without_a_group_follows_created_and_dropped_tables(conn):
     second = day(conn, 2, buckets=3, rows=12)
     conn.create_table("night_2", "id BIGINT", "id", buckets=1).append([{"id": 1}])
     started = time.monotonic()
-    poll_until([c], lambda: c.assignment() == set(first.buckets) | set(second.buckets) and len(got) == 22, got=got)
+    poll_until(
+        [c],
+        lambda: c.assignment() == set(first.buckets) | set(second.buckets) and len(got) == 22,
+        got=got,
+    )
     assert time.monotonic() - started < 5
     assert {tb.table for tb, _ in got} == {"day_1", "day_2"}
     assert len(set(got)) == 22
@@ -143,13 +147,18 @@ def test_a_group_consumes_a_matching_table_created_later_split_between_members(c
     assert len(set(got)) == 50 and {tb.table for tb, _ in got} == {"day_1", "day_2"}
     assert a.assignment() | b.assignment() == set(new.buckets) | {TB("day_1", 0), TB("day_1", 1)}
     assert not a.assignment() & b.assignment()
-    assert {tb.table for tb in a.assignment()} == {tb.table for tb in b.assignment()} == {"day_1", "day_2"}
+    assert (
+        {tb.table for tb in a.assignment()}
+        == {tb.table for tb in b.assignment()}
+        == {"day_1", "day_2"}
+    )
     # §6.6: describe_group lists every bucket of the tables the group subscribes to by pattern
     a.commit()
     b.commit()
     described = conn.describe_group("g")
     assert sorted(zip(described.table, described.bucket)) == sorted(
-        [("day_1", 0), ("day_1", 1)] + [("day_2", i) for i in range(4)])
+        [("day_1", 0), ("day_1", 1)] + [("day_2", i) for i in range(4)]
+    )
     assert set(described.consumer_id) == {a.member_id, b.member_id}
     a.close()
     b.close()
@@ -199,14 +208,28 @@ def test_pattern_and_list_members_in_one_group_are_each_assigned_only_their_tabl
     first = day(conn, 1, buckets=4)
     listed = conn.consumer("orders", group_id="g", auto_offset_reset="earliest")
     by_pattern = group_consumer(conn)
-    poll_until([listed, by_pattern], lambda: listed.assignment() == set(orders.buckets)
-               and by_pattern.assignment() == set(first.buckets))
+    poll_until(
+        [listed, by_pattern],
+        lambda: (
+            listed.assignment() == set(orders.buckets)
+            and by_pattern.assignment() == set(first.buckets)
+        ),
+    )
     second = day(conn, 2, buckets=2)
-    poll_until([listed, by_pattern], lambda: by_pattern.assignment() == set(first.buckets) | set(second.buckets))
+    poll_until(
+        [listed, by_pattern],
+        lambda: by_pattern.assignment() == set(first.buckets) | set(second.buckets),
+    )
     assert listed.assignment() == set(orders.buckets)
     both = group_consumer(conn, pattern="orders|day_2")
-    poll_until([listed, by_pattern, both], lambda: len(both.assignment()) > 0
-               and len(listed.assignment()) + len(by_pattern.assignment()) + len(both.assignment()) == 10)
+    poll_until(
+        [listed, by_pattern, both],
+        lambda: (
+            len(both.assignment()) > 0
+            and len(listed.assignment()) + len(by_pattern.assignment()) + len(both.assignment())
+            == 10
+        ),
+    )
     assert {tb.table for tb in both.assignment()} <= {"orders", "day_2"}
     assert {tb.table for tb in listed.assignment()} <= {"orders"}
     assert {tb.table for tb in by_pattern.assignment()} <= {"day_1", "day_2"}
@@ -241,9 +264,12 @@ def test_a_table_dropped_and_created_again_is_read_as_the_new_table(conn, group)
     new = conn.create_table("day_1", "id BIGINT", "id", buckets=3)
     assert new.table_id != old.table_id
     new.append([{"id": i} for i in range(100, 106)])
-    fresh = poll_until([c], lambda: c.assignment() == set(new.buckets) and len(fresh) == 6, got=(fresh := []))
+    fresh = poll_until(
+        [c], lambda: c.assignment() == set(new.buckets) and len(fresh) == 6, got=(fresh := [])
+    )
     assert sorted(o for _, o in fresh) == sorted(
-        o for tb, n in new.end_offsets().items() for o in range(n))
+        o for tb, n in new.end_offsets().items() for o in range(n)
+    )
     c.close()
 
 
@@ -284,7 +310,9 @@ def test_tables_created_and_dropped_under_two_consuming_members(conn):
                 table = conn.create_table(name, "id BIGINT", "id", buckets=2)
                 table.append([{"id": i} for i in range(6)])
                 live[name] = table
-                if len(live) > 4:  # the oldest gets records just before its drop: positions not yet committed
+                if (
+                    len(live) > 4
+                ):  # the oldest gets records just before its drop: positions not yet committed
                     oldest = live.pop(next(iter(live)))
                     oldest.append([{"id": i} for i in range(9, 12)])
                     stop.wait(random.uniform(0, 0.15))
@@ -314,9 +342,20 @@ def test_tables_created_and_dropped_under_two_consuming_members(conn):
         stop.set()
         writer.join()
     assert not errors and overlaps == 0 and samples > 50
-    wanted = {(t.name, tb.bucket, o) for t in live.values() for tb, end in t.end_offsets().items()
-              for o in range(end)}
-    poll_until([a, b], lambda: wanted <= got | {(tb.table, tb.bucket, o) for tb, o in rest}
-               and {tb.table for c in (a, b) for tb in c.assignment()} == set(live), seconds=20, got=(rest := []))
+    wanted = {
+        (t.name, tb.bucket, o)
+        for t in live.values()
+        for tb, end in t.end_offsets().items()
+        for o in range(end)
+    }
+    poll_until(
+        [a, b],
+        lambda: (
+            wanted <= got | {(tb.table, tb.bucket, o) for tb, o in rest}
+            and {tb.table for c in (a, b) for tb in c.assignment()} == set(live)
+        ),
+        seconds=20,
+        got=(rest := []),
+    )
     a.close()
     b.close()

@@ -222,7 +222,9 @@ def test_serialize_round_trip_keeps_comments(example):
     assert deserialize_schema(data).equals(example, check_metadata=True)
 
 
-@pytest.mark.parametrize("data", [b"", b"not arrow", b"\xff" * 64, serialize_schema(pa.schema([("a", pa.int8())]))[:-9]])
+@pytest.mark.parametrize(
+    "data", [b"", b"not arrow", b"\xff" * 64, serialize_schema(pa.schema([("a", pa.int8())]))[:-9]]
+)
 def test_deserialize_garbage_is_corrupt_metadata(data):
     with pytest.raises(CorruptMetadataError):
         deserialize_schema(data)
@@ -305,7 +307,9 @@ def test_conform_rounded_floats_fit_decimals_and_empty_frames_work(schema):
     df = pd.DataFrame({"id": range(20_000), "price": prices})
     target = parse_schema("id BIGINT NOT NULL, price DECIMAL(10,2)")
     table = conform(df, target, key_columns=KEY)
-    assert table.column("price").to_pylist()[:3] == [decimal.Decimal(v) for v in ("0.00", "0.01", "0.02")]
+    assert table.column("price").to_pylist()[:3] == [
+        decimal.Decimal(v) for v in ("0.00", "0.01", "0.02")
+    ]
     assert table.column("price")[12345].as_py() == decimal.Decimal("123.45")
     empty = conform(pd.DataFrame(columns=schema.names), schema, key_columns=KEY)
     assert empty.num_rows == 0 and empty.schema.equals(schema, check_metadata=True)

@@ -37,7 +37,11 @@ def _random_history(table, rng, batches=6, keys=300, size=200):
         ids = rng.integers(0, keys, size)
         rows = []
         for i, k in enumerate(ids.tolist()):
-            value = (f"n{b}-{i}", int(rng.integers(0, 1000)), datetime(2026, 1, 1, b, tzinfo=timezone.utc))
+            value = (
+                f"n{b}-{i}",
+                int(rng.integers(0, 1000)),
+                datetime(2026, 1, 1, b, tzinfo=timezone.utc),
+            )
             rows.append({"id": k, "name": value[0], "qty": value[1], "at": value[2]})
             model[k] = value
         table.append(rows)
@@ -68,7 +72,9 @@ def test_read_at_equals_snapshot_at_same_offsets(conn, spark):
     snaps = table.snapshot(spark)
     offsets = {tb: s.log_offset for tb, s in snaps.items()}
     _random_history(table, rng, batches=2)  # the log moves on
-    snap_rows = _rows(lks.read_snapshots(spark, table, {tb: s.snapshot_id for tb, s in snaps.items()}))
+    snap_rows = _rows(
+        lks.read_snapshots(spark, table, {tb: s.snapshot_id for tb, s in snaps.items()})
+    )
     assert _rows(lks.read_at(spark, table, offsets)) == snap_rows == _model_rows(model)
 
 
@@ -76,8 +82,15 @@ def test_read_at_mid_segment_and_across_snapshots(conn, spark):
     # S1: the state after records [0, o) for any o, from a snapshot plus the log tail
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1)
     tb = lk.TableBucket("t", 0)
-    history = [("upsert", 1, "a"), ("upsert", 2, "b"), ("upsert", 1, "c"), ("delete", 2, None),
-               ("upsert", 3, "d"), ("upsert", 2, "e"), ("upsert", 3, "f")]
+    history = [
+        ("upsert", 1, "a"),
+        ("upsert", 2, "b"),
+        ("upsert", 1, "c"),
+        ("delete", 2, None),
+        ("upsert", 3, "d"),
+        ("upsert", 2, "e"),
+        ("upsert", 3, "f"),
+    ]
     for op, k, v in history[:4]:
         table.append([{"id": k, "v": v}]) if op == "upsert" else table.delete([{"id": k}])
     table.snapshot(spark)  # at offset 4
@@ -195,7 +208,9 @@ def test_spark_write_is_an_upsert_visible_to_reads(conn, spark):
     # W4, S1
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=3)
     table.append([{"id": i, "v": "old"} for i in range(100)])
-    ranges = lks.write(spark.createDataFrame([(i, "new") for i in range(50, 150)], "id BIGINT, v STRING"), table)
+    ranges = lks.write(
+        spark.createDataFrame([(i, "new") for i in range(50, 150)], "id BIGINT, v STRING"), table
+    )
     assert sum(len(r) for r in ranges.values()) == 100
     state = dict(lks.read_at(spark, table).collect())
     assert len(state) == 150
@@ -234,7 +249,9 @@ def test_bulk_written_segments_are_told_apart_from_each_other(conn, spark):
     # S1, W4: Spark's bulk write reuses part-file names in every bucket directory; each
     # record must still get its own segment's offsets, or an older value would win.
     table = conn.create_table("t", "id BIGINT, amount DOUBLE", "id", buckets=16)
-    lks.write(spark.createDataFrame([(i, 1.0) for i in range(1000)], "id BIGINT, amount DOUBLE"), table)
+    lks.write(
+        spark.createDataFrame([(i, 1.0) for i in range(1000)], "id BIGINT, amount DOUBLE"), table
+    )
     table.append([{"id": i, "amount": 2.0} for i in range(1000)])
     from leasekit.log.segments import list_segments
     from leasekit.spark.frames import log_frame

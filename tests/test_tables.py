@@ -14,7 +14,10 @@ import leasekit as lk
 
 def test_create_describe_list_drop(conn):
     table = conn.create_table(
-        "orders", "id BIGINT, status STRING, amount DECIMAL(10,2)", "id", buckets=3,
+        "orders",
+        "id BIGINT, status STRING, amount DECIMAL(10,2)",
+        "id",
+        buckets=3,
         properties={"kv.snapshot.num-retained": "3", "log.retention": "2d"},
     )
     assert table.name == "orders"
@@ -39,7 +42,9 @@ def test_create_describe_list_drop(conn):
     assert conn.tables() == ["a_first"]
     with pytest.raises(lk.TableNotFoundError):
         conn.table("orders")
-    assert not any(p.startswith(f"{conn.tables_dir}/orders/{table.table_id}") for p in warehouse_files(conn))
+    assert not any(
+        p.startswith(f"{conn.tables_dir}/orders/{table.table_id}") for p in warehouse_files(conn)
+    )
 
 
 def test_recreated_table_does_not_see_old_data(conn):
@@ -80,9 +85,15 @@ BAD_CREATE = [
     pytest.param(dict(name=42), TypeError, id="int-name"),
     pytest.param(dict(schema="id BIGINT,"), lk.InvalidArgumentError, id="ddl-trailing-comma"),
     pytest.param(dict(schema="id NOTATYPE"), lk.InvalidArgumentError, id="ddl-unknown-type"),
-    pytest.param(dict(schema="id BIGINT, ID STRING"), lk.InvalidArgumentError, id="duplicate-column"),
-    pytest.param(dict(schema="id BIGINT, a INT, a INT"), lk.InvalidArgumentError, id="duplicate-short-column"),
-    pytest.param(dict(schema="id BIGINT, _offset BIGINT"), lk.InvalidArgumentError, id="reserved-column"),
+    pytest.param(
+        dict(schema="id BIGINT, ID STRING"), lk.InvalidArgumentError, id="duplicate-column"
+    ),
+    pytest.param(
+        dict(schema="id BIGINT, a INT, a INT"), lk.InvalidArgumentError, id="duplicate-short-column"
+    ),
+    pytest.param(
+        dict(schema="id BIGINT, _offset BIGINT"), lk.InvalidArgumentError, id="reserved-column"
+    ),
     pytest.param(dict(schema=""), lk.InvalidArgumentError, id="empty-schema"),
     pytest.param(dict(schema=3), TypeError, id="schema-type"),
     pytest.param(dict(primary_key="nope"), lk.InvalidArgumentError, id="pk-not-in-schema"),
@@ -94,17 +105,33 @@ BAD_CREATE = [
     pytest.param(dict(buckets="4"), TypeError, id="str-buckets"),
     pytest.param(dict(buckets=True), TypeError, id="bool-buckets"),
     pytest.param(dict(properties={"nope": 1}), lk.InvalidArgumentError, id="unknown-property"),
-    pytest.param(dict(properties={"kv.snapshot.num-retained": 0}), lk.InvalidArgumentError, id="retained-0"),
-    pytest.param(dict(properties={"log.retention": "soon"}), lk.InvalidArgumentError, id="bad-duration"),
-    pytest.param(dict(properties={"log.retention.respect-consumers": "maybe"}), lk.InvalidArgumentError, id="bad-bool"),
-    pytest.param(dict(properties={"log.segment.max-rows": "many"}), lk.InvalidArgumentError, id="bad-int"),
+    pytest.param(
+        dict(properties={"kv.snapshot.num-retained": 0}), lk.InvalidArgumentError, id="retained-0"
+    ),
+    pytest.param(
+        dict(properties={"log.retention": "soon"}), lk.InvalidArgumentError, id="bad-duration"
+    ),
+    pytest.param(
+        dict(properties={"log.retention.respect-consumers": "maybe"}),
+        lk.InvalidArgumentError,
+        id="bad-bool",
+    ),
+    pytest.param(
+        dict(properties={"log.segment.max-rows": "many"}), lk.InvalidArgumentError, id="bad-int"
+    ),
     pytest.param(dict(properties=["x"]), lk.InvalidArgumentError, id="properties-list"),
 ]
 
 
 @pytest.mark.parametrize("change, error", BAD_CREATE)
 def test_bad_create_table_input(conn, change, error):
-    args = dict(name="t", schema="id BIGINT, name STRING, price DOUBLE", primary_key="id", buckets=4, properties=None)
+    args = dict(
+        name="t",
+        schema="id BIGINT, name STRING, price DOUBLE",
+        primary_key="id",
+        buckets=4,
+        properties=None,
+    )
     args.update(change)
     before = namespace_tree(conn)
     with pytest.raises(error) as info:
@@ -138,7 +165,9 @@ def test_bad_rows_write_nothing(conn, rows):
     assert warehouse_files(conn) == files
 
 
-@pytest.mark.parametrize("keys", [[{"name": "x"}], [{"id": 1, "name": "x"}], "id=1", 5, [{"id": None}]])
+@pytest.mark.parametrize(
+    "keys", [[{"name": "x"}], [{"id": 1, "name": "x"}], "id=1", 5, [{"id": None}]]
+)
 def test_bad_delete_keys_write_nothing(conn, keys):
     table = conn.create_table("t", "id BIGINT, name STRING", "id", buckets=2)
     before = namespace_tree(conn)
@@ -147,7 +176,10 @@ def test_bad_delete_keys_write_nothing(conn, keys):
     assert namespace_tree(conn) == before
 
 
-@pytest.mark.parametrize("name, error", [("missing", lk.TableNotFoundError), ("bad/name", lk.InvalidArgumentError), (None, TypeError)])
+@pytest.mark.parametrize(
+    "name, error",
+    [("missing", lk.TableNotFoundError), ("bad/name", lk.InvalidArgumentError), (None, TypeError)],
+)
 def test_unknown_or_invalid_table(conn, name, error):
     before = namespace_tree(conn)
     with pytest.raises(error):
@@ -173,7 +205,9 @@ def test_create_table_in_a_namespace_missing_a_znode_says_so(conn, parent):
     from leasekit.zk import Delete
 
     conn.store.commit([Delete(getattr(conn.paths, parent))])
-    with pytest.raises(lk.IllegalStateError, match=f"{getattr(conn.paths, parent)} is missing from namespace"):
+    with pytest.raises(
+        lk.IllegalStateError, match=f"{getattr(conn.paths, parent)} is missing from namespace"
+    ):
         conn.create_table("t", "id BIGINT", "id")
     with lk.connect(conn.zookeeper, conn.warehouse.location, namespace=conn.namespace):
         pass  # connecting again recreates the namespace's znodes
@@ -187,12 +221,16 @@ def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(c
 
     table = conn.create_table("t", "id BIGINT", "id", buckets=2)
     conn.store.commit([Delete(conn.paths.dropped)])
-    with pytest.raises(lk.IllegalStateError, match=f"{conn.paths.dropped} is missing from namespace"):
+    with pytest.raises(
+        lk.IllegalStateError, match=f"{conn.paths.dropped} is missing from namespace"
+    ):
         conn.drop_table("t")
     assert conn.table("t") == table
     with lk.connect(conn.zookeeper, conn.warehouse.location, namespace=conn.namespace):
         pass  # connecting again recreates the namespace's znodes
-    conn.clock = lambda ms: ms + STALE_MARK_MS + 1000  # the failed drop's fence is taken over once stale
+    conn.clock = lambda ms: (
+        ms + STALE_MARK_MS + 1000
+    )  # the failed drop's fence is taken over once stale
     conn.drop_table("t")
     assert conn.tables() == []
 
@@ -263,9 +301,15 @@ def test_a_forced_drop_finished_by_the_janitor_also_removes_the_pins(conn, spark
     lease = conn.lease("q3", "1h")
     lease.acquire_latest("orders")
     node = conn.store.get(conn.paths.table("orders"))  # the drop's commit, then its dropper died
-    conn.store.commit([Delete(conn.paths.table("orders"), node.stat.version),
-                       Create(conn.paths.dropped_table(orders.table_id),
-                              DroppedTable("orders", orders.data_dir).encode())])
+    conn.store.commit(
+        [
+            Delete(conn.paths.table("orders"), node.stat.version),
+            Create(
+                conn.paths.dropped_table(orders.table_id),
+                DroppedTable("orders", orders.data_dir).encode(),
+            ),
+        ]
+    )
     janitor.run_once(conn)
     assert lease.info().pins == {}
     assert conn.store.children(conn.paths.lease_pins("q3")) == []

@@ -16,8 +16,13 @@ def wh(tmp_path):
     warehouse = Warehouse(tmp_path / "wh")
     warehouse.open()
     root = tmp_path / "wh" / "tables" / "t"
-    for rel, data in {"a.parquet": b"1", "log/0/00.parquet": b"22", "log/0/.00.parquet.crc": b"333",
-                      "snap/7/part-0.parquet": b"4444", "snap/7/_SUCCESS": b""}.items():
+    for rel, data in {
+        "a.parquet": b"1",
+        "log/0/00.parquet": b"22",
+        "log/0/.00.parquet.crc": b"333",
+        "snap/7/part-0.parquet": b"4444",
+        "snap/7/_SUCCESS": b"",
+    }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     (root / "empty-dir").mkdir()
@@ -28,8 +33,12 @@ def test_scan_lists_every_file_below_a_directory_and_no_directory(wh):
     # R4: orphan planning sees every file, the side files Spark writes included
     listing = wh.scan("tables")
     assert sorted(listing.paths) == [
-        "tables/t/a.parquet", "tables/t/log/0/.00.parquet.crc", "tables/t/log/0/00.parquet",
-        "tables/t/snap/7/_SUCCESS", "tables/t/snap/7/part-0.parquet"]
+        "tables/t/a.parquet",
+        "tables/t/log/0/.00.parquet.crc",
+        "tables/t/log/0/00.parquet",
+        "tables/t/snap/7/_SUCCESS",
+        "tables/t/snap/7/part-0.parquet",
+    ]
     assert sorted(listing.paths) == sorted(e.path for e in wh.list("tables"))
     assert wh.scan("tables/nothing-here").paths == []
 
@@ -37,7 +46,10 @@ def test_scan_lists_every_file_below_a_directory_and_no_directory(wh):
 def test_listing_entries_read_sizes_and_times_of_the_files_asked_for(wh):
     listing = wh.scan("tables/t")
     entries = listing.entries(["tables/t/log/0/00.parquet", "tables/t/snap/7/part-0.parquet"])
-    assert [(e.path, e.size) for e in entries] == [("tables/t/log/0/00.parquet", 2), ("tables/t/snap/7/part-0.parquet", 4)]
+    assert [(e.path, e.size) for e in entries] == [
+        ("tables/t/log/0/00.parquet", 2),
+        ("tables/t/snap/7/part-0.parquet", 4),
+    ]
     mtime = os.stat(os.path.join(wh.location, "tables/t/log/0/00.parquet")).st_mtime_ns // 1_000_000
     assert entries[0].mtime_ms == mtime
     assert entries == [e for e in wh.list("tables/t") if e.path in {x.path for x in entries}]
@@ -47,42 +59,50 @@ def test_files_deleted_after_the_scan_are_left_out(wh):
     listing = wh.scan("tables")
     wh.delete_files(["tables/t/a.parquet"])
     assert listing.entries(["tables/t/a.parquet"]) == []
-    assert [e.path for e in listing.entries(listing.paths)] == sorted(set(listing.paths) - {"tables/t/a.parquet"},
-                                                                      key=listing.paths.index)
-
+    assert [e.path for e in listing.entries(listing.paths)] == sorted(
+        set(listing.paths) - {"tables/t/a.parquet"}, key=listing.paths.index
+    )
 
 
 INSIDE = "ns/tables/t/0a1b"
 
 
-@pytest.mark.parametrize("rel, resolved", [
-    ("ns/tables/t/0a1b/log/0/w-1.parquet", "ns/tables/t/0a1b/log/0/w-1.parquet"),
-    ("ns/tables/t/0a1b/snapshots/x/_bucket=3/part-00000-c000.snappy.parquet",
-     "ns/tables/t/0a1b/snapshots/x/_bucket=3/part-00000-c000.snappy.parquet"),
-    ("ns/tables/t/0a1b/./log//0/../1/w.parquet", "ns/tables/t/0a1b/log/1/w.parquet"),
-])
+@pytest.mark.parametrize(
+    "rel, resolved",
+    [
+        ("ns/tables/t/0a1b/log/0/w-1.parquet", "ns/tables/t/0a1b/log/0/w-1.parquet"),
+        (
+            "ns/tables/t/0a1b/snapshots/x/_bucket=3/part-00000-c000.snappy.parquet",
+            "ns/tables/t/0a1b/snapshots/x/_bucket=3/part-00000-c000.snappy.parquet",
+        ),
+        ("ns/tables/t/0a1b/./log//0/../1/w.parquet", "ns/tables/t/0a1b/log/1/w.parquet"),
+    ],
+)
 def test_contained_resolves_a_path_inside_its_directory(rel, resolved):
     # §9 Containment: a path metadata names is resolved, and kept when it lies inside
     assert contained(rel, INSIDE, "/ns/data/x") == resolved
 
 
-@pytest.mark.parametrize("rel", [
-    "ns/tables/t/0a1b/../../../../victim/f.parquet",   # climbs out of the warehouse
-    "ns/tables/t/0a1b/../other/f.parquet",              # another table's directory
-    "ns/tables/t/0a1b",                                 # the directory itself, not inside it
-    "ns/tables/t/0a1b/..",
-    "/tmp/victim/f.parquet",                            # absolute
-    "/ns/tables/t/0a1b/f.parquet",
-    "file:///tmp/victim/f.parquet",                     # URIs naming another location
-    "s3://other-bucket/ns/tables/t/0a1b/f.parquet",
-    "hdfs://nn:8020/ns/tables/t/0a1b/f.parquet",
-    "ns/tables/t/0a1b/{a,../../../../../victim}/f.parquet",  # a Hadoop glob that escapes
-    "ns/tables/t/0a1b/*.parquet",
-    "ns/tables/t/0a1b/a\\..\\..\\f.parquet",
-    "ns/tables/t/0a1b/f\x00.parquet",
-    "",
-    "ns/tables/t/0a1b/../0a1b2/f.parquet",              # a sibling whose name starts alike
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "ns/tables/t/0a1b/../../../../victim/f.parquet",  # climbs out of the warehouse
+        "ns/tables/t/0a1b/../other/f.parquet",  # another table's directory
+        "ns/tables/t/0a1b",  # the directory itself, not inside it
+        "ns/tables/t/0a1b/..",
+        "/tmp/victim/f.parquet",  # absolute
+        "/ns/tables/t/0a1b/f.parquet",
+        "file:///tmp/victim/f.parquet",  # URIs naming another location
+        "s3://other-bucket/ns/tables/t/0a1b/f.parquet",
+        "hdfs://nn:8020/ns/tables/t/0a1b/f.parquet",
+        "ns/tables/t/0a1b/{a,../../../../../victim}/f.parquet",  # a Hadoop glob that escapes
+        "ns/tables/t/0a1b/*.parquet",
+        "ns/tables/t/0a1b/a\\..\\..\\f.parquet",
+        "ns/tables/t/0a1b/f\x00.parquet",
+        "",
+        "ns/tables/t/0a1b/../0a1b2/f.parquet",  # a sibling whose name starts alike
+    ],
+)
 def test_contained_refuses_a_path_outside_its_directory_naming_the_znode(rel):
     # §9 Containment: anything else is CorruptMetadataError naming the znode
     with pytest.raises(CorruptMetadataError) as exc_info:

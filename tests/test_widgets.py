@@ -86,11 +86,15 @@ def test_lease_panel_shows_errors_as_text_and_escapes_user_text(conn, orders, ot
     other.owner = "<b>mallory</b>"  # owners are user-supplied text
     other.acquire_kv_snapshot_lease("owned", {}, "1h")
     panel.refresh()
-    assert "&lt;b&gt;mallory&lt;/b&gt;" in panel.table.value and "<b>mallory" not in panel.table.value
+    assert (
+        "&lt;b&gt;mallory&lt;/b&gt;" in panel.table.value and "<b>mallory" not in panel.table.value
+    )
     panel.close()
 
 
-def test_a_failed_refresh_shows_why_and_clears_when_reading_works_again(zookeeper, warehouse, namespace, conn):
+def test_a_failed_refresh_shows_why_and_clears_when_reading_works_again(
+    zookeeper, warehouse, namespace, conn
+):
     lost = lk.connect(zookeeper, warehouse, namespace=namespace)
     panel = LeasePanel(lost, auto_refresh=False)
     panel.new_id.value = "bad/id"
@@ -118,24 +122,34 @@ def test_lease_countdown_ticks_without_zookeeper(conn):
     panel.close()
 
 
-def test_lease_panel_refreshes_from_watches_when_another_connection_changes_a_lease(conn, orders, other):
+def test_lease_panel_refreshes_from_watches_when_another_connection_changes_a_lease(
+    conn, orders, other
+):
     panel = LeasePanel(conn)
     other.acquire_kv_snapshot_lease("from-elsewhere", {TB("orders", 1): 1}, "1h")
     wait_until("the new lease", lambda: "from-elsewhere" in panel.lease.options)
     panel.lease.value = "from-elsewhere"
     wait_until("its pin", lambda: len(panel.pins.data) == 1)
-    other.release_kv_snapshot_lease("from-elsewhere", [TB("orders", 1)])  # only the pin array changes
+    other.release_kv_snapshot_lease(
+        "from-elsewhere", [TB("orders", 1)]
+    )  # only the pin array changes
     wait_until("the release", lambda: len(panel.pins.data) == 0)
     before = panel.table.value
     other.renew_kv_snapshot_lease("from-elsewhere", "5h")
-    wait_until("the renewal", lambda: "4h 59m" in panel.table.value or "5h 00m" in panel.table.value, seconds=10)
+    wait_until(
+        "the renewal",
+        lambda: "4h 59m" in panel.table.value or "5h 00m" in panel.table.value,
+        seconds=10,
+    )
     assert before != panel.table.value
     other.drop_kv_snapshot_lease("from-elsewhere")
     wait_until("the drop", lambda: panel.lease.options == ())
     assert panel.watched > 0 and panel_threads()
     panel.close()
     assert panel.watched == 0  # close() unregisters every watch...
-    wait_until("the panel thread to end", lambda: not panel_threads(), seconds=5)  # ...and ends its thread
+    wait_until(
+        "the panel thread to end", lambda: not panel_threads(), seconds=5
+    )  # ...and ends its thread
     refreshes = panel.refreshes
     other.acquire_kv_snapshot_lease("after-close", {}, "1h")
     time.sleep(1.0)
@@ -178,7 +192,10 @@ def test_consumer_panel_shows_lag_status_owner_and_escapes_metadata(conn, orders
     assert len(rows) == 4 and set(rows["lag"]) == {5.0}  # lag measured now (§6.6)
     assert set(rows["member"]) == {consumer.member_id} and set(rows["status"]) == {"OK"}
     assert set(rows["metadata"]) == {XSS}  # the grid draws cells as text, never as HTML
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel.detail.value and "<script>" not in panel.detail.value
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt;" in panel.detail.value
+        and "<script>" not in panel.detail.value
+    )
     assert "1 live member" in panel.summary.value and "total lag 20" in panel.summary.value
     assert list(panel.lag_line.y) == [5, 10, 15, 20, 20]  # lag over time: at each commit, then now
     consumer.close()
@@ -217,10 +234,16 @@ def test_reset_form_selects_nothing_previews_then_executes_only_without_members(
     assert "1 live member" in form.reason.value
     consumer.close()
     panel.refresh()
-    assert not form.preview_button.disabled and form.execute.disabled and "Preview" in form.reason.value
+    assert (
+        not form.preview_button.disabled
+        and form.execute.disabled
+        and "Preview" in form.reason.value
+    )
     form.preview_button.click()
     assert "Dry run" in form.preview.value and not form.execute.disabled
-    assert {tb: conn.consumer(group_id="g").committed(tb) for tb in orders.buckets} == committed  # nothing changed
+    assert {
+        tb: conn.consumer(group_id="g").committed(tb) for tb in orders.buckets
+    } == committed  # nothing changed
     form.target.value = "shift"  # changing the inputs asks for a new preview
     assert form.execute.disabled
     form.value.value = "x"
@@ -295,7 +318,11 @@ def test_retention_panel_follows_new_snapshots(conn, orders, spark):
 
 def test_dashboard_holds_the_three_panels_and_closes_them(conn, orders):
     dash = Dashboard(conn)
-    assert [type(p).__name__ for p in dash.tabs.children] == ["LeasePanel", "ConsumerPanel", "RetentionPanel"]
+    assert [type(p).__name__ for p in dash.tabs.children] == [
+        "LeasePanel",
+        "ConsumerPanel",
+        "RetentionPanel",
+    ]
     assert dash.tabs.titles == ("Leases", "Consumers", "Retention")
     assert conn.namespace in dash.header.value and conn.zookeeper in dash.header.value
     dash.leases.new_id.value = "from-dashboard"

@@ -45,17 +45,34 @@ def wait_for(check, seconds: float = 5.0):
 
 RECORDS = [
     (SettingsRecord({"orphan.min-age": 0}), lambda d: SettingsRecord.decode(d, "/p")),
-    (TableRecord("abc", b"\x01\x02", ("id",), 4, {"log.retention": 0}), lambda d: TableRecord.decode(d, "/p")),
+    (
+        TableRecord("abc", b"\x01\x02", ("id",), 4, {"log.retention": 0}),
+        lambda d: TableRecord.decode(d, "/p"),
+    ),
     (DroppedTable("t", "tables/t/abc"), lambda d: DroppedTable.decode(d, "/p")),
     (BucketState(10, 2, 5_000, 3, 2, 8, STAT), lambda d: BucketState.decode(Node(d, STAT), "/p")),
-    (SegmentRecord("tables/t/log/0/x.parquet", 10, 4096, 7), lambda d: SegmentRecord.decode(d, "/p")),
-    (SnapshotRecord(10, 3, 4096, ("a.parquet", "b.parquet")), lambda d: SnapshotRecord.decode(d, "/p")),
+    (
+        SegmentRecord("tables/t/log/0/x.parquet", 10, 4096, 7),
+        lambda d: SegmentRecord.decode(d, "/p"),
+    ),
+    (
+        SnapshotRecord(10, 3, 4096, ("a.parquet", "b.parquet")),
+        lambda d: SnapshotRecord.decode(d, "/p"),
+    ),
     (LatestChunk([1, 0, 3]), lambda d: LatestChunk.decode(d, "/p")),
-    (LeaseRecord(60_000, 5, "host:1", "live", STAT), lambda d: LeaseRecord.decode(Node(d, STAT), "/p")),
-    (PinChunk("abc", 2, "t", [0] * 999 + [4], STAT), lambda d: PinChunk.decode(Node(d, STAT), "/p", "abc", 2)),
+    (
+        LeaseRecord(60_000, 5, "host:1", "live", STAT),
+        lambda d: LeaseRecord.decode(Node(d, STAT), "/p"),
+    ),
+    (
+        PinChunk("abc", 2, "t", [0] * 999 + [4], STAT),
+        lambda d: PinChunk.decode(Node(d, STAT), "/p", "abc", 2),
+    ),
     (MemberRecord("host:1", ("a", "b"), STAT), lambda d: MemberRecord.decode(Node(d, STAT), "/p")),
-    (AssignmentRecord(7, "m-1", {"m-1": {"a": (0, 2)}, "m-2": {"a": (1,), "b": ()}}, STAT),
-     lambda d: AssignmentRecord.decode(Node(d, STAT), "/p")),
+    (
+        AssignmentRecord(7, "m-1", {"m-1": {"a": (0, 2)}, "m-2": {"a": (1,), "b": ()}}, STAT),
+        lambda d: AssignmentRecord.decode(Node(d, STAT), "/p"),
+    ),
     (OwnerRecord("m-1", 7, STAT), lambda d: OwnerRecord.decode(Node(d, STAT), "/p")),
 ]
 
@@ -67,13 +84,19 @@ def test_every_format_round_trips_and_refuses_other_versions_and_garbage(record,
     assert decode(data) == record
     raw = msgpack.unpackb(data, raw=False)
     assert raw["v"] == type(record).VERSION
-    for bad in (msgpack.packb({**raw, "v": 99}, use_bin_type=True), b"\xc1garbage", msgpack.packb([1, 2])):
+    for bad in (
+        msgpack.packb({**raw, "v": 99}, use_bin_type=True),
+        b"\xc1garbage",
+        msgpack.packb([1, 2]),
+    ):
         with pytest.raises(lk.CorruptMetadataError) as info:
             decode(bad)
         assert info.value.path == "/p" and "/p" in str(info.value)
 
 
-STRICT = [r for r in RECORDS if not isinstance(r[0], SettingsRecord)]  # settings: every key optional
+STRICT = [
+    r for r in RECORDS if not isinstance(r[0], SettingsRecord)
+]  # settings: every key optional
 
 
 @pytest.mark.parametrize("record, decode", STRICT, ids=[type(r).__name__ for r, _ in STRICT])
@@ -106,8 +129,15 @@ def test_lease_record_keeps_every_earlier_expiry_as_its_floor():
 def test_read_many_mixes_kinds_and_gives_each_read_its_own_result(conn):
     root = f"{conn.paths.root}/r"
     conn.store.commit([Create(root, b"top"), Create(f"{root}/a", b"1"), Create(f"{root}/b", b"2")])
-    results = conn.store.read_many([GetData(f"{root}/a"), GetChildren(root), GetData(f"{root}/missing"),
-                                    GetChildren(f"{root}/missing"), GetData(root)])
+    results = conn.store.read_many(
+        [
+            GetData(f"{root}/a"),
+            GetChildren(root),
+            GetData(f"{root}/missing"),
+            GetChildren(f"{root}/missing"),
+            GetData(root),
+        ]
+    )
     assert [r.error for r in results] == [None] * 5
     assert results[0].value.data == b"1"
     assert results[1].value == ["a", "b"]
@@ -121,7 +151,9 @@ def test_a_refused_read_fails_alone(zookeeper, warehouse, namespace, conn):
 
     with lk.connect(zookeeper, warehouse, namespace=f"{namespace}x", auth=("alice", "pw")) as alice:
         secret = f"{alice.paths.root}/secret"
-        alice.store.client.create(secret, b"s", acl=[make_digest_acl("alice", "pw", all=True)])  # no world read
+        alice.store.client.create(
+            secret, b"s", acl=[make_digest_acl("alice", "pw", all=True)]
+        )  # no world read
         public = f"{conn.paths.root}/public"
         conn.store.commit([Create(public, b"p")])
         results = conn.store.read_many([GetData(secret), GetData(public), GetChildren(secret)])
@@ -134,11 +166,15 @@ def test_a_refused_read_fails_alone(zookeeper, warehouse, namespace, conn):
 
 def test_reads_over_many_batches_keep_their_order(conn):
     root = f"{conn.paths.root}/many"
-    conn.store.commit_chunked([Create(root)] + [Create(f"{root}/{i:05d}", str(i).encode()) for i in range(1200)])
+    conn.store.commit_chunked(
+        [Create(root)] + [Create(f"{root}/{i:05d}", str(i).encode()) for i in range(1200)]
+    )
     paths = [f"{root}/{i:05d}" for i in range(1200)]
     before = conn.store.round_trips
     nodes = conn.store.get_many(paths)
-    assert conn.store.round_trips - before == 1  # three multiRead requests, one pipelined round trip
+    assert (
+        conn.store.round_trips - before == 1
+    )  # three multiRead requests, one pipelined round trip
     assert [n.data for n in nodes] == [str(i).encode() for i in range(1200)]
 
 
@@ -195,7 +231,9 @@ def test_children_watch_follows_children_and_ends_on_delete(conn):
     wait_for(lambda: seen[-1:] == [["a", "b"]])
     conn.store.commit([Delete(f"{path}/a")])
     wait_for(lambda: seen[-1:] == [["b"]])
-    conn.store.commit([Delete(f"{path}/b"), Create(f"{path}/b")])  # the same names, another child (C17)
+    conn.store.commit(
+        [Delete(f"{path}/b"), Create(f"{path}/b")]
+    )  # the same names, another child (C17)
     wait_for(lambda: seen[-2:] == [["b"], ["b"]])
     conn.store.commit([Delete(f"{path}/b"), Delete(path)])
     wait_for(lambda: seen[-1:] == [None])
@@ -291,7 +329,10 @@ def test_a_sequential_create_returns_the_numbered_path(conn):
     # section 5: group members are sequential ephemeral znodes (their order elects the leader)
     parent = conn.paths.root + "/seq"
     conn.store.ensure_path(parent)
-    first, = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
-    second, = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
+    (first,) = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
+    (second,) = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
     assert first.startswith(parent + "/m-") and len(first.rsplit("-", 1)[1]) == 10
-    assert second > first and sorted(conn.store.children(parent)) == [first.rsplit("/", 1)[1], second.rsplit("/", 1)[1]]
+    assert second > first and sorted(conn.store.children(parent)) == [
+        first.rsplit("/", 1)[1],
+        second.rsplit("/", 1)[1],
+    ]

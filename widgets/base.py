@@ -39,20 +39,37 @@ def html_table(columns: list[str], rows: Iterable[Iterable[object]], *, css: str
     """An HTML table of escaped cells (cells already made HTML are passed as ``Markup``)."""
     cell = 'style="padding:2px 10px;border-bottom:1px solid #ddd;text-align:left"'
     head = "".join(f"<th {cell}>{esc(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td {cell}>{c if isinstance(c, Markup) else esc(c)}</td>" for c in row)
-                   + "</tr>" for row in rows)
-    return (f'<table class="leasekit-table {esc(css)}" style="border-collapse:collapse">'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td {cell}>{c if isinstance(c, Markup) else esc(c)}</td>" for c in row)
+        + "</tr>"
+        for row in rows
+    )
+    return (
+        f'<table class="leasekit-table {esc(css)}" style="border-collapse:collapse">'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 class Markup(str):
     """Text that is HTML already (built from escaped pieces)."""
 
 
-def button(description: str, on_click: Callable[[], None], *, style: str = "", tooltip: str = "",
-           disabled: bool = False) -> w.Button:
-    b = w.Button(description=description, button_style=style, tooltip=tooltip, disabled=disabled,
-                 layout=w.Layout(width="auto"))
+def button(
+    description: str,
+    on_click: Callable[[], None],
+    *,
+    style: str = "",
+    tooltip: str = "",
+    disabled: bool = False,
+) -> w.Button:
+    b = w.Button(
+        description=description,
+        button_style=style,
+        tooltip=tooltip,
+        disabled=disabled,
+        layout=w.Layout(width="auto"),
+    )
     b.on_click(lambda _: on_click())
     return b
 
@@ -154,7 +171,9 @@ class Panel(w.VBox):
 
     # -- actions ----------------------------------------------------------------------------
 
-    def act(self, what: str, action: Callable[[], object], done: Callable[[Any], str] | None = None) -> Any:
+    def act(
+        self, what: str, action: Callable[[], object], done: Callable[[Any], str] | None = None
+    ) -> Any:
         """Run a user action (a button's), show its outcome or error, then refresh; the
         action's result, None when it failed."""
         try:
@@ -177,8 +196,10 @@ class Panel(w.VBox):
         """Show ``exc`` as text: of the action ``what``, or of reading when ``what`` is empty."""
         css = "leasekit-error leasekit-action-error" if what else REFRESH_ERROR
         prefix = f"{what} failed: " if what else "could not read: "
-        self.message.value = (f'<span class="{css}" style="color:#b00020">{esc(prefix)}'
-                              f"{esc(type(exc).__name__)}: {esc(exc)}</span>")
+        self.message.value = (
+            f'<span class="{css}" style="color:#b00020">{esc(prefix)}'
+            f"{esc(type(exc).__name__)}: {esc(exc)}</span>"
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
 

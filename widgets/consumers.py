@@ -20,13 +20,37 @@ from .reset import ResetForm
 
 __all__ = ["ConsumerPanel", "GRID_COLUMNS"]
 
-GRID_COLUMNS = ["table", "bucket", "committed", "end", "lag", "time_lag_s", "status", "member", "host",
-                "last_commit", "metadata"]
+GRID_COLUMNS = [
+    "table",
+    "bucket",
+    "committed",
+    "end",
+    "lag",
+    "time_lag_s",
+    "status",
+    "member",
+    "host",
+    "last_commit",
+    "metadata",
+]
 BAD = ("STOP", "STALL", "REWIND")
 STATUS_COLOURS = {"OK": "#d4edda", "WARN": "#fff3cd", **{s: "#f8d7da" for s in BAD}}
-FILTERS = [("all", "all"), ("not OK", "not-ok"), ("OK", "OK"), ("WARN", "WARN"), ("STOP", "STOP"),
-           ("STALL", "STALL"), ("REWIND", "REWIND"), ("never committed", "none")]
-SORTS = [("lag ↓", "lag"), ("time lag ↓", "time_lag_s"), ("status", "status"), ("table, bucket", "bucket")]
+FILTERS = [
+    ("all", "all"),
+    ("not OK", "not-ok"),
+    ("OK", "OK"),
+    ("WARN", "WARN"),
+    ("STOP", "STOP"),
+    ("STALL", "STALL"),
+    ("REWIND", "REWIND"),
+    ("never committed", "none"),
+]
+SORTS = [
+    ("lag ↓", "lag"),
+    ("time lag ↓", "time_lag_s"),
+    ("status", "status"),
+    ("table, bucket", "bucket"),
+]
 
 
 class _Group(NamedTuple):
@@ -36,19 +60,25 @@ class _Group(NamedTuple):
 
 def grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """``group_board``'s frame in the grid's columns and plain types (missing numbers NaN)."""
-    return pd.DataFrame({
-        "table": frame["table"].astype(object),
-        "bucket": frame["bucket"].astype("int64"),
-        "committed": frame["current_offset"].astype("float64"),
-        "end": frame["log_end_offset"].astype("float64"),
-        "lag": frame["lag"].astype("float64"),
-        "time_lag_s": frame["time_lag"].dt.total_seconds().astype("float64"),
-        "status": frame["status"].fillna("-").astype(object),
-        "member": frame["consumer_id"].fillna("-").astype(object),
-        "host": frame["host"].fillna("-").astype(object),
-        "last_commit": frame["last_commit"].dt.strftime("%Y-%m-%d %H:%M:%S").fillna("-").astype(object),
-        "metadata": frame["metadata"].fillna("").astype(object),
-    }, columns=GRID_COLUMNS)
+    return pd.DataFrame(
+        {
+            "table": frame["table"].astype(object),
+            "bucket": frame["bucket"].astype("int64"),
+            "committed": frame["current_offset"].astype("float64"),
+            "end": frame["log_end_offset"].astype("float64"),
+            "lag": frame["lag"].astype("float64"),
+            "time_lag_s": frame["time_lag"].dt.total_seconds().astype("float64"),
+            "status": frame["status"].fillna("-").astype(object),
+            "member": frame["consumer_id"].fillna("-").astype(object),
+            "host": frame["host"].fillna("-").astype(object),
+            "last_commit": frame["last_commit"]
+            .dt.strftime("%Y-%m-%d %H:%M:%S")
+            .fillna("-")
+            .astype(object),
+            "metadata": frame["metadata"].fillna("").astype(object),
+        },
+        columns=GRID_COLUMNS,
+    )
 
 
 def _status_colour() -> VegaExpr:
@@ -59,7 +89,9 @@ def _status_colour() -> VegaExpr:
 class ConsumerPanel(Panel):
     """One consumer group at a time, picked from every group of the namespace."""
 
-    def __init__(self, conn: Any, group_id: str | None = None, *, auto_refresh: bool = True) -> None:
+    def __init__(
+        self, conn: Any, group_id: str | None = None, *, auto_refresh: bool = True
+    ) -> None:
         super().__init__(conn, auto_refresh=auto_refresh)
         self.add_class("leasekit-consumer-panel")
         self._board: GroupBoard | None = None
@@ -67,38 +99,67 @@ class ConsumerPanel(Panel):
         self.group = w.Dropdown(description="Group", options=[], layout=w.Layout(width="320px"))
         self.summary = w.HTML()
         self.summary.add_class("leasekit-summary")
-        self.status_filter = w.Dropdown(description="Status", options=FILTERS, value="all",
-                                        layout=w.Layout(width="220px"))
+        self.status_filter = w.Dropdown(
+            description="Status", options=FILTERS, value="all", layout=w.Layout(width="220px")
+        )
         self.min_lag = w.IntText(value=0, description="Lag ≥", layout=w.Layout(width="160px"))
-        self.sort = w.Dropdown(description="Sort", options=SORTS, value="lag", layout=w.Layout(width="220px"))
+        self.sort = w.Dropdown(
+            description="Sort", options=SORTS, value="lag", layout=w.Layout(width="220px")
+        )
         self.lag_scale = bq.LinearScale(min=0.0, max=1.0)
-        self.grid = DataGrid(grid_frame(_empty()), selection_mode="row", base_row_size=22, base_column_size=90,
-                             header_visibility="column", column_widths={"member": 220, "metadata": 200},
-                             layout=w.Layout(height="300px"),
-                             renderers={"lag": BarRenderer(bar_value=self.lag_scale, bar_color="#e39b3b",
-                                                           format=".0f", missing="-"),
-                                        "status": TextRenderer(background_color=_status_colour()),
-                                        "committed": TextRenderer(format=".0f", missing="-"),
-                                        "end": TextRenderer(format=".0f", missing="-"),
-                                        "time_lag_s": TextRenderer(format=".1f", missing="-")})
+        self.grid = DataGrid(
+            grid_frame(_empty()),
+            selection_mode="row",
+            base_row_size=22,
+            base_column_size=90,
+            header_visibility="column",
+            column_widths={"member": 220, "metadata": 200},
+            layout=w.Layout(height="300px"),
+            renderers={
+                "lag": BarRenderer(
+                    bar_value=self.lag_scale, bar_color="#e39b3b", format=".0f", missing="-"
+                ),
+                "status": TextRenderer(background_color=_status_colour()),
+                "committed": TextRenderer(format=".0f", missing="-"),
+                "end": TextRenderer(format=".0f", missing="-"),
+                "time_lag_s": TextRenderer(format=".1f", missing="-"),
+            },
+        )
         self.grid.on_cell_click(self._clicked)
         self.detail = w.HTML()
         self.detail.add_class("leasekit-detail")
         x, y = bq.DateScale(), bq.LinearScale(min=0.0)
-        self.lag_line = bq.Lines(x=np.array([], dtype="datetime64[ms]"), y=np.array([], dtype=float),
-                                 scales={"x": x, "y": y}, interpolation="step-after", colors=["#e39b3b"])
-        self.plot = bq.Figure(marks=[self.lag_line], axes=[bq.Axis(scale=x, label="commit time (UTC)",
-                                                                   tick_format="%H:%M:%S"),
-                                                           bq.Axis(scale=y, orientation="vertical", label="lag")],
-                              title="Group lag over time (at each commit, and now)", layout=w.Layout(height="260px"),
-                              fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20})
+        self.lag_line = bq.Lines(
+            x=np.array([], dtype="datetime64[ms]"),
+            y=np.array([], dtype=float),
+            scales={"x": x, "y": y},
+            interpolation="step-after",
+            colors=["#e39b3b"],
+        )
+        self.plot = bq.Figure(
+            marks=[self.lag_line],
+            axes=[
+                bq.Axis(scale=x, label="commit time (UTC)", tick_format="%H:%M:%S"),
+                bq.Axis(scale=y, orientation="vertical", label="lag"),
+            ],
+            title="Group lag over time (at each commit, and now)",
+            layout=w.Layout(height="260px"),
+            fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
+        )
         self.reset = ResetForm(self.conn.reset_offsets, self.act)
         for control in (self.status_filter, self.min_lag, self.sort):
             control.observe(lambda _: self._show_rows(), "value")
         self.group.observe(self._group_changed, "value")
-        self.children = [w.HBox([self.group]), self.summary,
-                         w.HBox([self.status_filter, self.min_lag, self.sort]),
-                         self.grid, self.detail, self.plot, self.reset, self.message]
+        self.children = [
+            w.HBox([self.group]),
+            self.summary,
+            w.HBox([self.status_filter, self.min_lag, self.sort]),
+            self.grid,
+            self.detail,
+            self.plot,
+            self.reset,
+            self.message,
+        ]
         self.refresh()
 
     def _watch_filter(self, data: set[str], children: set[str]) -> tuple[set[str], set[str]]:
@@ -126,8 +187,13 @@ class ConsumerPanel(Panel):
         self._show_rows()
         self._show_plot()
         board = self._board
-        buckets = [] if board is None else [TableBucket(t, int(b)) for t, b in
-                                            zip(board.frame["table"], board.frame["bucket"])]
+        buckets = (
+            []
+            if board is None
+            else [
+                TableBucket(t, int(b)) for t, b in zip(board.frame["table"], board.frame["bucket"])
+            ]
+        )
         self.reset.show(self._wanted, buckets, 0 if board is None else len(board.members))
 
     def _group_changed(self, change: dict[str, Any]) -> None:
@@ -142,8 +208,15 @@ class ConsumerPanel(Panel):
             return
         f = board.frame
         statuses = [s for s in f["status"].dropna()]
-        worst = ("ERR" if any(s in BAD for s in statuses) else "WARN" if "WARN" in statuses
-                 else "OK" if statuses else "-")
+        worst = (
+            "ERR"
+            if any(s in BAD for s in statuses)
+            else "WARN"
+            if "WARN" in statuses
+            else "OK"
+            if statuses
+            else "-"
+        )
         colour = {"ERR": "#b00020", "WARN": "#a86b00", "OK": "#1b7f3b"}.get(worst, "#555")
         max_time = f["time_lag"].max()
         members = len(board.members)
@@ -154,7 +227,8 @@ class ConsumerPanel(Panel):
             f"{'' if board.leader is None else f' · leader {esc(board.leader)}'}"
             f" · total lag {int(f['lag'].fillna(0).sum()):,}"
             f" · max time lag {'-' if pd.isna(max_time) else esc(_seconds(max_time.total_seconds()))}"
-            f" · {len(f)} buckets, {int(f['consumer_id'].isna().sum())} without a live owner")
+            f" · {len(f)} buckets, {int(f['consumer_id'].isna().sum())} without a live owner"
+        )
 
     def rows(self) -> pd.DataFrame:
         """The grid's rows as filtered and sorted by the controls."""
@@ -175,13 +249,19 @@ class ConsumerPanel(Panel):
         elif key == "status":
             frame = frame.sort_values(["status", "table", "bucket"], kind="stable")
         else:
-            frame = frame.sort_values([key, "table", "bucket"], ascending=[False, True, True], kind="stable",
-                                      na_position="last")
+            frame = frame.sort_values(
+                [key, "table", "bucket"],
+                ascending=[False, True, True],
+                kind="stable",
+                na_position="last",
+            )
         return frame.reset_index(drop=True)
 
     def _show_rows(self) -> None:
         frame = self.rows()
-        self.lag_scale.max = float(max(1.0, frame["lag"].max() if len(frame) and frame["lag"].notna().any() else 1.0))
+        self.lag_scale.max = float(
+            max(1.0, frame["lag"].max() if len(frame) and frame["lag"].notna().any() else 1.0)
+        )
         self.grid.data = frame
         self._show_detail(frame.iloc[0] if len(frame) else None)
 
@@ -200,14 +280,22 @@ class ConsumerPanel(Panel):
             f"<b>{esc(row['table'])}/{esc(row['bucket'])}</b> · committed "
             f"{'-' if pd.isna(row['committed']) else int(row['committed'])} · lag {lag} · "
             f"status {esc(row['status'])} · "
-            + ("no live owner · " if row["member"] == "-" else f"member {esc(row['member'])} on {esc(row['host'])} · ")
-            + f"last commit {esc(row['last_commit'])} · metadata <code>{esc(row['metadata'])}</code>")
+            + (
+                "no live owner · "
+                if row["member"] == "-"
+                else f"member {esc(row['member'])} on {esc(row['host'])} · "
+            )
+            + f"last commit {esc(row['last_commit'])} · metadata <code>{esc(row['metadata'])}</code>"
+        )
 
     def _show_plot(self) -> None:
         board = self._board
         totals = total_lag_over_time(board.history) if board is not None else None
         if totals is None or totals.empty:
-            self.lag_line.x, self.lag_line.y = np.array([], dtype="datetime64[ms]"), np.array([], dtype=float)
+            self.lag_line.x, self.lag_line.y = (
+                np.array([], dtype="datetime64[ms]"),
+                np.array([], dtype=float),
+            )
             return
         x = totals["commit_time"].dt.tz_localize(None).to_numpy(dtype="datetime64[ms]")
         y = totals["lag"].to_numpy(dtype=float)
@@ -233,4 +321,10 @@ def _empty() -> pd.DataFrame:
 
 def _seconds(s: float) -> str:
     s = int(s)
-    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
+    return (
+        f"{s // 3600}h {s % 3600 // 60:02d}m"
+        if s >= 3600
+        else f"{s // 60}m {s % 60:02d}s"
+        if s >= 60
+        else f"{s}s"
+    )

@@ -22,14 +22,18 @@ class Dashboard(w.VBox):
         super().__init__()
         self.add_class("leasekit-dashboard")
         self.conn = conn
-        self.header = w.HTML(f"<b>leasekit</b> · namespace <code>{esc(conn.namespace)}</code> · ZooKeeper "
-                             f"<code>{esc(conn.zookeeper)}</code> · warehouse <code>{esc(conn.warehouse.location)}</code>")
+        self.header = w.HTML(
+            f"<b>leasekit</b> · namespace <code>{esc(conn.namespace)}</code> · ZooKeeper "
+            f"<code>{esc(conn.zookeeper)}</code> · warehouse <code>{esc(conn.warehouse.location)}</code>"
+        )
         self.header.add_class("leasekit-header")
         self.leases = LeasePanel(conn, auto_refresh=auto_refresh)
         self.consumers = ConsumerPanel(conn, auto_refresh=auto_refresh)
         self.retention = RetentionPanel(conn, auto_refresh=auto_refresh)
-        self.tabs = w.Tab(children=[self.leases, self.consumers, self.retention],
-                          titles=("Leases", "Consumers", "Retention"))
+        self.tabs = w.Tab(
+            children=[self.leases, self.consumers, self.retention],
+            titles=("Leases", "Consumers", "Retention"),
+        )
         self.children = [self.header, self.tabs]
 
     @property

@@ -34,7 +34,7 @@ def countdown(ms: int) -> str:
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
-    return (f"{d}d {h:02d}h {m:02d}m" if d else f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s")
+    return f"{d}d {h:02d}h {m:02d}m" if d else f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
 class LeasePanel(Panel):
@@ -50,30 +50,49 @@ class LeasePanel(Panel):
         self.table = w.HTML()
         self.table.add_class("leasekit-leases")
         self.lease = w.Dropdown(description="Lease", options=[], layout=w.Layout(width="320px"))
-        self.new_id = w.Text(placeholder="lease id (empty: a new one)", layout=w.Layout(width="240px"))
+        self.new_id = w.Text(
+            placeholder="lease id (empty: a new one)", layout=w.Layout(width="240px")
+        )
         self.new_id.add_class("leasekit-lease-id")
         self.duration = w.Text(value="1h", description="Duration", layout=w.Layout(width="170px"))
         self.duration.add_class("leasekit-lease-duration")
-        self.create = button("Create", self._create, style="primary", tooltip="create an empty lease")
-        self.acquire_table = w.Dropdown(description="Table", options=[], layout=w.Layout(width="260px"))
-        self.acquire = button("Acquire latest", self._acquire, tooltip="pin the newest snapshot of every bucket")
+        self.create = button(
+            "Create", self._create, style="primary", tooltip="create an empty lease"
+        )
+        self.acquire_table = w.Dropdown(
+            description="Table", options=[], layout=w.Layout(width="260px")
+        )
+        self.acquire = button(
+            "Acquire latest", self._acquire, tooltip="pin the newest snapshot of every bucket"
+        )
         self.renew = button("Renew", self._renew, tooltip="extend to at least now + duration")
-        self.drop = button("Drop", self._drop, style="danger", tooltip="remove the lease and all its pins")
-        self.pins = DataGrid(pd.DataFrame(columns=PIN_COLUMNS), selection_mode="row", base_row_size=22,
-                             base_column_size=110, header_visibility="column",
-                             layout=w.Layout(height="180px", width="360px"))
-        self.release_buckets = w.SelectMultiple(options=[], rows=6, description="Buckets",
-                                                layout=w.Layout(width="260px"))
+        self.drop = button(
+            "Drop", self._drop, style="danger", tooltip="remove the lease and all its pins"
+        )
+        self.pins = DataGrid(
+            pd.DataFrame(columns=PIN_COLUMNS),
+            selection_mode="row",
+            base_row_size=22,
+            base_column_size=110,
+            header_visibility="column",
+            layout=w.Layout(height="180px", width="360px"),
+        )
+        self.release_buckets = w.SelectMultiple(
+            options=[], rows=6, description="Buckets", layout=w.Layout(width="260px")
+        )
         self.release = button("Release selected", self._release, style="warning", disabled=True)
         self.release_buckets.observe(lambda _: self._enable(), "value")
         self.lease.observe(lambda _: self._show_selected(), "value")
         self.children = [
-            self.summary, self.table,
+            self.summary,
+            self.table,
             w.HBox([self.new_id, self.duration, self.create]),
             w.HBox([self.lease, self.renew, self.drop]),
             w.HBox([self.acquire_table, self.acquire]),
-            w.HBox([self.pins, w.VBox([self.release_buckets, self.release])],
-                   layout=w.Layout(flex_flow="row wrap", grid_gap="12px")),
+            w.HBox(
+                [self.pins, w.VBox([self.release_buckets, self.release])],
+                layout=w.Layout(flex_flow="row wrap", grid_gap="12px"),
+            ),
             self.message,
         ]
         self.refresh()
@@ -94,7 +113,9 @@ class LeasePanel(Panel):
         self.lease.value = keep
         keep_table = self.acquire_table.value if self.acquire_table.value in data.tables else None
         self.acquire_table.options = data.tables
-        self.acquire_table.value = keep_table if keep_table is not None else (data.tables[0] if data.tables else None)
+        self.acquire_table.value = (
+            keep_table if keep_table is not None else (data.tables[0] if data.tables else None)
+        )
         self._render_list()
         self._show_selected()
 
@@ -110,16 +131,32 @@ class LeasePanel(Panel):
             alive = left is None or left >= 0
             pinned += len(x.pins)
             tables = sorted({tb.table for tb in x.pins})
-            state = Markup('<span style="color:#1b7f3b">alive</span>' if alive
-                           else '<span style="color:#b00020">expired</span>')
-            rows.append([x.lease_id, x.owner, ", ".join(tables) or "-", len(x.pins),
-                         "-" if left is None else countdown(left), x.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
-                         state])
+            state = Markup(
+                '<span style="color:#1b7f3b">alive</span>'
+                if alive
+                else '<span style="color:#b00020">expired</span>'
+            )
+            rows.append(
+                [
+                    x.lease_id,
+                    x.owner,
+                    ", ".join(tables) or "-",
+                    len(x.pins),
+                    "-" if left is None else countdown(left),
+                    x.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                    state,
+                ]
+            )
         n = len(self._leases)
-        self.summary.value = (f"<b>Leases</b> · {n} lease{'s' if n != 1 else ''} · {pinned} pinned "
-                              f"bucket{'s' if pinned != 1 else ''}")
-        self.table.value = html_table(["lease", "owner", "tables", "pinned", "expires in", "expires at", "state"],
-                                      rows, css="leasekit-lease-list")
+        self.summary.value = (
+            f"<b>Leases</b> · {n} lease{'s' if n != 1 else ''} · {pinned} pinned "
+            f"bucket{'s' if pinned != 1 else ''}"
+        )
+        self.table.value = html_table(
+            ["lease", "owner", "tables", "pinned", "expires in", "expires at", "state"],
+            rows,
+            css="leasekit-lease-list",
+        )
 
     def _selected(self) -> LeaseInfo | None:
         return next((x for x in self._leases if x.lease_id == self.lease.value), None)
@@ -127,7 +164,9 @@ class LeasePanel(Panel):
     def _show_selected(self) -> None:
         lease = self._selected()
         pins = sorted((lease.pins if lease else {}).items())
-        self.pins.data = pd.DataFrame([(tb.table, tb.bucket, sid) for tb, sid in pins], columns=PIN_COLUMNS)
+        self.pins.data = pd.DataFrame(
+            [(tb.table, tb.bucket, sid) for tb, sid in pins], columns=PIN_COLUMNS
+        )
         labels = [(f"{tb.table}/{tb.bucket}", tb) for tb, _ in pins]
         chosen = [tb for tb in self.release_buckets.value if tb in dict(pins)]
         self.release_buckets.options = labels
@@ -170,29 +209,47 @@ class LeasePanel(Panel):
 
     def _acquire(self) -> None:
         lease_id, table = self.lease.value, self.acquire_table.value
-        self.act("acquire latest", lambda: self.conn.lease(lease_id, self._duration(), drop_on_exit=False)
-                 .acquire_latest(table),
-                 lambda r: f"{lease_id}: pinned {len(r.acquired)} buckets of {table}"
-                           + (f", {len(r.unavailable)} unavailable" if r.unavailable else ""))
+        self.act(
+            "acquire latest",
+            lambda: self.conn.lease(lease_id, self._duration(), drop_on_exit=False).acquire_latest(
+                table
+            ),
+            lambda r: (
+                f"{lease_id}: pinned {len(r.acquired)} buckets of {table}"
+                + (f", {len(r.unavailable)} unavailable" if r.unavailable else "")
+            ),
+        )
 
     def _renew(self) -> None:
         lease_id = self.lease.value
-        self.act("renew", lambda: self.conn.renew_kv_snapshot_lease(lease_id, self._duration()),
-                 lambda at: f"{lease_id} now expires at {at:%Y-%m-%d %H:%M:%S} UTC")
+        self.act(
+            "renew",
+            lambda: self.conn.renew_kv_snapshot_lease(lease_id, self._duration()),
+            lambda at: f"{lease_id} now expires at {at:%Y-%m-%d %H:%M:%S} UTC",
+        )
 
     def _release(self) -> None:
         lease_id, buckets = self.lease.value, list(self.release_buckets.value)
-        self.act("release", lambda: self.conn.release_kv_snapshot_lease(lease_id, buckets),
-                 lambda _: f"{lease_id}: released {len(buckets)} bucket{'s' if len(buckets) != 1 else ''}")
+        self.act(
+            "release",
+            lambda: self.conn.release_kv_snapshot_lease(lease_id, buckets),
+            lambda _: (
+                f"{lease_id}: released {len(buckets)} bucket{'s' if len(buckets) != 1 else ''}"
+            ),
+        )
 
     def _drop(self) -> None:
         lease_id = self.lease.value
-        self.act("drop", lambda: self.conn.drop_kv_snapshot_lease(lease_id),
-                 lambda dropped: f"dropped lease {lease_id}" if dropped else f"lease {lease_id} was gone already")
+        self.act(
+            "drop",
+            lambda: self.conn.drop_kv_snapshot_lease(lease_id),
+            lambda dropped: (
+                f"dropped lease {lease_id}" if dropped else f"lease {lease_id} was gone already"
+            ),
+        )
 
     def _duration(self) -> str:
         return self.duration.value.strip()
 
     def __repr__(self) -> str:
         return f"LeasePanel({len(self._leases)} leases)"
-

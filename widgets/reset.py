@@ -16,8 +16,15 @@ from .base import button, esc, html_table
 
 __all__ = ["ResetForm", "reset_arguments"]
 
-TARGETS = [("choose…", ""), ("to earliest", "earliest"), ("to latest", "latest"), ("to offset", "offset"),
-           ("to date-time (ISO 8601)", "datetime"), ("by duration (e.g. 1h)", "duration"), ("shift by", "shift")]
+TARGETS = [
+    ("choose…", ""),
+    ("to earliest", "earliest"),
+    ("to latest", "latest"),
+    ("to offset", "offset"),
+    ("to date-time (ISO 8601)", "datetime"),
+    ("by duration (e.g. 1h)", "duration"),
+    ("shift by", "shift"),
+]
 
 
 def reset_arguments(kind: str, text: str) -> dict[str, Any]:
@@ -34,7 +41,9 @@ def reset_arguments(kind: str, text: str) -> dict[str, Any]:
     try:
         number = int(text)
     except ValueError:
-        raise InvalidArgumentError(f"{'offset' if kind == 'offset' else 'shift'} {text!r} is not a whole number") from None
+        raise InvalidArgumentError(
+            f"{'offset' if kind == 'offset' else 'shift'} {text!r} is not a whole number"
+        ) from None
     return {"to": number} if kind == "offset" else {"shift_by": number}
 
 
@@ -51,19 +60,28 @@ class ResetForm(w.VBox):
         self.members = 0
         self._previewed: tuple[Any, ...] | None = None
         self.target = w.Dropdown(options=TARGETS, value="", description="Reset")
-        self.value = w.Text(placeholder="offset, date-time, duration or shift", layout=w.Layout(width="220px"))
-        self.buckets = w.SelectMultiple(options=[], rows=6, description="Buckets", layout=w.Layout(width="300px"))
+        self.value = w.Text(
+            placeholder="offset, date-time, duration or shift", layout=w.Layout(width="220px")
+        )
+        self.buckets = w.SelectMultiple(
+            options=[], rows=6, description="Buckets", layout=w.Layout(width="300px")
+        )
         self.select_all = button("Select all", self._all)
-        self.preview_button = button("Preview", self._preview, tooltip="dry run: shows the plan, changes nothing")
+        self.preview_button = button(
+            "Preview", self._preview, tooltip="dry run: shows the plan, changes nothing"
+        )
         self.execute = button("Execute", self._execute, style="danger", disabled=True)
         self.reason = w.HTML()
         self.preview = w.HTML()
         for widget in (self.target, self.value, self.buckets):
             widget.observe(lambda _: self._inputs_changed(), "value")
-        self.children = [w.HTML("<b>Reset offsets</b>"),
-                         w.HBox([self.target, self.value]),
-                         w.HBox([self.buckets, w.VBox([self.select_all, self.preview_button, self.execute])]),
-                         self.reason, self.preview]
+        self.children = [
+            w.HTML("<b>Reset offsets</b>"),
+            w.HBox([self.target, self.value]),
+            w.HBox([self.buckets, w.VBox([self.select_all, self.preview_button, self.execute])]),
+            self.reason,
+            self.preview,
+        ]
         self._inputs_changed()
 
     def show(self, group: str | None, buckets: list[TableBucket], members: int) -> None:
@@ -86,8 +104,10 @@ class ResetForm(w.VBox):
         ready = bool(self.group and self.target.value and self.buckets.value)
         self.preview_button.disabled = not ready or bool(self.members)
         if self.members:
-            why = (f"Reset is disabled while the group has {self.members} live member"
-                   f"{'s' if self.members != 1 else ''}: stop its consumers first.")
+            why = (
+                f"Reset is disabled while the group has {self.members} live member"
+                f"{'s' if self.members != 1 else ''}: stop its consumers first."
+            )
         elif self._previewed != self._key():
             why = "Preview the reset before executing it."
         else:
@@ -104,23 +124,40 @@ class ResetForm(w.VBox):
 
     def _preview(self) -> None:
         key = self._key()
-        plan = self._act("preview the reset", lambda: self._plan(dry_run=True),
-                         lambda p: f"dry run: {len(p)} offsets would be reset, nothing changed")
+        plan = self._act(
+            "preview the reset",
+            lambda: self._plan(dry_run=True),
+            lambda p: f"dry run: {len(p)} offsets would be reset, nothing changed",
+        )
         if plan is not None:
             self._previewed = key
             self._render(plan, "Dry run: nothing changed yet.")
         self._inputs_changed()
 
     def _execute(self) -> None:
-        plan = self._act("reset offsets", lambda: self._plan(dry_run=False), lambda p: f"{len(p)} offsets reset")
+        plan = self._act(
+            "reset offsets", lambda: self._plan(dry_run=False), lambda p: f"{len(p)} offsets reset"
+        )
         if plan is not None:
             self._previewed = None
             self._render(plan, "Offsets reset.")
         self._inputs_changed()
 
     def _render(self, plan: Any, head: str) -> None:
-        rows = [[r.table, r.bucket, "-" if r.current_offset is None or str(r.current_offset) == "<NA>"
-                 else r.current_offset, r.new_offset] for r in plan.itertuples()]
-        self.preview.value = (f"<div>{esc(head)} {len(rows)} bucket{'s' if len(rows) != 1 else ''}.</div>"
-                              + html_table(["table", "bucket", "current offset", "new offset"], rows,
-                                           css="leasekit-reset-plan"))
+        rows = [
+            [
+                r.table,
+                r.bucket,
+                "-"
+                if r.current_offset is None or str(r.current_offset) == "<NA>"
+                else r.current_offset,
+                r.new_offset,
+            ]
+            for r in plan.itertuples()
+        ]
+        self.preview.value = (
+            f"<div>{esc(head)} {len(rows)} bucket{'s' if len(rows) != 1 else ''}.</div>"
+            + html_table(
+                ["table", "bucket", "current offset", "new offset"], rows, css="leasekit-reset-plan"
+            )
+        )

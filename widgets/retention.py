@@ -39,10 +39,19 @@ def size(n: float) -> str:
 def plan_frame(data: _Plan) -> pd.DataFrame:
     """The plan's items in the grid's columns, with the leases pinning each snapshot."""
     pinned = data.pinned_by
-    rows = [(i.kind, i.table_bucket.table if i.table_bucket else "-",
-             i.table_bucket.bucket if i.table_bucket else float("nan"), str(i.item_id), i.action, i.reason,
-             ", ".join(pinned.get((i.table_bucket, i.item_id), ())) if i.kind == "snapshot" else "",
-             i.size_bytes) for i in data.plan.items]
+    rows = [
+        (
+            i.kind,
+            i.table_bucket.table if i.table_bucket else "-",
+            i.table_bucket.bucket if i.table_bucket else float("nan"),
+            str(i.item_id),
+            i.action,
+            i.reason,
+            ", ".join(pinned.get((i.table_bucket, i.item_id), ())) if i.kind == "snapshot" else "",
+            i.size_bytes,
+        )
+        for i in data.plan.items
+    ]
     frame = pd.DataFrame.from_records(rows, columns=PLAN_COLUMNS)
     frame["bucket"] = frame["bucket"].astype("float64")
     frame["size_bytes"] = frame["size_bytes"].astype("int64")
@@ -59,28 +68,52 @@ class RetentionPanel(Panel):
         self._table = ALL if table is None else getattr(table, "name", table)
         self._data: _Plan | None = None
         self._shown: pd.DataFrame | None = None
-        self.table = w.Dropdown(description="Table", options=[("all tables", ALL)], value=ALL,
-                                layout=w.Layout(width="300px"))
-        self.action_filter = w.Dropdown(description="Show", options=[("every item", ""), ("deletes", "delete"),
-                                                                    ("keeps", "keep")], value="",
-                                        layout=w.Layout(width="220px"))
+        self.table = w.Dropdown(
+            description="Table",
+            options=[("all tables", ALL)],
+            value=ALL,
+            layout=w.Layout(width="300px"),
+        )
+        self.action_filter = w.Dropdown(
+            description="Show",
+            options=[("every item", ""), ("deletes", "delete"), ("keeps", "keep")],
+            value="",
+            layout=w.Layout(width="220px"),
+        )
         self.summary = w.HTML()
         self.summary.add_class("leasekit-summary")
         colour = VegaExpr("cell.value === 'delete' ? '#f8d7da' : '#d4edda'")
-        self.grid = DataGrid(pd.DataFrame(columns=PLAN_COLUMNS), base_row_size=22, base_column_size=90,
-                             header_visibility="column",
-                             column_widths={"reason": 320, "item_id": 140}, layout=w.Layout(height="300px"),
-                             renderers={"action": TextRenderer(background_color=colour),
-                                        "bucket": TextRenderer(format=".0f", missing="-")})
+        self.grid = DataGrid(
+            pd.DataFrame(columns=PLAN_COLUMNS),
+            base_row_size=22,
+            base_column_size=90,
+            header_visibility="column",
+            column_widths={"reason": 320, "item_id": 140},
+            layout=w.Layout(height="300px"),
+            renderers={
+                "action": TextRenderer(background_color=colour),
+                "bucket": TextRenderer(format=".0f", missing="-"),
+            },
+        )
         self.dry_run = w.Checkbox(value=True, description="dry run (change nothing)", indent=False)
-        self.run = button("Run retention", self._run, style="warning",
-                          tooltip="expire leases, then delete what the plan deletes")
+        self.run = button(
+            "Run retention",
+            self._run,
+            style="warning",
+            tooltip="expire leases, then delete what the plan deletes",
+        )
         self.report = w.HTML()
         self.report.add_class("leasekit-report")
         self.table.observe(self._table_changed, "value")
         self.action_filter.observe(lambda _: self._show_rows(), "value")
-        self.children = [w.HBox([self.table, self.action_filter]), self.summary, self.grid,
-                         w.HBox([self.dry_run, self.run]), self.report, self.message]
+        self.children = [
+            w.HBox([self.table, self.action_filter]),
+            self.summary,
+            self.grid,
+            w.HBox([self.dry_run, self.run]),
+            self.report,
+            self.message,
+        ]
         self.refresh()
 
     def _watch_filter(self, data: set[str], children: set[str]) -> tuple[set[str], set[str]]:
@@ -108,13 +141,17 @@ class RetentionPanel(Panel):
         items = data.plan.items
         deletes = sum(1 for i in items if i.action == "delete")
         scope = "every table" if not self._table else self._table
-        self.summary.value = (f"<b>Retention plan</b> of {esc(scope)} · {len(items)} items · {deletes} to delete · "
-                              f"{len(items) - deletes} kept · reclaimable <b>{size(data.plan.reclaimable_bytes)}</b>"
-                              f" · planned at {data.plan.planned_at:%Y-%m-%d %H:%M:%S} UTC")
+        self.summary.value = (
+            f"<b>Retention plan</b> of {esc(scope)} · {len(items)} items · {deletes} to delete · "
+            f"{len(items) - deletes} kept · reclaimable <b>{size(data.plan.reclaimable_bytes)}</b>"
+            f" · planned at {data.plan.planned_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
         self._show_rows()
 
     def _show_rows(self) -> None:
-        frame = plan_frame(self._data) if self._data is not None else pd.DataFrame(columns=PLAN_COLUMNS)
+        frame = (
+            plan_frame(self._data) if self._data is not None else pd.DataFrame(columns=PLAN_COLUMNS)
+        )
         if self.action_filter.value:
             frame = frame[frame["action"] == self.action_filter.value].reset_index(drop=True)
         if self._shown is not None and frame.equals(self._shown):
@@ -131,22 +168,52 @@ class RetentionPanel(Panel):
 
     def _run(self) -> None:
         dry = bool(self.dry_run.value)
-        report = self.act("retention", lambda: self.conn.run_retention(self._table or None, dry_run=dry),
-                          lambda r: ("dry run: " if dry else "") + f"{len(r.deleted)} items, {size(r.freed_bytes)}")
+        report = self.act(
+            "retention",
+            lambda: self.conn.run_retention(self._table or None, dry_run=dry),
+            lambda r: (
+                ("dry run: " if dry else "") + f"{len(r.deleted)} items, {size(r.freed_bytes)}"
+            ),
+        )
         if report is not None:
             self.report.value = render_report(report)
 
 
 def render_report(report: RetentionReport) -> str:
-    head = ("<b>Dry run</b> (nothing changed): would delete" if report.dry_run else "<b>Retention ran</b>: deleted")
-    rows = [[i.kind, i.table_bucket.table if i.table_bucket else "-",
-             i.table_bucket.bucket if i.table_bucket else "-", i.item_id, i.reason, size(i.size_bytes)]
-            for i in report.deleted[:REPORT_ROWS]]
+    head = (
+        "<b>Dry run</b> (nothing changed): would delete"
+        if report.dry_run
+        else "<b>Retention ran</b>: deleted"
+    )
+    rows = [
+        [
+            i.kind,
+            i.table_bucket.table if i.table_bucket else "-",
+            i.table_bucket.bucket if i.table_bucket else "-",
+            i.item_id,
+            i.reason,
+            size(i.size_bytes),
+        ]
+        for i in report.deleted[:REPORT_ROWS]
+    ]
     more = len(report.deleted) - len(rows)
     errors = "".join(f"<li>{esc(e)}</li>" for e in report.errors)
     freed = f"{'would free' if report.dry_run else 'freed'} {size(report.freed_bytes)}"
-    return (f"<div>{head} {len(report.deleted)} items; {esc(freed)}.</div>"
-            + (html_table(["kind", "table", "bucket", "item", "reason", "size"], rows, css="leasekit-report-items")
-               if rows else "")
-            + (f"<div>… and {more} more</div>" if more > 0 else "")
-            + (f"<div style='color:#b00020'>Errors (retried by the next pass):<ul>{errors}</ul></div>" if errors else ""))
+    return (
+        f"<div>{head} {len(report.deleted)} items; {esc(freed)}.</div>"
+        + (
+            html_table(
+                ["kind", "table", "bucket", "item", "reason", "size"],
+                rows,
+                css="leasekit-report-items",
+            )
+            if rows
+            else ""
+        )
+        + (f"<div>… and {more} more</div>" if more > 0 else "")
+        + (
+            f"<div style='color:#b00020'>Errors (retried by the next pass):<ul>{errors}</ul></div>"
+            if errors
+            else ""
+        )
+    )

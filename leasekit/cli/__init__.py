@@ -34,16 +34,31 @@ def _global_options() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("global options")
     suppress = argparse.SUPPRESS
-    group.add_argument("--zookeeper", metavar="HOSTS", default=suppress,
-                       help="ZooKeeper connect string, like zk1:2181,zk2:2181 (default: "
-                       "$LEASEKIT_ZOOKEEPER, else the warehouse's embedded server)")
-    group.add_argument("--warehouse", metavar="LOCATION", default=suppress,
-                       help="warehouse path or URI (default: $LEASEKIT_WAREHOUSE, else "
-                       "./leasekit-warehouse)")
-    group.add_argument("--namespace", metavar="NAME", default=suppress,
-                       help="metadata namespace (default: leasekit)")
-    group.add_argument("--json", action="store_true", default=suppress,
-                       help="print machine-readable JSON instead of text tables")
+    group.add_argument(
+        "--zookeeper",
+        metavar="HOSTS",
+        default=suppress,
+        help="ZooKeeper connect string, like zk1:2181,zk2:2181 (default: "
+        "$LEASEKIT_ZOOKEEPER, else the warehouse's embedded server)",
+    )
+    group.add_argument(
+        "--warehouse",
+        metavar="LOCATION",
+        default=suppress,
+        help="warehouse path or URI (default: $LEASEKIT_WAREHOUSE, else ./leasekit-warehouse)",
+    )
+    group.add_argument(
+        "--namespace",
+        metavar="NAME",
+        default=suppress,
+        help="metadata namespace (default: leasekit)",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=suppress,
+        help="print machine-readable JSON instead of text tables",
+    )
     return parent
 
 

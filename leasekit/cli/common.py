@@ -18,8 +18,16 @@ if TYPE_CHECKING:
 
     from ..connection import Connection
 
-__all__ = ["EXIT_ERROR", "EXIT_NOT_RUNNING", "EXIT_INTERRUPTED", "add_command", "connect", "spark",
-           "warehouse_location", "missing_warehouse"]
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_NOT_RUNNING",
+    "EXIT_INTERRUPTED",
+    "add_command",
+    "connect",
+    "spark",
+    "warehouse_location",
+    "missing_warehouse",
+]
 
 EXIT_ERROR = 2
 EXIT_NOT_RUNNING = 3  # like `service ... status`
@@ -82,7 +90,8 @@ def connect(args: argparse.Namespace, *, read_only: bool = False) -> Iterator[Co
         if missing is not None:
             raise InvalidArgumentError(
                 f"no warehouse at {missing}: nothing to read there (check --warehouse or "
-                "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)")
+                "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)"
+            )
     with open_connection(args.zookeeper, args.warehouse, namespace=args.namespace) as conn:
         yield conn
 
@@ -126,7 +135,8 @@ def _whole(text: str, what: str) -> int:
         return int(text.strip().replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{what} must be a whole number, got {text[:40]!r}") from None
+            f"{what} must be a whole number, got {text[:40]!r}"
+        ) from None
 
 
 def offset_arg(text: str) -> int:
@@ -142,7 +152,8 @@ def shift_arg(text: str) -> int:
     value = _whole(text, "shift")
     if not -_INT64 < value < _INT64:
         raise argparse.ArgumentTypeError(
-            f"shift must be between -(2**63-1) and 2**63-1, got {text[:40]}")
+            f"shift must be between -(2**63-1) and 2**63-1, got {text[:40]}"
+        )
     return value
 
 

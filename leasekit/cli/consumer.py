@@ -22,8 +22,19 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-DESCRIBE = ["group", "table", "bucket", "current_offset", "log_end_offset", "lag", "time_lag", "consumer_id",
-            "host", "last_commit", "status"]
+DESCRIBE = [
+    "group",
+    "table",
+    "bucket",
+    "current_offset",
+    "log_end_offset",
+    "lag",
+    "time_lag",
+    "consumer_id",
+    "host",
+    "last_commit",
+    "status",
+]
 MEMBERS = ["consumer_id", "host", "#buckets", "buckets", "assigned"]
 RESET = ["group", "table", "bucket", "current_offset", "new_offset", "clamped"]
 
@@ -39,8 +50,10 @@ def _existing_group(conn: Connection, group: str) -> None:
     """Raise unless ``group`` has committed offsets or live members."""
     check_id(group, what="group id", error=InvalidArgumentError)
     if group not in conn.consumer_groups():
-        raise InvalidArgumentError(f"consumer group {group!r} does not exist in namespace "
-                                   f"{conn.namespace!r} (no committed offsets, no live members)")
+        raise InvalidArgumentError(
+            f"consumer group {group!r} does not exist in namespace "
+            f"{conn.namespace!r} (no committed offsets, no live members)"
+        )
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -50,18 +63,34 @@ def _describe(args: argparse.Namespace) -> int:
         _existing_group(conn, args.group)
         frame = conn.describe_group(args.group)
     rows = frame_rows(frame)
-    status = health.group_status((TableBucket(r["table"], r["bucket"]), r["status"]) for r in rows if r["status"])
+    status = health.group_status(
+        (TableBucket(r["table"], r["bucket"]), r["status"]) for r in rows if r["status"]
+    )
     leader = frame.attrs.get("leader")
-    data = {"group": args.group, "status": status.status, "generation": frame.attrs.get("generation"),
-            "leader": leader, "buckets": rows,
-            "unowned": [{"table": r["table"], "bucket": r["bucket"]} for r in rows
-                        if r["consumer_id"] is None and leader is not None]}
+    data = {
+        "group": args.group,
+        "status": status.status,
+        "generation": frame.attrs.get("generation"),
+        "leader": leader,
+        "buckets": rows,
+        "unowned": [
+            {"table": r["table"], "bucket": r["bucket"]}
+            for r in rows
+            if r["consumer_id"] is None and leader is not None
+        ],
+    }
 
     def render(d: dict[str, Any]) -> str:
         if not d["buckets"] and d["leader"] is None:
             return f"group {d['group']} has no committed offsets and no live members"
-        return "\n".join([f"GROUP {d['group']}: {d['status']}", _state(d, len(d["unowned"])), "",
-                          format_table(d["buckets"], DESCRIBE)])
+        return "\n".join(
+            [
+                f"GROUP {d['group']}: {d['status']}",
+                _state(d, len(d["unowned"])),
+                "",
+                format_table(d["buckets"], DESCRIBE),
+            ]
+        )
 
     emit(args, data, render)
     return 0
@@ -73,7 +102,9 @@ def _state(d: dict[str, Any], unowned: int) -> str:
     generation = "-" if d["generation"] is None else d["generation"]
     if d["leader"] is None:
         return f"GENERATION {generation}  LEADER -  no live members"
-    return f"GENERATION {generation}  LEADER {d['leader']}" + (f"  UNOWNED {unowned}" if unowned else "")
+    return f"GENERATION {generation}  LEADER {d['leader']}" + (
+        f"  UNOWNED {unowned}" if unowned else ""
+    )
 
 
 def _buckets(buckets: Any) -> str:
@@ -91,13 +122,31 @@ def _members(args: argparse.Namespace) -> int:
         _existing_group(conn, args.group)
         members = conn.group_members(args.group)
     leader = next((m.member_id for m in members if m.leader), None)
-    data = {"group": args.group, "generation": members[0].generation if members else None, "leader": leader,
-            "members": [{"consumer_id": m.member_id, "host": m.host, "leader": m.leader,
-                         "buckets": [{"table": tb.table, "bucket": tb.bucket} for tb in sorted(m.buckets)],
-                         "assigned": [{"table": tb.table, "bucket": tb.bucket} for tb in sorted(m.assigned)]}
-                        for m in members]}
-    table = [{"consumer_id": m.member_id, "host": m.host, "#buckets": len(m.buckets), "buckets": _buckets(m.buckets),
-              "assigned": _buckets(m.assigned)} for m in members]
+    data = {
+        "group": args.group,
+        "generation": members[0].generation if members else None,
+        "leader": leader,
+        "members": [
+            {
+                "consumer_id": m.member_id,
+                "host": m.host,
+                "leader": m.leader,
+                "buckets": [{"table": tb.table, "bucket": tb.bucket} for tb in sorted(m.buckets)],
+                "assigned": [{"table": tb.table, "bucket": tb.bucket} for tb in sorted(m.assigned)],
+            }
+            for m in members
+        ],
+    }
+    table = [
+        {
+            "consumer_id": m.member_id,
+            "host": m.host,
+            "#buckets": len(m.buckets),
+            "buckets": _buckets(m.buckets),
+            "assigned": _buckets(m.assigned),
+        }
+        for m in members
+    ]
 
     def render(d: dict[str, Any]) -> str:
         if not d["members"]:
@@ -131,14 +180,27 @@ def _reset(args: argparse.Namespace) -> int:
             raise InvalidArgumentError("--bucket needs exactly one --table")
         buckets = [TableBucket(args.table[0], b) for b in args.bucket]
     with connect(args, read_only=not args.execute) as conn:
-        plan = frame_rows(conn.reset_offsets(args.group, to=to, shift_by=shift, tables=args.table, buckets=buckets,
-                                        dry_run=not args.execute))
+        plan = frame_rows(
+            conn.reset_offsets(
+                args.group,
+                to=to,
+                shift_by=shift,
+                tables=args.table,
+                buckets=buckets,
+                dry_run=not args.execute,
+            )
+        )
     data = {"executed": args.execute, "plan": plan}
 
     def render(d: dict[str, Any]) -> str:
-        head = ("offsets reset" if d["executed"]
-                else "dry run: nothing changed (add --execute to reset these offsets)")
-        return head + ("\n\n" + format_table(d["plan"], RESET) if d["plan"] else "\n\nno offsets to reset")
+        head = (
+            "offsets reset"
+            if d["executed"]
+            else "dry run: nothing changed (add --execute to reset these offsets)"
+        )
+        return head + (
+            "\n\n" + format_table(d["plan"], RESET) if d["plan"] else "\n\nno offsets to reset"
+        )
 
     emit(args, data, render)
     return 0
@@ -147,37 +209,70 @@ def _reset(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         deleted = conn.delete_group(args.group)
-    emit(args, {"group": args.group, "deleted": deleted},
-         lambda d: f"deleted group {d['group']}" if d["deleted"] else f"no group {d['group']}")
+    emit(
+        args,
+        {"group": args.group, "deleted": deleted},
+        lambda d: f"deleted group {d['group']}" if d["deleted"] else f"no group {d['group']}",
+    )
     return 0
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``consumer list|describe|reset-offsets|delete`` to the top-level subcommands."""
-    consumer = add_command(commands, "consumer", "consumer groups: offsets, lag, lag health, resets", common)
+    consumer = add_command(
+        commands, "consumer", "consumer groups: offsets, lag, lag health, resets", common
+    )
     actions = consumer.add_subparsers(dest="action", metavar="ACTION", required=True)
     add_command(actions, "list", "groups with committed offsets or live members", common, _list)
-    describe = add_command(actions, "describe", "offsets, lag and time lag now, owner and status, per bucket",
-                           common, _describe)
+    describe = add_command(
+        actions,
+        "describe",
+        "offsets, lag and time lag now, owner and status, per bucket",
+        common,
+        _describe,
+    )
     describe.add_argument("group", metavar="GROUP")
-    describe.add_argument("--members", action="store_true",
-                          help="the live members instead: each one's buckets owned now and assigned")
-    reset = add_command(actions, "reset-offsets", "plan (or with --execute, carry out) an offset reset",
-                        common, _reset)
+    describe.add_argument(
+        "--members",
+        action="store_true",
+        help="the live members instead: each one's buckets owned now and assigned",
+    )
+    reset = add_command(
+        actions,
+        "reset-offsets",
+        "plan (or with --execute, carry out) an offset reset",
+        common,
+        _reset,
+    )
     reset.add_argument("group", metavar="GROUP")
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true", help="the beginning of each log")
     target.add_argument("--to-latest", action="store_true", help="the end of each log")
-    target.add_argument("--to-current", action="store_true", help="the committed offsets (end where none)")
-    target.add_argument("--to-offset", type=offset_arg, metavar="N",
-                        help="this offset in every bucket")
-    target.add_argument("--to-datetime", metavar="ISO8601", help="the first record at or after this time")
-    target.add_argument("--by-duration", metavar="D", help="the first record at or after now minus D")
-    target.add_argument("--shift-by", type=shift_arg, metavar="N",
-                        help="move by N (clamped to the log)")
+    target.add_argument(
+        "--to-current", action="store_true", help="the committed offsets (end where none)"
+    )
+    target.add_argument(
+        "--to-offset", type=offset_arg, metavar="N", help="this offset in every bucket"
+    )
+    target.add_argument(
+        "--to-datetime", metavar="ISO8601", help="the first record at or after this time"
+    )
+    target.add_argument(
+        "--by-duration", metavar="D", help="the first record at or after now minus D"
+    )
+    target.add_argument(
+        "--shift-by", type=shift_arg, metavar="N", help="move by N (clamped to the log)"
+    )
     reset.add_argument("--table", action="append", metavar="T", help="only this table (repeatable)")
-    reset.add_argument("--bucket", action="append", type=bucket_arg, metavar="B",
-                       help="only this bucket (repeatable)")
-    reset.add_argument("--execute", action="store_true", help="carry the reset out (default: a dry run)")
+    reset.add_argument(
+        "--bucket",
+        action="append",
+        type=bucket_arg,
+        metavar="B",
+        help="only this bucket (repeatable)",
+    )
+    reset.add_argument(
+        "--execute", action="store_true", help="carry the reset out (default: a dry run)"
+    )
     delete = add_command(actions, "delete", "delete a group and its offsets", common, _delete)
     delete.add_argument("group", metavar="GROUP")

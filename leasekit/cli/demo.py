@@ -43,11 +43,19 @@ def _demo(args: argparse.Namespace) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``demo`` to the top-level subcommands."""
-    demo = add_command(commands, "demo", "run the end-to-end demo on embedded defaults", common,
-                       _demo)
-    demo.add_argument("--table", default="demo_orders",
-                      help="demo table name (default: demo_orders)")
-    demo.add_argument("--rows", type=_positive_int, default=100_000, metavar="N",
-                      help="upsert rows to write (default: 100000)")
-    demo.add_argument("--batches", type=_positive_int, default=5, metavar="N",
-                      help="append batches (default: 5)")
+    demo = add_command(
+        commands, "demo", "run the end-to-end demo on embedded defaults", common, _demo
+    )
+    demo.add_argument(
+        "--table", default="demo_orders", help="demo table name (default: demo_orders)"
+    )
+    demo.add_argument(
+        "--rows",
+        type=_positive_int,
+        default=100_000,
+        metavar="N",
+        help="upsert rows to write (default: 100000)",
+    )
+    demo.add_argument(
+        "--batches", type=_positive_int, default=5, metavar="N", help="append batches (default: 5)"
+    )

@@ -80,8 +80,17 @@ def _janitor(args: argparse.Namespace) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``janitor`` to the top-level subcommands."""
-    cmd = add_command(commands, "janitor",
-                      "expire leases and run retention every interval (one leader at a time); "
-                      "runs until Ctrl-C or SIGTERM", common, _janitor)
-    cmd.add_argument("--interval", default="30s", metavar="D",
-                     help="time between passes, like 10s, 5m or seconds (default: 30s)")
+    cmd = add_command(
+        commands,
+        "janitor",
+        "expire leases and run retention every interval (one leader at a time); "
+        "runs until Ctrl-C or SIGTERM",
+        common,
+        _janitor,
+    )
+    cmd.add_argument(
+        "--interval",
+        default="30s",
+        metavar="D",
+        help="time between passes, like 10s, 5m or seconds (default: 30s)",
+    )

@@ -54,8 +54,12 @@ def _store(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
     warehouse = _warehouse(args)
     env = dict(os.environ, LEASEKIT_WAREHOUSE=warehouse.location)
     zookeeper = args.zookeeper or os.environ.get("LEASEKIT_ZOOKEEPER") or None
-    fields: dict[str, Any] = {"zookeeper": zookeeper, "embedded": zookeeper is None,
-                              "warehouse": warehouse.location, "namespace": args.namespace}
+    fields: dict[str, Any] = {
+        "zookeeper": zookeeper,
+        "embedded": zookeeper is None,
+        "warehouse": warehouse.location,
+        "namespace": args.namespace,
+    }
     if zookeeper is not None:
         env["LEASEKIT_ZOOKEEPER"] = zookeeper
         return fields, env
@@ -116,7 +120,9 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
-    wanted = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    wanted = [signal.SIGINT, signal.SIGTERM] + (
+        [signal.SIGHUP] if hasattr(signal, "SIGHUP") else []
+    )
     previous = {signum: signal.signal(signum, forward) for signum in wanted}
     try:
         yield
@@ -141,8 +147,9 @@ def _lab(args: argparse.Namespace) -> int:
     from jupyter_core.paths import jupyter_runtime_dir
 
     note("starting JupyterLab ...")
-    proc = subprocess.Popen(_command(args, notebooks), env=env, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        _command(args, notebooks), env=env, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         with _forward_signals(proc):
             info_file = Path(jupyter_runtime_dir()) / f"jpserver-{proc.pid}.json"
@@ -170,19 +177,39 @@ def _lab(args: argparse.Namespace) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``lab`` to the top-level subcommands."""
-    cmd = add_command(commands, "lab",
-                      "run JupyterLab on a notebooks directory; its kernels connect to this "
-                      "ZooKeeper and warehouse (the embedded server is started if needed)",
-                      common, _lab,
-                      epilog="Options after -- are passed to JupyterLab, e.g. "
-                      "`leasekit lab --port 8890 -- --IdentityProvider.token=secret`.")
-    cmd.add_argument("--notebooks", default=DEFAULT_NOTEBOOKS, metavar="DIR",
-                     help="the directory JupyterLab serves (default: ./notebooks)")
-    cmd.add_argument("--port", type=int, default=None, metavar="N",
-                     help="the port to listen on (default: JupyterLab's, 8888 or the next free)")
-    cmd.add_argument("--ip", default=None, metavar="ADDR",
-                     help="the address to listen on (default: JupyterLab's, localhost)")
-    cmd.add_argument("--no-browser", action="store_true",
-                     help="do not open a web browser")
-    cmd.add_argument("jupyter_args", nargs="*", metavar="-- JUPYTER_OPTION",
-                     help="options passed to JupyterLab as they are")
+    cmd = add_command(
+        commands,
+        "lab",
+        "run JupyterLab on a notebooks directory; its kernels connect to this "
+        "ZooKeeper and warehouse (the embedded server is started if needed)",
+        common,
+        _lab,
+        epilog="Options after -- are passed to JupyterLab, e.g. "
+        "`leasekit lab --port 8890 -- --IdentityProvider.token=secret`.",
+    )
+    cmd.add_argument(
+        "--notebooks",
+        default=DEFAULT_NOTEBOOKS,
+        metavar="DIR",
+        help="the directory JupyterLab serves (default: ./notebooks)",
+    )
+    cmd.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the port to listen on (default: JupyterLab's, 8888 or the next free)",
+    )
+    cmd.add_argument(
+        "--ip",
+        default=None,
+        metavar="ADDR",
+        help="the address to listen on (default: JupyterLab's, localhost)",
+    )
+    cmd.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    cmd.add_argument(
+        "jupyter_args",
+        nargs="*",
+        metavar="-- JUPYTER_OPTION",
+        help="options passed to JupyterLab as they are",
+    )

@@ -101,8 +101,10 @@ def _acquire(args: argparse.Namespace) -> int:
     }  # fmt: skip
 
     def render(d: dict[str, Any]) -> str:
-        text = (f"lease {d['lease_id']} pins the latest snapshot of {len(d['acquired'])} "
-                f"bucket(s); it expires at {_text(d['expires_at'])}")
+        text = (
+            f"lease {d['lease_id']} pins the latest snapshot of {len(d['acquired'])} "
+            f"bucket(s); it expires at {_text(d['expires_at'])}"
+        )
         text += f"\n\n{format_table(d['tables'])}"
         if d["unavailable"]:
             text += f"\n\nunavailable buckets:\n{format_table(d['unavailable'])}"
@@ -114,16 +116,25 @@ def _acquire(args: argparse.Namespace) -> int:
 
 def _renew(args: argparse.Namespace) -> int:
     check_id(args.lease_id)
-    duration = (None if args.duration is None  # checked before connecting, as in acquire
-                else parse_duration(duration_arg(args.duration), what="lease duration"))
+    duration = (
+        None
+        if args.duration is None  # checked before connecting, as in acquire
+        else parse_duration(duration_arg(args.duration), what="lease duration")
+    )
     with connect(args) as conn:
         if duration is None:
             duration = _find(conn, args.lease_id).duration
         expires_at = conn.renew_kv_snapshot_lease(args.lease_id, duration)
     data = {"lease_id": args.lease_id, "duration": parse_duration(duration),
             "expires_at": expires_at}  # fmt: skip
-    emit(args, data, lambda d: f"renewed lease {d['lease_id']} (duration {_text(d['duration'])}); "
-                               f"it expires at {_text(d['expires_at'])}")
+    emit(
+        args,
+        data,
+        lambda d: (
+            f"renewed lease {d['lease_id']} (duration {_text(d['duration'])}); "
+            f"it expires at {_text(d['expires_at'])}"
+        ),
+    )
     return 0
 
 
@@ -141,8 +152,9 @@ def _release(args: argparse.Namespace) -> int:
     data = {
         "lease_id": args.lease_id,
         "released": [{"table": tb.table, "bucket": tb.bucket} for tb in buckets if tb in pinned],
-        "not_pinned": [{"table": tb.table, "bucket": tb.bucket} for tb in buckets
-                       if tb not in pinned],
+        "not_pinned": [
+            {"table": tb.table, "bucket": tb.bucket} for tb in buckets if tb not in pinned
+        ],
         "pins": _pin_rows(info.pins),
         "expires_at": info.expires_at,
     }
@@ -154,13 +166,17 @@ def _release(args: argparse.Namespace) -> int:
         if not args.bucket and d["released"]:
             text = f"released every bucket of {args.table} from lease {d['lease_id']}"
         elif d["released"]:
-            text = (f"released bucket(s) {numbers(d['released'])} of {args.table} from lease "
-                    f"{d['lease_id']}")
+            text = (
+                f"released bucket(s) {numbers(d['released'])} of {args.table} from lease "
+                f"{d['lease_id']}"
+            )
         else:
             text = f"released nothing of {args.table} from lease {d['lease_id']}"
         if d["not_pinned"] and args.bucket:
-            text += (f"; bucket(s) {numbers(d['not_pinned'])} of {args.table} were not pinned by "
-                     f"lease {d['lease_id']}")
+            text += (
+                f"; bucket(s) {numbers(d['not_pinned'])} of {args.table} were not pinned by "
+                f"lease {d['lease_id']}"
+            )
         elif not d["released"]:
             text += f"; it pinned no bucket of {args.table}"
         if not d["pins"]:
@@ -176,8 +192,15 @@ def _drop(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         dropped = conn.drop_kv_snapshot_lease(args.lease_id)
     data = {"lease_id": args.lease_id, "dropped": dropped}
-    emit(args, data, lambda d: f"dropped lease {d['lease_id']}" if d["dropped"]
-         else f"no such lease {d['lease_id']}; nothing dropped")
+    emit(
+        args,
+        data,
+        lambda d: (
+            f"dropped lease {d['lease_id']}"
+            if d["dropped"]
+            else f"no such lease {d['lease_id']}; nothing dropped"
+        ),
+    )
     return 0
 
 
@@ -188,35 +211,60 @@ Exit status: 0 when the lease was dropped and also when there is no such lease (
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``lease list|acquire|renew|release|drop`` to the top-level subcommands."""
-    lease = add_command(commands, "lease",
-                        "list, acquire, renew, release and drop KV snapshot leases", common)
+    lease = add_command(
+        commands, "lease", "list, acquire, renew, release and drop KV snapshot leases", common
+    )
     actions = lease.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_command(actions, "list", "every lease of the namespace with its pins and expiry", common,
-                _list)
+    add_command(
+        actions, "list", "every lease of the namespace with its pins and expiry", common, _list
+    )
 
-    acquire = add_command(actions, "acquire",
-                          "pin the latest snapshots of tables; creates the lease on first use",
-                          common, _acquire)
+    acquire = add_command(
+        actions,
+        "acquire",
+        "pin the latest snapshots of tables; creates the lease on first use",
+        common,
+        _acquire,
+    )
     acquire.add_argument("lease_id", metavar="LEASE_ID")
-    acquire.add_argument("--table", action="append", required=True, metavar="T",
-                         help="table whose buckets to pin (repeatable)")
-    acquire.add_argument("--duration", default="1h", metavar="D",
-                         help="lease duration, like 90s, 30m, 2h or seconds (default: 1h)")
+    acquire.add_argument(
+        "--table",
+        action="append",
+        required=True,
+        metavar="T",
+        help="table whose buckets to pin (repeatable)",
+    )
+    acquire.add_argument(
+        "--duration",
+        default="1h",
+        metavar="D",
+        help="lease duration, like 90s, 30m, 2h or seconds (default: 1h)",
+    )
 
-    renew = add_command(actions, "renew", "extend a lease; renew never shortens it", common,
-                        _renew)
+    renew = add_command(actions, "renew", "extend a lease; renew never shortens it", common, _renew)
     renew.add_argument("lease_id", metavar="LEASE_ID")
-    renew.add_argument("--duration", metavar="D",
-                       help="extend to now + D (default: the lease's own duration)")
+    renew.add_argument(
+        "--duration", metavar="D", help="extend to now + D (default: the lease's own duration)"
+    )
 
-    release = add_command(actions, "release",
-                          "unpin buckets of a table; the lease stays, maybe empty", common,
-                          _release)
+    release = add_command(
+        actions,
+        "release",
+        "unpin buckets of a table; the lease stays, maybe empty",
+        common,
+        _release,
+    )
     release.add_argument("lease_id", metavar="LEASE_ID")
     release.add_argument("--table", required=True, metavar="T", help="table to unpin")
-    release.add_argument("--bucket", action="append", type=bucket_arg, metavar="B",
-                         help="bucket to unpin (repeatable; default: every bucket of T)")
+    release.add_argument(
+        "--bucket",
+        action="append",
+        type=bucket_arg,
+        metavar="B",
+        help="bucket to unpin (repeatable; default: every bucket of T)",
+    )
 
-    drop = add_command(actions, "drop", "remove a lease and all its pins", common, _drop,
-                       epilog=_DROP_EPILOG)
+    drop = add_command(
+        actions, "drop", "remove a lease and all its pins", common, _drop, epilog=_DROP_EPILOG
+    )
     drop.add_argument("lease_id", metavar="LEASE_ID")

@@ -95,9 +95,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     ]
 
     def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
-        ]
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers), *(line(r) for r in cells)])

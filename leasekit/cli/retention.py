@@ -46,11 +46,15 @@ def _plan(args: argparse.Namespace) -> int:
         rows = d["items"]
         deletes = sum(r["action"] == "delete" for r in rows)
         parts = [format_table(rows, ITEM_COLUMNS) if rows else "nothing to keep or delete"]
-        parts.append(f"reclaimable {d['reclaimable_bytes']} bytes: {len(rows) - deletes} keep, "
-                     f"{deletes} delete")
+        parts.append(
+            f"reclaimable {d['reclaimable_bytes']} bytes: {len(rows) - deletes} keep, "
+            f"{deletes} delete"
+        )
         if d["skipped"]:
-            parts.append("skipped (unreadable metadata, left untouched):\n"
-                         + "\n".join(f"  {s}" for s in d["skipped"]))
+            parts.append(
+                "skipped (unreadable metadata, left untouched):\n"
+                + "\n".join(f"  {s}" for s in d["skipped"])
+            )
         return "\n\n".join(parts)
 
     emit(args, data, render)
@@ -62,8 +66,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from ..retention.apply import run_retention
 
-    with connect(args, read_only=args.dry_run) as conn, tqdm(
-            desc="retention", unit="item", disable=None, leave=False) as bar:
+    with (
+        connect(args, read_only=args.dry_run) as conn,
+        tqdm(desc="retention", unit="item", disable=None, leave=False) as bar,
+    ):
         report = run_retention(conn, args.table, dry_run=args.dry_run, progress=bar.update)
     data = {
         "dry_run": report.dry_run,
@@ -82,8 +88,10 @@ def _run(args: argparse.Namespace) -> int:
         if d["deleted"]:
             parts.append(format_table(d["deleted"], DELETED_COLUMNS))
         if d["errors"]:
-            parts.append(f"{len(d['errors'])} error(s), retried by the next pass:\n"
-                         + "\n".join(f"  {e}" for e in d["errors"]))
+            parts.append(
+                f"{len(d['errors'])} error(s), retried by the next pass:\n"
+                + "\n".join(f"  {e}" for e in d["errors"])
+            )
         return "\n\n".join(parts)
 
     emit(args, data, render)
@@ -92,17 +100,29 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``retention plan|run`` to the top-level subcommands."""
-    retention = add_command(commands, "retention",
-                            "explain and run retention: snapshots, log segments, orphans, leases",
-                            common)
+    retention = add_command(
+        commands,
+        "retention",
+        "explain and run retention: snapshots, log segments, orphans, leases",
+        common,
+    )
     actions = retention.add_subparsers(dest="action", metavar="ACTION", required=True)
-    plan = add_command(actions, "plan", "every keep and delete with its reason; changes nothing",
-                       common, _plan)
-    plan.add_argument("--table", metavar="T",
-                      help="only this table's snapshots, segments and files (leases always)")
-    run = add_command(actions, "run", "one retention pass: expire leases, then delete", common,
-                      _run)
-    run.add_argument("--table", metavar="T",
-                     help="only this table's snapshots, segments and files (leases always)")
-    run.add_argument("--dry-run", action="store_true",
-                     help="report what would be deleted; change nothing")
+    plan = add_command(
+        actions, "plan", "every keep and delete with its reason; changes nothing", common, _plan
+    )
+    plan.add_argument(
+        "--table",
+        metavar="T",
+        help="only this table's snapshots, segments and files (leases always)",
+    )
+    run = add_command(
+        actions, "run", "one retention pass: expire leases, then delete", common, _run
+    )
+    run.add_argument(
+        "--table",
+        metavar="T",
+        help="only this table's snapshots, segments and files (leases always)",
+    )
+    run.add_argument(
+        "--dry-run", action="store_true", help="report what would be deleted; change nothing"
+    )

@@ -29,14 +29,16 @@ def _parse_pair(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _report(conn: Connection, settings: dict[str, Any], stored: dict[str, Any],
-            corrupt: str | None) -> dict[str, Any]:
+def _report(
+    conn: Connection, settings: dict[str, Any], stored: dict[str, Any], corrupt: str | None
+) -> dict[str, Any]:
     return {
         "namespace": conn.namespace,
         "path": conn.paths.settings,
-        "settings": [{"setting": key, "value": value,
-                      "source": "set" if key in stored else "default"}
-                     for key, value in settings.items()],
+        "settings": [
+            {"setting": key, "value": value, "source": "set" if key in stored else "default"}
+            for key, value in settings.items()
+        ],
         "corrupt": corrupt,
     }
 
@@ -45,8 +47,10 @@ def _render(head: str | None) -> Any:
     def render(d: dict[str, Any]) -> str:
         parts = [head] if head else []
         if d["corrupt"]:
-            parts.append(f"{d['corrupt']}\n(`leasekit settings set --replace K=V ...` repairs "
-                         "too; meanwhile leases use the defaults below)")
+            parts.append(
+                f"{d['corrupt']}\n(`leasekit settings set --replace K=V ...` repairs "
+                "too; meanwhile leases use the defaults below)"
+            )
         parts.append(format_table(d["settings"], COLUMNS))
         return "\n\n".join(parts)
 
@@ -90,8 +94,11 @@ def _set(args: argparse.Namespace) -> int:
 def _reset(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         data = _report(conn, conn.update_settings({}, replace=True), {}, None)
-    emit(args, data, _render(f"reset the settings of namespace {args.namespace}: every setting "
-                             "has its default"))
+    emit(
+        args,
+        data,
+        _render(f"reset the settings of namespace {args.namespace}: every setting has its default"),
+    )
     return 0
 
 
@@ -102,18 +109,41 @@ refuses to run until `leasekit settings reset` or `settings set --replace` repai
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``settings show|set|reset`` to the top-level subcommands."""
-    settings = add_command(commands, "settings",
-                           "namespace-wide settings: lease limits, expiry grace, orphan age",
-                           common)
+    settings = add_command(
+        commands,
+        "settings",
+        "namespace-wide settings: lease limits, expiry grace, orphan age",
+        common,
+    )
     actions = settings.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_command(actions, "show", "every setting with its value and whether it is set or a "
-                "default", common, _show, epilog=_SHOW_EPILOG)
-    set_ = add_command(actions, "set", "change settings for every client of the namespace",
-                       common, _set)
-    set_.add_argument("pairs", nargs="+", type=_parse_pair, metavar="K=V",
-                      help="setting and value, like lease.max-duration=2d (repeatable)")
-    set_.add_argument("--replace", action="store_true",
-                      help="store exactly these settings (the rest return to their defaults), "
-                      "without reading the stored value: repairs corrupt settings")
-    add_command(actions, "reset", "remove every stored setting so the defaults apply (repairs "
-                "corrupt settings)", common, _reset)
+    add_command(
+        actions,
+        "show",
+        "every setting with its value and whether it is set or a default",
+        common,
+        _show,
+        epilog=_SHOW_EPILOG,
+    )
+    set_ = add_command(
+        actions, "set", "change settings for every client of the namespace", common, _set
+    )
+    set_.add_argument(
+        "pairs",
+        nargs="+",
+        type=_parse_pair,
+        metavar="K=V",
+        help="setting and value, like lease.max-duration=2d (repeatable)",
+    )
+    set_.add_argument(
+        "--replace",
+        action="store_true",
+        help="store exactly these settings (the rest return to their defaults), "
+        "without reading the stored value: repairs corrupt settings",
+    )
+    add_command(
+        actions,
+        "reset",
+        "remove every stored setting so the defaults apply (repairs corrupt settings)",
+        common,
+        _reset,
+    )

@@ -137,18 +137,35 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     actions = table.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = add_command(actions, "create", "create a primary-key table", common, _create)
     create.add_argument("name", metavar="NAME")
-    create.add_argument("--schema", required=True, metavar="DDL",
-                        help="Spark DDL column list, like 'id BIGINT, name STRING'")
-    create.add_argument("--primary-key", required=True, metavar="COL[,COL]",
-                        help="primary-key column(s)")
-    create.add_argument("--buckets", type=int, default=4, metavar="N",
-                        help="number of buckets (default: 4)")
-    create.add_argument("--property", action="append", type=_parse_property, metavar="K=V",
-                        help="table property, like kv.snapshot.num-retained=3 (repeatable)")
+    create.add_argument(
+        "--schema",
+        required=True,
+        metavar="DDL",
+        help="Spark DDL column list, like 'id BIGINT, name STRING'",
+    )
+    create.add_argument(
+        "--primary-key", required=True, metavar="COL[,COL]", help="primary-key column(s)"
+    )
+    create.add_argument(
+        "--buckets", type=int, default=4, metavar="N", help="number of buckets (default: 4)"
+    )
+    create.add_argument(
+        "--property",
+        action="append",
+        type=_parse_property,
+        metavar="K=V",
+        help="table property, like kv.snapshot.num-retained=3 (repeatable)",
+    )
     add_command(actions, "list", "list the tables of the namespace", common, _list)
-    describe = add_command(actions, "describe", "schema, key, properties and per-bucket offsets",
-                           common, _describe)
+    describe = add_command(
+        actions, "describe", "schema, key, properties and per-bucket offsets", common, _describe
+    )
     describe.add_argument("name", metavar="NAME")
-    snapshot = add_command(actions, "snapshot",
-                           "take a KV snapshot of every advanced bucket (Spark)", common, _snapshot)
+    snapshot = add_command(
+        actions,
+        "snapshot",
+        "take a KV snapshot of every advanced bucket (Spark)",
+        common,
+        _snapshot,
+    )
     snapshot.add_argument("name", metavar="NAME")

@@ -56,8 +56,11 @@ def _start(args: argparse.Namespace) -> int:
     address = embedded.ensure_running(data_dir)
     fields = {**_server_fields(data_dir), "address": address, "started": not was_running}
     verb = "is already running" if was_running else "started"
-    emit(args, fields,
-         lambda f: f"ZooKeeper {verb} at {address} (pid {f['pid']}, data dir {f['data_dir']})")
+    emit(
+        args,
+        fields,
+        lambda f: f"ZooKeeper {verb} at {address} (pid {f['pid']}, data dir {f['data_dir']})",
+    )
     return 0
 
 
@@ -96,11 +99,14 @@ def _stop(args: argparse.Namespace) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``zookeeper start|status|stop`` to the top-level subcommands."""
-    zookeeper = add_command(commands, "zookeeper",
-                            "manage the embedded ZooKeeper of a local warehouse", common)
+    zookeeper = add_command(
+        commands, "zookeeper", "manage the embedded ZooKeeper of a local warehouse", common
+    )
     actions = zookeeper.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_command(actions, "start", "start the embedded server (or reuse a running one)", common,
-                _start)
-    add_command(actions, "status", "show the embedded server; exit 3 if it is not running",
-                common, _status)
+    add_command(
+        actions, "start", "start the embedded server (or reuse a running one)", common, _start
+    )
+    add_command(
+        actions, "status", "show the embedded server; exit 3 if it is not running", common, _status
+    )
     add_command(actions, "stop", "stop the embedded server", common, _stop)

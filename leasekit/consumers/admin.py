@@ -39,12 +39,36 @@ if TYPE_CHECKING:
 
     from ..context import Context
 
-__all__ = ["consumer_groups", "describe_group", "group_members", "group_status", "reset_offsets", "delete_group",
-           "delete_offsets", "live_members", "read_group", "describe_view", "members_of", "GroupView",
-           "DESCRIBE_COLUMNS", "RESET_COLUMNS"]
+__all__ = [
+    "consumer_groups",
+    "describe_group",
+    "group_members",
+    "group_status",
+    "reset_offsets",
+    "delete_group",
+    "delete_offsets",
+    "live_members",
+    "read_group",
+    "describe_view",
+    "members_of",
+    "GroupView",
+    "DESCRIBE_COLUMNS",
+    "RESET_COLUMNS",
+]
 
-DESCRIBE_COLUMNS = ["group", "table", "bucket", "current_offset", "log_end_offset", "lag", "time_lag",
-                    "consumer_id", "host", "last_commit", "status"]
+DESCRIBE_COLUMNS = [
+    "group",
+    "table",
+    "bucket",
+    "current_offset",
+    "log_end_offset",
+    "lag",
+    "time_lag",
+    "consumer_id",
+    "host",
+    "last_commit",
+    "status",
+]
 RESET_COLUMNS = ["group", "table", "bucket", "current_offset", "new_offset"]
 
 
@@ -59,9 +83,12 @@ class _Row(NamedTuple):
 def consumer_groups(ctx: Context) -> list[str]:
     """Groups with stored offsets or live members, sorted."""
     names = ctx.store.children(ctx.paths.groups) or []
-    listed = ctx.store.children_many([*(ctx.paths.group_offsets(n) for n in names),
-                                      *(ctx.paths.group_members(n) for n in names)])
-    return sorted(n for n, offsets, members in zip(names, listed, listed[len(names):]) if offsets or members)
+    listed = ctx.store.children_many(
+        [*(ctx.paths.group_offsets(n) for n in names), *(ctx.paths.group_members(n) for n in names)]
+    )
+    return sorted(
+        n for n, offsets, members in zip(names, listed, listed[len(names) :]) if offsets or members
+    )
 
 
 def live_members(ctx: Context, group_id: str) -> list[str]:
@@ -100,16 +127,23 @@ class GroupView(NamedTuple):
 
     def unowned(self) -> frozenset[TableBucket]:
         """Buckets of the subscribed tables that no live member owns."""
-        return frozenset(tb for name in self.subscribed() if name in self.tables
-                         for tb in self.tables[name].buckets if tb not in self.owners)
+        return frozenset(
+            tb
+            for name in self.subscribed()
+            if name in self.tables
+            for tb in self.tables[name].buckets
+            if tb not in self.owners
+        )
 
     def described(self) -> list[TableInfo]:
         """Tables with offsets of their own (a table recreated since has another id), that
         members subscribe to or with owned buckets, by name."""
         ids = {tid for tid, _ in self.offsets}
         names = self.subscribed() | {tb.table for tb in self.owners}
-        return sorted((t for t in self.tables.values() if t.table_id in ids or t.name in names),
-                      key=lambda t: t.name)
+        return sorted(
+            (t for t in self.tables.values() if t.table_id in ids or t.name in names),
+            key=lambda t: t.name,
+        )
 
 
 def _values(results: list[ReadResult]) -> list[Any]:
@@ -139,16 +173,31 @@ def read_group(ctx: Context, group_id: str, *, offsets: bool = True) -> GroupVie
     paths, store = ctx.paths, ctx.store
     members_path, owners_path = paths.group_members(group_id), paths.group_owners(group_id)
     offsets_path, assignment_path = paths.group_offsets(group_id), paths.group_assignment(group_id)
-    listed, owned, node, *committed = _values(store.read_many(
-        [GetChildren(members_path), GetChildren(owners_path), GetData(assignment_path),
-         *([GetChildren(offsets_path)] if offsets else [])]))
+    listed, owned, node, *committed = _values(
+        store.read_many(
+            [
+                GetChildren(members_path),
+                GetChildren(owners_path),
+                GetData(assignment_path),
+                *([GetChildren(offsets_path)] if offsets else []),
+            ]
+        )
+    )
     names, owner_names = listed or [], owned or []
     offset_names = [n for n in (committed[0] if committed else None) or [] if not n.startswith(".")]
     assignment = None if node is None else AssignmentRecord.decode(node, assignment_path)
-    guessed = sorted(_named(t for ts in (assignment.buckets.values() if assignment else ()) for t in ts))
-    reads = [*(paths.member(group_id, n) for n in names), *(f"{owners_path}/{n}" for n in owner_names),
-             *(f"{offsets_path}/{n}" for n in offset_names), *(paths.table(t) for t in guessed)]
-    *nodes, live = _values(store.read_many([*(GetData(p) for p in reads), GetChildren(members_path)]))
+    guessed = sorted(
+        _named(t for ts in (assignment.buckets.values() if assignment else ()) for t in ts)
+    )
+    reads = [
+        *(paths.member(group_id, n) for n in names),
+        *(f"{owners_path}/{n}" for n in owner_names),
+        *(f"{offsets_path}/{n}" for n in offset_names),
+        *(paths.table(t) for t in guessed),
+    ]
+    *nodes, live = _values(
+        store.read_many([*(GetData(p) for p in reads), GetChildren(members_path)])
+    )
     got = dict(zip(reads, nodes))
     joined = [paths.member(group_id, n) for n in live or [] if n not in names]
     got.update(zip(joined, store.get_many(joined)))  # joined between the two reads: rare
@@ -163,16 +212,28 @@ def read_group(ctx: Context, group_id: str, *, offsets: bool = True) -> GroupVie
         key = _key(name)
         if key is not None and got.get(path) is not None:
             records[key] = stored.decode(got[path], path)  # (numbers out of range: corrupt)
-    wanted = _named([*(t for m in members.values() for t in m.tables), *(r.table for r in records.values())])
+    wanted = _named(
+        [*(t for m in members.values() for t in m.tables), *(r.table for r in records.values())]
+    )
     missing = sorted(wanted - set(guessed))
-    got.update(zip((paths.table(t) for t in missing), store.get_many([paths.table(t) for t in missing])))
+    got.update(
+        zip((paths.table(t) for t in missing), store.get_many([paths.table(t) for t in missing]))
+    )
     tables = _tables(ctx, {t: got.get(paths.table(t)) for t in [*guessed, *missing]})
     by_id = {t.table_id: t for t in tables.values()}
     owners: dict[TableBucket, str] = {}
     for name in owner_names:
-        holder, key = owner_of(got.get(f"{owners_path}/{name}"), f"{owners_path}/{name}"), _key(name)
+        holder, key = (
+            owner_of(got.get(f"{owners_path}/{name}"), f"{owners_path}/{name}"),
+            _key(name),
+        )
         table = None if key is None else by_id.get(key[0])
-        if holder in members and table is not None and key is not None and key[1] < table.num_buckets:
+        if (
+            holder in members
+            and table is not None
+            and key is not None
+            and key[1] < table.num_buckets
+        ):
             owners[TableBucket(table.name, key[1])] = holder
     return GroupView(members, assignment, owners, records, tables)
 
@@ -199,8 +260,9 @@ def _tables(ctx: Context, nodes: dict[str, Node | None]) -> dict[str, TableInfo]
         if node is None:
             continue  # dropped meanwhile
         try:
-            out[name] = TableInfo(ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)),
-                                  node.stat.ctime_ms)
+            out[name] = TableInfo(
+                ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)), node.stat.ctime_ms
+            )
         except LeasekitError:
             continue  # unreadable: not described
     return out
@@ -218,24 +280,44 @@ def members_of(view: GroupView) -> list[MemberInfo]:
     owned: dict[str, set[TableBucket]] = {}
     for tb, member in view.owners.items():
         owned.setdefault(member, set()).add(tb)
-    return [MemberInfo(m, record.host, frozenset(owned.get(m, ())), view.assigned(m), view.generation,
-                       m == view.leader)
-            for m, record in view.members.items()]
+    return [
+        MemberInfo(
+            m,
+            record.host,
+            frozenset(owned.get(m, ())),
+            view.assigned(m),
+            view.generation,
+            m == view.leader,
+        )
+        for m, record in view.members.items()
+    ]
 
 
-def _rows(ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]],
-          nodes: list[Node | None]) -> list[_Row]:
+def _rows(
+    ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]], nodes: list[Node | None]
+) -> list[_Row]:
     """Each (table, bucket) of ``keys`` with the group's committed record and its log bounds
     from its bucket znode in ``nodes``."""
     rows = []
     for (table, b), node in zip(keys, nodes):
-        state = None if node is None else BucketState.decode(node, ctx.paths.bucket(table.table_id, b))
-        rows.append(_Row(TableBucket(table.name, b), table, view.offsets.get((table.table_id, b)),
-                         state.begin if state else 0, state.end if state else 0))
+        state = (
+            None if node is None else BucketState.decode(node, ctx.paths.bucket(table.table_id, b))
+        )
+        rows.append(
+            _Row(
+                TableBucket(table.name, b),
+                table,
+                view.offsets.get((table.table_id, b)),
+                state.begin if state else 0,
+                state.end if state else 0,
+            )
+        )
     return rows
 
 
-def _rows_now(ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]]) -> tuple[int, list[_Row]]:
+def _rows_now(
+    ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]]
+) -> tuple[int, list[_Row]]:
     """The rows of ``keys`` and the ZooKeeper time read just before them, in one round trip."""
     now, nodes = ctx.read_with_clock([ctx.paths.bucket(t.table_id, b) for t, b in keys])
     return ctx.clock(now), _rows(ctx, view, keys, nodes)
@@ -245,18 +327,26 @@ def _every(tables: Iterable[TableInfo]) -> list[tuple[TableInfo, int]]:
     return [(t, b) for t in tables for b in range(t.num_buckets)]
 
 
-def describe_group(ctx: Context, group_id: str, *, stop_after: timedelta = timedelta(seconds=60),
-                   stall_after: timedelta = timedelta(seconds=60)) -> pd.DataFrame:
+def describe_group(
+    ctx: Context,
+    group_id: str,
+    *,
+    stop_after: timedelta = timedelta(seconds=60),
+    stall_after: timedelta = timedelta(seconds=60),
+) -> pd.DataFrame:
     """One row per bucket (DESCRIBE_COLUMNS): lag and time lag measured now, ``<NA>`` for a
     bucket never committed; ``consumer_id`` and ``host`` of the live member that owns the
     bucket, ``<NA>`` for a bucket no live member owns. ``attrs`` holds the published
     assignment's ``generation`` and the ``leader`` (None when there is none)."""
     group_id = stored.check_group_id(group_id)
-    return describe_view(ctx, group_id, read_group(ctx, group_id), stop_after=stop_after, stall_after=stall_after)
+    return describe_view(
+        ctx, group_id, read_group(ctx, group_id), stop_after=stop_after, stall_after=stall_after
+    )
 
 
-def describe_view(ctx: Context, group_id: str, view: GroupView, *, stop_after: timedelta,
-                  stall_after: timedelta) -> pd.DataFrame:
+def describe_view(
+    ctx: Context, group_id: str, view: GroupView, *, stop_after: timedelta, stall_after: timedelta
+) -> pd.DataFrame:
     """``describe_group``'s frame of a group read with ``read_group``."""
     import pandas as pd
 
@@ -269,16 +359,39 @@ def describe_view(ctx: Context, group_id: str, view: GroupView, *, stop_after: t
         time_lag = None
         if rec is not None:
             stamp = times.get(row.tb)
-            time_lag = pd.Timedelta(0) if lag == 0 or stamp is None else pd.Timedelta(milliseconds=max(0, now - stamp))
+            time_lag = (
+                pd.Timedelta(0)
+                if lag == 0 or stamp is None
+                else pd.Timedelta(milliseconds=max(0, now - stamp))
+            )
         owner = view.owners.get(row.tb)
-        status = None if rec is None or not rec.history else health.bucket_status(
-            rec.history, lag or 0, owner is not None, now, stop_after_ms=to_ms(stop_after),
-            stall_after_ms=to_ms(stall_after))
-        out.append({"group": group_id, "table": row.tb.table, "bucket": row.tb.bucket,
-                    "current_offset": None if rec is None else rec.offset, "log_end_offset": row.end, "lag": lag,
-                    "time_lag": time_lag, "consumer_id": owner,
-                    "host": None if owner is None else view.members[owner].host,
-                    "last_commit": None if rec is None else to_datetime(rec.commit_ms), "status": status})
+        status = (
+            None
+            if rec is None or not rec.history
+            else health.bucket_status(
+                rec.history,
+                lag or 0,
+                owner is not None,
+                now,
+                stop_after_ms=to_ms(stop_after),
+                stall_after_ms=to_ms(stall_after),
+            )
+        )
+        out.append(
+            {
+                "group": group_id,
+                "table": row.tb.table,
+                "bucket": row.tb.bucket,
+                "current_offset": None if rec is None else rec.offset,
+                "log_end_offset": row.end,
+                "lag": lag,
+                "time_lag": time_lag,
+                "consumer_id": owner,
+                "host": None if owner is None else view.members[owner].host,
+                "last_commit": None if rec is None else to_datetime(rec.commit_ms),
+                "status": status,
+            }
+        )
     frame = pd.DataFrame(out, columns=DESCRIBE_COLUMNS)
     for column in ("bucket", "current_offset", "log_end_offset", "lag"):
         # straight from the ints: through float64 (where a value is missing) offsets near
@@ -317,7 +430,9 @@ def _segments(rows: list[_Row]) -> dict[TableBucket, list[LogSegment]]:
     return out
 
 
-def group_status(ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s") -> GroupStatus:
+def group_status(
+    ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
+) -> GroupStatus:
     """The group's lag health (DESIGN §6.6): each committed bucket's status and the worst, with
     the published generation and the subscribed buckets no live member owns."""
     stop_ms = to_ms(parse_duration(stop_after, what="stop_after"))
@@ -325,19 +440,42 @@ def group_status(ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_
     group_id = stored.check_group_id(group_id)
     view = read_group(ctx, group_id)
     by_id = {t.table_id: t for t in view.tables.values()}
-    committed = [(by_id[tid], b) for tid, b in sorted(view.offsets)
-                 if tid in by_id and b < by_id[tid].num_buckets and view.offsets[tid, b].history]
+    committed = [
+        (by_id[tid], b)
+        for tid, b in sorted(view.offsets)
+        if tid in by_id and b < by_id[tid].num_buckets and view.offsets[tid, b].history
+    ]
     now, rows = _rows_now(ctx, view, committed)
-    statuses = [(row.tb, health.bucket_status(row.record.history, max(0, row.end - row.record.offset),
-                                              row.tb in view.owners, now,
-                                              stop_after_ms=stop_ms, stall_after_ms=stall_ms))
-                for row in rows if row.record is not None]
-    return health.group_status(statuses)._replace(generation=view.generation, unowned=view.unowned())
+    statuses = [
+        (
+            row.tb,
+            health.bucket_status(
+                row.record.history,
+                max(0, row.end - row.record.offset),
+                row.tb in view.owners,
+                now,
+                stop_after_ms=stop_ms,
+                stall_after_ms=stall_ms,
+            ),
+        )
+        for row in rows
+        if row.record is not None
+    ]
+    return health.group_status(statuses)._replace(
+        generation=view.generation, unowned=view.unowned()
+    )
 
 
-def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int | None = None,
-                  tables: Iterable[Any] | None = None, buckets: Iterable[TableBucket] | None = None,
-                  dry_run: bool = True) -> pd.DataFrame:
+def reset_offsets(
+    ctx: Context,
+    group_id: str,
+    *,
+    to: Any = None,
+    shift_by: int | None = None,
+    tables: Iterable[Any] | None = None,
+    buckets: Iterable[TableBucket] | None = None,
+    dry_run: bool = True,
+) -> pd.DataFrame:
     """The reset plan: RESET_COLUMNS, with ``new_offset`` clamped to the bucket's [beginning,
     end] as kafka-consumer-groups does, and ``clamped`` saying where the target was outside.
 
@@ -363,7 +501,9 @@ def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int 
     if isinstance(tables, (str, TableInfo)):
         tables = [tables]
     for given, what in ((tables, "tables"), (buckets, "buckets")):
-        if given is not None and (isinstance(given, TableBucket) or not isinstance(given, Iterable)):
+        if given is not None and (
+            isinstance(given, TableBucket) or not isinstance(given, Iterable)
+        ):
             raise InvalidTypeError(f"{what} must be a collection, not {type(given).__name__}")
     chosen = None if buckets is None else list(buckets)
     for tb in chosen or ():
@@ -371,23 +511,42 @@ def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int 
             raise InvalidTypeError(f"buckets must be TableBucket, not {type(tb).__name__}")
     view = read_group(ctx, group_id)
     if view.members:
-        raise GroupNotEmptyError(f"group {group_id} has {len(view.members)} live member(s); stop them before a reset")
-    keys = _every(view.described() if tables is None else sorted({load_table(ctx, t) for t in tables},
-                                                                  key=lambda t: t.name))
-    rows = _rows(ctx, view, keys, ctx.store.get_many([ctx.paths.bucket(t.table_id, b) for t, b in keys]))
+        raise GroupNotEmptyError(
+            f"group {group_id} has {len(view.members)} live member(s); stop them before a reset"
+        )
+    keys = _every(
+        view.described()
+        if tables is None
+        else sorted({load_table(ctx, t) for t in tables}, key=lambda t: t.name)
+    )
+    rows = _rows(
+        ctx, view, keys, ctx.store.get_many([ctx.paths.bucket(t.table_id, b) for t, b in keys])
+    )
     if chosen is not None:
         wanted = frozenset(chosen)
         rows = [r for r in rows if r.tb in wanted]
     wanted = _targets(ctx, rows, to, shift_by)
     # clamped to [beginning, end], as kafka-consumer-groups does
     targets = {r.tb: min(max(wanted[r.tb], r.begin), r.end) for r in rows}
-    plan = [{"group": group_id, "table": r.tb.table, "bucket": r.tb.bucket,
-             "current_offset": None if r.record is None else r.record.offset,
-             "new_offset": targets[r.tb], "clamped": targets[r.tb] != wanted[r.tb]} for r in rows]
+    plan = [
+        {
+            "group": group_id,
+            "table": r.tb.table,
+            "bucket": r.tb.bucket,
+            "current_offset": None if r.record is None else r.record.offset,
+            "new_offset": targets[r.tb],
+            "clamped": targets[r.tb] != wanted[r.tb],
+        }
+        for r in rows
+    ]
     if not dry_run and plan:
-        stored.commit(ctx, group_id, {r.tb: targets[r.tb] for r in rows},
-                      {r.tb.table: r.table for r in rows},
-                      outside=True)  # a member joining since the read above refuses the write (C13)
+        stored.commit(
+            ctx,
+            group_id,
+            {r.tb: targets[r.tb] for r in rows},
+            {r.tb.table: r.table for r in rows},
+            outside=True,
+        )  # a member joining since the read above refuses the write (C13)
     frame = pd.DataFrame(plan, columns=[*RESET_COLUMNS, "clamped"])
     frame["clamped"] = frame["clamped"].astype(bool)
     for column in ("bucket", "current_offset", "new_offset"):
@@ -395,18 +554,26 @@ def reset_offsets(ctx: Context, group_id: str, *, to: Any = None, shift_by: int 
     return frame
 
 
-def _targets(ctx: Context, rows: list[_Row], to: Any, shift_by: int | None) -> dict[TableBucket, int]:
+def _targets(
+    ctx: Context, rows: list[_Row], to: Any, shift_by: int | None
+) -> dict[TableBucket, int]:
     """Each row's target before clamping (a shift or an offset may lie outside the log)."""
     out: dict[TableBucket, int] = {}
     if isinstance(to, (datetime, timedelta)):
         if isinstance(to, datetime) and to.tzinfo is None:
             raise InvalidArgumentError("to= datetime must be timezone-aware")
         # by duration: any length (a huge one means from the beginning, as clamped below)
-        since = (ctx.now_ms() - to // timedelta(milliseconds=1) if isinstance(to, timedelta)
-                 else int(to.timestamp() * 1000))
+        since = (
+            ctx.now_ms() - to // timedelta(milliseconds=1)
+            if isinstance(to, timedelta)
+            else int(to.timestamp() * 1000)
+        )
         segments = _segments(rows)
         for r in rows:
-            found = next((s for s in segments[r.tb] if s.end_offset > r.begin and s.timestamp_ms >= since), None)
+            found = next(
+                (s for s in segments[r.tb] if s.end_offset > r.begin and s.timestamp_ms >= since),
+                None,
+            )
             out[r.tb] = r.end if found is None else max(found.base_offset, r.begin)
         return out
     for r in rows:
@@ -423,7 +590,8 @@ def _targets(ctx: Context, rows: list[_Row], to: Any, shift_by: int | None) -> d
             out[r.tb] = to
         else:
             raise InvalidArgumentError(
-                f"to= must be 'earliest', 'latest', 'current', an int, a datetime or a timedelta, not {to!r}")
+                f"to= must be 'earliest', 'latest', 'current', an int, a datetime or a timedelta, not {to!r}"
+            )
     return out
 
 

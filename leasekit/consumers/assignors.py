@@ -10,7 +10,12 @@ from ..errors import InvalidArgumentError
 from ..records import TableBucket
 
 __all__ = [
-    "Assignor", "StickyAssignor", "RangeAssignor", "RoundRobinAssignor", "ASSIGNORS", "get_assignor",
+    "Assignor",
+    "StickyAssignor",
+    "RangeAssignor",
+    "RoundRobinAssignor",
+    "ASSIGNORS",
+    "get_assignor",
 ]
 
 Members = Mapping[str, frozenset[str]]
@@ -30,8 +35,9 @@ class Assignor(Protocol):
     name: str
     """The name a consumer selects the assignor by (``conn.consumer(..., assignor=name)``)."""
 
-    def assign(self, members: Members, tables: Tables,
-               current: Mapping[str, Set[TableBucket]]) -> Assignment:
+    def assign(
+        self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
+    ) -> Assignment:
         """The new assignment. ``tables`` gives the bucket count of every subscribed table (a
         table missing from it has no buckets); ``current`` is the assignment now, possibly naming
         members that left or buckets that no longer exist."""
@@ -42,7 +48,9 @@ def _subscribers(members: Members, tables: Tables) -> dict[str, list[str]]:
     """Table name -> the sorted ids of its subscribers, for every subscribed table, sorted by name."""
     for table, count in tables.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise InvalidArgumentError(f"bucket count of table {table!r} must be an int >= 0, not {count!r}")
+            raise InvalidArgumentError(
+                f"bucket count of table {table!r} must be an int >= 0, not {count!r}"
+            )
     by_table: dict[str, list[str]] = {}
     for member in sorted(members):
         for table in members[member]:
@@ -58,8 +66,9 @@ class RangeAssignor:
 
     name = "range"
 
-    def assign(self, members: Members, tables: Tables,
-               current: Mapping[str, Set[TableBucket]]) -> Assignment:
+    def assign(
+        self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
+    ) -> Assignment:
         result: Assignment = {member: set() for member in sorted(members)}
         for table, subscribers in _subscribers(members, tables).items():
             quota, extra = divmod(tables[table], len(subscribers))
@@ -78,8 +87,9 @@ class RoundRobinAssignor:
 
     name = "roundrobin"
 
-    def assign(self, members: Members, tables: Tables,
-               current: Mapping[str, Set[TableBucket]]) -> Assignment:
+    def assign(
+        self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
+    ) -> Assignment:
         order = sorted(members)
         result: Assignment = {member: set() for member in order}
         turn = 0  # index in ``order`` of the next member to deal to: a circular iterator
@@ -107,8 +117,9 @@ class StickyAssignor:
 
     name = "sticky"
 
-    def assign(self, members: Members, tables: Tables,
-               current: Mapping[str, Set[TableBucket]]) -> Assignment:
+    def assign(
+        self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
+    ) -> Assignment:
         subscribers = _subscribers(members, tables)
         owned: Assignment = {member: set() for member in sorted(members)}
         # 1. Keep the valid current buckets. Should ``current`` name a bucket twice (it should
@@ -116,8 +127,12 @@ class StickyAssignor:
         taken: set[TableBucket] = set()
         for member, buckets in owned.items():
             for tb in sorted(current.get(member, ())):
-                if (tb.table in members[member] and tb.table in subscribers
-                        and 0 <= tb.bucket < tables[tb.table] and tb not in taken):
+                if (
+                    tb.table in members[member]
+                    and tb.table in subscribers
+                    and 0 <= tb.bucket < tables[tb.table]
+                    and tb not in taken
+                ):
                     buckets.add(tb)
                     taken.add(tb)
         # 2. Each bucket without a valid owner goes to a subscriber with the fewest buckets.
@@ -153,7 +168,8 @@ def _next_move(members: Members, owned: Assignment) -> tuple[str, str, TableBuck
 
 
 ASSIGNORS: dict[str, Assignor] = {
-    assignor.name: assignor for assignor in (StickyAssignor(), RangeAssignor(), RoundRobinAssignor())
+    assignor.name: assignor
+    for assignor in (StickyAssignor(), RangeAssignor(), RoundRobinAssignor())
 }
 """The assignors by name; "sticky" is the default."""
 
@@ -164,4 +180,5 @@ def get_assignor(name: str) -> Assignor:
         return ASSIGNORS[name]
     except (KeyError, TypeError):
         raise InvalidArgumentError(
-            f"assignor must be one of {', '.join(ASSIGNORS)}, not {name!r}") from None
+            f"assignor must be one of {', '.join(ASSIGNORS)}, not {name!r}"
+        ) from None

@@ -34,8 +34,13 @@ class GroupBoard(NamedTuple):
     leader: str | None
 
 
-def group_board(ctx: Context, group_id: str, *, stop_after: timedelta = timedelta(seconds=60),
-                stall_after: timedelta = timedelta(seconds=60)) -> GroupBoard:
+def group_board(
+    ctx: Context,
+    group_id: str,
+    *,
+    stop_after: timedelta = timedelta(seconds=60),
+    stall_after: timedelta = timedelta(seconds=60),
+) -> GroupBoard:
     """Read the group once (the round trips of ``describe_group``)."""
     import pandas as pd
 
@@ -43,12 +48,25 @@ def group_board(ctx: Context, group_id: str, *, stop_after: timedelta = timedelt
     view = admin.read_group(ctx, group_id)
     frame = admin.describe_view(ctx, group_id, view, stop_after=stop_after, stall_after=stall_after)
     by_id = {t.table_id: t for t in view.tables.values()}
-    records = {TableBucket(by_id[tid].name, b): rec for (tid, b), rec in view.offsets.items() if tid in by_id}
-    frame["metadata"] = pd.array([None if (rec := records.get(TableBucket(t, b))) is None else rec.metadata
-                                  for t, b in zip(frame["table"], frame["bucket"])], dtype="string")
+    records = {
+        TableBucket(by_id[tid].name, b): rec
+        for (tid, b), rec in view.offsets.items()
+        if tid in by_id
+    }
+    frame["metadata"] = pd.array(
+        [
+            None if (rec := records.get(TableBucket(t, b))) is None else rec.metadata
+            for t, b in zip(frame["table"], frame["bucket"])
+        ],
+        dtype="string",
+    )
     shown = set(zip(frame["table"], frame["bucket"]))
-    rows = [(tb.table, tb.bucket, c.time_ms, c.offset, c.log_end, max(0, c.log_end - c.offset))
-            for tb, rec in records.items() if (tb.table, tb.bucket) in shown for c in rec.history]
+    rows = [
+        (tb.table, tb.bucket, c.time_ms, c.offset, c.log_end, max(0, c.log_end - c.offset))
+        for tb, rec in records.items()
+        if (tb.table, tb.bucket) in shown
+        for c in rec.history
+    ]
     history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
     history["commit_time"] = pd.to_datetime(history["commit_time"], unit="ms", utc=True)
     history = history.sort_values("commit_time", kind="stable", ignore_index=True)
@@ -61,8 +79,12 @@ def total_lag_over_time(history: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     if history.empty:
-        return pd.DataFrame({"commit_time": pd.Series([], dtype="datetime64[ms, UTC]"),
-                             "lag": pd.Series([], dtype="int64")})
+        return pd.DataFrame(
+            {
+                "commit_time": pd.Series([], dtype="datetime64[ms, UTC]"),
+                "lag": pd.Series([], dtype="int64"),
+            }
+        )
     keyed = history.assign(key=list(zip(history["table"], history["bucket"])))
     # each commit changes its bucket's contribution by (its lag - that bucket's previous lag)
     previous = keyed.groupby("key", sort=False)["lag"].shift(1, fill_value=0)

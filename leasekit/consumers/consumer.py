@@ -43,15 +43,29 @@ __all__ = ["Consumer", "RESET_POLICIES"]
 class Consumer:
     """Reads buckets of tables by offset; built by ``Connection.consumer``."""
 
-    def __init__(self, ctx: Context, tables: Iterable[TableInfo], *, group_id: str | None = None,
-                 auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
-                 auto_commit_interval: Any = "5s", session_timeout: Any = "10s",
-                 assignor: str = "sticky", listener: Any = None, max_poll_records: int = 10_000,
-                 max_poll_interval: Any = "5m") -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        tables: Iterable[TableInfo],
+        *,
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval: Any = "5s",
+        session_timeout: Any = "10s",
+        assignor: str = "sticky",
+        listener: Any = None,
+        max_poll_records: int = 10_000,
+        max_poll_interval: Any = "5m",
+    ) -> None:
         options = consumer_options(
-            auto_offset_reset=auto_offset_reset, enable_auto_commit=enable_auto_commit,
-            auto_commit_interval=auto_commit_interval, session_timeout=session_timeout,
-            max_poll_interval=max_poll_interval, max_poll_records=max_poll_records)
+            auto_offset_reset=auto_offset_reset,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval=auto_commit_interval,
+            session_timeout=session_timeout,
+            max_poll_interval=max_poll_interval,
+            max_poll_records=max_poll_records,
+        )
         self._assignor = get_assignor(assignor)
         if listener is not None:
             check_listener(listener)
@@ -65,12 +79,18 @@ class Consumer:
         if group_id is None:
             self._coordinator = NoGroupCoordinator(self._sub)
         else:
-            self._coordinator = GroupCoordinator(ctx, stored.check_group_id(group_id), self._sub, self._tables,
-                                                 auto_commit=options.auto_commit,
-                                                 interval=options.auto_commit_interval,
-                                                 assignor=self._assignor, wake=self._fetcher.wake,
-                                                 session_timeout=options.session_timeout,
-                                                 max_poll_interval=options.max_poll_interval)
+            self._coordinator = GroupCoordinator(
+                ctx,
+                stored.check_group_id(group_id),
+                self._sub,
+                self._tables,
+                auto_commit=options.auto_commit,
+                interval=options.auto_commit_interval,
+                assignor=self._assignor,
+                wake=self._fetcher.wake,
+                session_timeout=options.session_timeout,
+                max_poll_interval=options.max_poll_interval,
+            )
         self._pattern: TableWatch | None = None
         self._matched: dict[str, TableInfo] = {}
         """The tables the pattern matched at its newest change, by name."""
@@ -89,7 +109,9 @@ class Consumer:
 
     # -- subscription and assignment ----------------------------------------------------------
 
-    def subscribe(self, tables: Iterable[Any] = (), *, pattern: Any = None, listener: Any = None) -> None:
+    def subscribe(
+        self, tables: Iterable[Any] = (), *, pattern: Any = None, listener: Any = None
+    ) -> None:
         """Consume every bucket of ``tables`` (names or Table objects), or of every table whose
         name ``pattern`` fully matches, now or later (C17); with a group, the buckets are
         assigned by ``poll``. A new subscription replaces the last one."""
@@ -97,7 +119,9 @@ class Consumer:
         if isinstance(tables, (str, bytes)):
             raise InvalidTypeError("tables must be a list of table names, not a str")
         if not isinstance(tables, Iterable):
-            raise InvalidTypeError(f"tables must be a list of table names, not {type(tables).__name__}")
+            raise InvalidTypeError(
+                f"tables must be a list of table names, not {type(tables).__name__}"
+            )
         if self._sub.mode == ASSIGNED:
             raise IllegalStateError("subscribe after assign: call unsubscribe() first")
         tables = list(tables)
@@ -122,7 +146,9 @@ class Consumer:
         self._pattern, self._matched = watch, matched
         self._subscribe(self._matched_tables(), listener)
 
-    def _subscribe(self, tables: list[TableInfo], listener: Any = None, *, in_poll: bool = False) -> None:
+    def _subscribe(
+        self, tables: list[TableInfo], listener: Any = None, *, in_poll: bool = False
+    ) -> None:
         for table in tables:
             self._tables.setdefault(table.name, table)
             self._fetcher.add_table(table)
@@ -141,7 +167,9 @@ class Consumer:
         elif not self._recreated:
             return
         tables = self._matched_tables()
-        if {t.name: t.table_id for t in tables} != {n: t.table_id for n, t in self._sub.tables.items()}:
+        if {t.name: t.table_id for t in tables} != {
+            n: t.table_id for n, t in self._sub.tables.items()
+        }:
             self._subscribe(tables, in_poll=True)
 
     def _matched_tables(self) -> list[TableInfo]:
@@ -198,7 +226,9 @@ class Consumer:
 
     # -- polling -----------------------------------------------------------------------------
 
-    def poll(self, timeout: Any = "0s", max_records: int | None = None) -> dict[TableBucket, pa.Table]:
+    def poll(
+        self, timeout: Any = "0s", max_records: int | None = None
+    ) -> dict[TableBucket, pa.Table]:
         """Records from the positions of the assigned, unpaused buckets; records fetched and not
         yet handed out (by ``getone``) come first. Positions move past what is returned (C1).
 
@@ -218,8 +248,11 @@ class Consumer:
         """
         self._check_open()
         wait = timeout_seconds(timeout)
-        limit = (self._max_poll_records if max_records is None
-                 else positive_int(max_records, "max_records"))
+        limit = (
+            self._max_poll_records
+            if max_records is None
+            else positive_int(max_records, "max_records")
+        )
         return self._poll(wait, lambda: self._fetch(limit), {})
 
     def getone(self, timeout: Any = None) -> Record | None:
@@ -262,11 +295,14 @@ class Consumer:
         """The next record of the bucket getone served last, while it has buffered ones; else
         of the next bucket with records."""
         tb = self._last
-        if tb is not None and self._sub.is_assigned(tb) and not self._sub.state(tb).paused \
-                and self._tables[tb.table].table_id not in self._gone:  # (in O(1): no list of all)
+        if (
+            tb is not None
+            and self._sub.is_assigned(tb)
+            and not self._sub.state(tb).paused
+            and self._tables[tb.table].table_id not in self._gone
+        ):  # (in O(1): no list of all)
             state = self._sub.state(tb)
-            buffer = (None if state.position is None
-                      else self._fetcher.buffered(tb, state.position))
+            buffer = None if state.position is None else self._fetcher.buffered(tb, state.position)
             if buffer is not None:
                 record = buffer.record(tb)
                 state.position = record.offset + 1  # C1
@@ -274,7 +310,11 @@ class Consumer:
         return self._fetch(1, one=True)
 
     def _has_news(self) -> bool:
-        if self._closed or self._coordinator.has_work or (self._pattern is not None and self._pattern.changed):
+        if (
+            self._closed
+            or self._coordinator.has_work
+            or (self._pattern is not None and self._pattern.changed)
+        ):
             return True
         for tb in self._fetchable():
             bounds = self._fetcher.bounds(tb)
@@ -336,7 +376,9 @@ class Consumer:
         if not bounds.begin <= position <= bounds.end:
             bounds = self._fetcher.refresh_bounds([tb])[tb]
             if bounds == (0, 0) and self._dropped(tb.table):  # no reset: its buckets leave the
-                self._gone.add(self._tables[tb.table].table_id)   # subscription at a coming poll (C17)
+                self._gone.add(
+                    self._tables[tb.table].table_id
+                )  # subscription at a coming poll (C17)
                 return None
             if not bounds.begin <= position <= bounds.end:
                 position = self._fetcher.reset_position(tb, state, bounds)
@@ -358,8 +400,10 @@ class Consumer:
     def _ensure_positions(self, buckets: list[TableBucket]) -> None:
         missing = self._sub.without_position(buckets)
         if missing:  # the committed offsets, else the reset policy (C5)
-            self._fetcher.start_positions({tb: self._sub.state(tb) for tb in missing},
-                                          self._coordinator.starting_offsets(missing))
+            self._fetcher.start_positions(
+                {tb: self._sub.state(tb) for tb in missing},
+                self._coordinator.starting_offsets(missing),
+            )
 
     def position(self, tb: TableBucket) -> int:
         """Offset of the next record to return (C1)."""
@@ -428,7 +472,9 @@ class Consumer:
             self._table_of(tb)
         return self._fetcher.refresh_bounds(wanted)
 
-    def offsets_for_times(self, timestamps: Mapping[TableBucket, int]) -> dict[TableBucket, int | None]:
+    def offsets_for_times(
+        self, timestamps: Mapping[TableBucket, int]
+    ) -> dict[TableBucket, int | None]:
         """Per bucket, the earliest offset whose timestamp is >= the given epoch ms; None if none."""
         self._check_open()
         if not isinstance(timestamps, Mapping):
@@ -437,8 +483,10 @@ class Consumer:
             self._table_of(tb)
             stored.check_offset(ts, f"timestamp of {tb} (epoch ms)")
         bounds = self._bounds_now(timestamps)
-        return {tb: self._fetcher.offset_for_time(tb, ts, bounds[tb].begin)
-                for tb, ts in timestamps.items()}
+        return {
+            tb: self._fetcher.offset_for_time(tb, ts, bounds[tb].begin)
+            for tb, ts in timestamps.items()
+        }
 
     def highwater(self, tb: TableBucket) -> int | None:
         """The bucket's log end offset as of the last poll; None before one."""
@@ -555,8 +603,10 @@ class Consumer:
     def _check_not_dropped(self, tb: TableBucket) -> None:
         """``TableNotFoundError`` if the table this consumer knew as ``tb.table`` was dropped."""
         if self._dropped(tb.table):
-            raise TableNotFoundError(f"table {tb.table!r} was dropped: the offset of {tb} cannot be committed "
-                                     f"for group {self.group_id}; nothing was written")
+            raise TableNotFoundError(
+                f"table {tb.table!r} was dropped: the offset of {tb} cannot be committed "
+                f"for group {self.group_id}; nothing was written"
+            )
 
     def _table_of(self, tb: object) -> TableInfo:
         if not isinstance(tb, TableBucket):
@@ -572,4 +622,3 @@ class Consumer:
         self._tables.setdefault(info.name, info)
         self._fetcher.add_table(info)
         return self._tables[info.name]
-

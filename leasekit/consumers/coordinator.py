@@ -78,7 +78,9 @@ class NoGroupCoordinator:
     def fetch_committed(self, buckets: list[TableBucket]) -> dict[TableBucket, OffsetRecord]:
         raise _no_group()
 
-    def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False) -> None:
+    def commit(
+        self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False
+    ) -> None:
         raise _no_group()
 
     def close(self) -> None:
@@ -93,10 +95,20 @@ class GroupCoordinator:
     released them (C10, C15). Commits are fenced by membership and ownership (C11). A consumer
     with a manual assignment commits for the group without joining it."""
 
-    def __init__(self, ctx: Context, group: str, subscription: SubscriptionState,
-                 tables: Mapping[str, TableInfo], *, auto_commit: bool, interval: float,
-                 assignor: Assignor, wake: Callable[[], None], session_timeout: float = 10.0,
-                 max_poll_interval: float = 300.0) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        group: str,
+        subscription: SubscriptionState,
+        tables: Mapping[str, TableInfo],
+        *,
+        auto_commit: bool,
+        interval: float,
+        assignor: Assignor,
+        wake: Callable[[], None],
+        session_timeout: float = 10.0,
+        max_poll_interval: float = 300.0,
+    ) -> None:
         self._ctx, self.group_id, self._sub, self._tables = ctx, group, subscription, tables
         self._auto_commit, self._interval = auto_commit, interval
         self._next_auto_commit = time.monotonic() + interval
@@ -121,7 +133,9 @@ class GroupCoordinator:
         """The sessions (member, connection) whose connection is suspended now."""
         self._lost = False
         self._polls = PollTimer(max_poll_interval, self._left_idle)
-        self._unlisten = ctx.store.add_state_listener(lambda state: self._on_state("connection", state))
+        self._unlisten = ctx.store.add_state_listener(
+            lambda state: self._on_state("connection", state)
+        )
 
     @property
     def member_id(self) -> str | None:
@@ -147,8 +161,13 @@ class GroupCoordinator:
         member = self._member
         if member is None or member.member_id is None:
             return
-        log.warning("consumer %s of group %s did not poll for %gs (max_poll_interval): leaving the group; "
-                    "its buckets go to other members", member.member_id, self.group_id, self._polls.interval)
+        log.warning(
+            "consumer %s of group %s did not poll for %gs (max_poll_interval): leaving the group; "
+            "its buckets go to other members",
+            member.member_id,
+            self.group_id,
+            self._polls.interval,
+        )
         self._lost = True
         member.leave()
         self._signal()
@@ -194,7 +213,9 @@ class GroupCoordinator:
         store = self._ctx.store.sibling(self._session_timeout)
         store.open()
         member = GroupMember(self._ctx, store, self.group_id, self._assignor, self._signal)
-        self._unlisten_member = store.add_state_listener(lambda state: self._on_state("member", state))
+        self._unlisten_member = store.add_state_listener(
+            lambda state: self._on_state("member", state)
+        )
         self._member = member
         try:
             member.join(self._sub.tables)
@@ -216,7 +237,9 @@ class GroupCoordinator:
             self.generation = record.generation
             self._rebalancing, self._newly = True, set()
         if self._pending and self._member is not None:
-            wanted = {tb: self._tables[tb.table] for tb in self._pending if tb.table in self._tables}
+            wanted = {
+                tb: self._tables[tb.table] for tb in self._pending if tb.table in self._tables
+            }
             held: dict[TableBucket, str] = {}
             got = self._member.claim(wanted, self.generation or 0, held)
             self._owned.update(got)
@@ -226,7 +249,9 @@ class GroupCoordinator:
             self._sub.set_assignment(list(self._owned))
         if self._rebalancing and not self._pending:
             self._rebalancing = False
-            if self._sub.listener is not None:  # at the end of every rebalance, possibly empty (C15)
+            if (
+                self._sub.listener is not None
+            ):  # at the end of every rebalance, possibly empty (C15)
                 self._sub.listener.on_buckets_assigned(set(self._newly))
 
     def _watch_held(self, held: dict[TableBucket, str]) -> None:
@@ -314,7 +339,9 @@ class GroupCoordinator:
             self._committed[tb] = OffsetAndMetadata(record.offset, record.metadata)
         return found
 
-    def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False) -> None:
+    def commit(
+        self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False
+    ) -> None:
         """Store ``offsets`` (checked already); those known stored are not written (C3). A
         member's commit is fenced: it must be live and own every bucket (C11). Offsets of a
         dropped table's buckets raise ``TableNotFoundError``, or are left out with
@@ -326,27 +353,46 @@ class GroupCoordinator:
         owners = {self._owner_path(tb): tb for tb in changed}
         if self._sub.mode == SUBSCRIBED:
             if self._suspended:
-                raise CommitFailedError("the connection to ZooKeeper is suspended: nothing committed")
+                raise CommitFailedError(
+                    "the connection to ZooKeeper is suspended: nothing committed"
+                )
             not_owned = sorted(tb for tb in changed if tb not in self._owned)
             if self._member is None or not_owned:
-                raise CommitFailedError(f"commit refused: {not_owned[0] if not_owned else 'no bucket'} is not "
-                                        f"owned by this member of group {self.group_id}; nothing was written")
+                raise CommitFailedError(
+                    f"commit refused: {not_owned[0] if not_owned else 'no bucket'} is not "
+                    f"owned by this member of group {self.group_id}; nothing was written"
+                )
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._tables[tb.table] for tb in changed}
         try:  # a manual assignment commits from outside the group: only into an empty one (§6.5)
-            stored.commit(self._ctx, self.group_id, changed, tables, fence=fence,
-                          skip_dropped=skip_dropped, outside=self._sub.mode != SUBSCRIBED)
+            stored.commit(
+                self._ctx,
+                self.group_id,
+                changed,
+                tables,
+                fence=fence,
+                skip_dropped=skip_dropped,
+                outside=self._sub.mode != SUBSCRIBED,
+            )
         except TxnConflict as exc:
             if exc.op in fence:
                 lost = owners.get(exc.op.path, "its buckets")
-                raise CommitFailedError(f"commit refused: this member no longer owns {lost} or is no longer "
-                                        f"in group {self.group_id}; nothing was written") from None
+                raise CommitFailedError(
+                    f"commit refused: this member no longer owns {lost} or is no longer "
+                    f"in group {self.group_id}; nothing was written"
+                ) from None
             raise
-        self._committed.update(changed)  # (a dropped table's skipped offsets too: never written later)
+        self._committed.update(
+            changed
+        )  # (a dropped table's skipped offsets too: never written later)
 
     def maybe_auto_commit(self) -> None:
-        if self._auto_commit and time.monotonic() >= self._next_auto_commit and not self._suspended \
-                and not self._lost:
+        if (
+            self._auto_commit
+            and time.monotonic() >= self._next_auto_commit
+            and not self._suspended
+            and not self._lost
+        ):
             self._commit_positions()
             self._next_auto_commit = time.monotonic() + self._interval
 
@@ -355,8 +401,14 @@ class GroupCoordinator:
         this member left the group or lost the buckets (C11): it rejoins at its next poll, and
         user code never sees the error."""
         try:
-            self.commit({tb: OffsetAndMetadata(p) for tb, p in self._sub.positions().items()
-                         if only is None or tb in only}, skip_dropped=True)
+            self.commit(
+                {
+                    tb: OffsetAndMetadata(p)
+                    for tb, p in self._sub.positions().items()
+                    if only is None or tb in only
+                },
+                skip_dropped=True,
+            )
             return True
         except CommitFailedError as exc:
             log.warning("auto-commit of group %s refused, rejoining: %s", self.group_id, exc)
@@ -406,8 +458,9 @@ class PollTimer:
             if self._thread is not None:
                 return
             self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._run, args=(self._stop,), daemon=True,
-                                            name="leasekit-max-poll-interval")
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), daemon=True, name="leasekit-max-poll-interval"
+            )
         self._thread.start()
 
     def stop(self) -> None:
@@ -429,4 +482,6 @@ class PollTimer:
 
 
 def _no_group() -> IllegalOperationError:
-    return IllegalOperationError("this consumer has no group_id: offsets cannot be committed or read")
+    return IllegalOperationError(
+        "this consumer has no group_id: offsets cannot be committed or read"
+    )

@@ -115,7 +115,9 @@ class Fetcher:
             ctx = table.connection
             path = ctx.paths.bucket(table.table_id, tb.bucket)
 
-            def update(data: bytes | None, stat: Stat | None, tb: TableBucket = tb, path: str = path) -> None:
+            def update(
+                data: bytes | None, stat: Stat | None, tb: TableBucket = tb, path: str = path
+            ) -> None:
                 bounds = Bounds(0, 0)
                 if data is not None and stat is not None:
                     try:
@@ -197,8 +199,9 @@ class Fetcher:
 
     # -- positions without an offset, or outside the log (C5) -------------------------------
 
-    def start_positions(self, states: Mapping[TableBucket, Any],
-                        committed: Mapping[TableBucket, Any]) -> None:
+    def start_positions(
+        self, states: Mapping[TableBucket, Any], committed: Mapping[TableBucket, Any]
+    ) -> None:
         """Give each of ``states`` (buckets without a position) its committed offset, or one by
         the reset policy; ``NoOffsetForBucketError`` with "none"."""
         known = {tb: self.bounds(tb) for tb in states}  # watched: current already
@@ -210,7 +213,8 @@ class Fetcher:
                 state.position = record.offset
             elif self.reset == "none":
                 raise NoOffsetForBucketError(
-                    f"{tb} has no committed offset and auto_offset_reset is 'none'")
+                    f"{tb} has no committed offset and auto_offset_reset is 'none'"
+                )
             else:
                 state.position = bounds[tb].begin if self.reset == "earliest" else bounds[tb].end
 
@@ -220,15 +224,17 @@ class Fetcher:
         if self.reset == "none":
             raise OffsetOutOfRangeError(
                 f"position {state.position} of {tb} is outside its log "
-                f"[{bounds.begin}, {bounds.end}]")
+                f"[{bounds.begin}, {bounds.end}]"
+            )
         state.position = bounds.begin if self.reset == "earliest" else bounds.end
         return state.position
 
     def offset_for_time(self, tb: TableBucket, timestamp_ms: int, begin: int) -> int | None:
         """The earliest stored offset (>= ``begin``) whose timestamp is >= ``timestamp_ms`` (C7)."""
         segments = self.segments(tb, begin)
-        found = next((s for s in segments
-                      if s.end_offset > begin and s.timestamp_ms >= timestamp_ms), None)
+        found = next(
+            (s for s in segments if s.end_offset > begin and s.timestamp_ms >= timestamp_ms), None
+        )
         return None if found is None else max(found.base_offset, begin)
 
     # -- records read, not handed out -------------------------------------------------------

@@ -56,9 +56,21 @@ class GroupMember:
     lives as long as that session. Thread-safe: watches call into it from the store's watch
     thread, the consumer from its own."""
 
-    def __init__(self, ctx: Context, store: ZkStore, group_id: str, assignor: Assignor,
-                 wake: Callable[[], None]) -> None:
-        self._ctx, self._store, self.group_id, self._assignor, self._wake = ctx, store, group_id, assignor, wake
+    def __init__(
+        self,
+        ctx: Context,
+        store: ZkStore,
+        group_id: str,
+        assignor: Assignor,
+        wake: Callable[[], None],
+    ) -> None:
+        self._ctx, self._store, self.group_id, self._assignor, self._wake = (
+            ctx,
+            store,
+            group_id,
+            assignor,
+            wake,
+        )
         self._lock = threading.RLock()
         self.member_id: str | None = None
         self._watches: list[Watch] = []
@@ -84,13 +96,23 @@ class GroupMember:
         prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
         # the data version of members counts joins: a commit from outside the group checks it
         members = paths.group_members(self.group_id)
-        created, _ = store.commit([Create(paths.member(self.group_id, prefix), record.encode(),
-                                          ephemeral=True, sequence=True),
-                                   SetData(members, b"")])
+        created, _ = store.commit(
+            [
+                Create(
+                    paths.member(self.group_id, prefix),
+                    record.encode(),
+                    ephemeral=True,
+                    sequence=True,
+                ),
+                SetData(members, b""),
+            ]
+        )
         with self._lock:
             self.member_id = created.rsplit("/", 1)[1]
             self.assignment = None
-        self._watches.append(store.watch(paths.group_assignment(self.group_id), self._on_assignment))
+        self._watches.append(
+            store.watch(paths.group_assignment(self.group_id), self._on_assignment)
+        )
         if self._follow():  # the oldest member assigns at once: a lone consumer's first poll reads
             self.rebalance()
         return self.member_id
@@ -144,16 +166,26 @@ class GroupMember:
         if member is None:
             return False
         names = self._store.children(self._ctx.paths.group_members(self.group_id)) or []
-        older = sorted((n for n in names if member_sequence(n) < member_sequence(member)), key=member_sequence)
+        older = sorted(
+            (n for n in names if member_sequence(n) < member_sequence(member)), key=member_sequence
+        )
         if not older:
             with self._lock:
                 if self._leading or self.member_id != member:
                     return False
                 self._leading = True
-            self._watches.append(self._store.watch_children(
-                self._ctx.paths.group_members(self.group_id), self._on_members, debounce=REBALANCE_DEBOUNCE))
-            self._watches.append(self._store.watch_children(
-                self._ctx.paths.tables, self._on_tables, debounce=REBALANCE_DEBOUNCE))
+            self._watches.append(
+                self._store.watch_children(
+                    self._ctx.paths.group_members(self.group_id),
+                    self._on_members,
+                    debounce=REBALANCE_DEBOUNCE,
+                )
+            )
+            self._watches.append(
+                self._store.watch_children(
+                    self._ctx.paths.tables, self._on_tables, debounce=REBALANCE_DEBOUNCE
+                )
+            )
             return True
         before = self._ctx.paths.member(self.group_id, older[-1])
 
@@ -205,25 +237,52 @@ class GroupMember:
         paths = ctx.paths
         names = sorted(self._store.children(paths.group_members(group)) or [], key=member_sequence)
         self._watch_members(names)
-        nodes = self._store.get_many([paths.group_assignment(group), *(paths.member(group, n) for n in names)])
-        current = None if nodes[0] is None else AssignmentRecord.decode(nodes[0], paths.group_assignment(group))
+        nodes = self._store.get_many(
+            [paths.group_assignment(group), *(paths.member(group, n) for n in names)]
+        )
+        current = (
+            None
+            if nodes[0] is None
+            else AssignmentRecord.decode(nodes[0], paths.group_assignment(group))
+        )
         members: dict[str, frozenset[str]] = {}
         for name, node in zip(names, nodes[1:]):
             if node is not None:
-                members[name] = frozenset(MemberRecord.decode(node, paths.member(group, name)).tables)
-        self._assigned_from = (names, {n: node.stat.version for n, node in zip(names, nodes[1:]) if node})
+                members[name] = frozenset(
+                    MemberRecord.decode(node, paths.member(group, name)).tables
+                )
+        self._assigned_from = (
+            names,
+            {n: node.stat.version for n, node in zip(names, nodes[1:]) if node},
+        )
         subscribed = set().union(*members.values()) if members else set()
-        tables = {name: t.num_buckets for name, t in sorted(load_tables(ctx, sorted(subscribed)).items())}
-        self._assigned_tables = (frozenset(subscribed), frozenset(tables))  # (dropped ones get no buckets)
-        owned = {} if current is None else {m: {TableBucket(t, b) for t, bs in ts.items() for b in bs}
-                                            for m, ts in current.buckets.items()}
+        tables = {
+            name: t.num_buckets for name, t in sorted(load_tables(ctx, sorted(subscribed)).items())
+        }
+        self._assigned_tables = (
+            frozenset(subscribed),
+            frozenset(tables),
+        )  # (dropped ones get no buckets)
+        owned = (
+            {}
+            if current is None
+            else {
+                m: {TableBucket(t, b) for t, bs in ts.items() for b in bs}
+                for m, ts in current.buckets.items()
+            }
+        )
         result = self._assignor.assign(members, tables, owned)
         buckets = {m: _by_table(bs) for m, bs in sorted(result.items())}
         if current is not None and current.buckets == buckets:
             return None
-        record = AssignmentRecord(0 if current is None else current.generation + 1, me.rsplit("/", 1)[1], buckets)
-        write = (Create(paths.group_assignment(group), record.encode()) if current is None
-                 else SetData(paths.group_assignment(group), record.encode(), current.stat.version))
+        record = AssignmentRecord(
+            0 if current is None else current.generation + 1, me.rsplit("/", 1)[1], buckets
+        )
+        write = (
+            Create(paths.group_assignment(group), record.encode())
+            if current is None
+            else SetData(paths.group_assignment(group), record.encode(), current.stat.version)
+        )
         try:
             self._store.commit([Check(me, -1), write])  # only a live leader publishes (C14)
         except TxnConflict:
@@ -239,8 +298,11 @@ class GroupMember:
             for name in gone:
                 self._member_watches.pop(name).remove()
         for name in new:
-            watch = self._store.watch(self._ctx.paths.member(self.group_id, name), self._on_member(name),
-                                          debounce=REBALANCE_DEBOUNCE)
+            watch = self._store.watch(
+                self._ctx.paths.member(self.group_id, name),
+                self._on_member(name),
+                debounce=REBALANCE_DEBOUNCE,
+            )
             with self._lock:
                 self._member_watches[name] = watch
 
@@ -248,7 +310,9 @@ class GroupMember:
         if data is None or stat is None:
             return
         try:
-            record = AssignmentRecord.decode(Node(data, stat), self._ctx.paths.group_assignment(self.group_id))
+            record = AssignmentRecord.decode(
+                Node(data, stat), self._ctx.paths.group_assignment(self.group_id)
+            )
         except LeasekitError:
             return
         self._seen(record)
@@ -265,8 +329,9 @@ class GroupMember:
     def owner_path(self, table: TableInfo, bucket: int) -> str:
         return self._ctx.paths.owner(self.group_id, table.table_id, bucket)
 
-    def claim(self, wanted: Mapping[TableBucket, TableInfo], generation: int,
-              held: dict[TableBucket, str]) -> dict[TableBucket, int]:
+    def claim(
+        self, wanted: Mapping[TableBucket, TableInfo], generation: int, held: dict[TableBucket, str]
+    ) -> dict[TableBucket, int]:
         """Claim the buckets of ``wanted`` that have no live owner; their owner znode versions.
         Buckets a live member still owns go into ``held`` (bucket -> owner znode path)."""
         me = self.member_path
@@ -275,8 +340,12 @@ class GroupMember:
         ctx, name = self._ctx, me.rsplit("/", 1)[1]
         keys = list(wanted)
         owner_paths = [self.owner_path(wanted[tb], tb.bucket) for tb in keys]
-        listed, *owners = self._store.read_many([GetChildren(ctx.paths.group_members(self.group_id)),
-                                               *(GetData(p) for p in owner_paths)])
+        listed, *owners = self._store.read_many(
+            [
+                GetChildren(ctx.paths.group_members(self.group_id)),
+                *(GetData(p) for p in owner_paths),
+            ]
+        )
         for result in (listed, *owners):
             if result.error is not None:
                 raise result.error  # never claim from a view it could not read
@@ -289,14 +358,20 @@ class GroupMember:
             if holder and holder in live and holder != name:
                 held[tb] = path  # a live member still owns it: it releases after its revocation
             else:
-                writes[tb] = Create(path, record) if node is None else SetData(path, record, node.stat.version)
+                writes[tb] = (
+                    Create(path, record)
+                    if node is None
+                    else SetData(path, record, node.stat.version)
+                )
         return _each(self._store, writes, [Check(me, -1)])
 
     def release(self, owned: Mapping[str, int]) -> None:
         """Empty the owner znodes (path -> the version this member wrote); those changed
         meanwhile are no longer this member's."""
         try:
-            _each(self._store, {path: SetData(path, b"", version) for path, version in owned.items()})
+            _each(
+                self._store, {path: SetData(path, b"", version) for path, version in owned.items()}
+            )
         except LeasekitError:
             pass  # ZooKeeper unreachable: the member's end frees them (claims check liveness)
 
@@ -304,7 +379,9 @@ class GroupMember:
         """The checks a commit makes: this member is live and still owns each bucket (C11)."""
         me = self.member_path
         if me is None:
-            raise CommitFailedError(f"this consumer is not a member of group {self.group_id}: rejoin by polling")
+            raise CommitFailedError(
+                f"this consumer is not a member of group {self.group_id}: rejoin by polling"
+            )
         return [Check(me, -1), *(Check(path, version) for path, version in owned.items())]
 
 
@@ -325,7 +402,9 @@ def owner_of(node: Node | None, path: str) -> str:
         return ""  # unreadable: claimable
 
 
-def _each(store: Any, writes: Mapping[K, Create | SetData], guard: list[Check] | None = None) -> dict[K, int]:
+def _each(
+    store: Any, writes: Mapping[K, Create | SetData], guard: list[Check] | None = None
+) -> dict[K, int]:
     """Run ``writes`` (each after ``guard``) in one transaction, or one by one when some write
     conflicts (its znode changed meanwhile: that one is skipped); the new version of each done."""
     guard = guard or []
@@ -334,7 +413,7 @@ def _each(store: Any, writes: Mapping[K, Create | SetData], guard: list[Check] |
     keys = list(writes)
     try:
         results = store.commit([*guard, *writes.values()])
-        return {k: _version(r) for k, r in zip(keys, results[len(guard):])}
+        return {k: _version(r) for k, r in zip(keys, results[len(guard) :])}
     except TxnConflict as exc:
         if exc.index < len(guard) or len(keys) == 1:
             return {}  # the guard failed (this member is gone), or the only write conflicted

@@ -12,8 +12,19 @@ from ..records import GroupStatus, TableBucket
 if TYPE_CHECKING:
     from ..zk.formats import Commit
 
-__all__ = ["OK", "WARN", "ERR", "STOP", "STALL", "REWIND", "GroupStatus", "bucket_status", "group_status",
-           "STOP_AFTER_MS", "STALL_AFTER_MS"]
+__all__ = [
+    "OK",
+    "WARN",
+    "ERR",
+    "STOP",
+    "STALL",
+    "REWIND",
+    "GroupStatus",
+    "bucket_status",
+    "group_status",
+    "STOP_AFTER_MS",
+    "STALL_AFTER_MS",
+]
 
 OK, WARN, ERR = "OK", "WARN", "ERR"
 STOP, STALL, REWIND = "STOP", "STALL", "REWIND"
@@ -21,8 +32,15 @@ STOP_AFTER_MS = STALL_AFTER_MS = 60_000
 _SEVERITY = {OK: 0, WARN: 1, ERR: 2}
 
 
-def bucket_status(window: Sequence[Commit], lag_now: int, owned: bool, now_ms: int, *,
-                  stop_after_ms: int = STOP_AFTER_MS, stall_after_ms: int = STALL_AFTER_MS) -> str:
+def bucket_status(
+    window: Sequence[Commit],
+    lag_now: int,
+    owned: bool,
+    now_ms: int,
+    *,
+    stop_after_ms: int = STOP_AFTER_MS,
+    stall_after_ms: int = STALL_AFTER_MS,
+) -> str:
     """One bucket's status from its commit ``window`` (oldest first, not empty)."""
     if lag_now <= 0:  # 1
         return OK

@@ -47,8 +47,18 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["MAX_METADATA_BYTES", "OFFSET_LIMIT", "check_offset", "decode", "check_group_id",
-           "check_offsets", "fetch", "fetch_group", "commit", "log_ends"]
+__all__ = [
+    "MAX_METADATA_BYTES",
+    "OFFSET_LIMIT",
+    "check_offset",
+    "decode",
+    "check_group_id",
+    "check_offsets",
+    "fetch",
+    "fetch_group",
+    "commit",
+    "log_ends",
+]
 
 MAX_METADATA_BYTES = 4096
 OFFSET_LIMIT = 2**63
@@ -67,7 +77,9 @@ def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
     """Offsets to commit, checked (C2, C3): a non-empty mapping of TableBucket to an int >= 0 or
     an OffsetAndMetadata whose metadata is a str of at most 4096 UTF-8 bytes."""
     if not isinstance(offsets, Mapping):
-        raise InvalidTypeError(f"offsets must be a mapping of TableBucket to offset, not {type(offsets).__name__}")
+        raise InvalidTypeError(
+            f"offsets must be a mapping of TableBucket to offset, not {type(offsets).__name__}"
+        )
     if not offsets:
         raise InvalidArgumentError("no offsets to commit: give at least one bucket")
     out: dict[TableBucket, OffsetAndMetadata] = {}
@@ -103,7 +115,8 @@ def decode(node: Any, path: str) -> OffsetRecord:
     record = OffsetRecord.decode(node, path)
     numbers = [record.offset, *(n for c in record.history for n in (c.offset, c.log_end))]
     if any(not 0 <= n < OFFSET_LIMIT for n in numbers) or any(
-            not 0 <= c.time_ms <= MAX_TIME_MS for c in record.history):
+        not 0 <= c.time_ms <= MAX_TIME_MS for c in record.history
+    ):
         raise CorruptMetadataError(f"committed offset at {path} holds a number out of range", path)
     return record
 
@@ -112,8 +125,9 @@ def _decode(path: str, node: Any) -> OffsetRecord | None:
     return None if node is None else decode(node, path)
 
 
-def fetch(ctx: Context, group_id: str, tables: Mapping[str, TableInfo],
-          buckets: Iterable[TableBucket]) -> dict[TableBucket, OffsetRecord]:
+def fetch(
+    ctx: Context, group_id: str, tables: Mapping[str, TableInfo], buckets: Iterable[TableBucket]
+) -> dict[TableBucket, OffsetRecord]:
     """The group's committed offsets of ``buckets`` (tables by name in ``tables``), read
     pipelined; buckets without a commit are absent."""
     keys = list(buckets)
@@ -141,7 +155,10 @@ def fetch_group(ctx: Context, group_id: str) -> dict[tuple[str, int], OffsetReco
 
 def log_ends(states: Sequence[Any], paths: Sequence[str]) -> list[int]:
     """Log end offsets from bucket-state nodes (0 for a bucket never written)."""
-    return [0 if node is None else BucketState.decode(node, path).end for node, path in zip(states, paths)]
+    return [
+        0 if node is None else BucketState.decode(node, path).end
+        for node, path in zip(states, paths)
+    ]
 
 
 class _Dropped(Exception):
@@ -150,9 +167,16 @@ class _Dropped(Exception):
         self.names = names
 
 
-def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | OffsetAndMetadata],
-           tables: Mapping[str, TableInfo], *, fence: Sequence[Check] = (),
-           skip_dropped: bool = False, outside: bool = False) -> dict[TableBucket, OffsetRecord]:
+def commit(
+    ctx: Context,
+    group_id: str,
+    offsets: Mapping[TableBucket, int | OffsetAndMetadata],
+    tables: Mapping[str, TableInfo],
+    *,
+    fence: Sequence[Check] = (),
+    skip_dropped: bool = False,
+    outside: bool = False,
+) -> dict[TableBucket, OffsetRecord]:
     """Commit ``offsets`` (checked) for the group; the records written, by bucket (unchanged
     offsets are left out: nothing is written for them).
 
@@ -183,20 +207,30 @@ def commit(ctx: Context, group_id: str, offsets: Mapping[TableBucket, int | Offs
                 first = min(tb for tb in pending if tb.table in exc.names)
                 raise TableNotFoundError(
                     f"table {first.table!r} was dropped: the offset of {first} cannot be committed for group "
-                    f"{group_id}; no offset of its buckets was written") from None
+                    f"{group_id}; no offset of its buckets was written"
+                ) from None
             pending = {tb: o for tb, o in pending.items() if tb.table not in exc.names}
         except TxnConflict as exc:
-            if exc.reason not in ("version", "exists", "nonode") or any(op == exc.op for op in fence):
+            if exc.reason not in ("version", "exists", "nonode") or any(
+                op == exc.op for op in fence
+            ):
                 raise
             for tb in written:
                 pending.pop(tb, None)
-    raise IllegalStateError(f"commit for group {group_id}: gave up after {ATTEMPTS} conflicting concurrent commits")
+    raise IllegalStateError(
+        f"commit for group {group_id}: gave up after {ATTEMPTS} conflicting concurrent commits"
+    )
 
 
-def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, OffsetAndMetadata],
-                 tables: Mapping[str, TableInfo], fence: Sequence[Check],
-                 written: dict[TableBucket, OffsetRecord],
-                 outside: bool = False) -> dict[TableBucket, OffsetRecord]:
+def _commit_once(
+    ctx: Context,
+    group_id: str,
+    pending: Mapping[TableBucket, OffsetAndMetadata],
+    tables: Mapping[str, TableInfo],
+    fence: Sequence[Check],
+    written: dict[TableBucket, OffsetRecord],
+    outside: bool = False,
+) -> dict[TableBucket, OffsetRecord]:
     paths = ctx.paths
     keys = list(pending)
     names = sorted({tb.table for tb in keys})
@@ -204,12 +238,19 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
     state_paths = [paths.bucket(tables[tb.table].table_id, tb.bucket) for tb in keys]
     # (the assignment is read before the members: read in this order, one pipeline, in order)
     empty = [paths.group_assignment(group_id), paths.group_members(group_id)] if outside else []
-    now, nodes = ctx.read_with_clock([paths.group(group_id), paths.group_offsets(group_id),
-                                      *offset_paths, *state_paths,
-                                      *(paths.table(n) for n in names), *empty])
+    now, nodes = ctx.read_with_clock(
+        [
+            paths.group(group_id),
+            paths.group_offsets(group_id),
+            *offset_paths,
+            *state_paths,
+            *(paths.table(n) for n in names),
+            *empty,
+        ]
+    )
     group_node, parent_node = nodes[0], nodes[1]
-    stored = nodes[2:2 + len(keys)]
-    ends = log_ends(nodes[2 + len(keys):2 + 2 * len(keys)], state_paths)
+    stored = nodes[2 : 2 + len(keys)]
+    ends = log_ends(nodes[2 + len(keys) : 2 + 2 * len(keys)], state_paths)
     guard = list(fence)
     ops: list[Op] = []
     if group_node is None:
@@ -217,11 +258,16 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
     if outside:
         guard += _no_members(ctx, group_id, nodes[len(nodes) - 2], nodes[-1], ops)
     dropped = []
-    for name, node in zip(names, nodes[2 + 2 * len(keys):]):
-        if node is None or TableRecord.decode(node.data, paths.table(name)).table_id != tables[name].table_id:
+    for name, node in zip(names, nodes[2 + 2 * len(keys) :]):
+        if (
+            node is None
+            or TableRecord.decode(node.data, paths.table(name)).table_id != tables[name].table_id
+        ):
             dropped.append(name)  # (a table of that name created since is another table)
         else:
-            guard.append(Check(paths.table(name), node.stat.version))  # not dropped while committing
+            guard.append(
+                Check(paths.table(name), node.stat.version)
+            )  # not dropped while committing
     if dropped:
         raise _Dropped(dropped)
     if parent_node is None:
@@ -235,11 +281,16 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
         base = old if old is not None else OffsetRecord.empty(tb.table)
         record = base.committed(offset, metadata, tb.table, now, end)
         records[path] = (tb, record)
-        ops.append(Create(path, record.encode()) if old is None or old.stat is None
-                   else SetData(path, record.encode(), old.stat.version))
+        ops.append(
+            Create(path, record.encode())
+            if old is None or old.stat is None
+            else SetData(path, record.encode(), old.stat.version)
+        )
     if not records:
         if fence:
-            ctx.store.commit(list(fence))  # C11: a fenced member is refused even when nothing changes
+            ctx.store.commit(
+                list(fence)
+            )  # C11: a fenced member is refused even when nothing changes
         return {}
     guard_bytes = sum(op_size(op) for op in guard)
     for chunk in chunk_ops(ops, MAX_TXN_OPS - len(guard), MAX_TXN_BYTES - guard_bytes):
@@ -251,8 +302,9 @@ def _commit_once(ctx: Context, group_id: str, pending: Mapping[TableBucket, Offs
     return {tb: record for tb, record in records.values()}
 
 
-def _no_members(ctx: Context, group_id: str, assignment: Any, members: Any,
-                ops: list[Op]) -> list[Check]:
+def _no_members(
+    ctx: Context, group_id: str, assignment: Any, members: Any, ops: list[Op]
+) -> list[Check]:
     """The checks that keep a commit from outside the group out of a group with live members:
     ``GroupNotEmptyError`` now if the members read have any; else checks that fail once a
     member joined since (a join bumps the ``members`` znode's data version; an assignment
@@ -261,9 +313,13 @@ def _no_members(ctx: Context, group_id: str, assignment: Any, members: Any,
     if members is not None and members.stat.num_children:
         raise GroupNotEmptyError(
             f"group {group_id} has {members.stat.num_children} live member(s): a consumer outside "
-            "it cannot commit its offsets (stop them first); nothing was written")
-    checks = ([] if assignment is None
-              else [Check(ctx.paths.group_assignment(group_id), assignment.stat.version)])
+            "it cannot commit its offsets (stop them first); nothing was written"
+        )
+    checks = (
+        []
+        if assignment is None
+        else [Check(ctx.paths.group_assignment(group_id), assignment.stat.version)]
+    )
     if members is None:
         ops.append(Create(ctx.paths.group_members(group_id)))
     else:

@@ -10,8 +10,15 @@ from ..durations import parse_duration, parse_wait
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..zk import MAX_SESSION_TIMEOUT as _ZK_SESSION_LIMIT
 
-__all__ = ["RESET_POLICIES", "MAX_SESSION_TIMEOUT", "ConsumerOptions", "consumer_options",
-           "seconds", "timeout", "positive_int"]
+__all__ = [
+    "RESET_POLICIES",
+    "MAX_SESSION_TIMEOUT",
+    "ConsumerOptions",
+    "consumer_options",
+    "seconds",
+    "timeout",
+    "positive_int",
+]
 
 RESET_POLICIES = ("earliest", "latest", "none")
 MAX_SESSION_TIMEOUT = timedelta(seconds=_ZK_SESSION_LIMIT)
@@ -33,13 +40,21 @@ class ConsumerOptions(NamedTuple):
     max_poll_records: int
 
 
-def consumer_options(*, auto_offset_reset: Any, enable_auto_commit: Any,
-                     auto_commit_interval: Any, session_timeout: Any, max_poll_interval: Any,
-                     max_poll_records: Any) -> ConsumerOptions:
+def consumer_options(
+    *,
+    auto_offset_reset: Any,
+    enable_auto_commit: Any,
+    auto_commit_interval: Any,
+    session_timeout: Any,
+    max_poll_interval: Any,
+    max_poll_records: Any,
+) -> ConsumerOptions:
     """The settings checked; ``InvalidArgumentError`` (or ``InvalidTypeError``) for a bad one."""
     if auto_offset_reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
-        raise InvalidArgumentError(f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
-                                   f"not {auto_offset_reset!r}")
+        raise InvalidArgumentError(
+            f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
+            f"not {auto_offset_reset!r}"
+        )
     if not isinstance(enable_auto_commit, bool):
         raise InvalidTypeError("enable_auto_commit must be a bool")
     session = seconds(session_timeout, "session_timeout")
@@ -48,11 +63,18 @@ def consumer_options(*, auto_offset_reset: Any, enable_auto_commit: Any,
         if value <= 0:
             raise InvalidArgumentError(f"{name} must be greater than 0")
     if session > MAX_SESSION_TIMEOUT.total_seconds():
-        raise InvalidArgumentError(f"session_timeout must be at most {MAX_SESSION_TIMEOUT.days}d "
-                                   f"(ZooKeeper's limit), got {session_timeout!r}")
-    return ConsumerOptions(auto_offset_reset, enable_auto_commit,
-                           seconds(auto_commit_interval, "auto_commit_interval"), session, idle,
-                           positive_int(max_poll_records, "max_poll_records"))
+        raise InvalidArgumentError(
+            f"session_timeout must be at most {MAX_SESSION_TIMEOUT.days}d "
+            f"(ZooKeeper's limit), got {session_timeout!r}"
+        )
+    return ConsumerOptions(
+        auto_offset_reset,
+        enable_auto_commit,
+        seconds(auto_commit_interval, "auto_commit_interval"),
+        session,
+        idle,
+        positive_int(max_poll_records, "max_poll_records"),
+    )
 
 
 def seconds(value: Any, what: str) -> float:

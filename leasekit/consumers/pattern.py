@@ -30,11 +30,15 @@ def compile_pattern(pattern: object) -> re.Pattern[str]:
             raise InvalidTypeError("pattern must match str table names, not bytes")
         return pattern
     if not isinstance(pattern, str):
-        raise InvalidTypeError(f"pattern must be a str (a regular expression), not {type(pattern).__name__}")
+        raise InvalidTypeError(
+            f"pattern must be a str (a regular expression), not {type(pattern).__name__}"
+        )
     try:
         return re.compile(pattern)
     except (re.error, OverflowError, RecursionError, ValueError) as exc:
-        raise InvalidArgumentError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+        raise InvalidArgumentError(
+            f"pattern {pattern!r} is not a valid regular expression: {exc}"
+        ) from None
 
 
 class TableWatch:
@@ -55,7 +59,9 @@ class TableWatch:
     def _on_tables(self, names: list[str] | None) -> None:
         """On the store's watch thread."""
         with self._lock:
-            self._news = self.matching(names or [])  # None: the tables znode went (namespace deleted)
+            self._news = self.matching(
+                names or []
+            )  # None: the tables znode went (namespace deleted)
         self._wake()
 
     @property

@@ -96,7 +96,11 @@ class SubscriptionState:
             raise InvalidTypeError(f"expected a TableBucket, not {type(tb).__name__}")
         state = self._buckets.get(tb)
         if state is None:
-            hint = " (a group consumer is assigned its buckets by poll())" if self.mode == SUBSCRIBED else ""
+            hint = (
+                " (a group consumer is assigned its buckets by poll())"
+                if self.mode == SUBSCRIBED
+                else ""
+            )
             raise IllegalStateError(f"{tb} is not assigned to this consumer{hint}")
         return state
 
@@ -116,5 +120,9 @@ class SubscriptionState:
 
 
 def check_listener(listener: Any) -> None:
-    if not all(callable(getattr(listener, m, None)) for m in ("on_buckets_revoked", "on_buckets_assigned")):
-        raise InvalidTypeError("listener must have on_buckets_revoked and on_buckets_assigned methods")
+    if not all(
+        callable(getattr(listener, m, None)) for m in ("on_buckets_revoked", "on_buckets_assigned")
+    ):
+        raise InvalidTypeError(
+            "listener must have on_buckets_revoked and on_buckets_assigned methods"
+        )

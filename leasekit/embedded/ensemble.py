@@ -70,7 +70,9 @@ class Ensemble:
     >>> ensemble.stop()
     """
 
-    def __init__(self, base_dir: str | os.PathLike[str], size: int = 3, *, heap: str = "256m") -> None:
+    def __init__(
+        self, base_dir: str | os.PathLike[str], size: int = 3, *, heap: str = "256m"
+    ) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise InvalidArgumentError(f"size must be a positive int, got {size!r}")
         self.base_dir = Path(base_dir).expanduser().resolve()
@@ -115,8 +117,11 @@ class Ensemble:
 
     def wait_serving(self, indexes: list[int] | None = None, *, timeout: float = 60.0) -> None:
         """Wait until the members ``indexes`` (default: every running one) serve clients."""
-        members = [self._member(i) for i in indexes] if indexes is not None else [
-            m for m in self._members if m.pid and _pid_alive(m.pid)]
+        members = (
+            [self._member(i) for i in indexes]
+            if indexes is not None
+            else [m for m in self._members if m.pid and _pid_alive(m.pid)]
+        )
         deadline = time.monotonic() + timeout
         for member in members:
             while True:
@@ -124,7 +129,9 @@ class Ensemble:
                 if probe == "ours":
                     break
                 if probe == "other":
-                    raise ZooKeeperUnavailableError(f"port {member.client_port} of server {member.myid} is taken")
+                    raise ZooKeeperUnavailableError(
+                        f"port {member.client_port} of server {member.myid} is taken"
+                    )
                 if not _pid_alive(member.pid):
                     raise ZooKeeperUnavailableError(self._failure(member, "exited"))
                 if time.monotonic() >= deadline:
@@ -206,7 +213,9 @@ class Ensemble:
         if not self._members:
             raise IllegalStateError("the ensemble was not started")
         if not isinstance(index, int) or not 0 <= index < len(self._members):
-            raise InvalidArgumentError(f"no server {index!r} in an ensemble of {len(self._members)}")
+            raise InvalidArgumentError(
+                f"no server {index!r} in an ensemble of {len(self._members)}"
+            )
         return self._members[index]
 
     def _allocate(self) -> list[_Member]:
@@ -236,8 +245,15 @@ class Ensemble:
 
     def _launch(self, member: _Member) -> None:
         flags = [f for f in _JVM_FLAGS if not f.startswith("-Xmx")]
-        argv = [find_java(), f"-Xmx{self.heap}", *flags, "-cp", _classpath(), QUORUM_MAIN_CLASS,
-                str(member.root / "zoo.cfg")]
+        argv = [
+            find_java(),
+            f"-Xmx{self.heap}",
+            *flags,
+            "-cp",
+            _classpath(),
+            QUORUM_MAIN_CLASS,
+            str(member.root / "zoo.cfg"),
+        ]
         member.pid = _spawn(argv, member.root / "server.log")
 
     def _failure(self, member: _Member, what: str) -> str:

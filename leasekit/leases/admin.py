@@ -19,8 +19,18 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["release", "drop", "remove", "expire", "info", "list_leases", "pins_of", "leases_pinning",
-           "forget_table", "read_pin_chunks"]
+__all__ = [
+    "release",
+    "drop",
+    "remove",
+    "expire",
+    "info",
+    "list_leases",
+    "pins_of",
+    "leases_pinning",
+    "forget_table",
+    "read_pin_chunks",
+]
 
 
 log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases API's logger name
@@ -67,8 +77,12 @@ def release(ctx: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[in
         for chunk, members in sorted(by_chunk.items()):
             path = paths.lease_chunk(lease_id, table.table_id, chunk)
 
-            def build(path: str = path, chunk: int = chunk, members: set[int] = members,
-                      table: TableInfo = table) -> list[Op]:
+            def build(
+                path: str = path,
+                chunk: int = chunk,
+                members: set[int] = members,
+                table: TableInfo = table,
+            ) -> list[Op]:
                 node = ctx.store.get(path)
                 if node is None:
                     return []
@@ -81,8 +95,11 @@ def release(ctx: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[in
                         ids[b % CHUNK] = 0
                 if not ops:
                     return []
-                ops.append(SetData(path, ch._replace(ids=ids).encode(), node.stat.version) if any(ids)
-                           else Delete(path, node.stat.version))
+                ops.append(
+                    SetData(path, ch._replace(ids=ids).encode(), node.stat.version)
+                    if any(ids)
+                    else Delete(path, node.stat.version)
+                )
                 return ops
 
             try:
@@ -98,16 +115,22 @@ def forget_missing_pins(ctx: Context, lease_id: str) -> None:
     """Clear array entries whose pin znode is gone (its table was force-dropped)."""
     for path, ch in read_pin_chunks(ctx, lease_id):
         targets = [(i, sid) for i, sid in enumerate(ch.ids) if sid]
-        nodes = ctx.store.get_many([ctx.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id)
-                                     for i, sid in targets])
+        nodes = ctx.store.get_many(
+            [ctx.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id) for i, sid in targets]
+        )
         ids = list(ch.ids)
         for (i, _), node in zip(targets, nodes):
             if node is None:
                 ids[i] = 0
         if ids != ch.ids and ch.stat is not None:
             try:
-                ctx.store.commit([SetData(path, ch._replace(ids=ids).encode(), ch.stat.version) if any(ids)
-                                   else Delete(path, ch.stat.version)])
+                ctx.store.commit(
+                    [
+                        SetData(path, ch._replace(ids=ids).encode(), ch.stat.version)
+                        if any(ids)
+                        else Delete(path, ch.stat.version)
+                    ]
+                )
             except TxnConflict:
                 pass
 
@@ -118,8 +141,9 @@ def drop(ctx: Context, lease_id: str) -> bool:
     return remove(ctx, lease_id)
 
 
-def remove(ctx: Context, lease_id: str, *, created: int | None = None,
-           version: int | None = None) -> bool:
+def remove(
+    ctx: Context, lease_id: str, *, created: int | None = None, version: int | None = None
+) -> bool:
     """Delete a lease with its pins.
 
     Arguments:
@@ -153,19 +177,32 @@ def remove(ctx: Context, lease_id: str, *, created: int | None = None,
         current = node.stat.version
         if created is not None and node.stat.czxid != created:
             return False  # another lease under the same id
-        if (version is not None and current != version
-                and LeaseRecord.decode(node, rec_path).state == LIVE):
+        if (
+            version is not None
+            and current != version
+            and LeaseRecord.decode(node, rec_path).state == LIVE
+        ):
             return False  # renewed since
         chunks = read_pin_chunks(ctx, lease_id)
         pin_ops: list[Op] = []
         for path, ch in chunks:
-            pin_ops += [Delete(paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id))
-                        for i, sid in enumerate(ch.ids) if sid]
+            pin_ops += [
+                Delete(paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id))
+                for i, sid in enumerate(ch.ids)
+                if sid
+            ]
             pin_ops.append(Delete(path, ch.stat.version if ch.stat else -1))
         try:
             if len(pin_ops) + 4 <= MAX_TXN_OPS:
-                store.commit([*guard, *pin_ops, Delete(paths.lease_pins(lease_id)),
-                              Delete(rec_path, current), bump])
+                store.commit(
+                    [
+                        *guard,
+                        *pin_ops,
+                        Delete(paths.lease_pins(lease_id)),
+                        Delete(rec_path, current),
+                        bump,
+                    ]
+                )
                 return True
             record = LeaseRecord.decode(node, rec_path)
             if record.state == LIVE:
@@ -213,8 +250,12 @@ def _info(ctx: Context, lease_id: str, node: Node) -> LeaseInfo | None:
     if record.state != LIVE:
         return None
     return LeaseInfo(
-        lease_id, pins_of(ctx, lease_id), timedelta(milliseconds=record.duration_ms),
-        to_datetime(node.stat.ctime_ms), to_datetime(node.stat.mtime_ms), to_datetime(record.expires_ms),
+        lease_id,
+        pins_of(ctx, lease_id),
+        timedelta(milliseconds=record.duration_ms),
+        to_datetime(node.stat.ctime_ms),
+        to_datetime(node.stat.mtime_ms),
+        to_datetime(record.expires_ms),
         record.owner,
     )
 
@@ -246,7 +287,11 @@ def leases_pinning(ctx: Context, table_id: str) -> list[str]:
     """Ids of live, unexpired leases that pin any bucket of the table."""
     ids = ctx.store.children(ctx.paths.leases) or []
     kids = ctx.store.children_many([ctx.paths.lease_pins(i) for i in ids])
-    candidates = [i for i, names in zip(ids, kids) if names and any(ctx.paths.parse_lease_chunk(n)[0] == table_id for n in names)]
+    candidates = [
+        i
+        for i, names in zip(ids, kids)
+        if names and any(ctx.paths.parse_lease_chunk(n)[0] == table_id for n in names)
+    ]
     paths = [ctx.paths.lease(i) for i in candidates]
     now, nodes = ctx.read_with_clock(paths)
     out = []
@@ -264,8 +309,12 @@ def forget_table(ctx: Context, table_id: str) -> list[str]:
     returns the ids of the leases whose arrays were removed. The leases stay, maybe empty."""
     ids = ctx.store.children(ctx.paths.leases) or []
     kids = ctx.store.children_many([ctx.paths.lease_pins(i) for i in ids])
-    ops = [(i, Delete(f"{ctx.paths.lease_pins(i)}/{n}")) for i, names in zip(ids, kids)
-           for n in (names or []) if ctx.paths.parse_lease_chunk(n)[0] == table_id]
+    ops = [
+        (i, Delete(f"{ctx.paths.lease_pins(i)}/{n}"))
+        for i, names in zip(ids, kids)
+        for n in (names or [])
+        if ctx.paths.parse_lease_chunk(n)[0] == table_id
+    ]
     forgotten: list[str] = []
     for lease_id, op in ops:
         try:

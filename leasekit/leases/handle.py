@@ -65,16 +65,25 @@ def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
     return [load_table(ctx, t) for t in tables]
 
 
-def acquire_latest(ctx: Context, lease_id: str, tables: Any, duration_ms: int) -> tuple[AcquireResult, int]:
+def acquire_latest(
+    ctx: Context, lease_id: str, tables: Any, duration_ms: int
+) -> tuple[AcquireResult, int]:
     """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms)."""
     wanted: dict[TableInfo, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
     for table in table_list(ctx, tables):
         latest = read_latest(table)
         wanted[table] = latest
-        missing.update({TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest})
-    result, committed_ms = store.acquire_at(ctx, lease_id, wanted, duration_ms,
-                                             refresh=lambda table, buckets: read_latest(table, buckets))
+        missing.update(
+            {TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest}
+        )
+    result, committed_ms = store.acquire_at(
+        ctx,
+        lease_id,
+        wanted,
+        duration_ms,
+        refresh=lambda table, buckets: read_latest(table, buckets),
+    )
     return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
 
 
@@ -85,10 +94,19 @@ def _ms(when: datetime) -> int:
 class KvSnapshotLease:
     """A lease that pins KV snapshots so retention cannot delete them while they are read."""
 
-    def __init__(self, ctx: Context, lease_id: str | None = None, duration: Any = "1h", *,
-                 keepalive: bool = False, drop_on_exit: bool = True) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        lease_id: str | None = None,
+        duration: Any = "1h",
+        *,
+        keepalive: bool = False,
+        drop_on_exit: bool = True,
+    ) -> None:
         self._ctx = ctx
-        self.lease_id: str = check_id(lease_id) if lease_id is not None else f"lease-{uuid.uuid4().hex[:16]}"
+        self.lease_id: str = (
+            check_id(lease_id) if lease_id is not None else f"lease-{uuid.uuid4().hex[:16]}"
+        )
         self._duration_ms = store.lease_duration_ms(ctx, duration)
         if not isinstance(keepalive, bool) or not isinstance(drop_on_exit, bool):
             raise InvalidTypeError("keepalive and drop_on_exit must be bools")
@@ -112,7 +130,9 @@ class KvSnapshotLease:
 
     def _check(self) -> None:
         if self._failure is not None:
-            raise LeaseExpiredError(f"lease {self.lease_id!r} is no longer alive: {self._failure}") from self._failure
+            raise LeaseExpiredError(
+                f"lease {self.lease_id!r} is no longer alive: {self._failure}"
+            ) from self._failure
 
     @property
     def expires_at(self) -> datetime | None:
@@ -196,7 +216,9 @@ class KvSnapshotLease:
     def __enter__(self) -> KvSnapshotLease:
         if self.keepalive:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._keepalive, name=f"lease-{self.lease_id}", daemon=True)
+            self._thread = threading.Thread(
+                target=self._keepalive, name=f"lease-{self.lease_id}", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -238,4 +260,6 @@ class KvSnapshotLease:
                     return
 
     def __repr__(self) -> str:
-        return f"KvSnapshotLease({self.lease_id!r}, alive={self.alive}, expires_at={self.expires_at})"
+        return (
+            f"KvSnapshotLease({self.lease_id!r}, alive={self.alive}, expires_at={self.expires_at})"
+        )

@@ -44,8 +44,15 @@ if TYPE_CHECKING:
 ACQUIRE_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
 """Acquire transactions may fill most of a request: ``op_size`` already bounds each op from above."""
 
-__all__ = ["acquire", "acquire_at", "renew", "renew_at", "validity", "lease_duration_ms", "check_snapshot_ids"]
-
+__all__ = [
+    "acquire",
+    "acquire_at",
+    "renew",
+    "renew_at",
+    "validity",
+    "lease_duration_ms",
+    "check_snapshot_ids",
+]
 
 
 def lease_duration_ms(ctx: Context, duration: Any) -> int:
@@ -55,15 +62,23 @@ def lease_duration_ms(ctx: Context, duration: Any) -> int:
         raise InvalidDurationError(f"lease duration must be greater than 0, got {duration!r}")
     limit = ctx.cached_settings()["lease.max-duration"]
     if value > limit:
-        raise InvalidDurationError(f"lease duration {duration!r} exceeds lease.max-duration ({limit})")
+        raise InvalidDurationError(
+            f"lease duration {duration!r} exceeds lease.max-duration ({limit})"
+        )
     return to_ms(value)
 
 
 # -- acquire ------------------------------------------------------------------------------
 
 
-def acquire(ctx: Context, lease_id: str, wanted: Mapping[TableInfo, Mapping[int, int]], duration_ms: int, *,
-            refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None = None) -> AcquireResult:
+def acquire(
+    ctx: Context,
+    lease_id: str,
+    wanted: Mapping[TableInfo, Mapping[int, int]],
+    duration_ms: int,
+    *,
+    refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None = None,
+) -> AcquireResult:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_at``)."""
     return acquire_at(ctx, lease_id, wanted, duration_ms, refresh=refresh)[0]
 
@@ -105,25 +120,40 @@ def acquire_at(
     while pending or first:
         if stale:
             tids = sorted({tid for tid, _ in pending})
-            fence_paths = [p for tid in tids for p in (paths.table_data(tid), paths.dropped_table(tid))]
+            fence_paths = [
+                p for tid in tids for p in (paths.table_data(tid), paths.dropped_table(tid))
+            ]
             chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
             now, nodes = ctx.read_with_clock([rec_path, *fence_paths, *chunk_paths])
             record = _check_live(ctx, nodes[0], rec_path, now, creating=True)
-            fenced = _fences(ctx, [tables[tid] for tid in tids], nodes[1:1 + len(fence_paths)], now)
+            fenced = _fences(
+                ctx, [tables[tid] for tid in tids], nodes[1 : 1 + len(fence_paths)], now
+            )
             if fenced is None:  # a drop is deciding: it may be refused, or the table goes
                 time.sleep(random.uniform(0, wait))
                 wait = min(wait * 2, 0.1)
                 continue
             fences = fenced
-            chunks = {key: PinChunk.empty(key[0], key[1], tables[key[0]].name) if n is None
-                      else PinChunk.decode(n, p, key[0], key[1])
-                      for key, p, n in zip(pending, chunk_paths, nodes[1 + len(fence_paths):])}
+            chunks = {
+                key: PinChunk.empty(key[0], key[1], tables[key[0]].name)
+                if n is None
+                else PinChunk.decode(n, p, key[0], key[1])
+                for key, p, n in zip(pending, chunk_paths, nodes[1 + len(fence_paths) :])
+            }
             stale = False
         if record is None:  # the SetData gives the new record's stat: its mtime is the acquire time
             value = LeaseRecord(duration_ms, 0, ctx.owner, LIVE).encode()
-            ops: list[Op] = [Create(rec_path, value), SetData(rec_path, value, 0), Create(paths.lease_pins(lease_id))]
+            ops: list[Op] = [
+                Create(rec_path, value),
+                SetData(rec_path, value, 0),
+                Create(paths.lease_pins(lease_id)),
+            ]
         else:
-            ops = [SetData(rec_path, record.renewed(duration_ms, ctx.owner).encode(), record.stat.version)]
+            ops = [
+                SetData(
+                    rec_path, record.renewed(duration_ms, ctx.owner).encode(), record.stat.version
+                )
+            ]
         ops += [fence.fence_check(ctx, tid, version) for tid, version in fences.items()]
         pin_ops: dict[int, tuple[TableBucket, int]] = {}
         chunk_ops_at: dict[tuple[str, int], tuple[int, list[int]]] = {}
@@ -144,14 +174,21 @@ def acquire_at(
                     new_ops.append(Delete(paths.pin(key[0], bucket, current, lease_id)))
                 ids[bucket % CHUNK] = sid
             new_bytes = sum(op_size(op) for op in new_ops) + 2 * CHUNK * 8
-            if batch and (len(ops) + len(new_ops) + 1 > MAX_TXN_OPS or txn_bytes + new_bytes > ACQUIRE_TXN_BYTES):
+            if batch and (
+                len(ops) + len(new_ops) + 1 > MAX_TXN_OPS
+                or txn_bytes + new_bytes > ACQUIRE_TXN_BYTES
+            ):
                 break
             txn_bytes += new_bytes
             batch.append(key)
             if ids != ch.ids:
                 chunk_path = paths.lease_chunk(lease_id, key[0], key[1])
                 value = ch._replace(table=table.name, ids=ids).encode()
-                new_ops.append(Create(chunk_path, value) if ch.stat is None else SetData(chunk_path, value, ch.stat.version))
+                new_ops.append(
+                    Create(chunk_path, value)
+                    if ch.stat is None
+                    else SetData(chunk_path, value, ch.stat.version)
+                )
                 chunk_ops_at[key] = (len(ops) + len(new_ops) - 1, ids)
             ops += new_ops
             pin_ops.update(new_pins)
@@ -171,7 +208,9 @@ def acquire_at(
                 index, ids = chunk_ops_at[key]
                 version = results[index].version if isinstance(results[index], Stat) else 0
                 old = chunks[key]
-                chunks[key] = old._replace(ids=ids, stat=(old.stat or stat)._replace(version=version))
+                chunks[key] = old._replace(
+                    ids=ids, stat=(old.stat or stat)._replace(version=version)
+                )
             table = tables[key[0]]
             for bucket, sid in work[key].items():
                 acquired[TableBucket(table.name, bucket)] = sid
@@ -179,7 +218,9 @@ def acquire_at(
     return AcquireResult(acquired, unavailable, to_datetime(expires_ms)), committed_ms
 
 
-def _fences(ctx: Context, tables: list[TableInfo], nodes: list[Node | None], now: int) -> dict[str, int] | None:
+def _fences(
+    ctx: Context, tables: list[TableInfo], nodes: list[Node | None], now: int
+) -> dict[str, int] | None:
     """Data znode version per table for the acquire's fence checks; None while a drop is
     deciding; ``TableNotFoundError`` once a drop committed. ``nodes``: data znode and drop
     marker of each table."""
@@ -196,7 +237,9 @@ def _fences(ctx: Context, tables: list[TableInfo], nodes: list[Node | None], now
     return None if waiting else out
 
 
-def _check_live(ctx: Context, node: Node | None, path: str, now: int, *, creating: bool = False) -> LeaseRecord | None:
+def _check_live(
+    ctx: Context, node: Node | None, path: str, now: int, *, creating: bool = False
+) -> LeaseRecord | None:
     lease_id = path.rsplit("/", 1)[1]
     if node is None:
         if creating:
@@ -206,14 +249,22 @@ def _check_live(ctx: Context, node: Node | None, path: str, now: int, *, creatin
     if record.state != LIVE:
         raise LeaseExpiredError(f"lease {lease_id!r} is being dropped")
     if ctx.clock(now) > record.expires_ms:
-        raise LeaseExpiredError(f"lease {lease_id!r} expired at {to_datetime(record.expires_ms).isoformat()}")
+        raise LeaseExpiredError(
+            f"lease {lease_id!r} expired at {to_datetime(record.expires_ms).isoformat()}"
+        )
     return record
 
 
-def _resolve(ctx: Context, exc: TxnConflict, pin_ops: dict[int, tuple[TableBucket, int]],
-             work: dict[tuple[str, int], dict[int, int]], tables: dict[str, TableInfo], lease_id: str,
-             unavailable: dict[TableBucket, int],
-             refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None) -> None:
+def _resolve(
+    ctx: Context,
+    exc: TxnConflict,
+    pin_ops: dict[int, tuple[TableBucket, int]],
+    work: dict[tuple[str, int], dict[int, int]],
+    tables: dict[str, TableInfo],
+    lease_id: str,
+    unavailable: dict[TableBucket, int],
+    refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None,
+) -> None:
     """Adjust the work after a failed acquire transaction; the caller re-reads and retries."""
     paths = ctx.paths
     if exc.index == 0 and exc.reason == "nonode":
@@ -260,10 +311,14 @@ def renew_at(ctx: Context, lease_id: str, duration_ms: int | None) -> tuple[int,
             raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
         duration = record.duration_ms if duration_ms is None else duration_ms
         try:
-            stat = ctx.store.set(path, record.renewed(duration, ctx.owner).encode(), record.stat.version)
+            stat = ctx.store.set(
+                path, record.renewed(duration, ctx.owner).encode(), record.stat.version
+            )
         except TxnConflict as exc:
             if exc.reason == "nonode":
-                raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while renewing") from None
+                raise LeaseExpiredError(
+                    f"lease {lease_id!r} was dropped or expired while renewing"
+                ) from None
             continue
         return max(record.expires_ms, stat.mtime_ms + duration), stat.mtime_ms
 
@@ -288,7 +343,9 @@ def check_snapshot_ids(ctx: Context, snapshot_ids: object) -> dict[TableInfo, di
     by_name: dict[str, dict[int, int]] = {}
     for tb, sid in snapshot_ids.items():
         if not isinstance(tb, TableBucket):
-            raise InvalidTypeError(f"snapshot_ids keys must be TableBucket, not {type(tb).__name__}")
+            raise InvalidTypeError(
+                f"snapshot_ids keys must be TableBucket, not {type(tb).__name__}"
+            )
         if isinstance(sid, bool) or not isinstance(sid, int):
             raise InvalidTypeError(f"snapshot id for {tb} must be an int, not {type(sid).__name__}")
         if sid < 1:

@@ -95,16 +95,25 @@ def append(table: TableInfo, rows: Any, op: str) -> dict[TableBucket, OffsetRang
 
         def rest(buckets: Sequence[int]) -> pa.Table:
             """The rows of ``buckets`` as the same operation takes them again."""
-            rows = data.filter(pa.array(np.isin(sorted_ids, np.asarray(buckets, dtype=sorted_ids.dtype))))
+            rows = data.filter(
+                pa.array(np.isin(sorted_ids, np.asarray(buckets, dtype=sorted_ids.dtype)))
+            )
             wanted = [f for f in table.schema if not keys_only or f.name in table.primary_key]
-            return pa.Table.from_arrays([rows.column(f.name) for f in wanted], schema=pa.schema(wanted))
+            return pa.Table.from_arrays(
+                [rows.column(f.name) for f in wanted], schema=pa.schema(wanted)
+            )
 
         return commit_segments(table, files, token, rest=rest, operation=op)
 
 
-def commit_segments(table: TableInfo, files: Sequence[SegmentFile], token: str, *,
-                    rest: Callable[[list[int]], Any] | None = None,
-                    operation: str = "upsert") -> dict[TableBucket, OffsetRange]:
+def commit_segments(
+    table: TableInfo,
+    files: Sequence[SegmentFile],
+    token: str,
+    *,
+    rest: Callable[[list[int]], Any] | None = None,
+    operation: str = "upsert",
+) -> dict[TableBucket, OffsetRange]:
     """Register complete segment files of the in-flight write ``token``, assigning dense
     offsets per bucket.
 
@@ -128,7 +137,9 @@ def commit_segments(table: TableInfo, files: Sequence[SegmentFile], token: str, 
                 raise  # nothing is visible: the plain error ("nothing was committed; retry") holds
             unknown = group if isinstance(exc, ZooKeeperUnavailableError) else []
             left = [b for g in groups[n:] for b in g if b not in unknown]
-            raise _partial(table, result, left, unknown, exc, rest(left) if rest else None, operation) from exc
+            raise _partial(
+                table, result, left, unknown, exc, rest(left) if rest else None, operation
+            ) from exc
     return result
 
 
@@ -136,8 +147,11 @@ def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) ->
     """An upper bound of the bytes a bucket's ops take in an append transaction."""
     paths, tid = table.connection.paths, table.table_id
     state = BucketState(_BIG, _BIG, _BIG, _BIG, _BIG, _BIG).encode()
-    first = op_size(Create(paths.bucket(tid, bucket), state)) + op_size(Create(paths.log(tid, bucket))) \
+    first = (
+        op_size(Create(paths.bucket(tid, bucket), state))
+        + op_size(Create(paths.log(tid, bucket)))
         + op_size(Create(paths.snapshots(tid, bucket)))
+    )
     size = max(first, op_size(SetData(paths.bucket(tid, bucket), state)))
     for seg in segs:
         value = SegmentRecord(seg.rel, _BIG, _BIG, _BIG).encode()
@@ -168,15 +182,28 @@ def _groups(table: TableInfo, by_bucket: dict[int, list[SegmentFile]]) -> list[l
     return groups
 
 
-def _partial(table: TableInfo, committed: dict[TableBucket, OffsetRange], left: list[int], unknown: list[int],
-             cause: LeasekitError, remaining: Any, operation: str) -> PartialAppendError:
+def _partial(
+    table: TableInfo,
+    committed: dict[TableBucket, OffsetRange],
+    left: list[int],
+    unknown: list[int],
+    cause: LeasekitError,
+    remaining: Any,
+    operation: str,
+) -> PartialAppendError:
     shown = ", ".join(f"{tb.bucket} [{r.start}, {r.end})" for tb, r in list(committed.items())[:20])
     more = f" and {len(committed) - 20} more" if len(committed) > 20 else ""
-    retry = "table.delete(exc.remaining)" if operation == "delete" else "table.append(exc.remaining)"
+    retry = (
+        "table.delete(exc.remaining)" if operation == "delete" else "table.append(exc.remaining)"
+    )
     if remaining is not None and not isinstance(remaining, pa.Table):
         retry = "leasekit.spark.write(exc.remaining, table)"  # a Spark DataFrame
-    doubt = (f"; the outcome for bucket(s) {', '.join(map(str, unknown))} is unknown (ZooKeeper unreachable): "
-             "compare their end offsets (exc.unknown) before writing their rows again" if unknown else "")
+    doubt = (
+        f"; the outcome for bucket(s) {', '.join(map(str, unknown))} is unknown (ZooKeeper unreachable): "
+        "compare their end offsets (exc.unknown) before writing their rows again"
+        if unknown
+        else ""
+    )
     message = (
         f"append to {table.name!r} committed only part of its buckets: a later transaction failed "
         f"({type(cause).__name__}, see exc.__cause__); "
@@ -184,11 +211,19 @@ def _partial(table: TableInfo, committed: dict[TableBucket, OffsetRange], left: 
         f"{', '.join(map(str, left)) or 'none'} are not (exc.uncommitted){doubt}. Do not retry the whole "
         f"write: retry with {retry}, which holds exactly the rows not committed"
     )
-    return PartialAppendError(message, dict(committed), [TableBucket(table.name, b) for b in left],
-                              remaining, operation, [TableBucket(table.name, b) for b in unknown])
+    return PartialAppendError(
+        message,
+        dict(committed),
+        [TableBucket(table.name, b) for b in left],
+        remaining,
+        operation,
+        [TableBucket(table.name, b) for b in unknown],
+    )
 
 
-def _commit_group(table: TableInfo, files: dict[int, list[SegmentFile]], token: str) -> dict[TableBucket, OffsetRange]:
+def _commit_group(
+    table: TableInfo, files: dict[int, list[SegmentFile]], token: str
+) -> dict[TableBucket, OffsetRange]:
     ctx = table.connection
     paths = ctx.paths
     tid = table.table_id
@@ -208,11 +243,19 @@ def _commit_group(table: TableInfo, files: dict[int, list[SegmentFile]], token: 
                 seg_ops.append(Create(paths.segment(tid, bucket, offset), value))
                 offset += seg.rows
             if state is None:
-                ops += [Create(paths.bucket(tid, bucket), BucketState.new(offset, floor).encode()),
-                        Create(paths.log(tid, bucket)), Create(paths.snapshots(tid, bucket))]
+                ops += [
+                    Create(paths.bucket(tid, bucket), BucketState.new(offset, floor).encode()),
+                    Create(paths.log(tid, bucket)),
+                    Create(paths.snapshots(tid, bucket)),
+                ]
             else:
-                ops.append(SetData(paths.bucket(tid, bucket), state.encode(end=offset, ts_floor=floor),
-                                   state.stat.version))
+                ops.append(
+                    SetData(
+                        paths.bucket(tid, bucket),
+                        state.encode(end=offset, ts_floor=floor),
+                        state.stat.version,
+                    )
+                )
             ops += seg_ops
             planned[TableBucket(table.name, bucket)] = OffsetRange(start, offset)
         return ops
@@ -237,7 +280,9 @@ def _commit_group(table: TableInfo, files: dict[int, list[SegmentFile]], token: 
                 return dict(planned)
 
 
-def _committed(table: TableInfo, planned: dict[TableBucket, OffsetRange], files: dict[int, list[SegmentFile]]) -> bool:
+def _committed(
+    table: TableInfo, planned: dict[TableBucket, OffsetRange], files: dict[int, list[SegmentFile]]
+) -> bool:
     """Whether a group whose commit outcome is unknown did commit: its transaction is all or
     nothing, so its first bucket decides for the group (never for other groups)."""
     if not planned:
@@ -248,6 +293,6 @@ def _committed(table: TableInfo, planned: dict[TableBucket, OffsetRange], files:
         node = table.connection.store.get(path)
     except ZooKeeperUnavailableError:
         return False
-    return node is not None and SegmentRecord.decode(node.data, path).file == files[tb.bucket][0].rel
-
-
+    return (
+        node is not None and SegmentRecord.decode(node.data, path).file == files[tb.bucket][0].rel
+    )

@@ -46,9 +46,14 @@ def record_schema(table: TableInfo) -> pa.Schema:
     """Schema of records read from the log: ``_offset``, ``_timestamp`` (ms, UTC), ``_op``, then
     the table's columns."""
     columns = [f for f in log_schema(table) if f.name != OP_COLUMN]
-    return pa.schema([pa.field(OFFSET, pa.int64(), nullable=False),
-                      pa.field(TIMESTAMP, _TIMESTAMP, nullable=False),
-                      pa.field(OP_COLUMN, pa.string(), nullable=False), *columns])
+    return pa.schema(
+        [
+            pa.field(OFFSET, pa.int64(), nullable=False),
+            pa.field(TIMESTAMP, _TIMESTAMP, nullable=False),
+            pa.field(OP_COLUMN, pa.string(), nullable=False),
+            *columns,
+        ]
+    )
 
 
 def find_segment(segments: list[LogSegment], offset: int) -> LogSegment | None:
@@ -84,13 +89,17 @@ class SegmentReader:
     def read(self, segment: LogSegment, start: int, max_records: int) -> pa.Table:
         """Records ``[start, min(segment end, start + max_records))`` of ``segment``."""
         if not segment.base_offset <= start < segment.end_offset:
-            raise IllegalStateError(f"offset {start} is not in segment [{segment.base_offset}, {segment.end_offset})")
+            raise IllegalStateError(
+                f"offset {start} is not in segment [{segment.base_offset}, {segment.end_offset})"
+            )
         first = start - segment.base_offset
         last = min(segment.end_offset, start + max_records) - segment.base_offset
         handle = self._file(segment)
-        groups = range(bisect.bisect_right(handle.starts, first) - 1, bisect.bisect_left(handle.starts, last))
+        groups = range(
+            bisect.bisect_right(handle.starts, first) - 1, bisect.bisect_left(handle.starts, last)
+        )
         parts = [self._group(segment.file, handle, g) for g in groups]
-        data = (parts[0] if len(parts) == 1 else pa.concat_tables(parts))
+        data = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         data = data.slice(first - handle.starts[groups[0]], last - first)
         done = [g for g in groups if handle.starts[g + 1] <= last]
         if done:  # groups read to their end: a reader going on does not need them again
@@ -98,7 +107,12 @@ class SegmentReader:
         n = data.num_rows
         offsets = pa.array(np.arange(start, start + n, dtype=np.int64))
         stamps = pa.array(np.full(n, segment.timestamp_ms, dtype=np.int64)).view(_TIMESTAMP)
-        columns = [offsets, stamps, data.column(OP_COLUMN), *(data.column(name) for name in self._schema.names[3:])]
+        columns = [
+            offsets,
+            stamps,
+            data.column(OP_COLUMN),
+            *(data.column(name) for name in self._schema.names[3:]),
+        ]
         return pa.Table.from_arrays(columns, schema=self._schema)
 
     def _group(self, file: str, handle: _Open, group: int) -> pa.Table:
@@ -141,8 +155,10 @@ class SegmentReader:
         for i in range(meta.num_row_groups):
             starts.append(starts[-1] + meta.row_group(i).num_rows)
         if starts[-1] != segment.end_offset - segment.base_offset:
-            raise IllegalStateError(f"segment {segment.file} holds {starts[-1]} records, its metadata says "
-                                    f"{segment.end_offset - segment.base_offset}")
+            raise IllegalStateError(
+                f"segment {segment.file} holds {starts[-1]} records, its metadata says "
+                f"{segment.end_offset - segment.base_offset}"
+            )
         handle = _Open(file, starts)
         with self._lock:
             self._open[segment.file] = handle

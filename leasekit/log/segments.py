@@ -16,8 +16,14 @@ from ..zk.formats import BucketState, SegmentRecord
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
-__all__ = ["OP_COLUMN", "ROW_GROUP_RECORDS", "log_schema", "decode_segment", "list_segments",
-           "delete_segments"]
+__all__ = [
+    "OP_COLUMN",
+    "ROW_GROUP_RECORDS",
+    "log_schema",
+    "decode_segment",
+    "list_segments",
+    "delete_segments",
+]
 
 OP_COLUMN = "_op"
 ROW_GROUP_RECORDS = 65_536
@@ -55,10 +61,16 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
         if node is None:
             continue  # deleted by retention between listing and reading
         rec = decode_segment(table, node.data, path)
-        out[bucket].append(LogSegment(
-            TableBucket(table.name, bucket), base, base + rec.rows,
-            max(node.stat.ctime_ms, rec.ts_floor), rec.size, warehouse.uri(rec.file),
-        ))
+        out[bucket].append(
+            LogSegment(
+                TableBucket(table.name, bucket),
+                base,
+                base + rec.rows,
+                max(node.stat.ctime_ms, rec.ts_floor),
+                rec.size,
+                warehouse.uri(rec.file),
+            )
+        )
     for segs in out.values():
         segs.sort(key=lambda s: s.base_offset)
     return out
@@ -91,7 +103,9 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
             begin = max(begin, int(path.rsplit("/", 1)[1]) + rec.rows)
         if not ops:
             return []
-        ops.append(SetData(paths.bucket(tid, bucket), state.encode(begin=begin), state.stat.version))
+        ops.append(
+            SetData(paths.bucket(tid, bucket), state.encode(begin=begin), state.stat.version)
+        )
         return ops
 
     ctx.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")

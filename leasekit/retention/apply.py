@@ -49,8 +49,13 @@ def retention_plan(ctx: Context, table: str | TableInfo | None = None) -> Retent
         return dataclasses.replace(result, items=uris(result.items, ctx.warehouse))
 
 
-def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run: bool = False,
-                  progress: Callable[[int], None] | None = None) -> RetentionReport:
+def run_retention(
+    ctx: Context,
+    table: str | TableInfo | None = None,
+    *,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RetentionReport:
     """Plan, then delete what the plan deletes (R1-R5); ``dry_run`` changes nothing.
 
     Returns:
@@ -64,7 +69,12 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
         meta = gather(ctx, table)
         result = plan(meta)
     if dry_run:
-        return RetentionReport(uris(result.deletes, ctx.warehouse), result.reclaimable_bytes, list(result.skipped), True)
+        return RetentionReport(
+            uris(result.deletes, ctx.warehouse),
+            result.reclaimable_bytes,
+            list(result.skipped),
+            True,
+        )
     ctx.ensure_writable("run retention")  # §9 Access, Ownership: refused before any deletion
     done: list[RetentionItem] = []
     errors: list[str] = list(result.skipped)
@@ -76,12 +86,14 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
     for item in (i for i in result.deletes if i.kind == "lease"):
         lease = seen[str(item.item_id)]
         try:
-            if lease_admin.remove(ctx, lease.lease_id, created=lease.created,
-                                  version=lease.version):
+            if lease_admin.remove(
+                ctx, lease.lease_id, created=lease.created, version=lease.version
+            ):
                 done.append(item)
             else:
-                errors.append(f"lease {item.item_id}: renewed, replaced or gone since the plan; "
-                              "kept")
+                errors.append(
+                    f"lease {item.item_id}: renewed, replaced or gone since the plan; kept"
+                )
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
@@ -136,7 +148,7 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
         # §9 Fencing: files have no transaction of their own; a janitor checks that it still
         # leads just before each batch (a no-op outside a janitor).
         ctx.store.check_fence()
-        for item in orphans[start:start + _ORPHAN_BATCH]:
+        for item in orphans[start : start + _ORPHAN_BATCH]:
             try:
                 ctx.warehouse.delete_files([str(item.item_id)])
                 done.append(item)
@@ -144,7 +156,9 @@ def run_retention(ctx: Context, table: str | TableInfo | None = None, *, dry_run
                 errors.append(f"orphan {item.item_id}: {exc}")
             step(1)
     freed = sum(i.size_bytes for i in done)
-    log.info("retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors))
+    log.info(
+        "retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors)
+    )
     return RetentionReport(uris(done, ctx.warehouse), freed, errors, False)
 
 
@@ -163,7 +177,13 @@ def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
     metas: list[TableMeta] = []
     protected: list[str] = []
     root = ctx.tables_dir + "/"
-    for name in sorted({p[len(root):].split("/")[0] for p in paths if p.startswith(root) and "/" in p[len(root):]}):
+    for name in sorted(
+        {
+            p[len(root) :].split("/")[0]
+            for p in paths
+            if p.startswith(root) and "/" in p[len(root) :]
+        }
+    ):
         try:
             metas.append(gather_table(ctx, load_table(ctx, name), skipped))
         except (TableNotFoundError, InvalidArgumentError):
@@ -175,16 +195,28 @@ def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
             protected.append(f"{root}{name}/")
             skipped.clear()
     return {
-        p for p in unreferenced(paths, referenced_files(metas))
+        p
+        for p in unreferenced(paths, referenced_files(metas))
         if not p.startswith(tuple(protected)) and not any(t in p for t in in_flight)
     }
 
 
-def _still_below_kept(meta: Metadata, table: TableInfo, bucket: int, items: list[RetentionItem],
-                      done: list[RetentionItem]) -> list[RetentionItem]:
+def _still_below_kept(
+    meta: Metadata,
+    table: TableInfo,
+    bucket: int,
+    items: list[RetentionItem],
+    done: list[RetentionItem],
+) -> list[RetentionItem]:
     """Segments still wholly below every remaining snapshot after some deletions were refused."""
-    deleted = {int(i.item_id) for i in done if i.kind == "snapshot" and i.table_bucket
-               and i.table_bucket.table == table.name and i.table_bucket.bucket == bucket}
+    deleted = {
+        int(i.item_id)
+        for i in done
+        if i.kind == "snapshot"
+        and i.table_bucket
+        and i.table_bucket.table == table.name
+        and i.table_bucket.bucket == bucket
+    }
     tm = next(t for t in meta.tables if t.table.table_id == table.table_id)
     remaining = [s.log_offset for s in tm.snapshots.get(bucket, []) if s.snapshot_id not in deleted]
     cover = min(remaining, default=0)

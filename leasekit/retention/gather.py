@@ -38,8 +38,13 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
     # One pipelined batch for the bucket states and both child listings of every bucket.
     snap_dirs = [paths.snapshots(tid, b) for b in buckets]
     log_dirs = [paths.log(tid, b) for b in buckets]
-    results = store.read_many([*(GetData(paths.bucket(tid, b)) for b in buckets),
-                               *(GetChildren(d) for d in snap_dirs), *(GetChildren(d) for d in log_dirs)])
+    results = store.read_many(
+        [
+            *(GetData(paths.bucket(tid, b)) for b in buckets),
+            *(GetChildren(d) for d in snap_dirs),
+            *(GetChildren(d) for d in log_dirs),
+        ]
+    )
     for result in results:
         if result.error is not None:
             raise result.error
@@ -55,20 +60,24 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
     snap_keys: list[tuple[int, str]] = []
     seg_keys: list[tuple[int, str]] = []
     for b in written:
-        for keys, parent, names in ((snap_keys, snap_dirs[b], results[n + b].value),
-                                    (seg_keys, log_dirs[b], results[2 * n + b].value)):
+        for keys, parent, names in (
+            (snap_keys, snap_dirs[b], results[n + b].value),
+            (seg_keys, log_dirs[b], results[2 * n + b].value),
+        ):
             for name in names or ():  # type: ignore[union-attr]
                 if name.isdigit():
                     keys.append((b, name))
                 else:
-                    skipped.append(f"unexpected znode {parent}/{name}: not a snapshot id or log offset")
+                    skipped.append(
+                        f"unexpected znode {parent}/{name}: not a snapshot id or log offset"
+                    )
     # Child paths are their parent's path and the child's name, as listed.
     snap_paths = [f"{snap_dirs[b]}/{name}" for b, name in snap_keys]
     seg_paths = [f"{log_dirs[b]}/{name}" for b, name in seg_keys]
     nodes = store.get_many(snap_paths + seg_paths)
     snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in written}
     segments: dict[int, list[SegmentMeta]] = {b: [] for b in written}
-    for (b, name), path, node in zip(snap_keys, snap_paths, nodes[:len(snap_paths)]):
+    for (b, name), path, node in zip(snap_keys, snap_paths, nodes[: len(snap_paths)]):
         if node is None:
             continue
         try:
@@ -76,9 +85,11 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
-        snapshots[b].append(SnapshotMeta(int(name), snap.log_offset, snap.size, snap.files, node.stat.num_children))
+        snapshots[b].append(
+            SnapshotMeta(int(name), snap.log_offset, snap.size, snap.files, node.stat.num_children)
+        )
     held: dict[int, int] = {}  # bucket -> base offset of its first unreadable segment
-    for (b, name), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths):]):
+    for (b, name), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths) :]):
         if node is None:
             continue
         try:
@@ -88,7 +99,11 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
             held[b] = min(held.get(b, int(name)), int(name))
             continue
         base = int(name)
-        segments[b].append(SegmentMeta(base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file))
+        segments[b].append(
+            SegmentMeta(
+                base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file
+            )
+        )
     for b, at in held.items():  # R3: the log stays contiguous; nothing from there on is deleted
         segments[b] = [s for s in segments[b] if s.base_offset < at]
     committed: dict[int, dict[str, int]] = {}
@@ -98,8 +113,9 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
     return TableMeta(table, begin, snapshots, segments, committed, live)
 
 
-def _committed(ctx: Context, table: TableInfo, buckets: list[int],
-               skipped: list[str]) -> tuple[dict[int, dict[str, int]], frozenset[str]]:
+def _committed(
+    ctx: Context, table: TableInfo, buckets: list[int], skipped: list[str]
+) -> tuple[dict[int, dict[str, int]], frozenset[str]]:
     """Per bucket, the offset each group with offsets for ``table``, or with live members
     subscribed to it, committed (-1: none for that bucket, or unreadable); and the groups with
     live members subscribed to it. Read pipelined (R3): a live group that has not committed yet
@@ -107,21 +123,29 @@ def _committed(ctx: Context, table: TableInfo, buckets: list[int],
     store, paths = ctx.store, ctx.paths
     groups = store.children(paths.groups) or []
     prefix = f"{table.table_id}."
-    listings = store.read_many([*(GetChildren(paths.group_offsets(g)) for g in groups),
-                                *(GetChildren(paths.group_members(g)) for g in groups)])
+    listings = store.read_many(
+        [
+            *(GetChildren(paths.group_offsets(g)) for g in groups),
+            *(GetChildren(paths.group_members(g)) for g in groups),
+        ]
+    )
     for result in listings:
         if result.error is not None:
             raise result.error
-    listed = [r.value for r in listings[:len(groups)]]
-    members = [r.value for r in listings[len(groups):]]
-    keys = [(g, name) for g, names in zip(groups, listed) for name in (names or []) if name.startswith(prefix)]
+    listed = [r.value for r in listings[: len(groups)]]
+    members = [r.value for r in listings[len(groups) :]]
+    keys = [
+        (g, name)
+        for g, names in zip(groups, listed)
+        for name in (names or [])
+        if name.startswith(prefix)
+    ]
     offset_paths = [f"{paths.group_offsets(g)}/{name}" for g, name in keys]
-    member_keys = [(g, m) for g, names in zip(groups, members)
-                   for m in (names or [])]  # type: ignore[union-attr]
+    member_keys = [(g, m) for g, names in zip(groups, members) for m in (names or [])]  # type: ignore[union-attr]
     member_paths = [paths.member(g, m) for g, m in member_keys]
     nodes = store.get_many(offset_paths + member_paths)
     live: set[str] = set()
-    for (group, _), path, node in zip(member_keys, member_paths, nodes[len(offset_paths):]):
+    for (group, _), path, node in zip(member_keys, member_paths, nodes[len(offset_paths) :]):
         if node is None or group in live:
             continue  # the member left meanwhile
         try:
@@ -131,7 +155,7 @@ def _committed(ctx: Context, table: TableInfo, buckets: list[int],
             skipped.append(str(exc))
     found: dict[str, dict[int, int]] = {g: {} for g in sorted(live)}
     found.update({g: {} for g, _ in keys})
-    for (group, name), path, node in zip(keys, offset_paths, nodes[:len(offset_paths)]):
+    for (group, name), path, node in zip(keys, offset_paths, nodes[: len(offset_paths)]):
         if node is None:
             continue
         try:
@@ -161,7 +185,11 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
             table_id, chunk = paths.parse_lease_chunk(name)
             pin_chunk = PinChunk.decode(node, path, table_id, chunk)
         except (CorruptMetadataError, ValueError) as exc:
-            skipped.append(str(exc) if isinstance(exc, CorruptMetadataError) else f"lease pins at {path} are unreadable")
+            skipped.append(
+                str(exc)
+                if isinstance(exc, CorruptMetadataError)
+                else f"lease pins at {path} are unreadable"
+            )
             continue
         for i, sid in enumerate(pin_chunk.ids):
             if sid:
@@ -175,8 +203,16 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
-        out.append(LeaseMeta(lease_id, record.expires_ms, record.state, node.stat.version,
-                             pins[lease_id], node.stat.czxid))
+        out.append(
+            LeaseMeta(
+                lease_id,
+                record.expires_ms,
+                record.state,
+                node.stat.version,
+                pins[lease_id],
+                node.stat.czxid,
+            )
+        )
     return out
 
 
@@ -190,7 +226,11 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
     # orphans, or files that the applier re-checks before it deletes them
     # (``retention.apply.still_orphans``): a plan alone never deletes anything.
     in_flight = live_tokens(ctx)
-    name = None if table is None else check_table_name(table if isinstance(table, str) else getattr(table, "name", table))
+    name = (
+        None
+        if table is None
+        else check_table_name(table if isinstance(table, str) else getattr(table, "name", table))
+    )
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasekit-listing") as pool:
         root = ctx.tables_dir
         scan = pool.submit(ctx.warehouse.scan, root if name is None else f"{root}/{name}")
@@ -211,6 +251,14 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
         listing = scan.result()
         files = listing.entries(unreferenced(listing.paths, referenced_files(tables)))
     now = ctx.now_ms()
-    return Metadata(now, tables, leases, files, to_ms(settings["lease.expiry-grace"]),
-                    to_ms(settings["orphan.min-age"]), skipped, tuple(protected), in_flight)
-
+    return Metadata(
+        now,
+        tables,
+        leases,
+        files,
+        to_ms(settings["lease.expiry-grace"]),
+        to_ms(settings["orphan.min-age"]),
+        skipped,
+        tuple(protected),
+        in_flight,
+    )

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["plan", "protected_snapshots", "uris"]
 
 
-
 def _when(ms: int) -> str:
     return to_datetime(ms).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -40,10 +39,18 @@ def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
         if lease.state != "live":
             action, reason = "delete", "being dropped: finishing the drop"
         elif meta.now_ms > lease.expires_ms + meta.grace_ms:
-            action, reason = "delete", f"lease expired at {_when(lease.expires_ms)} (+{grace} grace)"
+            action, reason = (
+                "delete",
+                f"lease expired at {_when(lease.expires_ms)} (+{grace} grace)",
+            )
         elif meta.now_ms > lease.expires_ms:
-            action, reason = "keep", (f"expired at {_when(lease.expires_ms)}; reclaimed after the {grace} grace, "
-                                      f"at {_when(lease.expires_ms + meta.grace_ms)}")
+            action, reason = (
+                "keep",
+                (
+                    f"expired at {_when(lease.expires_ms)}; reclaimed after the {grace} grace, "
+                    f"at {_when(lease.expires_ms + meta.grace_ms)}"
+                ),
+            )
         else:
             action, reason = "keep", f"valid until {_when(lease.expires_ms)}"
         if action == "delete":
@@ -75,7 +82,8 @@ def protected_snapshots(meta: Metadata, ending: set[str]) -> dict[tuple[str, int
                     protected[key] = newest
                 elif live:
                     protected[key] = "pinned by " + ", ".join(
-                        f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live)
+                        f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live
+                    )
                 elif unknown > 0:
                     protected[key] = f"pinned by {unknown} pin(s) of no known lease"
     return protected
@@ -92,14 +100,22 @@ class _Policy(NamedTuple):
 
     @classmethod
     def of(cls, props: dict[str, Any]) -> _Policy:
-        return cls(props["kv.snapshot.num-retained"], to_ms(props["log.retention"]),
-                   format_duration(props["log.retention"]), props["log.retention.bytes"],
-                   props["log.retention.respect-consumers"])
+        return cls(
+            props["kv.snapshot.num-retained"],
+            to_ms(props["log.retention"]),
+            format_duration(props["log.retention"]),
+            props["log.retention.bytes"],
+            props["log.retention.respect-consumers"],
+        )
 
 
-def _plan_snapshots(tm: TableMeta, tb: TableBucket, protected: dict[tuple[str, int, int], str],
-                    pinned_by: dict[tuple[str, int, int], list[str]],
-                    policy: _Policy) -> tuple[list[RetentionItem], SnapshotMeta | None]:
+def _plan_snapshots(
+    tm: TableMeta,
+    tb: TableBucket,
+    protected: dict[tuple[str, int, int], str],
+    pinned_by: dict[tuple[str, int, int], list[str]],
+    policy: _Policy,
+) -> tuple[list[RetentionItem], SnapshotMeta | None]:
     items, kept = [], []
     tid, bucket = tm.table.table_id, tb.bucket
     for snap in sorted(tm.snapshots.get(bucket, []), key=lambda s: -s.snapshot_id):
@@ -108,18 +124,33 @@ def _plan_snapshots(tm: TableMeta, tb: TableBucket, protected: dict[tuple[str, i
         if reason is None:
             ending = pinned_by.get(key)
             gone = f"; its lease(s) {', '.join(ending)} expire in this pass" if ending else ""
-            items.append(RetentionItem("snapshot", tb, snap.snapshot_id, "delete",
-                                       f"older than the newest {policy.retained} of bucket, not pinned{gone}",
-                                       snap.size_bytes))
+            items.append(
+                RetentionItem(
+                    "snapshot",
+                    tb,
+                    snap.snapshot_id,
+                    "delete",
+                    f"older than the newest {policy.retained} of bucket, not pinned{gone}",
+                    snap.size_bytes,
+                )
+            )
             continue
         kept.append(snap)
-        items.append(RetentionItem("snapshot", tb, snap.snapshot_id, "keep", reason, snap.size_bytes))
+        items.append(
+            RetentionItem("snapshot", tb, snap.snapshot_id, "keep", reason, snap.size_bytes)
+        )
     return items, min(kept, key=lambda s: s.log_offset, default=None)
 
 
-def _plan_segments(meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: SnapshotMeta | None,
-                   policy: _Policy) -> list[RetentionItem]:
-    retention_ms, retention, limit, respect = policy.retention_ms, policy.retention, policy.limit, policy.respect
+def _plan_segments(
+    meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: SnapshotMeta | None, policy: _Policy
+) -> list[RetentionItem]:
+    retention_ms, retention, limit, respect = (
+        policy.retention_ms,
+        policy.retention,
+        policy.limit,
+        policy.respect,
+    )
     bucket = tb.bucket
     segments = sorted(tm.segments.get(bucket, []), key=lambda s: s.base_offset)
     remaining = sum(s.size_bytes for s in segments)
@@ -129,30 +160,48 @@ def _plan_segments(meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: Snaps
     for seg in segments:
         reason = None
         if seg.end_offset > cover:
-            reason = (f"needed: log tail of kept snapshot {oldest.snapshot_id}" if oldest
-                      else "needed: no snapshot covers it yet")
+            reason = (
+                f"needed: log tail of kept snapshot {oldest.snapshot_id}"
+                if oldest
+                else "needed: no snapshot covers it yet"
+            )
         elif not deleting:
             reason = "after a kept segment (the log stays contiguous)"
         else:
             age = meta.now_ms - seg.timestamp_ms
             old = age > retention_ms
             over = limit is not None and remaining > limit
-            behind = sorted((g, o) for g, o in tm.committed.get(bucket, {}).items() if o < seg.end_offset)
+            behind = sorted(
+                (g, o) for g, o in tm.committed.get(bucket, {}).items() if o < seg.end_offset
+            )
             if not (old or over):
                 reason = f"within log.retention {retention} (age {_age(age)})"
             elif respect and behind:
                 group, at = behind[0]
                 live = " (live members)" if group in tm.live_groups else ""
-                reason = (f"consumer group {group} has not committed past it (at offset {at})"
-                          if at >= 0 else
-                          f"consumer group {group}{live} has committed no offset for this bucket")
+                reason = (
+                    f"consumer group {group} has not committed past it (at offset {at})"
+                    if at >= 0
+                    else f"consumer group {group}{live} has committed no offset for this bucket"
+                )
             else:
-                why = (f"older than log.retention {retention} (age {_age(age)})"
-                       if old else f"log over log.retention.bytes {limit}")
+                why = (
+                    f"older than log.retention {retention} (age {_age(age)})"
+                    if old
+                    else f"log over log.retention.bytes {limit}"
+                )
                 if respect and not tm.committed:  # no group holds the log: say so
                     why += "; log.retention.respect-consumers: no consumer group has committed offsets for this table"
-                items.append(RetentionItem("segment", tb, seg.base_offset, "delete",
-                                           f"below log start of snapshot {oldest.snapshot_id}; {why}", seg.size_bytes))
+                items.append(
+                    RetentionItem(
+                        "segment",
+                        tb,
+                        seg.base_offset,
+                        "delete",
+                        f"below log start of snapshot {oldest.snapshot_id}; {why}",
+                        seg.size_bytes,
+                    )
+                )
                 remaining -= seg.size_bytes
                 continue
             deleting = False
@@ -168,7 +217,7 @@ def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
     if at is None:
         return None
     name = parts[at]
-    for part, following in zip(parts[at + 2:], parts[at + 3:]):
+    for part, following in zip(parts[at + 2 :], parts[at + 3 :]):
         if part == "log" and following.isdigit():
             return TableBucket(name, int(following))
         if part.startswith("_bucket=") and part[8:].isdigit():
@@ -189,17 +238,40 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
         tb = _bucket_of_file(entry.path, ids)
         writer = next((t for t in meta.in_flight if t in entry.path), None)
         if writer is not None:
-            items.append(RetentionItem("orphan", tb, entry.path, "keep",
-                                       f"unreferenced for {_age(age)}: write {writer[:8]} still in progress",
-                                       entry.size))
+            items.append(
+                RetentionItem(
+                    "orphan",
+                    tb,
+                    entry.path,
+                    "keep",
+                    f"unreferenced for {_age(age)}: write {writer[:8]} still in progress",
+                    entry.size,
+                )
+            )
             continue
         if age >= meta.orphan_min_age_ms:
-            items.append(RetentionItem("orphan", tb, entry.path, "delete",
-                                       f"orphan, {_age(age)} old: no metadata references it", entry.size))
+            items.append(
+                RetentionItem(
+                    "orphan",
+                    tb,
+                    entry.path,
+                    "delete",
+                    f"orphan, {_age(age)} old: no metadata references it",
+                    entry.size,
+                )
+            )
         else:
-            items.append(RetentionItem("orphan", tb, entry.path, "keep",
-                                       f"unreferenced for {_age(age)} (orphan.min-age {min_age}): may be a write "
-                                       "in progress", entry.size))
+            items.append(
+                RetentionItem(
+                    "orphan",
+                    tb,
+                    entry.path,
+                    "keep",
+                    f"unreferenced for {_age(age)} (orphan.min-age {min_age}): may be a write "
+                    "in progress",
+                    entry.size,
+                )
+            )
     return items
 
 
@@ -224,4 +296,6 @@ def plan(meta: Metadata) -> RetentionPlan:
 
 def uris(items: Iterable[RetentionItem], warehouse: Warehouse) -> list[RetentionItem]:
     """Items with orphan ids as full URIs (the public form of item_id)."""
-    return [i._replace(item_id=warehouse.uri(i.item_id)) if i.kind == "orphan" else i for i in items]
+    return [
+        i._replace(item_id=warehouse.uri(i.item_id)) if i.kind == "orphan" else i for i in items
+    ]

@@ -29,7 +29,9 @@ def is_companion(path: str, referenced: set[str], dirs: Callable[[], set[str]]) 
     if name.startswith(".") and name.endswith(".crc"):
         target = posixpath.join(directory, name[1:-4])
         return target in referenced or is_companion(target, referenced, dirs)
-    return name == "_SUCCESS" and any(d == directory or d.startswith(directory + "/") for d in dirs())
+    return name == "_SUCCESS" and any(
+        d == directory or d.startswith(directory + "/") for d in dirs()
+    )
 
 
 def directories(files: set[str]) -> Callable[[], set[str]]:

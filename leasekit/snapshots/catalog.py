@@ -37,8 +37,13 @@ def _snapshot(table: TableInfo, bucket: int, snapshot_id: int, path: str, node: 
     rec = decode_snapshot(table, node.data, path)
     uri = table.connection.warehouse.uri
     return Snapshot(
-        TableBucket(table.name, bucket), snapshot_id, rec.log_offset, rec.rows, rec.size,
-        to_datetime(node.stat.ctime_ms), tuple(uri(f) for f in rec.files),
+        TableBucket(table.name, bucket),
+        snapshot_id,
+        rec.log_offset,
+        rec.rows,
+        rec.size,
+        to_datetime(node.stat.ctime_ms),
+        tuple(uri(f) for f in rec.files),
     )
 
 
@@ -68,7 +73,11 @@ def get_snapshots(table: TableInfo, wanted: Mapping[int, int]) -> list[Snapshot]
     missing = [f"bucket {b} snapshot {i}" for (b, i), node in zip(items, nodes) if node is None]
     if missing:
         raise SnapshotNotFoundError(f"table {table.name!r}: no {', '.join(missing)}")
-    return [_snapshot(table, b, i, p, n) for (b, i), p, n in zip(items, snap_paths, nodes) if n is not None]
+    return [
+        _snapshot(table, b, i, p, n)
+        for (b, i), p, n in zip(items, snap_paths, nodes)
+        if n is not None
+    ]
 
 
 def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[int, int]:
@@ -103,10 +112,17 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
     state_path = ctx.paths.bucket(table.table_id, bucket)
     node, state_node = ctx.store.get_many([path, state_path])
     if node is None:
-        raise SnapshotNotFoundError(f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}")
+        raise SnapshotNotFoundError(
+            f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}"
+        )
     snap = _snapshot(table, bucket, snapshot_id, path, node)  # its files checked before any delete
-    if state_node is not None and BucketState.decode(state_node, state_path).latest_snapshot == snapshot_id:
-        raise IllegalStateError(f"snapshot {snapshot_id} is the newest of {snap.table_bucket}; it is never deleted")
+    if (
+        state_node is not None
+        and BucketState.decode(state_node, state_path).latest_snapshot == snapshot_id
+    ):
+        raise IllegalStateError(
+            f"snapshot {snapshot_id} is the newest of {snap.table_bucket}; it is never deleted"
+        )
     try:
         ctx.store.commit([Delete(path, node.stat.version)])
     except TxnConflict as exc:
@@ -116,7 +132,9 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
                 f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) {', '.join(holders)}"
             ) from None
         if exc.reason == "nonode":
-            raise SnapshotNotFoundError(f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}") from None
+            raise SnapshotNotFoundError(
+                f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}"
+            ) from None
         raise IllegalStateError(
             f"snapshot {snapshot_id} of {snap.table_bucket} changed while being deleted; try again"
         ) from None

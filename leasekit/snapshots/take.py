@@ -41,14 +41,17 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
     advanced = {
-        b: s for b, s in enumerate(states)
+        b: s
+        for b, s in enumerate(states)
         if s is not None and s.end > (s.latest_offset if s.latest_snapshot is not None else 0)
     }
     if not advanced:
         return {}
     bar = tqdm(total=3, desc=f"snapshot {table.name}", unit="step", disable=None, leave=False)
     try:
-        bases = get_snapshots(table, {b: s.latest_snapshot for b, s in advanced.items() if s.latest_snapshot})
+        bases = get_snapshots(
+            table, {b: s.latest_snapshot for b, s in advanced.items() if s.latest_snapshot}
+        )
         starts = {b: s.latest_offset if s.latest_snapshot else 0 for b, s in advanced.items()}
         ranges = {b: (starts[b], s.end) for b, s in advanced.items()}
         segments = list_segments(table, ranges)
@@ -72,8 +75,9 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
                     continue
                 w = written[bucket]
                 rows = warehouse.parquet_metadata(entry.path).num_rows
-                written[bucket] = w._replace(files=[*w.files, entry.path], rows=w.rows + rows,
-                                             size=w.size + entry.size)
+                written[bucket] = w._replace(
+                    files=[*w.files, entry.path], rows=w.rows + rows, size=w.size + entry.size
+                )
             result = register(table, written, token)
         bar.update(1)
     finally:
@@ -81,7 +85,9 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
     return result
 
 
-def register(table: TableInfo, written: Mapping[int, Written], token: str) -> dict[TableBucket, Snapshot]:
+def register(
+    table: TableInfo, written: Mapping[int, Written], token: str
+) -> dict[TableBucket, Snapshot]:
     """Register complete snapshot files: a new id per bucket, committed with the bucket state
     and the table's latest-snapshot array in one transaction per chunk of buckets (S2).
 
@@ -98,12 +104,18 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
     for chunk, group in by_chunk.items():
         chosen: dict[int, int] = {}
 
-        def build(chunk: int = chunk, group: list[int] = group, chosen: dict[int, int] = chosen) -> list[Op]:
+        def build(
+            chunk: int = chunk, group: list[int] = group, chosen: dict[int, int] = chosen
+        ) -> list[Op]:
             chosen.clear()
             summary_path = paths.latest_chunk(tid, chunk)
             nodes = ctx.store.get_many([*(paths.bucket(tid, b) for b in group), summary_path])
             summary = nodes[-1]
-            array = list(LatestChunk.decode(summary.data, summary_path).ids) if summary is not None else []
+            array = (
+                list(LatestChunk.decode(summary.data, summary_path).ids)
+                if summary is not None
+                else []
+            )
             ops: list[Op] = [guard(ctx, token)]
             for bucket, node in zip(group, nodes[:-1]):
                 if node is None:
@@ -123,8 +135,11 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
                 return []
             if chosen:
                 value = LatestChunk(array).encode()
-                ops.append(SetData(summary_path, value, summary.stat.version) if summary is not None
-                           else Create(summary_path, value))
+                ops.append(
+                    SetData(summary_path, value, summary.stat.version)
+                    if summary is not None
+                    else Create(summary_path, value)
+                )
             return ops
 
         try:
@@ -142,8 +157,15 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
                 created = next(stats).mtime_ms
                 tb = TableBucket(table.name, bucket)
                 uri = ctx.warehouse.uri
-                out[tb] = Snapshot(tb, chosen[bucket], w.log_offset, w.rows, w.size, to_datetime(created),
-                                   tuple(uri(f) for f in w.files))
+                out[tb] = Snapshot(
+                    tb,
+                    chosen[bucket],
+                    w.log_offset,
+                    w.rows,
+                    w.size,
+                    to_datetime(created),
+                    tuple(uri(f) for f in w.files),
+                )
             else:
                 stale.extend(written[bucket].files)
     ctx.warehouse.delete_files(stale)
@@ -151,5 +173,8 @@ def register(table: TableInfo, written: Mapping[int, Written], token: str) -> di
 
 
 def _advance(path: str, state: BucketState, sid: int, log_offset: int) -> SetData:
-    return SetData(path, state.encode(next_snapshot=sid + 1, latest_snapshot=sid, latest_offset=log_offset),
-                   state.stat.version)
+    return SetData(
+        path,
+        state.encode(next_snapshot=sid + 1, latest_snapshot=sid, latest_offset=log_offset),
+        state.stat.version,
+    )

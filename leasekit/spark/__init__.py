@@ -42,25 +42,33 @@ def _check_table(table: object) -> TableInfo:
     """``table`` if it is a Table: these functions need its connection, which a name lacks."""
     if not isinstance(table, TableInfo):
         hint = f"conn.table({table!r})" if isinstance(table, str) else "conn.table('orders')"
-        raise InvalidTypeError(f"table must be a Table object, e.g. {hint}, not {type(table).__name__}")
+        raise InvalidTypeError(
+            f"table must be a Table object, e.g. {hint}, not {type(table).__name__}"
+        )
     return table
 
 
 def _snapshot_map(table: TableInfo, snapshot_ids: Any) -> dict[int, int]:
     if not isinstance(snapshot_ids, Mapping):
-        raise InvalidTypeError("snapshot_ids must be a mapping of TableBucket (or bucket number) to snapshot id")
+        raise InvalidTypeError(
+            "snapshot_ids must be a mapping of TableBucket (or bucket number) to snapshot id"
+        )
     out: dict[int, int] = {}
     for tb, sid in snapshot_ids.items():
         bucket = table.bucket_number(tb)
         if isinstance(sid, bool) or not isinstance(sid, int):
-            raise InvalidTypeError(f"snapshot id for bucket {bucket} must be an int, not {type(sid).__name__}")
+            raise InvalidTypeError(
+                f"snapshot id for bucket {bucket} must be an int, not {type(sid).__name__}"
+            )
         if sid < 1:
             raise InvalidArgumentError(f"snapshot ids start at 1, got {sid} for bucket {bucket}")
         out[bucket] = sid
     return out
 
 
-def read_snapshots(spark: SparkSession | None, table: TableInfo, snapshot_ids: Mapping[Any, int]) -> DataFrame:
+def read_snapshots(
+    spark: SparkSession | None, table: TableInfo, snapshot_ids: Mapping[Any, int]
+) -> DataFrame:
     """Rows of the given snapshots (table columns only); ``SnapshotNotFoundError`` if one is gone."""
     table = _check_table(table)
     spark = session(spark)
@@ -70,7 +78,9 @@ def read_snapshots(spark: SparkSession | None, table: TableInfo, snapshot_ids: M
         return files_frame(spark, table, [f for s in snaps for f in s.files])
 
 
-def read_at(spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, int] | None = None) -> DataFrame:
+def read_at(
+    spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, int] | None = None
+) -> DataFrame:
     """Union read: the KV state at ``offsets`` (default: end offsets) from snapshot + log tail (S1)."""
     table = _check_table(table)
     spark = session(spark)
@@ -79,7 +89,9 @@ def read_at(spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, 
         targets = {b: (s.end if s else 0) for b, s in enumerate(states)}
     else:
         if not isinstance(offsets, Mapping):
-            raise InvalidTypeError("offsets must be a mapping of TableBucket (or bucket number) to offset")
+            raise InvalidTypeError(
+                "offsets must be a mapping of TableBucket (or bucket number) to offset"
+            )
         targets = {}
         for tb, off in offsets.items():
             bucket = table.bucket_number(tb)
@@ -87,7 +99,9 @@ def read_at(spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, 
                 raise InvalidTypeError(f"offset for bucket {bucket} must be an int")
             end = states[bucket].end if states[bucket] else 0
             if not 0 <= off <= end:
-                raise OffsetOutOfRangeError(f"offset {off} of bucket {bucket} is outside [0, {end}]")
+                raise OffsetOutOfRangeError(
+                    f"offset {off} of bucket {bucket} is outside [0, {end}]"
+                )
             targets[bucket] = off
     base_files: list[str] = []
     starts: dict[int, int] = {}
@@ -117,7 +131,9 @@ class ChangeBatch:
     """Log records of a table from a group's committed offsets to the end offsets at the time
     of ``read_changes``; ``commit()`` commits those end offsets for the group."""
 
-    def __init__(self, table: TableInfo, group_id: str, ranges: dict[TableBucket, OffsetRange], df: DataFrame) -> None:
+    def __init__(
+        self, table: TableInfo, group_id: str, ranges: dict[TableBucket, OffsetRange], df: DataFrame
+    ) -> None:
         self.df = df
         """``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns."""
         self.offsets = ranges
@@ -131,8 +147,9 @@ class ChangeBatch:
         _refuse_live_members(ctx, self._group)
         changed = {tb: r.end for tb, r in self.offsets.items() if len(r)}
         if changed:  # §6.5: the check again, inside the transaction (a member may join meanwhile)
-            stored_offsets.commit(ctx, self._group, changed, {self._table.name: self._table},
-                                  outside=True)
+            stored_offsets.commit(
+                ctx, self._group, changed, {self._table.name: self._table}, outside=True
+            )
 
     def __repr__(self) -> str:
         records = sum(len(r) for r in self.offsets.values())
@@ -142,8 +159,10 @@ class ChangeBatch:
 def _refuse_live_members(ctx: Any, group_id: str) -> None:
     members = consumer_admin.live_members(ctx, group_id)
     if members:
-        raise GroupNotEmptyError(f"group {group_id} has {len(members)} live consumer member(s): "
-                                 "read_changes is the group's only reader")
+        raise GroupNotEmptyError(
+            f"group {group_id} has {len(members)} live consumer member(s): "
+            "read_changes is the group's only reader"
+        )
 
 
 def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) -> ChangeBatch:
@@ -162,8 +181,10 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
         begin, end = (state.begin, state.end) if state else (0, 0)
         start = committed[tb].offset if tb in committed else begin
         if start < begin:
-            raise OffsetOutOfRangeError(f"group {group_id} committed offset {start} of {tb}, but the log before "
-                                        f"{begin} is deleted: reset the group's offsets first")
+            raise OffsetOutOfRangeError(
+                f"group {group_id} committed offset {start} of {tb}, but the log before "
+                f"{begin} is deleted: reset the group's offsets first"
+            )
         ranges[tb] = OffsetRange(start, max(start, end))
     reading = {tb.bucket: (r.start, r.end) for tb, r in ranges.items() if len(r)}
     segments = list_segments(table, reading)
@@ -192,7 +213,9 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
         raise InvalidArgumentError(f"missing primary-key columns: {', '.join(missing)}")
     target = struct_type(spark, table_ddl(table))
     columns = [
-        (F.col(names[f.name.lower()]) if f.name.lower() in names else F.lit(None)).cast(f.dataType).alias(f.name)
+        (F.col(names[f.name.lower()]) if f.name.lower() in names else F.lit(None))
+        .cast(f.dataType)
+        .alias(f.name)
         for f in target
     ]
     warehouse = table.connection.warehouse
@@ -202,10 +225,12 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
             out = df.select(*columns, F.lit("upsert").alias("_op")).withColumn(
                 "_bucket", spark_bucket_column(list(table.primary_key), table.num_buckets)
             )
-            (out.repartition(max(1, min(table.num_buckets, 256)), "_bucket").write
-             .partitionBy("_bucket")
-             .option("maxRecordsPerFile", table.properties["log.segment.max-rows"])
-             .parquet(warehouse.to_spark(warehouse.uri(rel))))
+            (
+                out.repartition(max(1, min(table.num_buckets, 256)), "_bucket")
+                .write.partitionBy("_bucket")
+                .option("maxRecordsPerFile", table.properties["log.segment.max-rows"])
+                .parquet(warehouse.to_spark(warehouse.uri(rel)))
+            )
         files: list[SegmentFile] = []
         try:
             for entry in warehouse.list(rel):
@@ -222,7 +247,9 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
 
         def rest(buckets: list[int]) -> DataFrame:
             """The input rows of ``buckets`` (lazily), for a retry after a partial commit."""
-            return df.where(spark_bucket_column(list(table.primary_key), table.num_buckets).isin(buckets))
+            return df.where(
+                spark_bucket_column(list(table.primary_key), table.num_buckets).isin(buckets)
+            )
 
         return commit_segments(table, [f for f in files if f.rows > 0], token, rest=rest)
 
@@ -235,7 +262,12 @@ def _check_not_null(table: TableInfo, meta: Any, rel: str) -> None:
         for j in range(group.num_columns):
             col = group.column(j)
             stats = col.statistics
-            if col.path_in_schema in required and stats is not None and stats.has_null_count and stats.null_count:
+            if (
+                col.path_in_schema in required
+                and stats is not None
+                and stats.has_null_count
+                and stats.null_count
+            ):
                 raise InvalidArgumentError(
                     f"column {col.path_in_schema!r} must not be null (table {table.name!r}, file {rel})"
                 )

@@ -36,7 +36,9 @@ def files_frame(spark: SparkSession, table: TableInfo, files: list[str]) -> Data
     if not files:
         return spark.createDataFrame([], ddl)
     with known_files(spark):
-        return _resolved(spark, spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files]))
+        return _resolved(
+            spark, spark.read.schema(ddl).parquet(*[_spark_path(table, f) for f in files])
+        )
 
 
 def _resolved(spark: SparkSession, df: DataFrame) -> DataFrame:
@@ -48,8 +50,12 @@ def _resolved(spark: SparkSession, df: DataFrame) -> DataFrame:
     return df
 
 
-def log_frame(spark: SparkSession, table: TableInfo, segments: Mapping[int, list[LogSegment]],
-              ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
+def log_frame(
+    spark: SparkSession,
+    table: TableInfo,
+    segments: Mapping[int, list[LogSegment]],
+    ranges: Mapping[int, tuple[int, int]],
+) -> DataFrame:
     """Log records of ``segments`` with ``start <= _offset < limit`` for each bucket's range.
 
     Columns: ``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns.
@@ -63,14 +69,22 @@ def log_frame(spark: SparkSession, table: TableInfo, segments: Mapping[int, list
     ]
     columns = [f.name for f in table.schema]
     if not used:
-        empty = spark.createDataFrame([], f"_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, {ddl}")
+        empty = spark.createDataFrame(
+            [], f"_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, {ddl}"
+        )
         return empty.select("_bucket", "_offset", "_timestamp", "_op", *columns)
     meta = spark.createDataFrame(
-        [(_file_key(seg.file), b, seg.base_offset, seg.timestamp_ms, *ranges[b]) for b, seg in used],
+        [
+            (_file_key(seg.file), b, seg.base_offset, seg.timestamp_ms, *ranges[b])
+            for b, seg in used
+        ],
         "_file STRING, _bucket INT, _base BIGINT, _ts BIGINT, _start BIGINT, _limit BIGINT",
     )
     with known_files(spark):
-        files = _resolved(spark, spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used]))
+        files = _resolved(
+            spark,
+            spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used]),
+        )
     records = (
         files.withColumn("_file", F.substring_index(F.col("_metadata.file_path"), "/", -2))
         .withColumn("_row", F.col("_metadata.row_index"))
@@ -89,7 +103,9 @@ def _file_key(location: str) -> str:
     return "/".join(location.rstrip("/").split("/")[-2:])
 
 
-def kv_state(table: TableInfo, base: DataFrame, changes: DataFrame, *, by_bucket: bool = False) -> DataFrame:
+def kv_state(
+    table: TableInfo, base: DataFrame, changes: DataFrame, *, by_bucket: bool = False
+) -> DataFrame:
     """Last write wins per key over ``base`` rows (oldest) then ``changes`` in offset order.
 
     Deleted keys are dropped. With ``by_bucket`` the result keeps a ``_bucket`` column and is
@@ -98,9 +114,9 @@ def kv_state(table: TableInfo, base: DataFrame, changes: DataFrame, *, by_bucket
     key = list(table.primary_key)
     values = [f.name for f in table.schema if f.name not in table.primary_key]
     columns = [f.name for f in table.schema]
-    union = base.select(*columns, F.lit("upsert").alias("_op"), F.lit(-1).cast("long").alias("_ord")).unionByName(
-        changes.select(*columns, "_op", F.col("_offset").alias("_ord"))
-    )
+    union = base.select(
+        *columns, F.lit("upsert").alias("_op"), F.lit(-1).cast("long").alias("_ord")
+    ).unionByName(changes.select(*columns, "_op", F.col("_offset").alias("_ord")))
     group: list[Any] = list(key)
     if by_bucket:
         union = union.withColumn("_bucket", spark_bucket_column(key, table.num_buckets))

@@ -15,8 +15,16 @@ from pyspark.sql.types import StructType
 
 from ..errors import IllegalStateError, InvalidTypeError, LeasekitError
 
-__all__ = ["spark_session", "session", "spark_errors", "session_conf", "micros_timestamps", "known_files",
-           "struct_type", "is_connect"]
+__all__ = [
+    "spark_session",
+    "session",
+    "spark_errors",
+    "session_conf",
+    "micros_timestamps",
+    "known_files",
+    "struct_type",
+    "is_connect",
+]
 
 _TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
 _LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
@@ -34,7 +42,11 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with spark_errors("start Spark"):
         # Spark's console progress bar would draw over leasekit's own progress bars.
-        return SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        return (
+            SparkSession.builder.appName(app_name)
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
 
 
 def session(spark: SparkSession | None) -> SparkSession:

@@ -39,8 +39,16 @@ if TYPE_CHECKING:
     from ..context import Context
     from .info import TableInfo
 
-__all__ = ["create_table", "load_table", "load_tables", "list_tables", "drop_table", "finish_drop", "pending_drops",
-           "MAX_BUCKETS"]
+__all__ = [
+    "create_table",
+    "load_table",
+    "load_tables",
+    "list_tables",
+    "drop_table",
+    "finish_drop",
+    "pending_drops",
+    "MAX_BUCKETS",
+]
 
 MAX_BUCKETS = 1_000_000
 
@@ -73,8 +81,13 @@ def create_table(
     record = TableRecord(table_id, schemas.serialize_schema(arrow_schema), key, num_buckets, props)
     paths = ctx.paths
     try:
-        ctx.store.commit([Create(paths.table(name), record.encode()), Create(paths.table_data(table_id)),
-                           Create(paths.latest(table_id))])
+        ctx.store.commit(
+            [
+                Create(paths.table(name), record.encode()),
+                Create(paths.table_data(table_id)),
+                Create(paths.latest(table_id)),
+            ]
+        )
     except TxnConflict as exc:
         if exc.reason == "exists":
             raise TableExistsError(f"table {name!r} exists already") from None
@@ -109,7 +122,9 @@ def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, Table]:
         if node is None:
             continue
         try:
-            out[name] = Table(ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)), node.stat.ctime_ms)
+            out[name] = Table(
+                ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)), node.stat.ctime_ms
+            )
         except LeasekitError:
             continue  # unreadable: as if missing (load_table reports it)
     return out
@@ -146,7 +161,9 @@ def drop_table(ctx: Context, name: object, *, force: bool = False) -> None:
         time.sleep(random.uniform(0, delay))
         delay = min(delay * 2, 0.05)
     else:
-        raise IllegalStateError(f"drop of table {table.name!r}: gave up after {_DROP_ATTEMPTS} concurrent changes")
+        raise IllegalStateError(
+            f"drop of table {table.name!r}: gave up after {_DROP_ATTEMPTS} concurrent changes"
+        )
     finish_drop(ctx, table.table_id)
 
 
@@ -174,12 +191,19 @@ def _mark_and_drop(ctx: Context, table: TableInfo, force: bool) -> list[str] | N
                 "or pass force=True"
             )
         marker = DroppedTable(table.name, table.data_dir).encode()
-        ctx.store.commit([Check(data_path, marked), Delete(ctx.paths.table(table.name)),
-                           Create(ctx.paths.dropped_table(table.table_id), marker)])
+        ctx.store.commit(
+            [
+                Check(data_path, marked),
+                Delete(ctx.paths.table(table.name)),
+                Create(ctx.paths.dropped_table(table.table_id), marker),
+            ]
+        )
     except TxnConflict as exc:
         with contextlib.suppress(LeasekitError):
             fence.unmark(ctx, table.table_id, marked)
-        if exc.index == 2:  # the drop marker's parent is missing (the fence stays until it is stale)
+        if (
+            exc.index == 2
+        ):  # the drop marker's parent is missing (the fence stays until it is stale)
             raise _namespace_incomplete(ctx, f"drop table {table.name!r}", exc) from None
         return None  # the fence moved or the table went: start over
     except BaseException:
@@ -220,8 +244,11 @@ def finish_drop(ctx: Context, table_id: str) -> None:
     data_dir = _marked_dir(ctx, table_id, marker, marker_path)
     forgotten = forget_table(ctx, table_id)
     if forgotten:
-        log.warning("dropped table %r: removed its pins from lease(s) %s; the leases stay",
-                    marker.name, ", ".join(sorted(forgotten)))
+        log.warning(
+            "dropped table %r: removed its pins from lease(s) %s; the leases stay",
+            marker.name,
+            ", ".join(sorted(forgotten)),
+        )
     ctx.store.delete_tree(ctx.paths.table_data(table_id))
     ctx.store.check_fence()  # a janitor that no longer leads deletes no directory
     ctx.warehouse.delete_dir(data_dir)
@@ -237,7 +264,8 @@ def _marked_dir(ctx: Context, table_id: str, marker: DroppedTable, marker_path: 
         raise CorruptMetadataError(
             f"drop marker at {marker_path} names {marker.data_dir!r:.200}, not the directory of "
             f"table {marker.name!r:.200} ({ctx.tables_dir}/<name>/{table_id}); nothing is deleted",
-            marker_path)
+            marker_path,
+        )
     return data_dir
 
 

@@ -37,7 +37,9 @@ def unmark(ctx: Context, table_id: str, version: int) -> bool:
     (its marker exists until the data is gone), so a committed drop always stays fenced."""
     marker = ctx.paths.dropped_table(table_id)
     try:
-        ctx.store.commit([Create(marker), Delete(marker), SetData(ctx.paths.table_data(table_id), b"", version)])
+        ctx.store.commit(
+            [Create(marker), Delete(marker), SetData(ctx.paths.table_data(table_id), b"", version)]
+        )
     except TxnConflict as exc:
         if exc.index == 0 and exc.reason == "nonode":
             raise IllegalStateError(

@@ -62,7 +62,9 @@ class TableInfo:
         if isinstance(bucket, bool) or not isinstance(bucket, int):
             raise InvalidTypeError(f"bucket must be an int, not {type(bucket).__name__}")
         if not 0 <= bucket < self.num_buckets:
-            raise BucketNotFoundError(f"table {self.name!r} has buckets 0..{self.num_buckets - 1}, not {bucket}")
+            raise BucketNotFoundError(
+                f"table {self.name!r} has buckets 0..{self.num_buckets - 1}, not {bucket}"
+            )
         return bucket
 
     def __repr__(self) -> str:

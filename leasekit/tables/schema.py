@@ -193,7 +193,9 @@ def _has_map(data_type: pa.DataType) -> bool:
     )
 
 
-def _conversion_error(name: str, source: object, target: object, detail: object) -> InvalidArgumentError:
+def _conversion_error(
+    name: str, source: object, target: object, detail: object
+) -> InvalidArgumentError:
     origin = "" if source is None else f" from {source}"
     message = f"column {name!r} cannot be converted{origin} to {target}"
     return InvalidArgumentError(f"{message}: {detail}")

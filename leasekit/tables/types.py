@@ -9,8 +9,16 @@ import pyarrow as pa
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["MAX_DEPTH", "COMMENT", "TYPE_BY_NAME", "NAME_BY_TYPE", "SUPPORTED", "check_names",
-           "normalize_type", "normalize_field"]
+__all__ = [
+    "MAX_DEPTH",
+    "COMMENT",
+    "TYPE_BY_NAME",
+    "NAME_BY_TYPE",
+    "SUPPORTED",
+    "check_names",
+    "normalize_type",
+    "normalize_field",
+]
 
 MAX_DEPTH = 32
 COMMENT = b"comment"
@@ -27,6 +35,7 @@ SUPPORTED = (
     "BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, DECIMAL(p,s), STRING, VARCHAR(n), "
     "CHAR(n), BINARY, DATE, TIMESTAMP, TIMESTAMP_LTZ, TIMESTAMP_NTZ, ARRAY, MAP, STRUCT"
 )
+
 
 def check_names(names: Sequence[str], where: str) -> None:
     seen: dict[str, str] = {}

@@ -96,8 +96,12 @@ class Access:
             changed = list(closing.listed)
             pending = closing.reader.send([GetChildren(p) for p in changed])
             listings = closing.reader.collect(pending)
-            new = [f"{path}/{name}" for path, listing in zip(changed, listings)
-                   for name in listing.value or () if name not in closing.listed[path]]
+            new = [
+                f"{path}/{name}"
+                for path, listing in zip(changed, listings)
+                for name in listing.value or ()
+                if name not in closing.listed[path]
+            ]
             if not new:
                 return closing.refused
             for path, listing in zip(changed, listings):
@@ -112,8 +116,9 @@ class Access:
 class _Closing:
     """One closing pass: what it closed (with the children it listed) and what refused."""
 
-    def __init__(self, access: Access, client: KazooClient, reader: Reader, clock: str,
-                 timeout: float) -> None:
+    def __init__(
+        self, access: Access, client: KazooClient, reader: Reader, clock: str, timeout: float
+    ) -> None:
         self.access, self.client, self.reader = access, client, reader
         self.clock, self.timeout = clock, timeout
         self.refused: list[str] = []
@@ -125,7 +130,7 @@ class _Closing:
         while level:
             following: list[str] = []
             for start in range(0, len(level), BATCH):
-                following += self._batch(level[start:start + BATCH])
+                following += self._batch(level[start : start + BATCH])
             level = following
 
     def _batch(self, paths: list[str]) -> list[str]:
@@ -162,8 +167,16 @@ class _Closing:
         return children
 
 
-def protect(client: KazooClient, access: Access, root: str, *, seal: str, seal_data: bytes,
-            clock: str, timeout: float) -> str | None:
+def protect(
+    client: KazooClient,
+    access: Access,
+    root: str,
+    *,
+    seal: str,
+    seal_data: bytes,
+    clock: str,
+    timeout: float,
+) -> str | None:
     """Close the namespace at ``root`` to clients without this user's credentials (DESIGN
     §6.1): a no-op once ``seal`` marks it closed; else every open znode gets this user's ACL,
     then ``seal`` is written. Returns None, or why this user may not write the namespace (it
@@ -174,14 +187,19 @@ def protect(client: KazooClient, access: Access, root: str, *, seal: str, seal_d
     root_acls, _ = client.get_acls(root)
     if not world_perms(root_acls) & ~Permissions.READ:
         if not access.allowed(root_acls) & Permissions.CREATE:
-            return (f"the namespace {root} is protected by other ZooKeeper credentials than "
-                    f"{access.user!r}: this connection may read it but not write")
+            return (
+                f"the namespace {root} is protected by other ZooKeeper credentials than "
+                f"{access.user!r}: this connection may read it but not write"
+            )
         sealed = client.exists(seal) is not None
         if sealed and not world_perms(client.get_acls(seal)[0]) & ~Permissions.READ:
             return None
     refused = access.close_tree(client, root, clock, timeout)
-    still_open = [p for p in refused if client.exists(p) is not None
-                  and world_perms(client.get_acls(p)[0]) & ~Permissions.READ]
+    still_open = [
+        p
+        for p in refused
+        if client.exists(p) is not None and world_perms(client.get_acls(p)[0]) & ~Permissions.READ
+    ]
     if still_open:
         raise PermissionDeniedError(
             f"the namespace {root} was created without credentials and cannot be closed: "

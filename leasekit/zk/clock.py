@@ -19,8 +19,13 @@ class ServerClock:
     ``monotonic`` is injectable so tests drive local time.
     """
 
-    def __init__(self, read: Callable[[], int], *, max_age: float = 5.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        read: Callable[[], int],
+        *,
+        max_age: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._read = read
         self._monotonic = monotonic
         self.max_age = max_age

@@ -21,7 +21,9 @@ def encode(value: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
     """msgpack bytes of ``value`` with its format version under key ``"v"``."""
     data = msgpack.packb({"v": version, **value}, use_bin_type=True)
     if len(data) > MAX_VALUE_BYTES:
-        raise MetadataTooLargeError(f"metadata value of {len(data)} bytes exceeds {MAX_VALUE_BYTES}")
+        raise MetadataTooLargeError(
+            f"metadata value of {len(data)} bytes exceeds {MAX_VALUE_BYTES}"
+        )
     return data
 
 

@@ -63,5 +63,5 @@ def translated(what: str = "ZooKeeper call") -> Iterator[None]:
 
 
 def conflict_reason(exc: BaseException) -> str | None:
-    """"nonode", "exists", "version" or "notempty" for a failed transaction op, else None."""
+    """ "nonode", "exists", "version" or "notempty" for a failed transaction op, else None."""
     return next((r for cls, r in _CONFLICTS.items() if isinstance(exc, cls)), None)

@@ -17,10 +17,27 @@ from .ops import Node, Stat
 from .paths import CHUNK
 
 __all__ = [
-    "SettingsRecord", "TableRecord", "DropMark", "DroppedTable", "BucketState", "SegmentRecord",
-    "SnapshotRecord", "LatestChunk", "LeaseRecord", "PinChunk", "OffsetRecord", "Commit", "MemberRecord", "AssignmentRecord",
-    "OwnerRecord", "IdentityRecord", "AccessRecord", "LIVE", "DROPPING",
-    "CHUNK", "HISTORY",
+    "SettingsRecord",
+    "TableRecord",
+    "DropMark",
+    "DroppedTable",
+    "BucketState",
+    "SegmentRecord",
+    "SnapshotRecord",
+    "LatestChunk",
+    "LeaseRecord",
+    "PinChunk",
+    "OffsetRecord",
+    "Commit",
+    "MemberRecord",
+    "AssignmentRecord",
+    "OwnerRecord",
+    "IdentityRecord",
+    "AccessRecord",
+    "LIVE",
+    "DROPPING",
+    "CHUNK",
+    "HISTORY",
 ]
 
 LIVE, DROPPING = "live", "dropping"
@@ -29,7 +46,9 @@ LIVE, DROPPING = "live", "dropping"
 R = TypeVar("R")
 
 
-def _load(data: bytes, path: str, version: int, kind: str, build: Callable[[dict[str, Any]], R]) -> R:
+def _load(
+    data: bytes, path: str, version: int, kind: str, build: Callable[[dict[str, Any]], R]
+) -> R:
     value = codec.decode(data, path, version)
     try:
         return build(value)
@@ -71,7 +90,9 @@ class SettingsRecord(NamedTuple):
         """An empty znode holds no settings."""
         if not data:
             return cls({})
-        return _load(data, path, cls.VERSION, "namespace settings", lambda v: cls(dict(v.get("values", {}))))
+        return _load(
+            data, path, cls.VERSION, "namespace settings", lambda v: cls(dict(v.get("values", {})))
+        )
 
 
 class TableRecord(NamedTuple):
@@ -91,16 +112,25 @@ class TableRecord(NamedTuple):
     VERSION = 1
 
     def encode(self) -> bytes:
-        return codec.encode({"id": self.table_id, "schema": self.schema, "pk": list(self.primary_key),
-                             "n": self.num_buckets, "props": self.properties}, self.VERSION)
+        return codec.encode(
+            {
+                "id": self.table_id,
+                "schema": self.schema,
+                "pk": list(self.primary_key),
+                "n": self.num_buckets,
+                "props": self.properties,
+            },
+            self.VERSION,
+        )
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> TableRecord:
         def build(v: dict[str, Any]) -> TableRecord:
             if not isinstance(v["schema"], bytes):
                 raise TypeError("schema is not bytes")
-            return cls(_str(v["id"]), v["schema"], _strs(v["pk"]), int(v["n"]),
-                       dict(v.get("props", {})))
+            return cls(
+                _str(v["id"]), v["schema"], _strs(v["pk"]), int(v["n"]), dict(v.get("props", {}))
+            )
 
         return _load(data, path, cls.VERSION, "table metadata", build)
 
@@ -139,7 +169,9 @@ class DroppedTable(NamedTuple):
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> DroppedTable:
-        return _load(data, path, cls.VERSION, "drop marker", lambda v: cls(_str(v["name"]), _str(v["dir"])))
+        return _load(
+            data, path, cls.VERSION, "drop marker", lambda v: cls(_str(v["name"]), _str(v["dir"]))
+        )
 
 
 class BucketState(NamedTuple):
@@ -173,15 +205,23 @@ class BucketState(NamedTuple):
         s = self._replace(**changes)
         latest = None if s.latest_snapshot is None else [s.latest_snapshot, s.latest_offset]
         floor = max(s.ts_floor, self.stat.mtime_ms if self.stat else 0)
-        return codec.encode({"e": s.end, "b": s.begin, "t": floor, "s": s.next_snapshot, "l": latest},
-                            self.VERSION)
+        return codec.encode(
+            {"e": s.end, "b": s.begin, "t": floor, "s": s.next_snapshot, "l": latest}, self.VERSION
+        )
 
     @classmethod
     def decode(cls, node: Node, path: str) -> BucketState:
         def build(v: dict[str, Any]) -> BucketState:
             latest = v.get("l")
-            return cls(int(v["e"]), int(v["b"]), int(v["t"]), int(v["s"]),
-                       int(latest[0]) if latest else None, int(latest[1]) if latest else 0, node.stat)
+            return cls(
+                int(v["e"]),
+                int(v["b"]),
+                int(v["t"]),
+                int(v["s"]),
+                int(latest[0]) if latest else None,
+                int(latest[1]) if latest else 0,
+                node.stat,
+            )
 
         return _load(node.data, path, cls.VERSION, "bucket metadata", build)
 
@@ -201,12 +241,19 @@ class SegmentRecord(NamedTuple):
     VERSION = 1
 
     def encode(self) -> bytes:
-        return codec.encode({"f": self.file, "n": self.rows, "s": self.size, "t": self.ts_floor}, self.VERSION)
+        return codec.encode(
+            {"f": self.file, "n": self.rows, "s": self.size, "t": self.ts_floor}, self.VERSION
+        )
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> SegmentRecord:
-        return _load(data, path, cls.VERSION, "segment metadata",
-                     lambda v: cls(_str(v["f"]), int(v["n"]), int(v["s"]), int(v["t"])))
+        return _load(
+            data,
+            path,
+            cls.VERSION,
+            "segment metadata",
+            lambda v: cls(_str(v["f"]), int(v["n"]), int(v["s"]), int(v["t"])),
+        )
 
 
 class SnapshotRecord(NamedTuple):
@@ -225,13 +272,20 @@ class SnapshotRecord(NamedTuple):
     VERSION = 1
 
     def encode(self) -> bytes:
-        return codec.encode({"o": self.log_offset, "n": self.rows, "s": self.size, "f": list(self.files)},
-                            self.VERSION)
+        return codec.encode(
+            {"o": self.log_offset, "n": self.rows, "s": self.size, "f": list(self.files)},
+            self.VERSION,
+        )
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> SnapshotRecord:
-        return _load(data, path, cls.VERSION, "snapshot metadata",
-                     lambda v: cls(int(v["o"]), int(v["n"]), int(v["s"]), _strs(v["f"])))
+        return _load(
+            data,
+            path,
+            cls.VERSION,
+            "snapshot metadata",
+            lambda v: cls(int(v["o"]), int(v["n"]), int(v["s"]), _strs(v["f"])),
+        )
 
 
 class LatestChunk(NamedTuple):
@@ -273,11 +327,15 @@ class LeaseRecord(NamedTuple):
 
     def renewed(self, duration_ms: int, owner: str, state: str = LIVE) -> LeaseRecord:
         """The record after an acquire or renew: every earlier expiry is kept as a floor."""
-        return LeaseRecord(duration_ms, self.expires_ms if self.stat else self.floor_ms, owner, state)
+        return LeaseRecord(
+            duration_ms, self.expires_ms if self.stat else self.floor_ms, owner, state
+        )
 
     def encode(self) -> bytes:
-        return codec.encode({"d": self.duration_ms, "f": self.floor_ms, "o": self.owner, "s": self.state},
-                            self.VERSION)
+        return codec.encode(
+            {"d": self.duration_ms, "f": self.floor_ms, "o": self.owner, "s": self.state},
+            self.VERSION,
+        )
 
     @classmethod
     def decode(cls, node: Node, path: str) -> LeaseRecord:
@@ -362,15 +420,28 @@ class OffsetRecord(NamedTuple):
     @property
     def commit_ms(self) -> int:
         """ZooKeeper time of the last commit."""
-        return self.history[-1].time_ms if self.history else (self.stat.mtime_ms if self.stat else 0)
+        return (
+            self.history[-1].time_ms if self.history else (self.stat.mtime_ms if self.stat else 0)
+        )
 
-    def committed(self, offset: int, metadata: str, table: str, now_ms: int, log_end: int) -> OffsetRecord:
+    def committed(
+        self, offset: int, metadata: str, table: str, now_ms: int, log_end: int
+    ) -> OffsetRecord:
         """The record after committing ``offset`` at ``now_ms`` with the log end then."""
-        return OffsetRecord(offset, metadata, table, (*self.history, Commit(now_ms, offset, log_end))[-HISTORY:])
+        return OffsetRecord(
+            offset, metadata, table, (*self.history, Commit(now_ms, offset, log_end))[-HISTORY:]
+        )
 
     def encode(self) -> bytes:
-        return codec.encode({"o": self.offset, "m": self.metadata, "t": self.table,
-                             "h": [list(c) for c in self.history]}, self.VERSION)
+        return codec.encode(
+            {
+                "o": self.offset,
+                "m": self.metadata,
+                "t": self.table,
+                "h": [list(c) for c in self.history],
+            },
+            self.VERSION,
+        )
 
     @classmethod
     def decode(cls, node: Node, path: str) -> OffsetRecord:
@@ -407,7 +478,13 @@ class MemberRecord(NamedTuple):
 
     @classmethod
     def decode(cls, node: Node, path: str) -> MemberRecord:
-        return _load(node.data, path, cls.VERSION, "group member", lambda v: cls(_str(v["h"]), _strs(v["t"]), node.stat))
+        return _load(
+            node.data,
+            path,
+            cls.VERSION,
+            "group member",
+            lambda v: cls(_str(v["h"]), _strs(v["t"]), node.stat),
+        )
 
 
 class AssignmentRecord(NamedTuple):
@@ -425,14 +502,25 @@ class AssignmentRecord(NamedTuple):
     VERSION = 1
 
     def encode(self) -> bytes:
-        return codec.encode({"g": self.generation, "l": self.leader,
-                             "a": {m: {t: list(bs) for t, bs in tables.items()} for m, tables in self.buckets.items()}},
-                            self.VERSION)
+        return codec.encode(
+            {
+                "g": self.generation,
+                "l": self.leader,
+                "a": {
+                    m: {t: list(bs) for t, bs in tables.items()}
+                    for m, tables in self.buckets.items()
+                },
+            },
+            self.VERSION,
+        )
 
     @classmethod
     def decode(cls, node: Node, path: str) -> AssignmentRecord:
         def build(v: dict[str, Any]) -> AssignmentRecord:
-            buckets = {_str(m): {_str(t): tuple(_ints(bs)) for t, bs in tables.items()} for m, tables in v["a"].items()}
+            buckets = {
+                _str(m): {_str(t): tuple(_ints(bs)) for t, bs in tables.items()}
+                for m, tables in v["a"].items()
+            }
             return cls(int(v["g"]), _str(v["l"]), buckets, node.stat)
 
         return _load(node.data, path, cls.VERSION, "group assignment", build)
@@ -455,8 +543,13 @@ class OwnerRecord(NamedTuple):
 
     @classmethod
     def decode(cls, node: Node, path: str) -> OwnerRecord:
-        return _load(node.data, path, cls.VERSION, "bucket owner",
-                     lambda v: cls(_str(v["m"]), int(v["g"]), node.stat))
+        return _load(
+            node.data,
+            path,
+            cls.VERSION,
+            "bucket owner",
+            lambda v: cls(_str(v["m"]), int(v["g"]), node.stat),
+        )
 
 
 class IdentityRecord(NamedTuple):

@@ -107,7 +107,9 @@ def op_size(op: Op) -> int:
     return size + 8
 
 
-def chunk_ops(ops: Iterable[Op], max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES) -> Iterator[list[Op]]:
+def chunk_ops(
+    ops: Iterable[Op], max_ops: int = MAX_TXN_OPS, max_bytes: int = MAX_TXN_BYTES
+) -> Iterator[list[Op]]:
     """Split ``ops`` into lists that fit one ZooKeeper transaction each."""
     chunk: list[Op] = []
     size = 0

@@ -35,8 +35,17 @@ class Paths:
 
     def skeleton(self) -> list[str]:
         """Znodes every namespace has."""
-        return [self.root, self.settings, self.clock, self.tables, self.data, self.dropped, self.leases,
-                self.writes, self.groups]
+        return [
+            self.root,
+            self.settings,
+            self.clock,
+            self.tables,
+            self.data,
+            self.dropped,
+            self.leases,
+            self.writes,
+            self.groups,
+        ]
 
     def table(self, name: str) -> str:
         return f"{self.tables}/{name}"

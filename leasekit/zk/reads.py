@@ -15,7 +15,15 @@ from ..errors import LeasekitError
 from .errors import translate
 from .ops import Node, Stat, stat_of
 
-__all__ = ["GetData", "GetChildren", "Read", "ReadResult", "Reader", "READS_PER_REQUEST", "MultiRead"]
+__all__ = [
+    "GetData",
+    "GetChildren",
+    "Read",
+    "ReadResult",
+    "Reader",
+    "READS_PER_REQUEST",
+    "MultiRead",
+]
 
 READS_PER_REQUEST = 500
 """Reads carried by one multiRead request (responses stay far below 1 MB)."""
@@ -97,7 +105,7 @@ class MultiRead(NamedTuple):
                 for _ in range(n):
                     (length,) = integer(data, offset)
                     offset += _INT.size
-                    names.append(data[offset:offset + length].decode())
+                    names.append(data[offset : offset + length].decode())
                     offset += length
                 names.sort()
                 append(new(ReadResult, (names, None)))
@@ -124,7 +132,10 @@ class Reader:
     def send(self, reads: Sequence[Read]) -> list[_Pending]:
         """Send ``reads`` as requests of READS_PER_REQUEST reads each; nothing is awaited."""
         wire = [(r.OP, r.path) for r in reads]
-        return [self._send(tuple(wire[i:i + READS_PER_REQUEST])) for i in range(0, len(wire), READS_PER_REQUEST)]
+        return [
+            self._send(tuple(wire[i : i + READS_PER_REQUEST]))
+            for i in range(0, len(wire), READS_PER_REQUEST)
+        ]
 
     def _send(self, ops: tuple[tuple[int, str], ...]) -> _Pending:
         client = self._client()
@@ -132,7 +143,13 @@ class Reader:
             result = client.handler.async_result()
             client._call(MultiRead(ops), result)
             return _Pending(ops, result)
-        return _Pending(ops, [client.get_async(p) if t == _GET_DATA else client.get_children_async(p) for t, p in ops])
+        return _Pending(
+            ops,
+            [
+                client.get_async(p) if t == _GET_DATA else client.get_children_async(p)
+                for t, p in ops
+            ],
+        )
 
     def collect(self, pending: Sequence[_Pending]) -> list[ReadResult]:
         """Per-read results of sent batches, in order. Errors of a whole request (connection

@@ -46,7 +46,9 @@ from .watchset import Recorder, WatchSet
 
 __all__ = ["ZkStore"]
 
-log = logging.getLogger(__package__)  # "leasekit.zk": the layer logs (and passes to kazoo) one logger
+log = logging.getLogger(
+    __package__
+)  # "leasekit.zk": the layer logs (and passes to kazoo) one logger
 
 T = TypeVar("T")
 
@@ -101,7 +103,13 @@ class ZkStore:
     def open(self) -> None:
         """Connect; ``ZooKeeperUnavailableError`` if no server answers within the timeout."""
         auth_data = None if self._auth is None else [("digest", "{}:{}".format(*self._auth))]
-        retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0, "ignore_expire": True}
+        retry = {
+            "max_tries": -1,
+            "delay": 0.05,
+            "backoff": 2,
+            "max_delay": 1.0,
+            "ignore_expire": True,
+        }
         client = KazooClient(
             hosts=self.hosts,
             timeout=self.session_timeout,
@@ -122,7 +130,9 @@ class ZkStore:
         except kx.AuthFailedError:
             client.stop()
             client.close()
-            raise PermissionDeniedError(f"ZooKeeper at {self.hosts} rejected the credentials") from None
+            raise PermissionDeniedError(
+                f"ZooKeeper at {self.hosts} rejected the credentials"
+            ) from None
         self._client = client
 
     def sibling(self, timeout: float) -> ZkStore:
@@ -211,9 +221,13 @@ class ZkStore:
         if not reads:
             return []
         if getattr(self._recording, "recorder", None) is not None:
-            self._noted([r.path for r in reads if isinstance(r, GetData)],
-                        [r.path for r in reads if isinstance(r, GetChildren)])
-        return self._pipelined(lambda: self._reader.collect(self._reader.send(reads)), f"{len(reads)} reads")
+            self._noted(
+                [r.path for r in reads if isinstance(r, GetData)],
+                [r.path for r in reads if isinstance(r, GetChildren)],
+            )
+        return self._pipelined(
+            lambda: self._reader.collect(self._reader.send(reads)), f"{len(reads)} reads"
+        )
 
     def get_many(self, paths: Sequence[str]) -> list[Node | None]:
         """Read many znodes in pipelined multiRead batches; None where a znode is missing."""
@@ -223,7 +237,9 @@ class ZkStore:
         """Sorted children of many znodes in pipelined multiRead batches; None where missing."""
         return [_value(r) for r in self.read_many([GetChildren(p) for p in paths])]
 
-    def read_with_clock(self, clock_path: str, paths: Sequence[str]) -> tuple[int, list[Node | None]]:
+    def read_with_clock(
+        self, clock_path: str, paths: Sequence[str]
+    ) -> tuple[int, list[Node | None]]:
         """The ZooKeeper clock (epoch ms) and the znodes at ``paths``, in one pipelined batch.
 
         The clock is read first, so every node read is at least as new as that time.
@@ -252,14 +268,20 @@ class ZkStore:
 
     # -- watches and elections ------------------------------------------------------------
 
-    def watch(self, path: str, callback: Callable[[bytes | None, Stat | None], None], *,
-              debounce: float = 0.0) -> Watch:
+    def watch(
+        self,
+        path: str,
+        callback: Callable[[bytes | None, Stat | None], None],
+        *,
+        debounce: float = 0.0,
+    ) -> Watch:
         """Call ``callback(data, stat)`` now and after every change of ``path`` ((None, None)
         while it does not exist), on the store's watch thread; ``Watch.remove()`` stops it."""
         return watch_data(self.client, self._dispatcher, path, callback, debounce=debounce)
 
-    def watch_children(self, path: str, callback: Callable[[list[str] | None], None], *,
-                       debounce: float = 0.0) -> Watch:
+    def watch_children(
+        self, path: str, callback: Callable[[list[str] | None], None], *, debounce: float = 0.0
+    ) -> Watch:
         """Call ``callback(children)`` now and after every change of ``path``'s children (None
         once when it is deleted, ending the watch), on the store's watch thread."""
         return watch_children(self.client, self._dispatcher, path, callback, debounce=debounce)
@@ -320,7 +342,9 @@ class ZkStore:
     def _commit(self, ops: Sequence[Op], fence: str | None) -> list[Any]:
         size = sum(op_size(op) for op in ops)
         if size > MAX_REQUEST_BYTES:
-            raise MetadataTooLargeError(f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit")
+            raise MetadataTooLargeError(
+                f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit"
+            )
         self.round_trips += 1
         with translated(f"transaction of {len(ops)} ops"):
             txn = self.client.transaction()
@@ -339,7 +363,8 @@ class ZkStore:
                 reason = conflict_reason(result)
                 if fence is not None and index == 0 and reason is not None:
                     raise LeadershipLostError(
-                        f"no longer the leader ({fence} is gone): transaction refused")
+                        f"no longer the leader ({fence} is gone): transaction refused"
+                    )
                 if reason is None:
                     with translated(f"transaction op {ops[index].path}"):
                         raise result
@@ -351,8 +376,9 @@ class ZkStore:
         for chunk in chunk_ops(ops):
             self.commit(chunk)
 
-    def commit_retrying(self, build: Callable[[], Sequence[Op] | None], *, what: str,
-                        attempts: int = 200) -> list[Any]:
+    def commit_retrying(
+        self, build: Callable[[], Sequence[Op] | None], *, what: str, attempts: int = 200
+    ) -> list[Any]:
         """Compare-and-set loop: rebuild ``ops`` from fresh reads until a commit succeeds.
 
         ``build`` returns the ops (or None when nothing needs writing). On a version
@@ -410,8 +436,16 @@ class ZkStore:
             return None
         self.round_trips += 1
         with translated(f"protect {root}"):  # idempotent: retried after a connection loss
-            return self.client.retry(protect, self.client, self.access, root, seal=seal,
-                                     seal_data=seal_data, clock=clock, timeout=self.timeout)
+            return self.client.retry(
+                protect,
+                self.client,
+                self.access,
+                root,
+                seal=seal,
+                seal_data=seal_data,
+                clock=clock,
+                timeout=self.timeout,
+            )
 
     def write_refusal(self, path: str) -> str | None:
         """Why this store may not create or delete children of ``path`` (its ACL refuses these

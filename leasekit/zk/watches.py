@@ -53,7 +53,9 @@ class Dispatcher:
         while True:
             with self._cond:
                 while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
+                    self._cond.wait(
+                        None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic())
+                    )
                 if self._closed:
                     return
                 _, _, key = heapq.heappop(self._heap)
@@ -98,8 +100,14 @@ class Watch:
         return f"Watch({self.path!r}, active={self.active})"
 
 
-def watch_data(client: KazooClient, dispatcher: Dispatcher, path: str,
-               callback: Callable[[bytes | None, Stat | None], None], *, debounce: float = 0.0) -> Watch:
+def watch_data(
+    client: KazooClient,
+    dispatcher: Dispatcher,
+    path: str,
+    callback: Callable[[bytes | None, Stat | None], None],
+    *,
+    debounce: float = 0.0,
+) -> Watch:
     """Call ``callback(data, stat)`` now and after every change of ``path``'s data; (None, None)
     while the znode does not exist. With ``debounce``, changes within that many seconds of the
     first one are delivered once, with the newest value."""
@@ -122,8 +130,14 @@ def watch_data(client: KazooClient, dispatcher: Dispatcher, path: str,
     return watch
 
 
-def watch_children(client: KazooClient, dispatcher: Dispatcher, path: str,
-                   callback: Callable[[list[str] | None], None], *, debounce: float = 0.0) -> Watch:
+def watch_children(
+    client: KazooClient,
+    dispatcher: Dispatcher,
+    path: str,
+    callback: Callable[[list[str] | None], None],
+    *,
+    debounce: float = 0.0,
+) -> Watch:
     """Call ``callback(children)`` (sorted names) now and after every change of ``path``'s
     children, told by the znode's child version: a child deleted and created again under the
     same name between two reads is a change too. ``callback(None)`` once if the znode does not
@@ -151,7 +165,9 @@ def watch_children(client: KazooClient, dispatcher: Dispatcher, path: str,
             if not watch.active:
                 return
             try:
-                children, stat = client.retry(client.get_children, path, on_event, include_data=True)
+                children, stat = client.retry(
+                    client.get_children, path, on_event, include_data=True
+                )
             except kx.NoNodeError:
                 deliver(None)
                 watch.remove()
@@ -168,7 +184,10 @@ def watch_children(client: KazooClient, dispatcher: Dispatcher, path: str,
 
     client.add_listener(on_state)
     watch._on_remove.append(lambda: client.remove_listener(on_state))
-    with lock, translated(f"watch the children of {path}"):  # a fetch the first read's watch starts delivers after it
+    with (
+        lock,
+        translated(f"watch the children of {path}"),
+    ):  # a fetch the first read's watch starts delivers after it
         try:
             children, stat = client.retry(client.get_children, path, on_event, include_data=True)
         except kx.NoNodeError:

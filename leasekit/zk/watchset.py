@@ -64,8 +64,12 @@ class WatchSet:
     def registered(self) -> int:
         """How many of the client's watch registrations are this set's (0 once closed)."""
         client = self._client
-        return sum(1 for table in (client._data_watchers, client._child_watchers)
-                   for callbacks in list(table.values()) if self._fired in callbacks)
+        return sum(
+            1
+            for table in (client._data_watchers, client._child_watchers)
+            for callbacks in list(table.values())
+            if self._fired in callbacks
+        )
 
     def close(self) -> None:
         with self._lock:

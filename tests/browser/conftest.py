@@ -179,7 +179,9 @@ def jupyter_lab(tmp_path_factory, artifacts) -> Iterator[JupyterLab]:
     token = secrets.token_hex(24)
     log = artifacts / "jupyterlab.log"
     cmd = [
-        sys.executable, "-m", "jupyterlab",
+        sys.executable,
+        "-m",
+        "jupyterlab",
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
@@ -199,24 +201,33 @@ def jupyter_lab(tmp_path_factory, artifacts) -> Iterator[JupyterLab]:
         cmd.append("--ServerApp.allow_root=True")
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            cmd, cwd=root, env=_isolated_env(base / "home"), stdin=subprocess.DEVNULL,
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cmd,
+            cwd=root,
+            env=_isolated_env(base / "home"),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     lab = JupyterLab(f"http://127.0.0.1:{port}", token, root, proc, log)
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"JupyterLab exited with code {proc.returncode}; log {log}:\n"
-                            f"{lab.log_tail()}", pytrace=False)
+                pytest.fail(
+                    f"JupyterLab exited with code {proc.returncode}; log {log}:\n{lab.log_tail()}",
+                    pytrace=False,
+                )
             try:
                 lab.api("/api/status", timeout=2)
                 break
             except (OSError, urllib.error.URLError, ValueError):
                 if time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not answer /api/status within "
-                                f"{SERVER_START_TIMEOUT:.0f} s; log {log}:\n{lab.log_tail()}",
-                                pytrace=False)
+                    pytest.fail(
+                        f"JupyterLab did not answer /api/status within "
+                        f"{SERVER_START_TIMEOUT:.0f} s; log {log}:\n{lab.log_tail()}",
+                        pytrace=False,
+                    )
                 time.sleep(0.25)
         yield lab
     finally:
@@ -229,8 +240,10 @@ def browser(chromium) -> Iterator[object]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail("the browser tests need the `playwright` Python package (pip install -e '.[dev]')",
-                    pytrace=False)
+        pytest.fail(
+            "the browser tests need the `playwright` Python package (pip install -e '.[dev]')",
+            pytrace=False,
+        )
     with sync_playwright() as pw:
         instance = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -265,8 +278,11 @@ class Notebook:
         """Write a notebook of these code cells and open it; returns once its kernel is idle."""
         nb = nbformat.v4.new_notebook()
         nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                     "language": "python"}
+        nb.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+        }
         nbformat.write(nb, self.lab.root / name)
         self.page.goto(self.lab.notebook_url(name), wait_until="domcontentloaded")
         self.page.wait_for_function(
@@ -279,7 +295,9 @@ class Notebook:
                     && w.sessionContext.session.kernel;
                 return !!kernel && kernel.status === 'idle';
             }""",
-            arg=name, timeout=KERNEL_TIMEOUT_MS, polling=250,
+            arg=name,
+            timeout=KERNEL_TIMEOUT_MS,
+            polling=250,
         )
 
     def run_all(self) -> None:
@@ -300,7 +318,8 @@ class Notebook:
                                                 .some(o => o.output_type === 'error'));
                 return failed || code.every(c => c.model.executionCount !== null);
             }""",
-            timeout=KERNEL_TIMEOUT_MS, polling=250,
+            timeout=KERNEL_TIMEOUT_MS,
+            polling=250,
         )
 
     def errors(self, pending: bool = True) -> list[str]:
@@ -354,12 +373,16 @@ class Notebook:
                 return locator
             errors = self.errors(pending=False)
             if errors:
-                pytest.fail(f"{selector} did not render; the notebook shows:\n"
-                            + "\n\n".join(errors), pytrace=False)
+                pytest.fail(
+                    f"{selector} did not render; the notebook shows:\n" + "\n\n".join(errors),
+                    pytrace=False,
+                )
             if time.monotonic() > deadline:
-                pytest.fail(f"{selector} did not render within {timeout_ms / 1000:.0f} s; the "
-                            "notebook shows:\n" + "\n\n".join(self.errors() or ["no error"]),
-                            pytrace=False)
+                pytest.fail(
+                    f"{selector} did not render within {timeout_ms / 1000:.0f} s; the "
+                    "notebook shows:\n" + "\n\n".join(self.errors() or ["no error"]),
+                    pytrace=False,
+                )
             self.page.wait_for_timeout(250)
 
 
@@ -372,8 +395,14 @@ def notebook(request, browser, jupyter_lab, artifacts) -> Iterator[Notebook]:
     console: list[str] = []
     page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
     page.on("pageerror", lambda e: console.append(f"[pageerror] {e}"))
-    page.on("request", lambda r: None if r.url.startswith((jupyter_lab.url, "data:", "blob:"))
-            else console.append(f"[request off the server] {r.url}"))
+    page.on(
+        "request",
+        lambda r: (
+            None
+            if r.url.startswith((jupyter_lab.url, "data:", "blob:"))
+            else console.append(f"[request off the server] {r.url}")
+        ),
+    )
     prefix = _slug(request.node.name)
     for old in artifacts.glob(f"{prefix}-*"):
         old.unlink()
@@ -388,8 +417,9 @@ def notebook(request, browser, jupyter_lab, artifacts) -> Iterator[Notebook]:
         if failed:
             try:
                 shot = nb.screenshot("failure")
-                sys.stderr.write(f"\nscreenshot of the failure: {shot}\n"
-                                 f"server log: {jupyter_lab.log}\n")
+                sys.stderr.write(
+                    f"\nscreenshot of the failure: {shot}\nserver log: {jupyter_lab.log}\n"
+                )
             except Exception as exc:  # the page may be gone; the report matters more
                 sys.stderr.write(f"\nno failure screenshot: {exc}\n")
         context.close()

@@ -34,9 +34,13 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     # a table and a group with commits, so the grids and the lag plot have something to draw
     orders = conn.create_table("orders", "id BIGINT, note STRING", "id", buckets=4)
     orders.append([{"id": i, "note": "x"} for i in range(40)])
-    with conn.consumer(orders, group_id="billing", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+    with conn.consumer(
+        orders, group_id="billing", auto_offset_reset="earliest", enable_auto_commit=False
+    ) as c:
         c.poll(timeout="5s")
-        c.commit({tb: lk.OffsetAndMetadata(5, "<script>alert(1)</script>") for tb in orders.buckets})
+        c.commit(
+            {tb: lk.OffsetAndMetadata(5, "<script>alert(1)</script>") for tb in orders.buckets}
+        )
     expect.set_options(timeout=UPDATE_TIMEOUT_MS)
     page = notebook.page
     notebook.open(dashboard_cells(zookeeper, warehouse, namespace), "dashboard.ipynb")
@@ -87,7 +91,9 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(consumers).to_be_visible()
     expect(consumers.locator(".leasekit-summary")).to_contain_text("billing")
     expect(consumers.locator(".leasekit-summary")).to_contain_text("total lag 20")
-    expect(consumers.locator(".leasekit-detail")).to_contain_text("<script>alert(1)</script>")  # as text
+    expect(consumers.locator(".leasekit-detail")).to_contain_text(
+        "<script>alert(1)</script>"
+    )  # as text
     expect(consumers.locator("canvas").first).to_be_visible()
     expect(consumers.locator(".bqplot").first).to_be_visible()
     notebook.screenshot("consumers", consumers)
@@ -97,4 +103,3 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(retention.locator("canvas").first).to_be_visible()
     notebook.screenshot("retention", retention)
     assert notebook.errors() == []
-

@@ -56,8 +56,12 @@ def check_reader(writer: lk.Connection, reader: lk.Connection) -> None:
     assert reader.server_time() is not None
     assert reader.run_retention(dry_run=True).deleted
     dashboard = Dashboard(reader, auto_refresh=False)
-    panels = [LeasePanel(reader, auto_refresh=False), ConsumerPanel(reader, group_id="g", auto_refresh=False),
-              RetentionPanel(reader, auto_refresh=False), *dashboard.panels]
+    panels = [
+        LeasePanel(reader, auto_refresh=False),
+        ConsumerPanel(reader, group_id="g", auto_refresh=False),
+        RetentionPanel(reader, auto_refresh=False),
+        *dashboard.panels,
+    ]
     try:
         dashboard.refresh()
         for panel in panels:
@@ -109,7 +113,9 @@ def commit_as(reader: lk.Connection) -> None:
         consumer.commit({TB("t", 0): 5})
 
 
-def test_reader_without_credentials_reads_everything_and_changes_nothing(zookeeper, warehouse, namespace):
+def test_reader_without_credentials_reads_everything_and_changes_nothing(
+    zookeeper, warehouse, namespace
+):
     # §9 Access, §6.1: namespace created with auth; reads work (the clock included), writes refused
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=WRITER) as writer:
         stock(writer)
@@ -117,7 +123,9 @@ def test_reader_without_credentials_reads_everything_and_changes_nothing(zookeep
             check_reader(writer, reader)
 
 
-def test_namespace_first_opened_without_auth_is_closed_by_a_writer_with_auth(zookeeper, warehouse, namespace):
+def test_namespace_first_opened_without_auth_is_closed_by_a_writer_with_auth(
+    zookeeper, warehouse, namespace
+):
     # §9 Access, §6.1: a namespace created open is closed as a whole by the first writer with auth
     with lk.connect(zookeeper, warehouse, namespace=namespace) as analyst:
         analyst.create_table("early", "id BIGINT", "id").append([{"id": 1}])
@@ -135,18 +143,27 @@ def test_namespace_first_opened_without_auth_is_closed_by_a_writer_with_auth(zoo
 
 
 @pytest.mark.parametrize("round_", range(5))
-def test_closing_leaves_nothing_open_while_a_stranger_keeps_creating(zookeeper, warehouse, namespace, round_):
+def test_closing_leaves_nothing_open_while_a_stranger_keeps_creating(
+    zookeeper, warehouse, namespace, round_
+):
     # §6.1: closing is complete even while an unauthenticated client keeps creating znodes (a
     # create racing an ACL change can land after it: rounds give that window chances to open)
     with lk.connect(zookeeper, warehouse, namespace=namespace) as stranger:
-        stranger.create_table("t", "id BIGINT", "id", buckets=3).append([{"id": i} for i in range(30)])
+        stranger.create_table("t", "id BIGINT", "id", buckets=3).append(
+            [{"id": i} for i in range(30)]
+        )
         stop = threading.Event()
         created: list[str] = []
 
         def keep_creating() -> None:
             from leasekit.zk import Create
 
-            parents = [stranger.paths.root, stranger.paths.tables, stranger.paths.leases, stranger.paths.groups]
+            parents = [
+                stranger.paths.root,
+                stranger.paths.tables,
+                stranger.paths.leases,
+                stranger.paths.groups,
+            ]
             while not stop.is_set():
                 for parent in parents:
                     path = f"{parent}/x{uuid.uuid4().hex[:8]}"
@@ -171,7 +188,9 @@ def test_closing_leaves_nothing_open_while_a_stranger_keeps_creating(zookeeper, 
             thread.join()
 
 
-def test_namespace_closed_by_other_credentials_reads_but_refuses_writes(zookeeper, warehouse, namespace):
+def test_namespace_closed_by_other_credentials_reads_but_refuses_writes(
+    zookeeper, warehouse, namespace
+):
     # §6.1: a writer with other credentials reads, and each write is refused with nothing changed
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=WRITER) as writer:
         stock(writer)

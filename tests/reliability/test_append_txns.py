@@ -28,8 +28,10 @@ def _check_log(table, keys: Counter) -> None:
     """Every record once, dense offsets from 0 (W1), non-decreasing timestamps (W3)."""
     records = read_log(table)
     seen = Counter(r["id"] for recs in records.values() for r in recs)
-    assert seen == keys, f"duplicated: {sorted(k for k, n in seen.items() if n > 1)[:10]}, " \
-                         f"missing: {sorted(set(keys) - set(seen))[:10]}"
+    assert seen == keys, (
+        f"duplicated: {sorted(k for k, n in seen.items() if n > 1)[:10]}, "
+        f"missing: {sorted(set(keys) - set(seen))[:10]}"
+    )
     for recs in records.values():
         assert [r["_offset"] for r in recs] == list(range(len(recs)))
         stamps = [r["_timestamp_ms"] for r in recs]
@@ -37,7 +39,9 @@ def _check_log(table, keys: Counter) -> None:
 
 
 def _keys_by_bucket(table, count: int) -> dict[int, list[int]]:
-    ids = bucket_ids(pa.table({"id": pa.array(range(count), pa.int64())}), ["id"], table.num_buckets)
+    ids = bucket_ids(
+        pa.table({"id": pa.array(range(count), pa.int64())}), ["id"], table.num_buckets
+    )
     out: dict[int, list[int]] = {}
     for key, bucket in enumerate(ids.tolist()):
         out.setdefault(bucket, []).append(key)
@@ -49,7 +53,9 @@ def test_partial_append_names_what_committed_and_retry_completes(conn, monkeypat
     # §9 "append spanning several transactions": one bucket per transaction, and the last
     # bucket's transaction too large for ZooKeeper (many one-row segments): the first two
     # buckets commit, the third cannot.
-    table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=4, properties={"log.segment.max-rows": 1})
+    table = conn.create_table(
+        "t", "id BIGINT, v STRING", "id", buckets=4, properties={"log.segment.max-rows": 1}
+    )
     by_bucket = _keys_by_bucket(table, 200)
     keys = by_bucket[0][:1] + by_bucket[1][:1] + by_bucket[3][:12]
     rows = [{"id": k, "v": f"v{k}"} for k in keys]
@@ -66,7 +72,12 @@ def test_partial_append_names_what_committed_and_retry_completes(conn, monkeypat
     assert f"table.{'append' if operation == 'upsert' else 'delete'}(exc.remaining)" in str(exc)
     assert "nothing was committed" not in str(exc)
     ends = table.end_offsets()
-    assert ends == {TB("t", 0): 1, TB("t", 1): 1, TB("t", 2): 0, TB("t", 3): 0}  # exactly exc.committed
+    assert ends == {
+        TB("t", 0): 1,
+        TB("t", 1): 1,
+        TB("t", 2): 0,
+        TB("t", 3): 0,
+    }  # exactly exc.committed
     visible = read_log(table)
     assert [r["id"] for b in (0, 1) for r in visible[b]] == keys[:2] and visible[3] == []
     expected_names = ["id", "v"] if operation == "upsert" else ["id"]
@@ -89,14 +100,19 @@ def test_wide_append_fits_one_transaction(conn):
     assert commits <= 4, commits  # marker create, one read of the states, one commit, marker delete
 
 
-def test_interrupted_wide_appends_never_duplicate(conn, zookeeper, warehouse, namespace, monkeypatch):
+def test_interrupted_wide_appends_never_duplicate(
+    conn, zookeeper, warehouse, namespace, monkeypatch
+):
     # §9 race: appends over 256 buckets in several transactions while another connection
     # deletes the write markers (a lost session) at random moments.
     # W1, W2: success -> every row once; plain failure -> nothing visible; PartialAppendError
     # -> exactly exc.committed visible, and retrying exc.remaining completes without duplicates.
-    monkeypatch.setattr(lklog, "APPEND_TXN_BYTES", 60_000, raising=False)  # ~4 transactions per append
-    table = conn.create_table("wide_table_with_a_rather_long_name_" + "x" * 60, "id BIGINT, v STRING", "id",
-                              buckets=256)
+    monkeypatch.setattr(
+        lklog, "APPEND_TXN_BYTES", 60_000, raising=False
+    )  # ~4 transactions per append
+    table = conn.create_table(
+        "wide_table_with_a_rather_long_name_" + "x" * 60, "id BIGINT, v STRING", "id", buckets=256
+    )
     stop = threading.Event()
     killed = Counter()
     rng = random.Random(7)
@@ -129,7 +145,9 @@ def test_interrupted_wide_appends_never_duplicate(conn, zookeeper, warehouse, na
             while time.monotonic() - start < (SECONDS if hit() else MAX_SECONDS):
                 keys = list(range(round_no * 1000, round_no * 1000 + 768))
                 round_no += 1
-                rows = pa.table({"id": pa.array(keys, pa.int64()), "v": [f"value-{k:08d}" * 4 for k in keys]})
+                rows = pa.table(
+                    {"id": pa.array(keys, pa.int64()), "v": [f"value-{k:08d}" * 4 for k in keys]}
+                )
                 before = table.end_offsets()
                 try:
                     ranges = table.append(rows)
@@ -137,8 +155,9 @@ def test_interrupted_wide_appends_never_duplicate(conn, zookeeper, warehouse, na
                     outcomes["partial"] += 1
                     after = table.end_offsets()
                     assert exc.committed and exc.uncommitted and not exc.unknown
-                    assert {tb: after[tb] - before[tb] for tb in after if after[tb] != before[tb]} == \
-                        {tb: len(r) for tb, r in exc.committed.items()}
+                    assert {
+                        tb: after[tb] - before[tb] for tb in after if after[tb] != before[tb]
+                    } == {tb: len(r) for tb, r in exc.committed.items()}
                     assert all(r.start == before[tb] for tb, r in exc.committed.items())
                     new = read_log(table, since={tb.bucket: o for tb, o in before.items()})
                     committed_keys = sorted(r["id"] for recs in new.values() for r in recs)

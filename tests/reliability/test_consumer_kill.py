@@ -27,8 +27,19 @@ class Member:
 
     def __init__(self, zookeeper, warehouse, namespace, events: Path, *extra: str) -> None:
         self.events = events
-        self.process = subprocess.Popen([sys.executable, MEMBER, zookeeper, warehouse, namespace, str(events),
-                                         "--session-timeout", f"{SESSION}s", *extra])
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                MEMBER,
+                zookeeper,
+                warehouse,
+                namespace,
+                str(events),
+                "--session-timeout",
+                f"{SESSION}s",
+                *extra,
+            ]
+        )
 
     def lines(self) -> list[list[str]]:
         if not self.events.exists():
@@ -84,7 +95,9 @@ def members(zookeeper, warehouse, namespace, tmp_path):
         m.stop()
 
 
-def test_a_member_killed_with_sigkill_loses_its_buckets_and_nothing_is_skipped(conn, orders, members):
+def test_a_member_killed_with_sigkill_loses_its_buckets_and_nothing_is_skipped(
+    conn, orders, members
+):
     # C12: a member killed mid-consumption loses its buckets after session_timeout (within
     # session_timeout + 5 s); the survivor resumes from the committed offsets: every record of
     # every bucket is consumed at least once. C9: the two split the buckets 2/2 before.
@@ -105,12 +118,19 @@ def test_a_member_killed_with_sigkill_loses_its_buckets_and_nothing_is_skipped(c
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        wait_for("a to consume new records", lambda: len(a.records()) > 400 // 2 + 20, members=[a, b])
+        wait_for(
+            "a to consume new records", lambda: len(a.records()) > 400 // 2 + 20, members=[a, b]
+        )
         victim = a.owned()
         a.process.send_signal(signal.SIGKILL)
         killed = time.monotonic()
         a.process.wait(timeout=10)
-        wait_for("b to take over", lambda: b.owned() == set(range(BUCKETS)), seconds=SESSION + 5, members=[b])
+        wait_for(
+            "b to take over",
+            lambda: b.owned() == set(range(BUCKETS)),
+            seconds=SESSION + 5,
+            members=[b],
+        )
         took = time.monotonic() - killed
     finally:
         stop.set()
@@ -118,8 +138,11 @@ def test_a_member_killed_with_sigkill_loses_its_buckets_and_nothing_is_skipped(c
     assert took <= SESSION + 5, took
     assert victim and victim <= b.owned()
     ends = orders.end_offsets()
-    wait_for("b to reach the end", lambda: all((tb.bucket, ends[tb] - 1) in b.records() for tb in orders.buckets),
-             members=[b])
+    wait_for(
+        "b to reach the end",
+        lambda: all((tb.bucket, ends[tb] - 1) in b.records() for tb in orders.buckets),
+        members=[b],
+    )
     seen = a.records() | b.records()
     for tb in orders.buckets:  # at least once (C12): nothing skipped
         assert {o for bucket, o in seen if bucket == tb.bucket} >= set(range(ends[tb])), tb
@@ -144,17 +167,29 @@ def test_a_member_stopped_past_its_session_has_its_late_commit_refused(conn, ord
     batch = len(processing())  # the batch whose commit is late
     try:
         stopped_with = a.owned()
-        wait_for("b to take over", lambda: b.owned() == set(range(BUCKETS)), seconds=SESSION + 5, members=[b])
+        wait_for(
+            "b to take over",
+            lambda: b.owned() == set(range(BUCKETS)),
+            seconds=SESSION + 5,
+            members=[b],
+        )
         ends = orders.end_offsets()
-        wait_for("b to commit the end", lambda: all(conn.consumer(group_id="g").committed(tb) == ends[tb]
-                                                    for tb in orders.buckets), members=[b])
+        wait_for(
+            "b to commit the end",
+            lambda: all(
+                conn.consumer(group_id="g").committed(tb) == ends[tb] for tb in orders.buckets
+            ),
+            members=[b],
+        )
         committed = {tb: conn.consumer(group_id="g").committed(tb) for tb in orders.buckets}
     finally:
         a.process.send_signal(signal.SIGCONT)
     wait_for("a's late commit", lambda: _outcome(a.lines(), batch) is not None, members=[a, b])
     assert stopped_with
     assert _outcome(a.lines(), batch)[0] == "REFUSED"  # C11: refused...
-    assert {tb: conn.consumer(group_id="g").committed(tb) for tb in orders.buckets} == committed  # ...nothing written
+    assert {
+        tb: conn.consumer(group_id="g").committed(tb) for tb in orders.buckets
+    } == committed  # ...nothing written
 
 
 def _outcome(lines, batch):
@@ -165,6 +200,6 @@ def _outcome(lines, batch):
         if fields[0] == "PROCESSING":
             seen += 1
             if seen == batch:
-                rest = [f for f in lines[i + 1:] if f[0] in ("REFUSED", "COMMITTED")]
+                rest = [f for f in lines[i + 1 :] if f[0] in ("REFUSED", "COMMITTED")]
                 return rest[0] if rest else None
     return None

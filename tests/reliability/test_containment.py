@@ -100,9 +100,15 @@ def test_a_drop_marker_naming_another_directory_deletes_nothing_there(conn, host
     kept_files = {f for f in warehouse_files(conn) if f.startswith(keep.data_dir + "/")}
     # An interrupted drop of "gone": its marker committed, its data still there.
     node = conn.store.get(conn.paths.table("gone"))
-    conn.store.commit([Delete(conn.paths.table("gone"), node.stat.version),
-                       Create(conn.paths.dropped_table(gone.table_id),
-                              DroppedTable("gone", gone.data_dir).encode())])
+    conn.store.commit(
+        [
+            Delete(conn.paths.table("gone"), node.stat.version),
+            Create(
+                conn.paths.dropped_table(gone.table_id),
+                DroppedTable("gone", gone.data_dir).encode(),
+            ),
+        ]
+    )
     fake_id = uuid.uuid4().hex
     marker = conn.paths.dropped_table(fake_id)
     hostile.create(marker, DroppedTable("keep", marker_dir(form, conn, keep, victim)).encode())
@@ -182,8 +188,10 @@ def hostile_segment(conn, hostile, table, victim, form: str) -> str:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), victim / "f.parquet")
     path = conn.paths.segment(table.table_id, 0, 0)
     record = SegmentRecord.decode(conn.store.get(path).data, path)
-    hostile.set(path, SegmentRecord(escaping_file(form, table, victim), 1, record.size,
-                                    record.ts_floor).encode())
+    hostile.set(
+        path,
+        SegmentRecord(escaping_file(form, table, victim), 1, record.size, record.ts_floor).encode(),
+    )
     return path
 
 
@@ -196,8 +204,10 @@ def test_a_consumer_never_reads_a_segment_file_outside_its_table(conn, hostile, 
     with conn.consumer("t", auto_offset_reset="earliest") as consumer:
         with pytest.raises(lk.CorruptMetadataError) as exc_info:
             for _ in range(20):
-                assert all(666 not in batch.column("id").to_pylist()
-                           for batch in consumer.poll("100ms").values())
+                assert all(
+                    666 not in batch.column("id").to_pylist()
+                    for batch in consumer.poll("100ms").values()
+                )
     assert exc_info.value.path == path
 
 
@@ -217,8 +227,11 @@ def test_spark_reads_never_read_files_outside_their_table(conn, hostile, victim,
     hostile.set(snap, record._replace(files=(escaping_file(form, table, victim),)).encode())
     lease = conn.lease("q3", "1h")
     lease.acquire_latest("t")
-    reads = (lambda: lease.read(spark, "t"), lambda: read_snapshots(spark, table, {0: 1}),
-             lambda: read_at(spark, table))
+    reads = (
+        lambda: lease.read(spark, "t"),
+        lambda: read_snapshots(spark, table, {0: 1}),
+        lambda: read_at(spark, table),
+    )
     for read in reads:
         with pytest.raises(lk.CorruptMetadataError) as exc_info:
             read().collect()

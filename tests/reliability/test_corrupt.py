@@ -39,8 +39,13 @@ def _names_path(exc_info, path: str) -> None:
 @pytest.fixture
 def orders(conn, spark):
     """4 buckets with snapshots 1 and 2 each; only the newest one is retained."""
-    table = conn.create_table("orders", "id BIGINT, status STRING", "id", buckets=4,
-                              properties={"kv.snapshot.num-retained": 1})
+    table = conn.create_table(
+        "orders",
+        "id BIGINT, status STRING",
+        "id",
+        buckets=4,
+        properties={"kv.snapshot.num-retained": 1},
+    )
     table.append([{"id": i, "status": "new"} for i in range(100)])
     table.snapshot(spark)
     table.append([{"id": i, "status": "paid"} for i in range(100)])
@@ -70,8 +75,11 @@ def test_garbage_lease_znode_raises_naming_the_path(conn, garbage):
     assert conn.lease("sane").info().lease_id == "sane"
 
 
-@pytest.mark.parametrize("garbage", [GARBAGE["not-msgpack"], GARBAGE["missing-fields"]],
-                         ids=["not-msgpack", "missing-fields"])
+@pytest.mark.parametrize(
+    "garbage",
+    [GARBAGE["not-msgpack"], GARBAGE["missing-fields"]],
+    ids=["not-msgpack", "missing-fields"],
+)
 def test_expire_leases_skips_a_corrupt_lease_and_reclaims_the_others(conn, garbage):
     # L11, §9: expiry skips the unreadable lease and still reclaims the expired ones
     conn.update_settings({"lease.expiry-grace": "30s"})
@@ -105,17 +113,24 @@ def test_retention_skips_a_corrupt_lease_and_still_reclaims_the_rest(conn, order
     assert leases == {"old": "delete", "keeper": "keep"}
     snapshots = {(i.table_bucket.bucket, i.item_id): i for i in plan.items if i.kind == "snapshot"}
     assert {k: i.action for k, i in snapshots.items()} == {
-        (0, 1): "keep", (0, 2): "keep",      # pinned by the unreadable lease: kept, to be safe
-        (1, 1): "delete", (1, 2): "keep",    # its lease "old" expires in this pass (R5)
-        (2, 1): "keep", (2, 2): "keep",      # pinned by "keeper"
-        (3, 1): "delete", (3, 2): "keep",
+        (0, 1): "keep",
+        (0, 2): "keep",  # pinned by the unreadable lease: kept, to be safe
+        (1, 1): "delete",
+        (1, 2): "keep",  # its lease "old" expires in this pass (R5)
+        (2, 1): "keep",
+        (2, 2): "keep",  # pinned by "keeper"
+        (3, 1): "delete",
+        (3, 2): "keep",
     }
     assert "no known lease" in snapshots[(0, 1)].reason
     assert "keeper" in snapshots[(2, 1)].reason
 
     report = conn.run_retention()
     assert any(bad_path in e for e in report.errors)
-    deleted = {(i.kind, i.table_bucket.bucket if i.table_bucket else None, i.item_id) for i in report.deleted}
+    deleted = {
+        (i.kind, i.table_bucket.bucket if i.table_bucket else None, i.item_id)
+        for i in report.deleted
+    }
     assert deleted == {("lease", None, "old"), ("snapshot", 1, 1), ("snapshot", 3, 1)}
     assert conn.store.get(bad_path).data == GARBAGE["not-msgpack"]
     assert conn.store.exists(conn.paths.lease("old")) is None
@@ -139,7 +154,9 @@ def test_garbage_table_znode_raises_naming_the_path(conn, garbage):
     assert conn.tables() == ["bad", "sane"]
 
 
-@pytest.mark.parametrize("garbage", [p for p in TABLE_GARBAGE if p.id in ("not-msgpack", "missing-fields")])
+@pytest.mark.parametrize(
+    "garbage", [p for p in TABLE_GARBAGE if p.id in ("not-msgpack", "missing-fields")]
+)
 def test_retention_skips_a_corrupt_table_and_never_deletes_its_files(conn, garbage):
     # R4, R6, §9: the corrupt table is skipped by name; its files are never taken for
     # orphans, even with orphan.min-age 0s; the other table is planned and reclaimed
@@ -165,12 +182,19 @@ def test_retention_skips_a_corrupt_table_and_never_deletes_its_files(conn, garba
 
 
 @pytest.mark.parametrize("damage", ["garbage-snapshot", "garbage-bucket", "stray-child"])
-def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(conn, orders, damage):
+def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(
+    conn, orders, damage
+):
     # R4, R6, §9: a snapshot or bucket znode that cannot be read, or a child that is no
     # snapshot id, is named in ``skipped``; the files it may reference are kept even with
     # orphan.min-age 0s, and the other buckets are planned and reclaimed as usual
     conn.update_settings({"orphan.min-age": "0s"})
-    newest = [f for s in orders.snapshots() if (s.table_bucket.bucket, s.snapshot_id) == (0, 2) for f in s.files]
+    newest = [
+        f
+        for s in orders.snapshots()
+        if (s.table_bucket.bucket, s.snapshot_id) == (0, 2)
+        for f in s.files
+    ]
     if damage == "garbage-snapshot":
         path = conn.paths.snapshot(orders.table_id, 0, 2)
         _corrupt(conn, path, GARBAGE["not-msgpack"])
@@ -184,7 +208,11 @@ def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(c
     plan = conn.retention_plan()
     assert len(plan.skipped) == 1 and path in plan.skipped[0]
     assert [i for i in plan.items if i.kind == "orphan"] == []
-    deletes = {(i.table_bucket.bucket, i.item_id) for i in plan.items if i.kind == "snapshot" and i.action == "delete"}
+    deletes = {
+        (i.table_bucket.bucket, i.item_id)
+        for i in plan.items
+        if i.kind == "snapshot" and i.action == "delete"
+    }
     assert {(1, 1), (2, 1), (3, 1)} <= deletes
     report = conn.run_retention()
     assert not [i for i in report.deleted if i.kind == "orphan"]

@@ -32,7 +32,10 @@ def _race(conns, name: str, lease_ids: list[str]) -> tuple[object, list[object]]
 
     acquirers = [conns[1 + i % (len(conns) - 1)] for i in range(len(lease_ids))]
     calls = [lambda: conns[0].drop_table(name)]
-    calls += [lambda lid=lid, c=c: c.lease(lid, "1h").acquire_latest(name) for lid, c in zip(lease_ids, acquirers)]
+    calls += [
+        lambda lid=lid, c=c: c.lease(lid, "1h").acquire_latest(name)
+        for lid, c in zip(lease_ids, acquirers)
+    ]
     threads = [threading.Thread(target=run, args=(i, call)) for i, call in enumerate(calls)]
     for thread in threads:
         thread.start()
@@ -47,7 +50,9 @@ def _lease_arrays_on(conn, lease_id: str, table_id: str) -> list[str]:
     return [n for n in names if n.startswith(f"{table_id}.")]
 
 
-def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(conn, zookeeper, warehouse, namespace):
+def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
+    conn, zookeeper, warehouse, namespace
+):
     # DESIGN §9 races: drop_table racing acquire refuses the drop or fails the acquire (L3)
     others = [lk.connect(zookeeper, warehouse, namespace=namespace) for _ in range(2)]
     conns = [conn, *others]
@@ -62,7 +67,9 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(conn, zook
             lease_ids = [f"r{rounds}-{k}" for k in range(ACQUIRERS)]
             dropped, acquired = _race(conns, name, lease_ids)
             for lid, result in zip(lease_ids, acquired):
-                assert isinstance(result, (lk.AcquireResult, lk.TableNotFoundError)), f"{lid}: {result!r}"
+                assert isinstance(result, (lk.AcquireResult, lk.TableNotFoundError)), (
+                    f"{lid}: {result!r}"
+                )
                 if isinstance(result, lk.TableNotFoundError):
                     counts["acquire failed"] += 1
             if isinstance(dropped, lk.IllegalStateError):
@@ -83,12 +90,19 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(conn, zook
                 counts["dropped"] += 1
                 with pytest.raises(lk.TableNotFoundError):
                     conn.table(name)
-                assert conn.store.exists(conn.paths.table_data(table.table_id)) is None  # no pin znode left
+                assert (
+                    conn.store.exists(conn.paths.table_data(table.table_id)) is None
+                )  # no pin znode left
                 for lid in lease_ids:
                     arrays = _lease_arrays_on(conn, lid, table.table_id)
-                    pins = {tb: s for tb, s in conn.lease(lid).info().pins.items() if tb.table == name} \
-                        if conn.store.exists(conn.paths.lease(lid)) else {}
-                    assert not arrays and not pins, f"lease {lid} still pins dropped table {name}: {pins or arrays}"
+                    pins = (
+                        {tb: s for tb, s in conn.lease(lid).info().pins.items() if tb.table == name}
+                        if conn.store.exists(conn.paths.lease(lid))
+                        else {}
+                    )
+                    assert not arrays and not pins, (
+                        f"lease {lid} still pins dropped table {name}: {pins or arrays}"
+                    )
                     conn.drop_kv_snapshot_lease(lid)
             rounds += 1
     finally:
@@ -139,8 +153,15 @@ def test_dropper_that_died_after_committing_keeps_acquires_out(conn):
     seed_empty_snapshots(conn, table)
     data = conn.paths.table_data(table.table_id)
     marked = drop_fence.mark(conn, table.table_id, conn.store.get(data).stat.version)
-    conn.store.commit([Check(data, marked), Delete(conn.paths.table("t")),
-                       Create(conn.paths.dropped_table(table.table_id), DroppedTable("t", table.data_dir).encode())])
+    conn.store.commit(
+        [
+            Check(data, marked),
+            Delete(conn.paths.table("t")),
+            Create(
+                conn.paths.dropped_table(table.table_id), DroppedTable("t", table.data_dir).encode()
+            ),
+        ]
+    )
     conn.clock = lambda ms: ms + drop_fence.STALE_MARK_MS + 1000
     with pytest.raises(lk.TableNotFoundError):
         acquire_latest(conn, "a", [table], 3_600_000)  # a handle loaded before the drop

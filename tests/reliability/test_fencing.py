@@ -30,8 +30,13 @@ def _expired_nightly(conn) -> lk.Table:
     """A table with three snapshots per bucket (only the newest retained, the log expired at
     once) and the lease ``nightly`` on bucket 0's first snapshot, expired, no grace."""
     conn.update_settings({"orphan.min-age": "0s", "lease.expiry-grace": "0s"})
-    table = conn.create_table("t", SCHEMA, "id", buckets=2,
-                              properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"})
+    table = conn.create_table(
+        "t",
+        SCHEMA,
+        "id",
+        buckets=2,
+        properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"},
+    )
     grow(table, 3)
     conn.lease("nightly", "300ms", drop_on_exit=False).acquire({TB("t", 0): 1})
     time.sleep(0.5)
@@ -46,7 +51,9 @@ def _reacquire_nightly(conn) -> None:
 
 def _state(conn, table) -> tuple:
     snaps = sorted((s.table_bucket.bucket, s.snapshot_id) for s in table.snapshots())
-    segs = sorted((b, s.base_offset) for b, ss in list_segments(table, range(2)).items() for s in ss)
+    segs = sorted(
+        (b, s.base_offset) for b, ss in list_segments(table, range(2)).items() for s in ss
+    )
     pins = conn.store.children(conn.paths.snapshot(table.table_id, 0, 1))
     return snaps, segs, pins, sorted(warehouse_files(conn))
 
@@ -152,8 +159,9 @@ def _stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def test_janitor_paused_past_its_session_deletes_nothing(conn, zookeeper, warehouse, namespace,
-                                                         caplog, tmp_path: Path) -> None:
+def test_janitor_paused_past_its_session_deletes_nothing(
+    conn, zookeeper, warehouse, namespace, caplog, tmp_path: Path
+) -> None:
     # §9 Fencing, R7: a real janitor process plans, is stopped (SIGSTOP) past its session while
     # another janitor is elected and runs passes, and is resumed (SIGCONT) with its stale
     # plan. Meanwhile the lease was dropped and acquired again, log segments became needed by
@@ -165,11 +173,17 @@ def test_janitor_paused_past_its_session_deletes_nothing(conn, zookeeper, wareho
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     err_path = tmp_path / "stale.err"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", STALE_JANITOR, zookeeper, warehouse, namespace],
-                                env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STALE_JANITOR, zookeeper, warehouse, namespace],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
     stop = threading.Event()
-    other = threading.Thread(target=janitor.run, args=(conn, "300ms", stop), name="janitor-new",
-                             daemon=True)
+    other = threading.Thread(
+        target=janitor.run, args=(conn, "300ms", stop), name="janitor-new", daemon=True
+    )
     try:
         line = _line(proc, 60)
         assert line.startswith("planned"), line + err_path.read_text()
@@ -181,8 +195,13 @@ def test_janitor_paused_past_its_session_deletes_nothing(conn, zookeeper, wareho
         other.start()
 
         def passes() -> int:
-            return len([r for r in caplog.records if r.threadName == "janitor-new"
-                        and r.getMessage().startswith("janitor pass:")])
+            return len(
+                [
+                    r
+                    for r in caplog.records
+                    if r.threadName == "janitor-new" and r.getMessage().startswith("janitor pass:")
+                ]
+            )
 
         wait_for(lambda: passes() >= 2, 30, "the other janitor to be elected and run passes")
         wait_for(lambda: not conn.retention_plan().deletes, 10, "the other janitor's work done")
@@ -196,8 +215,11 @@ def test_janitor_paused_past_its_session_deletes_nothing(conn, zookeeper, wareho
         proc.send_signal(signal.SIGCONT)
         line = _line(proc, 60)
         assert line.startswith("applying on a new session True"), line + err_path.read_text()
-        wait_for(lambda: re.search(r"janitor pass|lost the election", err_path.read_text()),
-                 30, "the stale janitor to finish its pass")
+        wait_for(
+            lambda: re.search(r"janitor pass|lost the election", err_path.read_text()),
+            30,
+            "the stale janitor to finish its pass",
+        )
         time.sleep(1.0)
         assert _state(conn, table) == before, err_path.read_text()
         assert "nightly" in {i.lease_id for i in conn.leases()}

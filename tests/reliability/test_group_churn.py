@@ -49,11 +49,19 @@ class Member(threading.Thread):
 
     def run(self) -> None:
         try:
-            with self.conn.consumer("orders", group_id="g", auto_offset_reset="earliest", session_timeout="3s",
-                                    auto_commit_interval="0.2s", listener=Ownership(self.name)) as consumer:
+            with self.conn.consumer(
+                "orders",
+                group_id="g",
+                auto_offset_reset="earliest",
+                session_timeout="3s",
+                auto_commit_interval="0.2s",
+                listener=Ownership(self.name),
+            ) as consumer:
                 while not self.leave.is_set():
                     for tb, table in consumer.poll(timeout="0.1s").items():
-                        self.seen.update((tb.bucket, o) for o in table.column("_offset").to_pylist())
+                        self.seen.update(
+                            (tb.bucket, o) for o in table.column("_offset").to_pylist()
+                        )
                     self.joined.set()
         except BaseException as exc:  # anything reaching user code fails the test
             self.errors.append(f"{self.name}: {type(exc).__name__}: {exc}")

@@ -21,7 +21,9 @@ SECONDS = 8.0
 
 def _named_files(table) -> set[str]:
     """Every file the table's committed metadata names: log segments and snapshots."""
-    files = {s.file for segs in list_segments(table, range(table.num_buckets)).values() for s in segs}
+    files = {
+        s.file for segs in list_segments(table, range(table.num_buckets)).values() for s in segs
+    }
     return files | {f for snap in table.snapshots() for f in snap.files}
 
 
@@ -30,11 +32,21 @@ def test_orphan_cleanup_never_deletes_committed_files(conn):
     # once, so a write committing while retention gathers must not look like an orphan.
     # W2 / R2: a reader that sees metadata always finds every file it names.
     conn.update_settings({"orphan.min-age": 0})
-    tables = [conn.create_table(f"t{i}", "id BIGINT, v STRING", "id", buckets=BUCKETS) for i in range(TABLES)]
+    tables = [
+        conn.create_table(f"t{i}", "id BIGINT, v STRING", "id", buckets=BUCKETS)
+        for i in range(TABLES)
+    ]
     stop = threading.Event()
     violations: list[str] = []
     failures: list[str] = []
-    counts = {"appends": 0, "snapshots": 0, "dead writes": 0, "passes": 0, "orphans deleted": 0, "checks": 0}
+    counts = {
+        "appends": 0,
+        "snapshots": 0,
+        "dead writes": 0,
+        "passes": 0,
+        "orphans deleted": 0,
+        "checks": 0,
+    }
 
     def guarded(body):
         def run() -> None:
@@ -44,6 +56,7 @@ def test_orphan_cleanup_never_deletes_committed_files(conn):
             except Exception:
                 failures.append(traceback.format_exc())
                 stop.set()
+
         return run
 
     def writer(seed: int):
@@ -53,15 +66,20 @@ def test_orphan_cleanup_never_deletes_committed_files(conn):
             table = rng.choice(tables)
             dice = rng.random()
             if dice < 0.05:  # a writer that died before its commit: a true orphan (R4)
-                conn.warehouse.write_parquet(f"{table.data_dir}/log/0/dead-{rng.getrandbits(64):x}.parquet",
-                                             pa.table({"id": [1]}))
+                conn.warehouse.write_parquet(
+                    f"{table.data_dir}/log/0/dead-{rng.getrandbits(64):x}.parquet",
+                    pa.table({"id": [1]}),
+                )
                 counts["dead writes"] += 1
             elif dice < 0.2:
                 grow(table, 1, rows=BUCKETS * 4)  # an append, then a snapshot of every bucket
                 counts["snapshots"] += 1
             else:
-                table.append([{"id": rng.randrange(1000), "v": f"{rng.random():.6f}"} for _ in range(8)])
+                table.append(
+                    [{"id": rng.randrange(1000), "v": f"{rng.random():.6f}"} for _ in range(8)]
+                )
             counts["appends"] += 1
+
         return step
 
     def retention() -> None:
@@ -76,7 +94,9 @@ def test_orphan_cleanup_never_deletes_committed_files(conn):
                 # retention deletes metadata first and files after: only a file that committed
                 # metadata still names after it was found missing is a lost file
                 lost = missing & _named_files(table)
-                violations.extend(f"{table.name}: {f} is named by committed metadata but gone" for f in lost)
+                violations.extend(
+                    f"{table.name}: {f} is named by committed metadata but gone" for f in lost
+                )
                 if lost:
                     stop.set()
         counts["checks"] += 1
@@ -84,7 +104,10 @@ def test_orphan_cleanup_never_deletes_committed_files(conn):
     grow(tables[0], 1)  # warm up (lazy imports are not thread-safe) before the threads start
     conn.run_retention()
     threads = [threading.Thread(target=guarded(writer(s))) for s in range(WRITERS)]
-    threads += [threading.Thread(target=guarded(retention)), threading.Thread(target=guarded(checker))]
+    threads += [
+        threading.Thread(target=guarded(retention)),
+        threading.Thread(target=guarded(checker)),
+    ]
     for t in threads:
         t.start()
     stop.wait(SECONDS)

@@ -31,7 +31,8 @@ def stock(conn: lk.Connection) -> None:
 
 
 def test_second_zookeeper_on_the_same_warehouse_is_refused_and_deletes_nothing(
-        zookeeper, own_zk, warehouse, namespace):
+    zookeeper, own_zk, warehouse, namespace
+):
     # §9 Ownership: LEASEKIT_ZOOKEEPER for one user, another ZooKeeper for the other
     with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
         stock(first)
@@ -72,7 +73,9 @@ def test_existing_warehouse_without_marker_is_adopted(zookeeper, warehouse, name
         assert sum(again.table("t").end_offsets().values()) == 20
 
 
-def test_namespace_recreated_in_zookeeper_does_not_own_the_old_files(zookeeper, warehouse, namespace):
+def test_namespace_recreated_in_zookeeper_does_not_own_the_old_files(
+    zookeeper, warehouse, namespace
+):
     # §9 Ownership: a namespace dropped from ZooKeeper and created again is another instance
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
         stock(conn)
@@ -88,8 +91,11 @@ def test_namespace_recreated_in_zookeeper_does_not_own_the_old_files(zookeeper, 
 
 def data_files_at(warehouse: str, namespace: str) -> dict[str, int]:
     root = os.path.join(warehouse, namespace)
-    return {os.path.relpath(os.path.join(d, f), warehouse): os.path.getsize(os.path.join(d, f))
-            for d, _, names in os.walk(root) for f in names}
+    return {
+        os.path.relpath(os.path.join(d, f), warehouse): os.path.getsize(os.path.join(d, f))
+        for d, _, names in os.walk(root)
+        for f in names
+    }
 
 
 def test_pyarrow_file_system_warehouse_is_owned_too(zookeeper, own_zk, namespace):

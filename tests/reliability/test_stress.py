@@ -184,8 +184,9 @@ class Stress:
         with self.acked.lock:
             for item in report.deleted:
                 if item.kind == "snapshot":
-                    self.acked.deleted_snapshots.add((item.table_bucket.table, item.table_bucket.bucket,
-                                                      int(item.item_id)))
+                    self.acked.deleted_snapshots.add(
+                        (item.table_bucket.table, item.table_bucket.bucket, int(item.item_id))
+                    )
         self.counts.add("retention passes")
         self.counts.add("deleted items", len(report.deleted))
         for item in report.deleted:
@@ -214,8 +215,10 @@ class Stress:
         now = conn.server_time_ms()
         limit = slot.expires_ms + (GRACE_MS if isinstance(exc, lk.LeaseNotFoundError) else 0)
         if slot.exists and now <= limit:
-            self.violation(f"{what} of {slot.lease_id}: {type(exc).__name__} at {now}, "
-                           f"acknowledged until {slot.expires_ms}: {exc}")
+            self.violation(
+                f"{what} of {slot.lease_id}: {type(exc).__name__} at {now}, "
+                f"acknowledged until {slot.expires_ms}: {exc}"
+            )
 
     def op_own(self, conn, tables, rng, worker: int) -> None:
         slot = rng.choice(self.slots[worker])
@@ -230,16 +233,22 @@ class Stress:
                     result = handle.acquire_latest(name)
                     if set(result.acquired) != set(tables[name].buckets) or result.unavailable:
                         # L6: every bucket has a snapshot, and the newest is never deleted
-                        self.violation(f"acquire_latest of {slot.lease_id} left {result.unavailable} unpinned")
+                        self.violation(
+                            f"acquire_latest of {slot.lease_id} left {result.unavailable} unpinned"
+                        )
                 else:
                     wanted = self._wanted(tables, rng)
                     result = handle.acquire(wanted)  # L3, L4
                     for tb, sid in result.acquired.items():
                         if wanted[tb] != sid:
-                            self.violation(f"acquire of {slot.lease_id} pinned {tb} {sid}, asked {wanted[tb]}")
+                            self.violation(
+                                f"acquire of {slot.lease_id} pinned {tb} {sid}, asked {wanted[tb]}"
+                            )
                     for tb, sid in wanted.items():
                         if sid >= 1000 and tb not in result.unavailable:
-                            self.violation(f"acquire of {slot.lease_id}: missing snapshot {tb} {sid} not unavailable")
+                            self.violation(
+                                f"acquire of {slot.lease_id}: missing snapshot {tb} {sid} not unavailable"
+                            )
                     self.counts.add("unavailable", len(result.unavailable))
                 slot.note(f"acquire -> {result}")
                 info = handle.info()
@@ -247,8 +256,10 @@ class Stress:
                     # L8, L11: the first acquire after a reclaim creates a fresh lease; the
                     # old one may only have gone after expiry + grace
                     if _ms(info.renewed_at) <= slot.expires_ms + GRACE_MS:
-                        self.violation(f"{slot.lease_id} was recreated at {_ms(info.renewed_at)}, "
-                                       f"acknowledged until {slot.expires_ms}")
+                        self.violation(
+                            f"{slot.lease_id} was recreated at {_ms(info.renewed_at)}, "
+                            f"acknowledged until {slot.expires_ms}"
+                        )
                     slot.pins = {}
                     self.counts.add("own leases recreated")
                 slot.exists, slot.created_at = True, info.created_at
@@ -261,7 +272,9 @@ class Stress:
                 self.counts.add("renews")
             elif kind == "release":
                 buckets = rng.sample(sorted(slot.pins), min(len(slot.pins), rng.randint(0, 3)))
-                buckets.append(TB(rng.choice(TABLES), rng.randrange(BUCKETS)))  # maybe not pinned (L9)
+                buckets.append(
+                    TB(rng.choice(TABLES), rng.randrange(BUCKETS))
+                )  # maybe not pinned (L9)
                 handle.release(buckets)
                 slot.note(f"release {buckets}")
                 for tb in buckets:
@@ -285,9 +298,16 @@ class Stress:
 
     def _read_back(self, slot: OwnLease, info: lk.LeaseInfo) -> None:
         # L4, L7, L9: the stored lease is exactly what its calls acknowledged
-        if (info.pins, _ms(info.expires_at), info.created_at) != (slot.pins, slot.expires_ms, slot.created_at):
-            self.violation(f"{slot.lease_id} reads back pins {info.pins} until {_ms(info.expires_at)}, "
-                           f"acknowledged {slot.pins} until {slot.expires_ms}\n" + "\n".join(slot.history[-12:]))
+        if (info.pins, _ms(info.expires_at), info.created_at) != (
+            slot.pins,
+            slot.expires_ms,
+            slot.created_at,
+        ):
+            self.violation(
+                f"{slot.lease_id} reads back pins {info.pins} until {_ms(info.expires_at)}, "
+                f"acknowledged {slot.pins} until {slot.expires_ms}\n"
+                + "\n".join(slot.history[-12:])
+            )
         self.counts.add("lease reads")
 
     def op_shared(self, conn, tables, rng) -> None:
@@ -315,8 +335,14 @@ class Stress:
             slot.duration = rng.uniform(3.0, 10.0)
         conn = self.connect()
         tables = {name: conn.table(name) for name in TABLES}
-        ops = [(self.op_append, 25), (lambda *a: self.op_own(*a, index), 35), (self.op_shared, 12),
-               (self.op_snapshot, 6), (self.op_retention, 6), (self.op_expire, 6)]
+        ops = [
+            (self.op_append, 25),
+            (lambda *a: self.op_own(*a, index), 35),
+            (self.op_shared, 12),
+            (self.op_snapshot, 6),
+            (self.op_retention, 6),
+            (self.op_expire, 6),
+        ]
         while not self.stop.is_set():
             if self.pause.is_set():
                 self.paused[index].set()
@@ -354,8 +380,11 @@ class Stress:
     def _check_pins(self, conn, tables) -> None:
         now = conn.server_time_ms()
         live = [i for i in conn.leases() if _ms(i.expires_at) >= now]
-        stored = {(s.table_bucket, s.snapshot_id): s
-                  for table in tables.values() for s in list_snapshots(table, range(BUCKETS))}
+        stored = {
+            (s.table_bucket, s.snapshot_id): s
+            for table in tables.values()
+            for s in list_snapshots(table, range(BUCKETS))
+        }
         for info in live:
             for tb, sid in info.pins.items():
                 snap = stored.get((tb, sid))
@@ -375,7 +404,11 @@ class Stress:
             again = lease_admin.info(conn, seen.lease_id)
         except lk.LeaseNotFoundError:
             return
-        if again.created_at == seen.created_at and again.pins.get(tb) == sid and _ms(again.expires_at) >= now:
+        if (
+            again.created_at == seen.created_at
+            and again.pins.get(tb) == sid
+            and _ms(again.expires_at) >= now
+        ):
             self.violation(f"R2: lease {seen.lease_id} pins {tb} snapshot {sid} but {problem}")
 
     # -- the run -------------------------------------------------------------------------
@@ -429,10 +462,14 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
                 elif r.start >= begins[tb] and not (r.start in bases and r.end in bases):
                     problems.append(f"{tb}: acknowledged {r} is not stored as segments")
                 elif r.start < begins[tb] < r.end:
-                    problems.append(f"{tb}: acknowledged {r} is cut by beginning offset {begins[tb]}")
+                    problems.append(
+                        f"{tb}: acknowledged {r} is cut by beginning offset {begins[tb]}"
+                    )
             mine = [sid for (t, sid) in acked.snapshots if t == tb]
             if mine and latest.get(bucket, 0) < max(mine):
-                problems.append(f"{tb}: latest snapshot {latest.get(bucket)} < acknowledged {max(mine)}")
+                problems.append(
+                    f"{tb}: latest snapshot {latest.get(bucket)} < acknowledged {max(mine)}"
+                )
         for (tb, sid), snap in acked.snapshots.items():
             if tb.table != name:
                 continue
@@ -442,7 +479,11 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
                     problems.append(f"{tb} snapshot {sid} changed: {now} != {snap}")
                 if not all(os.path.exists(f) for f in now.files):
                     problems.append(f"{tb} snapshot {sid} lost files")
-            elif (name, tb.bucket, sid) not in acked.deleted_snapshots and not acked.retention_interrupted:
+            elif (
+                name,
+                tb.bucket,
+                sid,
+            ) not in acked.deleted_snapshots and not acked.retention_interrupted:
                 problems.append(f"{tb} snapshot {sid} vanished without retention deleting it")
             elif sid >= latest.get(tb.bucket, 0):
                 problems.append(f"{tb} snapshot {sid} (the newest) was deleted")
@@ -454,10 +495,15 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
         info = stored_leases.get(slot.lease_id)
         if info is None:
             if now <= slot.expires_ms + GRACE_MS:  # L11: never reclaimed before expiry + grace
-                problems.append(f"lease {slot.lease_id} gone although acknowledged until {slot.expires_ms}")
+                problems.append(
+                    f"lease {slot.lease_id} gone although acknowledged until {slot.expires_ms}"
+                )
         elif info.pins != slot.pins or _ms(info.expires_at) != slot.expires_ms:
-            problems.append(f"lease {slot.lease_id}: stored {info.pins} until {_ms(info.expires_at)}, "
-                            f"acknowledged {slot.pins} until {slot.expires_ms}\n" + "\n".join(slot.history[-12:]))
+            problems.append(
+                f"lease {slot.lease_id}: stored {info.pins} until {_ms(info.expires_at)}, "
+                f"acknowledged {slot.pins} until {slot.expires_ms}\n"
+                + "\n".join(slot.history[-12:])
+            )
     return problems
 
 
@@ -486,28 +532,40 @@ def metadata_consistency(conn) -> list[str]:
         for name in store.children(paths.lease_pins(lease_id)) or []:
             chunk_path = f"{paths.lease_pins(lease_id)}/{name}"
             table_id, chunk = paths.parse_lease_chunk(name)
-            for i, sid in enumerate(PinChunk.decode(store.get(chunk_path), chunk_path, table_id, chunk).ids):
+            for i, sid in enumerate(
+                PinChunk.decode(store.get(chunk_path), chunk_path, table_id, chunk).ids
+            ):
                 if sid:
                     bucket = chunk * CHUNK + i
                     arrays[lease_id][(table_id, bucket)] = sid
                     if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
-                        problems.append(f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin")
+                        problems.append(
+                            f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin"
+                        )
     for name in TABLES:
         table = conn.table(name)
         tid = table.table_id
         for bucket in range(BUCKETS):
-            state = BucketState.decode(store.get(paths.bucket(tid, bucket)), paths.bucket(tid, bucket))
+            state = BucketState.decode(
+                store.get(paths.bucket(tid, bucket)), paths.bucket(tid, bucket)
+            )
             ids = sorted(int(s) for s in store.children(paths.snapshots(tid, bucket)) or [])
             latest = state.latest_snapshot
             if ids and (latest != ids[-1] or state.next_snapshot <= ids[-1]):
-                problems.append(f"{name}/{bucket}: bucket state {state} disagrees with snapshots {ids}")
+                problems.append(
+                    f"{name}/{bucket}: bucket state {state} disagrees with snapshots {ids}"
+                )
             if read_latest(table, [bucket]).get(bucket) != latest:
-                problems.append(f"{name}/{bucket}: latest-snapshot array disagrees with the bucket state")
+                problems.append(
+                    f"{name}/{bucket}: latest-snapshot array disagrees with the bucket state"
+                )
             for sid in ids:
                 snap_path = paths.snapshot(tid, bucket, sid)
                 files = SnapshotRecord.decode(store.get(snap_path).data, snap_path).files
                 if not all(os.path.exists(conn.warehouse.uri(f)) for f in files):
-                    problems.append(f"orphan snapshot metadata: {name}/{bucket} snapshot {sid} lost files")
+                    problems.append(
+                        f"orphan snapshot metadata: {name}/{bucket} snapshot {sid} lost files"
+                    )
                 for holder in store.children(snap_path) or []:
                     if arrays.get(holder, {}).get((tid, bucket)) != sid:
                         problems.append(f"orphan pin: {snap_path}/{holder}")
@@ -520,7 +578,9 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
     conn = connect()
     conn.update_settings({"lease.expiry-grace": GRACE, "orphan.min-age": ORPHAN_MIN_AGE})
     for name in TABLES:
-        table = conn.create_table(name, "id BIGINT, v STRING", "id", buckets=BUCKETS, properties=TABLE_PROPERTIES)
+        table = conn.create_table(
+            name, "id BIGINT, v STRING", "id", buckets=BUCKETS, properties=TABLE_PROPERTIES
+        )
         table.append([{"id": i, "v": "seed"} for i in range(200)])
         table.snapshot(spark)
     stress = Stress(connect, spark, seconds)
@@ -529,7 +589,9 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
     keeper = connect().lease("keepalive", "90s", keepalive=True, drop_on_exit=False)
     keeper_pins = keeper.acquire_latest(TABLES).acquired
 
-    threads = [threading.Thread(target=stress.worker, args=(i,), daemon=True) for i in range(WORKERS)]
+    threads = [
+        threading.Thread(target=stress.worker, args=(i,), daemon=True) for i in range(WORKERS)
+    ]
     threads.append(threading.Thread(target=stress.checker, daemon=True))
     start = time.monotonic()
     kills = [0.4] if seconds < 30 else [0.3, 0.65]
@@ -552,7 +614,9 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
             # L4: the keepalive lease moves its "orders" pins to the newest snapshots, so the
             # log below its old ones can go (R3) while "events" stays pinned at snapshot 1
             moved = keeper.acquire_latest("orders")
-            assert set(moved.acquired) == set(conn.table("orders").buckets) and not moved.unavailable
+            assert (
+                set(moved.acquired) == set(conn.table("orders").buckets) and not moved.unavailable
+            )
             keeper_pins.update(moved.acquired)
         time.sleep(max(0.0, start + seconds - time.monotonic()))
         stress.stop.set()
@@ -560,7 +624,9 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
         for thread in threads:
             thread.join(timeout=300)
         assert not any(t.is_alive() for t in threads), "a worker hung"
-        assert keeper.alive, f"the keepalive lease did not ride out the restart: {keeper._failure!r}"  # L13
+        assert keeper.alive, (
+            f"the keepalive lease did not ride out the restart: {keeper._failure!r}"
+        )  # L13
         assert keeper.info().pins == keeper_pins
 
     assert not stress.failures, "\n".join(stress.failures[:5])
@@ -578,8 +644,11 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
         snapshots = conn.table(name).snapshots()
         assert sorted(s.table_bucket.bucket for s in snapshots) == list(range(BUCKETS))
         for snap in snapshots:
-            assert not conn.store.children(conn.paths.snapshot(conn.table(name).table_id,
-                                                               snap.table_bucket.bucket, snap.snapshot_id))
+            assert not conn.store.children(
+                conn.paths.snapshot(
+                    conn.table(name).table_id, snap.table_bucket.bucket, snap.snapshot_id
+                )
+            )
 
     c = stress.counts
     summary = (

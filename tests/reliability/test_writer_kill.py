@@ -42,7 +42,9 @@ CHILD = textwrap.dedent("""
 def _kill_writer_before_commit(zookeeper, warehouse, namespace, tmp_path) -> list[str]:
     """Run a writer that stops between file write and commit, SIGKILL it; its files."""
     signal_file = tmp_path / "written.json"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, zookeeper, warehouse, namespace, str(signal_file)])
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, zookeeper, warehouse, namespace, str(signal_file)]
+    )
     try:
         deadline = time.monotonic() + 120
         while not signal_file.exists():
@@ -65,7 +67,9 @@ def events(conn):
     return table
 
 
-def test_killed_writer_leaves_no_offset_gap(conn, events, zookeeper, warehouse, namespace, tmp_path):
+def test_killed_writer_leaves_no_offset_gap(
+    conn, events, zookeeper, warehouse, namespace, tmp_path
+):
     # W1, W2: a writer killed between file write and commit changes no offset
     before_ends = events.end_offsets()
     before_begins = events.beginning_offsets()
@@ -87,12 +91,15 @@ def test_killed_writer_leaves_no_offset_gap(conn, events, zookeeper, warehouse, 
     after_ends = events.end_offsets()
     assert sum(after_ends.values()) == sum(before_ends.values()) + 60
     for bucket, rows in read_log(events).items():
-        assert [r["_offset"] for r in rows] == list(range(after_ends[lk.TableBucket("events", bucket)]))
+        assert [r["_offset"] for r in rows] == list(
+            range(after_ends[lk.TableBucket("events", bucket)])
+        )
         assert "lost" not in {r["v"] for r in rows}
 
 
-def test_killed_writers_orphans_are_removed_after_min_age(conn, events, zookeeper, warehouse, namespace,
-                                                          tmp_path):
+def test_killed_writers_orphans_are_removed_after_min_age(
+    conn, events, zookeeper, warehouse, namespace, tmp_path
+):
     # W2, R4: the dead writer's files are orphans; retention keeps them while younger than
     # orphan.min-age (they may be a write in progress) and deletes them after
     written = _kill_writer_before_commit(zookeeper, warehouse, namespace, tmp_path)
@@ -104,8 +111,10 @@ def test_killed_writers_orphans_are_removed_after_min_age(conn, events, zookeepe
     kept = {i.item_id: i for i in plan.items if i.kind == "orphan"}
     assert set(kept) == orphans
     # kept: the dead writer's marker lives until its session times out, then min-age applies
-    assert all(i.action == "keep" and ("orphan.min-age" in i.reason or "still in progress" in i.reason)
-               for i in kept.values())
+    assert all(
+        i.action == "keep" and ("orphan.min-age" in i.reason or "still in progress" in i.reason)
+        for i in kept.values()
+    )
     assert not conn.run_retention().deleted
     assert all(os.path.exists(uri) for uri in orphans)
 

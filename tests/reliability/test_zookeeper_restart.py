@@ -29,8 +29,15 @@ def state(connect, spark):
     q3 = conn.lease("q3", "2h").acquire_latest("orders")
     old = conn.lease("old", "1h").acquire({TB("orders", 0): 1, TB("orders", 1): 1})
     conn.acquire_kv_snapshot_lease("empty", {}, "30m")
-    return conn, orders, {"appends": [first, second], "snapshots": [snap1, snap2],
-                          "acquired": {"q3": q3, "old": old}}
+    return (
+        conn,
+        orders,
+        {
+            "appends": [first, second],
+            "snapshots": [snap1, snap2],
+            "acquired": {"q3": q3, "old": old},
+        },
+    )
 
 
 def _restart(own_zk, conn) -> None:
@@ -61,7 +68,9 @@ def test_acknowledged_metadata_survives_kill_and_restart(own_zk, connect, state)
     assert leases_after["old"].pins == acked["acquired"]["old"].acquired
     assert orders.end_offsets() == ends
     assert orders.beginning_offsets() == begins
-    assert {tb: r.end for tb, r in acked["appends"][1].items()} == {tb: ends[tb] for tb in acked["appends"][1]}
+    assert {tb: r.end for tb, r in acked["appends"][1].items()} == {
+        tb: ends[tb] for tb in acked["appends"][1]
+    }
     assert orders.snapshots() == snapshots
     assert orders.latest_snapshots() == latest == {tb: 2 for tb in orders.buckets}
     for snap in (s for taken in acked["snapshots"] for s in taken.values()):
@@ -71,7 +80,9 @@ def test_acknowledged_metadata_survives_kill_and_restart(own_zk, connect, state)
     assert namespace_tree(conn) == tree
 
     # a second client sees the same
-    with lk.connect(own_zk.address, conn.warehouse.location, namespace=conn.namespace, timeout="30s") as other:
+    with lk.connect(
+        own_zk.address, conn.warehouse.location, namespace=conn.namespace, timeout="30s"
+    ) as other:
         assert {i.lease_id: i for i in other.leases()} == leases_before
         assert other.table("orders").end_offsets() == ends
 
@@ -88,7 +99,9 @@ def test_client_carries_on_after_restart(own_zk, connect, state, spark):
     ranges = orders.append([{"id": i, "status": "shipped"} for i in range(1000, 1100)])
     assert {tb: r.start for tb, r in ranges.items()} == {tb: ends[tb] for tb in ranges}
     for bucket, rows in read_log(orders).items():
-        assert [r["_offset"] for r in rows] == list(range(orders.end_offsets()[TB("orders", bucket)]))
+        assert [r["_offset"] for r in rows] == list(
+            range(orders.end_offsets()[TB("orders", bucket)])
+        )
     q3 = conn.lease("q3", "2h")
     assert q3.renew() >= conn.lease("q3").info().expires_at
     assert q3.info().renewed_at > renewed_before
@@ -101,7 +114,8 @@ def test_client_carries_on_after_restart(own_zk, connect, state, spark):
     report = conn.run_retention()
     assert not report.errors
     assert {(i.table_bucket.bucket, i.item_id) for i in report.deleted if i.kind == "snapshot"} == {
-        (b, 1) for b in range(4)}  # snapshot 2 stays: newest 2 of bucket (R1)
+        (b, 1) for b in range(4)
+    }  # snapshot 2 stays: newest 2 of bucket (R1)
     assert q3.read(spark, "orders").count() == 300
 
 
@@ -167,7 +181,9 @@ def test_committed_offsets_survive_kill_and_restart(own_zk, connect):
     conn = connect()
     orders = conn.create_table("orders", "id BIGINT", "id", buckets=4)
     orders.append([{"id": i} for i in range(100)])
-    consumer = conn.consumer("orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = conn.consumer(
+        "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+    )
     consumer.poll(max_records=30)
     consumer.commit()
     committed = {tb: consumer.position(tb) for tb in consumer.assignment()}

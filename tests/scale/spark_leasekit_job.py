@@ -45,9 +45,13 @@ def run_calls(spark: Any, conn: Any, spec: dict) -> dict:
 
     batch = lks.read_changes(spark, src, f"g_{spec['suffix']}")
     out["read_changes"] = rows_of(batch.df)
-    out["read_changes_offsets"] = {str(tb.bucket): [r.start, r.end] for tb, r in batch.offsets.items()}
+    out["read_changes_offsets"] = {
+        str(tb.bucket): [r.start, r.end] for tb, r in batch.offsets.items()
+    }
     batch.commit()
-    out["read_changes_after_commit"] = lks.read_changes(spark, src, f"g_{spec['suffix']}").df.count()
+    out["read_changes_after_commit"] = lks.read_changes(
+        spark, src, f"g_{spec['suffix']}"
+    ).df.count()
 
     dst = conn.table(f"dst_{spec['suffix']}")
     written = lks.write(lks.read_at(spark, src), dst)
@@ -55,17 +59,25 @@ def run_calls(spark: Any, conn: Any, spec: dict) -> dict:
     out["write_read_at"] = rows_of(lks.read_at(spark, dst))
 
     snaps = dst.snapshot(spark)
-    out["snapshot"] = {str(tb.bucket): [s.snapshot_id, s.log_offset, s.row_count] for tb, s in snaps.items()}
+    out["snapshot"] = {
+        str(tb.bucket): [s.snapshot_id, s.log_offset, s.row_count] for tb, s in snaps.items()
+    }
     taken = {tb: s.snapshot_id for tb, s in snaps.items()}
     out["snapshot_read"] = rows_of(lks.read_snapshots(spark, dst, taken))
 
-    gone = next(s for s in snaps.values() if s.files)  # a snapshot file deleted behind leasekit's back
+    gone = next(
+        s for s in snaps.values() if s.files
+    )  # a snapshot file deleted behind leasekit's back
     os.remove(gone.files[0].removeprefix("file://"))
     try:
         lks.read_snapshots(spark, dst, taken).count()
         out["missing_file"] = None
     except Exception as exc:  # the type is the result: leasekit's error, raised by the call
-        out["missing_file"] = [type(exc).__module__, type(exc).__name__, "PATH_NOT_FOUND" in str(exc)]
+        out["missing_file"] = [
+            type(exc).__module__,
+            type(exc).__name__,
+            "PATH_NOT_FOUND" in str(exc),
+        ]
     return out
 
 

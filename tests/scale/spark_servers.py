@@ -35,9 +35,21 @@ def free_port() -> int:
 
 def spark_env(**extra: str) -> dict[str, str]:
     """Environment of Spark daemons and jobs: this pyspark, leasekit's Java, this Python."""
-    env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), JAVA_HOME=java_home(), PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m")
-    for key in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_CONNECT_MODE", "PYSPARK_SUBMIT_ARGS"):
+    env = dict(
+        os.environ,
+        SPARK_HOME=str(SPARK_HOME),
+        JAVA_HOME=java_home(),
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_DAEMON_MEMORY="256m",
+    )
+    for key in (
+        "SPARK_CONNECT_MODE_ENABLED",
+        "SPARK_REMOTE",
+        "SPARK_CONNECT_MODE",
+        "PYSPARK_SUBMIT_ARGS",
+    ):
         env.pop(key, None)
     env.update(extra)
     return env
@@ -46,8 +58,14 @@ def spark_env(**extra: str) -> dict[str, str]:
 def start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     """A foreground Spark process in its own process group, output to ``log``."""
     with open(log, "wb") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent,
-                                start_new_session=True)
+        return subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=log.parent,
+            start_new_session=True,
+        )
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
@@ -65,13 +83,20 @@ def stop(procs: list[subprocess.Popen]) -> None:
             p.wait(5)
 
 
-def wait_for(what: str, check: Callable[[], bool], procs: list[subprocess.Popen], logs: list[Path],
-             timeout: float = 120) -> None:
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    procs: list[subprocess.Popen],
+    logs: list[Path],
+    timeout: float = 120,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p, log in zip(procs, logs):
             if p.poll() is not None:
-                raise RuntimeError(f"{what}: process exited with {p.returncode}:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{what}: process exited with {p.returncode}:\n{log.read_text()[-3000:]}"
+                )
         with contextlib.suppress(OSError, ValueError):
             if check():
                 return
@@ -91,8 +116,22 @@ def standalone_cluster(root: Path, workers: int = 2) -> Iterator[dict[str, Any]]
     logs: list[Path] = []
     try:
         logs.append(root / "master.log")
-        procs.append(start([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                            "--port", str(port), "--webui-port", str(ui)], logs[-1], env))
+        procs.append(
+            start(
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(ui),
+                ],
+                logs[-1],
+                env,
+            )
+        )
 
         def master() -> dict:
             with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
@@ -105,9 +144,27 @@ def standalone_cluster(root: Path, workers: int = 2) -> Iterator[dict[str, Any]]
             work.mkdir()
             work_dirs.append(work)
             logs.append(root / f"worker{i}.log")
-            procs.append(start([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                                "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
-                                "--work-dir", str(work)], logs[-1], env))
+            procs.append(
+                start(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        url,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "1g",
+                        "--webui-port",
+                        str(free_port()),
+                        "--work-dir",
+                        str(work),
+                    ],
+                    logs[-1],
+                    env,
+                )
+            )
         wait_for("Spark workers", lambda: master().get("aliveworkers") == workers, procs, logs)
         yield {"url": url, "work_dirs": work_dirs, "master": master}
     finally:
@@ -119,27 +176,55 @@ def connect_server(root: Path) -> Iterator[str]:
     """A Spark Connect server (``local[2]`` driver) on 127.0.0.1; yields its ``sc://`` URL."""
     port = free_port()
     log = root / "connect.log"
-    args = [str(SPARK_HOME / "bin" / "spark-submit"),
-            "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-            "--master", "local[2]", "--name", "leasekit-connect", "--driver-memory", "1g",
-            "--conf", f"spark.connect.grpc.binding.port={port}",
-            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-            "--conf", "spark.sql.session.timeZone=UTC"]
+    args = [
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        "local[2]",
+        "--name",
+        "leasekit-connect",
+        "--driver-memory",
+        "1g",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=4",
+        "--conf",
+        "spark.sql.session.timeZone=UTC",
+    ]
     proc = start(args, log, spark_env(SPARK_DAEMON_MEMORY="1g"))  # the server's driver heap
     try:
-        wait_for("Spark Connect server", lambda: "Spark Connect server started" in log.read_text(),
-                 [proc], [log], timeout=120)
+        wait_for(
+            "Spark Connect server",
+            lambda: "Spark Connect server started" in log.read_text(),
+            [proc],
+            [log],
+            timeout=120,
+        )
         yield f"sc://127.0.0.1:{port}"
     finally:
         stop([proc])
 
 
 def _rows(lo: int, hi: int, tag: str) -> list[dict]:
-    return [{"id": i, "name": f"{tag}{i}", "amount": i / 4, "at": datetime(2026, 1, 1, i % 24, i % 60,
-                                                                          tzinfo=timezone.utc)}
-            for i in range(lo, hi)]
+    return [
+        {
+            "id": i,
+            "name": f"{tag}{i}",
+            "amount": i / 4,
+            "at": datetime(2026, 1, 1, i % 24, i % 60, tzinfo=timezone.utc),
+        }
+        for i in range(lo, hi)
+    ]
 
 
 def make_source(conn: Any, spark: Any, suffixes: tuple[str, ...]) -> dict[str, Any]:
@@ -157,12 +242,19 @@ def make_source(conn: Any, spark: Any, suffixes: tuple[str, ...]) -> dict[str, A
     src.delete([{"id": 21}, {"id": 55}])
     lease = conn.lease(drop_on_exit=False)
     lease.acquire_latest("src")
-    return {"snapshot_ids": {tb.bucket: s.snapshot_id for tb, s in snaps.items()},
-            "offsets": middle, "lease_id": lease.lease_id}
+    return {
+        "snapshot_ids": {tb.bucket: s.snapshot_id for tb, s in snaps.items()},
+        "offsets": middle,
+        "lease_id": lease.lease_id,
+    }
 
 
-def run_job(spec: dict[str, Any], root: Path, meanwhile: Callable[[], Any], timeout: float = 300,
-            ) -> tuple[dict[str, Any], Any]:
+def run_job(
+    spec: dict[str, Any],
+    root: Path,
+    meanwhile: Callable[[], Any],
+    timeout: float = 300,
+) -> tuple[dict[str, Any], Any]:
     """Run ``spark_leasekit_job.py`` on ``spec`` in a new Python process and ``meanwhile()`` in
     this one; the job's results and what ``meanwhile`` returned."""
     spec = dict(spec, out=str(root / f"out-{spec['suffix']}.json"))
@@ -174,7 +266,9 @@ def run_job(spec: dict[str, Any], root: Path, meanwhile: Callable[[], Any], time
         here = meanwhile()
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        raise AssertionError(f"job still running after {timeout} s:\n{log.read_text()[-4000:]}") from None
+        raise AssertionError(
+            f"job still running after {timeout} s:\n{log.read_text()[-4000:]}"
+        ) from None
     finally:
         stop([proc])  # its Spark driver JVM too
     if proc.returncode != 0:
@@ -182,8 +276,9 @@ def run_job(spec: dict[str, Any], root: Path, meanwhile: Callable[[], Any], time
     return json.loads(Path(spec["out"]).read_text()), here
 
 
-def same_as_local(conn: Any, spark: Any, root: Path, connect: dict[str, str], suffix: str,
-                  **where: str) -> dict[str, Any]:
+def same_as_local(
+    conn: Any, spark: Any, root: Path, connect: dict[str, str], suffix: str, **where: str
+) -> dict[str, Any]:
     """Run leasekit's Spark calls in a job process, connected as ``connect`` says (zookeeper,
     warehouse, namespace), on the session ``where`` describes (``master`` or ``remote``) and,
     meanwhile, on the local test session over the same source; check that each call gave the
@@ -192,8 +287,11 @@ def same_as_local(conn: Any, spark: Any, root: Path, connect: dict[str, str], su
 
     spec = make_source(conn, spark, (suffix, "local"))
     spec.update(connect)
-    remote, local = run_job(dict(spec, suffix=suffix, **where), root,
-                            meanwhile=lambda: run_calls(spark, conn, dict(spec, suffix="local")))
+    remote, local = run_job(
+        dict(spec, suffix=suffix, **where),
+        root,
+        meanwhile=lambda: run_calls(spark, conn, dict(spec, suffix="local")),
+    )
     assert len(local["read_at"]) == 64  # ids 0-69 less 0, 5, 10, 15, 21 and 55, deleted
     assert local["read_changes_after_commit"] == 0
     assert local["missing_file"] == ["leasekit.errors", "IllegalStateError", True]

@@ -69,7 +69,9 @@ def test_leases_on_the_ensemble(ensemble, ensemble_connect):
     assert lease.info().pins == {tb: 1 for tb in table.buckets if tb.bucket != 0}
     # every server holds the lease: a client of one server alone reads it
     for address in ensemble.addresses:
-        with lk.connect(address, conn.warehouse.location, namespace=conn.namespace, timeout="10s") as one:
+        with lk.connect(
+            address, conn.warehouse.location, namespace=conn.namespace, timeout="10s"
+        ) as one:
             _eventually(lambda one=one: [i.lease_id for i in one.leases()] == ["q3"])
             assert one.lease("q3").info().pins == lease.info().pins
     assert lease.drop() is True
@@ -80,16 +82,23 @@ def test_consumer_group_on_the_ensemble(ensemble_connect):
     conn = ensemble_connect()
     orders = conn.create_table("orders", "id BIGINT", "id", buckets=4)
     orders.append([{"id": i} for i in range(80)])
-    members = [ensemble_connect().consumer("orders", group_id="g", auto_offset_reset="earliest",
-                                           enable_auto_commit=False) for _ in range(2)]
+    members = [
+        ensemble_connect().consumer(
+            "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
+        )
+        for _ in range(2)
+    ]
     try:
         seen: set[tuple[TB, int]] = set()
         deadline = time.monotonic() + 30
         ends = orders.end_offsets()
 
         def settled() -> bool:
-            return len(seen) == 80 and all(len(m.assignment()) == 2 and all(
-                m.position(tb) == ends[tb] for tb in m.assignment()) for m in members)
+            return len(seen) == 80 and all(
+                len(m.assignment()) == 2
+                and all(m.position(tb) == ends[tb] for tb in m.assignment())
+                for m in members
+            )
 
         while not settled():
             assert time.monotonic() < deadline, "the group did not split the buckets"
@@ -101,9 +110,11 @@ def test_consumer_group_on_the_ensemble(ensemble_connect):
         assert not members[0].assignment() & members[1].assignment()
         assert {tb for m in members for tb in m.assignment()} == set(orders.buckets)
         assert {(m.member_id, frozenset(m.assignment())) for m in members} == {
-            (i.member_id, frozenset(i.buckets)) for i in conn.group_members("g")}
+            (i.member_id, frozenset(i.buckets)) for i in conn.group_members("g")
+        }
         for m in members:
             m.commit()
+
         # another client may be served by a follower a moment behind the members' servers
         # (ZooKeeper orders each client's view, not all clients'): it sees the commits soon
         def described():
@@ -126,17 +137,28 @@ def test_retention_on_the_ensemble(ensemble_connect):
     conn.lease("report", "1h").acquire({TB("t", 0): 1})
     plan = conn.retention_plan("t")
     snaps = {(i.table_bucket.bucket, i.item_id): i for i in plan.items if i.kind == "snapshot"}
-    assert snaps[(0, 1)].action == "keep" and snaps[(0, 1)].reason.startswith("pinned by lease report")
+    assert snaps[(0, 1)].action == "keep" and snaps[(0, 1)].reason.startswith(
+        "pinned by lease report"
+    )
     deletes = {key for key, i in snaps.items() if i.action == "delete"}
     assert deletes == {(0, 2), (1, 1), (1, 2)}
     pinned_files = [s for s in table.snapshots(0) if s.snapshot_id == 1][0].files
     report = conn.run_retention("t")
     assert not report.errors
-    assert {(i.table_bucket.bucket, i.item_id) for i in report.deleted if i.kind == "snapshot"} == deletes
+    assert {
+        (i.table_bucket.bucket, i.item_id) for i in report.deleted if i.kind == "snapshot"
+    } == deletes
     assert {(s.table_bucket.bucket, s.snapshot_id) for s in table.snapshots()} == {
-        (0, 1), (0, 3), (0, 4), (1, 3), (1, 4)}
+        (0, 1),
+        (0, 3),
+        (0, 4),
+        (1, 3),
+        (1, 4),
+    }
     assert all(os.path.exists(f) for f in pinned_files)
-    assert not [i for i in conn.retention_plan("t").items if i.kind == "snapshot" and i.action == "delete"]
+    assert not [
+        i for i in conn.retention_plan("t").items if i.kind == "snapshot" and i.action == "delete"
+    ]
 
 
 # -- leader kill -9 in the middle of a stress -----------------------------------------------
@@ -155,8 +177,11 @@ def snapshot_without_spark(table) -> dict[TB, lk.Snapshot]:
     Spark compaction registers, minus Spark: retention lists and deletes it, nothing reads it)."""
     conn = table.connection
     states = read_states(table, range(table.num_buckets))
-    advanced = {b: s.end for b, s in enumerate(states)
-                if s is not None and s.end > (s.latest_offset if s.latest_snapshot is not None else 0)}
+    advanced = {
+        b: s.end
+        for b, s in enumerate(states)
+        if s is not None and s.end > (s.latest_offset if s.latest_snapshot is not None else 0)
+    }
     if not advanced:
         return {}
     with in_flight(conn) as token:
@@ -276,12 +301,18 @@ class FailoverStress:
     def op_lease(self, conn, tables, rng, worker) -> None:
         slot = rng.choice(self.slots[worker])
         handle = conn.lease(slot.lease_id, LEASE_SECONDS)
-        kind = rng.choices(["acquire", "renew", "release", "drop"], [6, 4, 2, 1])[0] if slot.exists else "acquire"
+        kind = (
+            rng.choices(["acquire", "renew", "release", "drop"], [6, 4, 2, 1])[0]
+            if slot.exists
+            else "acquire"
+        )
         try:
             if kind == "acquire":
                 result = handle.acquire_latest(rng.choice(TABLES))
                 if result.unavailable:
-                    self.violations.append(f"acquire_latest of {slot.lease_id} left {result.unavailable} unpinned")
+                    self.violations.append(
+                        f"acquire_latest of {slot.lease_id} left {result.unavailable} unpinned"
+                    )
                 slot.exists = True
                 slot.pins.update(result.acquired)
                 slot.expires_ms = _ms(result.expires_at)
@@ -298,7 +329,9 @@ class FailoverStress:
                 slot.abandon()
         except (lk.LeaseNotFoundError, lk.LeaseExpiredError) as exc:
             if conn.server_time_ms() <= slot.expires_ms + GRACE_MS:
-                self.violations.append(f"{kind} of {slot.lease_id} acknowledged until {slot.expires_ms}: {exc!r}")
+                self.violations.append(
+                    f"{kind} of {slot.lease_id} acknowledged until {slot.expires_ms}: {exc!r}"
+                )
             slot.abandon()
             return
         except lk.ZooKeeperUnavailableError:
@@ -315,8 +348,13 @@ class FailoverStress:
         tables = {name: conn.table(name) for name in TABLES}
         consumer = conn.consumer(group_id=f"g{index}", enable_auto_commit=False)
         consumer.assign(list(tables["orders"].buckets))
-        ops = [(self.op_append, 30), (self.op_lease, 40), (self.op_snapshot, 8), (self.op_retention, 6),
-               (lambda *a: self.op_commit(*a, consumer), 16)]
+        ops = [
+            (self.op_append, 30),
+            (self.op_lease, 40),
+            (self.op_snapshot, 8),
+            (self.op_retention, 6),
+            (lambda *a: self.op_commit(*a, consumer), 16),
+        ]
         while not self.stop.is_set():
             op = rng.choices([o for o, _ in ops], [w for _, w in ops])[0]
             try:
@@ -346,14 +384,24 @@ class FailoverStress:
             try:
                 now = conn.server_time_ms()
                 live = [i for i in conn.leases() if _ms(i.expires_at) >= now]
-                stored = {(s.table_bucket, s.snapshot_id): s
-                          for t in tables.values() for s in list_snapshots(t, range(BUCKETS))}
+                stored = {
+                    (s.table_bucket, s.snapshot_id): s
+                    for t in tables.values()
+                    for s in list_snapshots(t, range(BUCKETS))
+                }
                 for info in live:
                     for tb, sid in info.pins.items():
                         self.count("pins checked")
                         snap = stored.get((tb, sid))
-                        problem = "metadata missing" if snap is None else (
-                            "files missing" if not all(os.path.exists(f) for f in snap.files) else None)
+                        problem = (
+                            "metadata missing"
+                            if snap is None
+                            else (
+                                "files missing"
+                                if not all(os.path.exists(f) for f in snap.files)
+                                else None
+                            )
+                        )
                         if problem is not None:
                             self._confirm(conn, info, tb, sid, problem)
             except lk.ZooKeeperUnavailableError:
@@ -371,7 +419,11 @@ class FailoverStress:
             again = conn.lease(seen.lease_id).info()
         except lk.LeaseNotFoundError:
             return
-        if again.created_at == seen.created_at and again.pins.get(tb) == sid and _ms(again.expires_at) >= now:
+        if (
+            again.created_at == seen.created_at
+            and again.pins.get(tb) == sid
+            and _ms(again.expires_at) >= now
+        ):
             self.violations.append(f"lease {seen.lease_id} pins {tb} snapshot {sid}: {problem}")
             self.count("pins on deleted files")
 
@@ -405,16 +457,22 @@ class FailoverStress:
                 if now <= slot.expires_ms + GRACE_MS:
                     lost.append(f"lease {slot.lease_id} gone, acknowledged until {slot.expires_ms}")
             elif (info.pins, _ms(info.expires_at)) != (slot.pins, slot.expires_ms):
-                lost.append(f"lease {slot.lease_id}: stored {info.pins} until {_ms(info.expires_at)}, "
-                            f"acknowledged {slot.pins} until {slot.expires_ms}")
+                lost.append(
+                    f"lease {slot.lease_id}: stored {info.pins} until {_ms(info.expires_at)}, "
+                    f"acknowledged {slot.pins} until {slot.expires_ms}"
+                )
         for worker, mine in enumerate(self.commits):
             with conn.consumer(group_id=f"g{worker}", enable_auto_commit=False) as reader:
                 for tb in set(mine.acked) | set(mine.unknown):
                     self.count("offsets checked")
                     value = reader.committed(tb)
-                    allowed = mine.unknown.get(tb, set()) | ({mine.acked[tb]} if tb in mine.acked else {None})
+                    allowed = mine.unknown.get(tb, set()) | (
+                        {mine.acked[tb]} if tb in mine.acked else {None}
+                    )
                     if value not in allowed:
-                        lost.append(f"group g{worker} {tb}: committed {value}, acknowledged {mine.acked.get(tb)}")
+                        lost.append(
+                            f"group g{worker} {tb}: committed {value}, acknowledged {mine.acked.get(tb)}"
+                        )
         return lost
 
 
@@ -423,11 +481,15 @@ def test_leader_kill_during_stress(ensemble, ensemble_connect, ensemble_seconds,
     conn = ensemble_connect()
     conn.update_settings(SETTINGS)
     for name in TABLES:
-        table = conn.create_table(name, "id BIGINT, v STRING", "id", buckets=BUCKETS, properties=TABLE_PROPERTIES)
+        table = conn.create_table(
+            name, "id BIGINT, v STRING", "id", buckets=BUCKETS, properties=TABLE_PROPERTIES
+        )
         table.append([{"id": i, "v": "seed"} for i in range(100)])
         assert len(snapshot_without_spark(table)) == BUCKETS
     stress = FailoverStress(ensemble_connect, seconds)
-    threads = [threading.Thread(target=stress.worker, args=(i,), daemon=True) for i in range(WORKERS)]
+    threads = [
+        threading.Thread(target=stress.worker, args=(i,), daemon=True) for i in range(WORKERS)
+    ]
     threads.append(threading.Thread(target=stress.checker, daemon=True))
     start = time.monotonic()
     for thread in threads:
@@ -459,8 +521,12 @@ def test_leader_kill_during_stress(ensemble, ensemble_connect, ensemble_seconds,
     lost = stress.lost_writes(conn)
 
     c = stress.counts
-    acknowledged = (c["appends"] + c["commits"] + c['snapshots']
-                    + sum(c[f"lease {k}s"] for k in ("acquire", "renew", "release", "drop")))
+    acknowledged = (
+        c["appends"]
+        + c["commits"]
+        + c['snapshots']
+        + sum(c[f"lease {k}s"] for k in ("acquire", "renew", "release", "drop"))
+    )
     failover = max((t for t in stress.first_after_kill if t is not None), default=float("nan"))
     summary = (
         f"ENSEMBLE STRESS SUMMARY {seconds:g}s x {WORKERS} workers on 3 servers: writes acknowledged="
@@ -478,7 +544,11 @@ def test_leader_kill_during_stress(ensemble, ensemble_connect, ensemble_seconds,
         print("\n" + summary)
     assert not lost, "\n".join(lost[:20])
     assert not stress.violations, "\n".join(stress.violations[:20])
-    assert all(n > 0 for n in stress.after_kill), f"a worker did no work after the kill: {stress.after_kill}"
+    assert all(n > 0 for n in stress.after_kill), (
+        f"a worker did no work after the kill: {stress.after_kill}"
+    )
     # sessions moved to another server within their timeout: the same session, ephemerals kept
-    assert len(stress.sessions) == WORKERS and all(a == b for a, b in stress.sessions), stress.sessions
+    assert len(stress.sessions) == WORKERS and all(a == b for a, b in stress.sessions), (
+        stress.sessions
+    )
     assert c["pins checked"] > 0 and c["retention passes"] > 0 and c["deleted snapshots"] > 0

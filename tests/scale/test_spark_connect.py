@@ -22,6 +22,14 @@ def connect_url(tmp_path_factory):
         yield url
 
 
-def test_calls_over_spark_connect_equal_local(connect_url, conn, spark, zookeeper, warehouse, namespace, tmp_path):
-    same_as_local(conn, spark, tmp_path, dict(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace),
-                  "connect", remote=connect_url)
+def test_calls_over_spark_connect_equal_local(
+    connect_url, conn, spark, zookeeper, warehouse, namespace, tmp_path
+):
+    same_as_local(
+        conn,
+        spark,
+        tmp_path,
+        dict(zookeeper=zookeeper, warehouse=warehouse, namespace=namespace),
+        "connect",
+        remote=connect_url,
+    )
