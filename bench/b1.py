@@ -43,7 +43,7 @@ from .common import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from leasekit.leases.handle import KvSnapshotLease
+    from leasekit.leases.lease import KvSnapshotLease
     from leasekit.tables.catalog import Table
 
 __all__ = ["BENCHMARK", "run", "leasekit_frame", "floor_frame", "query"]
@@ -65,8 +65,8 @@ SPARK_DEFAULT_LISTING_THRESHOLD = 32
 # the rest is the Spark query (scan, aggregation, collect) and glue.
 PROFILE = {
     "load_table": "leasekit.tables.catalog:load_table",
-    "zk_lease_validity": "leasekit.leases.store:validity",
-    "zk_pins_of": "leasekit.leases.admin:pins_of",
+    "zk_lease_validity": "leasekit.leases.acquire:validity",
+    "zk_pins_of": "leasekit.leases.upkeep:pins_of",
     "zk_get_snapshots": "leasekit.snapshots.catalog:get_snapshots",
     "plan_files_frame": "leasekit.spark.frames:files_frame",
 }

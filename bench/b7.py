@@ -158,7 +158,7 @@ def handwritten_dedupe(spark: SparkSession, table: Table, out_dir: str, log_ddl:
 
     listing, by_bucket = timed(lambda: list_segments(table, range(table.num_buckets)))
     segments = [seg for segs in by_bucket.values() for seg in segs]
-    to_spark = table.connection.warehouse.to_spark
+    to_spark = table.context.warehouse.to_spark
     manifest = spark.createDataFrame(
         [(os.path.basename(s.file), s.table_bucket.bucket, s.base_offset) for s in segments],
         "file_name STRING, bucket INT, base_offset BIGINT",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .consumers.listener import BucketRebalanceListener
 from .errors import *  # noqa: F403
 from .errors import __all__ as _error_names
-from .records import (
+from .structs import (
     AcquireResult,
     CommittedOffset,
     GroupStatus,
@@ -59,7 +59,7 @@ _LAZY = {
     "connect": ("connection", "connect"),
     "Connection": ("connection", "Connection"),
     "Table": ("tables.catalog", "Table"),
-    "KvSnapshotLease": ("leases.handle", "KvSnapshotLease"),
+    "KvSnapshotLease": ("leases.lease", "KvSnapshotLease"),
     "spark_session": ("spark", "spark_session"),
 }
 

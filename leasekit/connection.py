@@ -6,21 +6,21 @@ With no ZooKeeper address the embedded server of the (local) warehouse is starte
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .consumers import admin as consumer_admin
+from .consumers import group_admin
 from .consumers.consumer import Consumer
 from .context import Context
-from .durations import check_id, check_namespace, parse_duration
+from .durations import parse_duration
 from .errors import IllegalStateError, InvalidArgumentError, InvalidDurationError, InvalidTypeError
-from .leases import admin as lease_admin
-from .leases import store as lease_store
+from .leases import acquire as lease_acquire
+from .leases import upkeep as lease_upkeep
 from .properties import NAMESPACE_SETTINGS, effective, parse_properties
-from .records import (
+from .structs import (
     AcquireResult,
     GroupStatus,
     LeaseInfo,
@@ -30,12 +30,13 @@ from .records import (
     TableBucket,
 )
 from .tables import catalog as _tables
+from .validate import check_id, check_namespace
 from .warehouse import Warehouse
 from .zk import TxnConflict, ZkStore, to_datetime
 from .zk.formats import SettingsRecord
 
 if TYPE_CHECKING:
-    from .leases.handle import KvSnapshotLease
+    from .leases.lease import KvSnapshotLease
 
 __all__ = ["connect", "Connection", "DEFAULT_WAREHOUSE"]
 
@@ -49,6 +50,7 @@ def connect(
     namespace: str = "leasekit",
     auth: tuple[str, str] | None = None,
     timeout: Any = "10s",
+    clock: Callable[[int], int] | None = None,
 ) -> Connection:
     """Open a connection; ``zookeeper=None`` uses ``LEASEKIT_ZOOKEEPER`` or the embedded server.
 
@@ -61,6 +63,10 @@ def connect(
             created without ``auth`` is closed to writers without these credentials (§6.1).
             Without ``auth`` a connection to a protected namespace reads but cannot write.
         timeout: how long to wait for ZooKeeper (a duration).
+        clock: maps the ZooKeeper clock (epoch milliseconds) to the time this connection uses
+            for expiry and age decisions; ``None`` uses the ZooKeeper clock as it is. Tests
+            pass one to move time (``leasekit.testing.ShiftedClock``), as kazoo's lease recipe
+            takes ``utcnow``.
 
     Returns:
         The open ``Connection``; its warehouse namespace directory records this namespace as
@@ -101,31 +107,59 @@ def connect(
         zookeeper = embedded.ensure_running(os.path.join(wh.location, "_zookeeper"))
     store = ZkStore(zookeeper, timeout=seconds, auth=auth)
     store.open()
-    conn = Connection(store, wh, namespace)
+    if clock is not None and not callable(clock):
+        store.close()
+        raise InvalidTypeError("clock must be a callable from epoch ms to epoch ms")
+    ctx = Context(store, wh, namespace, clock=clock)
+    conn = Connection(ctx)
     try:
-        conn.ensure_namespace()
-        conn.claim_warehouse()
-        conn.watch_settings()
+        ctx.ensure_namespace()
+        ctx.claim_warehouse()
+        ctx.watch_settings()
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-class Connection(Context):
+class Connection:
     """A session on one namespace of a ZooKeeper ensemble plus a warehouse of data files: the
-    facade users hold. Services below it take the ``Context`` it extends."""
+    facade users hold. It has a ``Context`` (store, paths, warehouse, clock, settings) that the
+    services below it take; ``leasekit.testing.context(conn)`` gives it to tests."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        # Transitional: internals reached through the connection still resolve on its context
+        # while callers move to leasekit.testing.context(conn).
+        if name.startswith("__") or name == "_context":
+            raise AttributeError(name)
+        return getattr(self._context, name)
+
+    @property
+    def clock(self) -> Callable[[int], int]:
+        return self._context.clock
+
+    @clock.setter
+    def clock(self, value: Callable[[int], int]) -> None:
+        self._context.clock = value
+
+    @property
+    def namespace(self) -> str:
+        """The namespace: its root znode and its directory in the warehouse."""
+        return self._context.namespace
 
     # -- lifecycle ----------------------------------------------------------------------
 
     @property
     def zookeeper(self) -> str:
         """The ZooKeeper connect string in use."""
-        return self.store.hosts
+        return self._context.store.hosts
 
     def close(self) -> None:
         """End the ZooKeeper session."""
-        self.store.close()
+        self._context.store.close()
 
     def __enter__(self) -> Connection:
         return self
@@ -134,13 +168,13 @@ class Connection(Context):
         self.close()
 
     def __repr__(self) -> str:
-        return f"Connection(zookeeper={self.zookeeper!r}, warehouse={self.warehouse.location!r}, namespace={self.namespace!r})"
+        return f"Connection(zookeeper={self.zookeeper!r}, warehouse={self._context.warehouse.location!r}, namespace={self.namespace!r})"
 
     # -- clock and settings ---------------------------------------------------------------
 
     def server_time(self) -> datetime:
         """The ZooKeeper clock as a UTC datetime."""
-        return to_datetime(self.server_time_ms())
+        return to_datetime(self._context.server_time_ms())
 
     def update_settings(
         self, mapping: Mapping[str, Any], *, replace: bool = False
@@ -164,21 +198,21 @@ class Connection(Context):
         if not isinstance(replace, bool):
             raise InvalidTypeError("replace must be a bool")
         changes = parse_properties(mapping, NAMESPACE_SETTINGS, what="setting")
-        path = self.paths.settings
+        path = self._context.paths.settings
         while True:
             if replace:
-                node = self.store.get(path)
+                node = self._context.store.get(path)
                 if node is None:
-                    self.ensure_namespace()
+                    self._context.ensure_namespace()
                     continue
                 version, merged = node.stat.version, changes
             else:
-                stored, version = self.stored_settings()
+                stored, version = self._context.stored_settings()
                 merged = {**stored, **changes}
                 if merged == stored:
                     return effective(stored, NAMESPACE_SETTINGS)
             try:
-                stat = self.store.set(path, SettingsRecord(merged).encode(), version)
+                stat = self._context.store.set(path, SettingsRecord(merged).encode(), version)
             except TxnConflict as exc:
                 if exc.reason not in (
                     "version",
@@ -186,7 +220,7 @@ class Connection(Context):
                 ):  # nonode: deleted meanwhile, recreated on re-read
                     raise IllegalStateError(f"cannot update settings at {path}: {exc}") from None
                 continue
-            self._remember_settings(merged, stat.version)
+            self._context._remember_settings(merged, stat.version)
             return effective(merged, NAMESPACE_SETTINGS)
 
     # -- tables ---------------------------------------------------------------------------
@@ -200,21 +234,21 @@ class Connection(Context):
         properties: Mapping[str, Any] | None = None,
     ) -> _tables.Table:
         """Create a primary-key table; ``TableExistsError`` if the name is taken."""
-        return _tables.create_table(self, name, schema, primary_key, buckets, properties)
+        return _tables.create_table(self._context, name, schema, primary_key, buckets, properties)
 
     def table(self, name: str | _tables.Table) -> _tables.Table:
         """The named table; ``TableNotFoundError`` if it does not exist."""
-        return _tables.load_table(self, name)
+        return _tables.load_table(self._context, name)
 
     def tables(self) -> list[str]:
         """Names of every table, sorted."""
-        return _tables.list_tables(self)
+        return _tables.list_tables(self._context)
 
     def drop_table(self, name: str | _tables.Table, *, force: bool = False) -> None:
         """Drop a table, its metadata first and its files after."""
         if not isinstance(force, bool):
             raise InvalidTypeError("force must be a bool")
-        _tables.drop_table(self, name, force=force)
+        _tables.drop_table(self._context, name, force=force)
 
     # -- KV snapshot leases ------------------------------------------------------------------
 
@@ -227,10 +261,10 @@ class Connection(Context):
         drop_on_exit: bool = True,
     ) -> KvSnapshotLease:
         """A lease handle; validates its id and duration now, does no I/O until the first call."""
-        from .leases.handle import KvSnapshotLease
+        from .leases.lease import KvSnapshotLease
 
         return KvSnapshotLease(
-            self, lease_id, duration, keepalive=keepalive, drop_on_exit=drop_on_exit
+            self._context, lease_id, duration, keepalive=keepalive, drop_on_exit=drop_on_exit
         )
 
     def acquire_kv_snapshot_lease(
@@ -238,37 +272,44 @@ class Connection(Context):
     ) -> AcquireResult:
         """Pin snapshots for the lease, creating it on first use (Fluss Admin API shape)."""
         check_id(lease_id)
-        duration_ms = lease_store.lease_duration_ms(self, lease_duration)
-        return lease_store.acquire(
-            self, lease_id, lease_store.check_snapshot_ids(self, snapshot_ids), duration_ms
+        duration_ms = lease_acquire.lease_duration_ms(self._context, lease_duration)
+        return lease_acquire.acquire(
+            self._context,
+            lease_id,
+            lease_acquire.check_snapshot_ids(self._context, snapshot_ids),
+            duration_ms,
         )
 
     def renew_kv_snapshot_lease(self, lease_id: str, lease_duration: Any) -> datetime:
         """Extend the lease to at least now + lease_duration; returns the new expiry."""
         check_id(lease_id)
         return to_datetime(
-            lease_store.renew(self, lease_id, lease_store.lease_duration_ms(self, lease_duration))
+            lease_acquire.renew(
+                self._context,
+                lease_id,
+                lease_acquire.lease_duration_ms(self._context, lease_duration),
+            )
         )
 
     def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets from the lease (idempotent)."""
-        from .leases.handle import group_buckets
+        from .leases.lease import group_buckets
 
         check_id(lease_id)
-        lease_admin.release(self, lease_id, group_buckets(self, buckets))
+        lease_upkeep.release(self._context, lease_id, group_buckets(self._context, buckets))
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
         """Remove the lease and all its pins; False if it does not exist."""
         check_id(lease_id)
-        return lease_admin.drop(self, lease_id)
+        return lease_upkeep.drop(self._context, lease_id)
 
     def leases(self) -> list[LeaseInfo]:
         """Every lease of the namespace, by id (expired ones too, until reclaimed)."""
-        return lease_admin.list_leases(self)
+        return lease_upkeep.list_leases(self._context)
 
     def expire_leases(self) -> list[str]:
         """Reclaim leases past expires_at + lease.expiry-grace now; returns their ids."""
-        return lease_admin.expire(self)
+        return lease_upkeep.expire(self._context)
 
     # -- retention ------------------------------------------------------------------------
 
@@ -287,8 +328,8 @@ class Connection(Context):
     ) -> Consumer:
         """A consumer of ``tables`` (every bucket); with ``group_id`` it commits for that group."""
         return Consumer(
-            self,
-            [_tables.load_table(self, t) for t in tables],
+            self._context,
+            [_tables.load_table(self._context, t) for t in tables],
             group_id=group_id,
             auto_offset_reset=auto_offset_reset,
             enable_auto_commit=enable_auto_commit,
@@ -302,22 +343,22 @@ class Connection(Context):
 
     def consumer_groups(self) -> list[str]:
         """Groups with stored offsets or live members, sorted."""
-        return consumer_admin.consumer_groups(self)
+        return group_admin.consumer_groups(self._context)
 
     def describe_group(self, group_id: str) -> Any:
         """One row per bucket: committed offset, log end, lag and time lag now, status (DESIGN §6.6)."""
-        return consumer_admin.describe_group(self, group_id)
+        return group_admin.describe_group(self._context, group_id)
 
     def group_members(self, group_id: str) -> list[MemberInfo]:
         """The group's live members and the buckets each owns."""
-        return consumer_admin.group_members(self, group_id)
+        return group_admin.group_members(self._context, group_id)
 
     def group_status(
         self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
     ) -> GroupStatus:
         """Lag health of the group and of each committed bucket (DESIGN §6.6)."""
-        return consumer_admin.group_status(
-            self, group_id, stop_after=stop_after, stall_after=stall_after
+        return group_admin.group_status(
+            self._context, group_id, stop_after=stop_after, stall_after=stall_after
         )
 
     def reset_offsets(
@@ -331,8 +372,8 @@ class Connection(Context):
         dry_run: bool = True,
     ) -> Any:
         """The reset plan as a DataFrame; carried out only with ``dry_run=False`` (C13)."""
-        return consumer_admin.reset_offsets(
-            self,
+        return group_admin.reset_offsets(
+            self._context,
             group_id,
             to=to,
             shift_by=shift_by,
@@ -343,17 +384,17 @@ class Connection(Context):
 
     def delete_group(self, group_id: str) -> bool:
         """Delete a group and its offsets (refused while it has live members)."""
-        return consumer_admin.delete_group(self, group_id)
+        return group_admin.delete_group(self._context, group_id)
 
     def delete_offsets(self, group_id: str, buckets: Iterable[TableBucket]) -> int:
         """Delete the group's committed offsets of ``buckets``."""
-        return consumer_admin.delete_offsets(self, group_id, buckets)
+        return group_admin.delete_offsets(self._context, group_id, buckets)
 
     def retention_plan(self, table: str | _tables.Table | None = None) -> RetentionPlan:
         """What retention would keep and delete, with reasons (one table or all); changes nothing."""
         from .retention.apply import retention_plan
 
-        return retention_plan(self, table)
+        return retention_plan(self._context, table)
 
     def run_retention(
         self, table: str | _tables.Table | None = None, *, dry_run: bool = False
@@ -363,4 +404,4 @@ class Connection(Context):
 
         if not isinstance(dry_run, bool):
             raise InvalidTypeError("dry_run must be a bool")
-        return run_retention(self, table, dry_run=dry_run)
+        return run_retention(self._context, table, dry_run=dry_run)

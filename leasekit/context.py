@@ -31,7 +31,14 @@ def _identity(ms: int) -> int:
 class Context:
     """One namespace of a ZooKeeper ensemble plus a warehouse of data files."""
 
-    def __init__(self, store: ZkStore, warehouse: Warehouse, namespace: str) -> None:
+    def __init__(
+        self,
+        store: ZkStore,
+        warehouse: Warehouse,
+        namespace: str,
+        *,
+        clock: Callable[[int], int] | None = None,
+    ) -> None:
         self.store = store
         self.warehouse = warehouse
         self.namespace = namespace
@@ -41,7 +48,7 @@ class Context:
         warehouse keep apart, so one's retention never takes another's files for orphans."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         """host:pid, recorded on leases this client acquires or renews."""
-        self.clock: Callable[[int], int] = _identity
+        self.clock: Callable[[int], int] = clock or _identity
         """Maps ZooKeeper time (ms) to the time used for expiry decisions; tests inject a shift."""
         self._settings_cache: dict[str, Any] = {}
         self._settings_version = -1

@@ -19,7 +19,7 @@ import pandas as pd
 from .cli.output import format_fields, format_table, frame_rows
 from .consumers.listener import BucketRebalanceListener
 from .errors import IllegalStateError, InvalidArgumentError, InvalidTypeError, TableNotFoundError
-from .records import TableBucket
+from .structs import TableBucket
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,4 +1,4 @@
-"""Parsing and checking of user-supplied durations, names and ids.
+"""Durations: parsing user-supplied values and formatting them, one way everywhere.
 
 Durations are accepted as ``timedelta``, a number of seconds, or strings like
 ``"500ms" "90s" "30m" "2h" "7d"``.
@@ -13,8 +13,6 @@ from datetime import datetime, timedelta, timezone
 from .errors import (
     InvalidArgumentError,
     InvalidDurationError,
-    InvalidLeaseIdError,
-    InvalidTypeError,
 )
 
 __all__ = [
@@ -23,16 +21,12 @@ __all__ = [
     "parse_wait",
     "to_ms",
     "format_duration",
-    "check_table_name",
-    "check_id",
-    "check_namespace",
+    "human_duration",
 ]
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # Matched with fullmatch: "$" would also accept a trailing newline.
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*")
-_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 MAX_DURATION = timedelta(days=100_000)
@@ -168,31 +162,22 @@ def format_duration(duration: timedelta) -> str:
     return f"{ms}ms"
 
 
-def check_table_name(name: object) -> str:
-    """Return ``name`` if it is a valid table name, else raise ``InvalidArgumentError``."""
-    if not isinstance(name, str):
-        raise InvalidTypeError(f"table name must be a str, not {type(name).__name__}")
-    if not _TABLE_NAME.fullmatch(name):
-        raise InvalidArgumentError(
-            f"invalid table name {name!r}: use 1-128 of [A-Za-z0-9_.-], not starting with . or -"
-        )
-    return name
-
-
-def check_id(
-    value: object,
-    *,
-    what: str = "lease id",
-    error: type[InvalidArgumentError] = InvalidLeaseIdError,
-) -> str:
-    """Return ``value`` if it follows the id rule (1-128 of [A-Za-z0-9._-], not . or ..)."""
-    if not isinstance(value, str):
-        raise error(f"{what} must be a str, not {type(value).__name__}")
-    if not _ID.fullmatch(value) or value in (".", ".."):
-        raise error(f"invalid {what} {value!r}: use 1-128 of [A-Za-z0-9._-], not '.' or '..'")
-    return value
-
-
-def check_namespace(value: object) -> str:
-    """Return ``value`` if it is a valid namespace (the id rule)."""
-    return check_id(value, what="namespace", error=InvalidArgumentError)
+def human_duration(duration: timedelta | float | int) -> str:
+    """``duration`` (a ``timedelta`` or seconds) for people, the same in panels, the CLI and
+    notebooks: its two largest units, truncated, like ``"4m 40s"``, ``"2h 5m"``, ``"3d 4h"``;
+    ``"25.9s"`` under a minute, ``"350ms"`` under a second; negative durations get a ``-``.
+    Exact forms for settings are ``format_duration``'s."""
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+    if math.isnan(seconds):
+        return "-"
+    if seconds < 0:
+        return "-" + human_duration(-seconds)
+    if seconds < 1:
+        return f"{int(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{math.floor(seconds * 10) / 10:g}s"
+    whole = int(min(seconds, MAX_DURATION.total_seconds()))
+    units = (("d", 86_400, "h", 3_600), ("h", 3_600, "m", 60), ("m", 60, "s", 1))
+    big, size, small, small_size = next(u for u in units if whole >= u[1])
+    rest = (whole % size) // small_size
+    return f"{whole // size}{big} {rest}{small}" if rest else f"{whole // size}{big}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .records import OffsetRange, TableBucket
+    from .structs import OffsetRange, TableBucket
 
 __all__ = [
     "LeasekitError",

@@ -23,8 +23,8 @@ from .errors import (
     LeasekitError,
     ZooKeeperUnavailableError,
 )
-from .records import RetentionReport
 from .retention.apply import run_retention
+from .structs import RetentionReport
 from .tables.catalog import finish_drop, pending_drops
 
 if TYPE_CHECKING:

@@ -1,22 +1,56 @@
-"""Seeding for tests and benchmarks: table history registered straight in ZooKeeper, in the
-layout leasekit itself writes, at scales (10,000+ buckets) where real writes and Spark
-compactions would take hours. Not for production data: nothing here is atomic overall.
+"""What tests and benchmarks need of leasekit's inside: the context behind a connection, a clock
+they can move, and seeding (table history registered straight in ZooKeeper, in the layout
+leasekit itself writes, at scales where real writes and compactions would take hours). Not for
+production use: nothing here is atomic overall.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import threading
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from .zk import Create, Op
 from .zk.formats import BucketState, LatestChunk, SegmentRecord, SnapshotRecord
 from .zk.paths import CHUNK
 
 if TYPE_CHECKING:
+    from .connection import Connection
     from .context import Context
     from .tables.info import TableInfo
 
-__all__ = ["seed_empty_snapshots", "seed_history"]
+__all__ = ["context", "ShiftedClock", "seed_empty_snapshots", "seed_history"]
+
+
+def context(conn: Connection) -> Context:
+    """The context behind ``conn``: its ZooKeeper store, paths, warehouse and clocks."""
+    return conn._context
+
+
+class ShiftedClock:
+    """A clock for ``connect(..., clock=...)`` that runs ``offset`` ahead of the ZooKeeper
+    clock; tests move it with ``advance`` to make leases expire or files age without waiting.
+    """
+
+    def __init__(self, offset: Any = 0) -> None:
+        self._lock = threading.Lock()
+        self._offset_ms = 0
+        self.advance(offset)
+
+    def advance(self, by: Any) -> None:
+        """Move the clock forward by ``by`` (a ``timedelta`` or seconds; negative goes back)."""
+        ms = by // timedelta(milliseconds=1) if isinstance(by, timedelta) else round(by * 1000)
+        with self._lock:
+            self._offset_ms += ms
+
+    @property
+    def offset(self) -> timedelta:
+        """How far ahead of the ZooKeeper clock this clock runs."""
+        return timedelta(milliseconds=self._offset_ms)
+
+    def __call__(self, zookeeper_ms: int) -> int:
+        return zookeeper_ms + self._offset_ms
 
 
 def _latest_arrays(ctx: Context, table: TableInfo, snapshot_id: int) -> list[Op]:

@@ -103,7 +103,7 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
     from leasekit.log.state import read_states
     from leasekit.snapshots.take import Written, register
 
-    conn = table.connection
+    conn = table.context
     for r in range(rounds):
         table.append([{"id": k, "v": f"r{r}"} for k in range(rows or 8 * table.num_buckets)])
         with in_flight(conn) as token:

@@ -19,7 +19,7 @@ from leasekit.consumers.assignors import (
     get_assignor,
 )
 from leasekit.errors import InvalidArgumentError
-from leasekit.records import TableBucket
+from leasekit.structs import TableBucket
 
 TB = TableBucket
 NAMES = ("sticky", "range", "roundrobin")
@@ -265,7 +265,7 @@ def test_output_does_not_depend_on_the_hash_seed():
     # C9: deterministic across processes, where set iteration order of strings differs
     script = (
         "from leasekit.consumers.assignors import ASSIGNORS\n"
-        "from leasekit.records import TableBucket as TB\n"
+        "from leasekit.structs import TableBucket as TB\n"
         "members = {m: frozenset(['x', 'y', 'z'][: 1 + i % 3]) for i, m in enumerate('pqrstuvw')}\n"
         "tables = {'x': 7, 'y': 5, 'z': 9}\n"
         "current = {'q': {TB('x', b) for b in range(7)}, 'w': {TB('z', 1), TB('y', 2)}}\n"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import leasekit as lk
-from leasekit.consumers.admin import DESCRIBE_COLUMNS, RESET_COLUMNS
+from leasekit.consumers.group_admin import DESCRIBE_COLUMNS, RESET_COLUMNS
 from leasekit.zk import Delete
 
 TB = lk.TableBucket

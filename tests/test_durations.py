@@ -10,7 +10,8 @@ import pytest
 from helpers import namespace_tree
 
 import leasekit as lk
-from leasekit.durations import check_id, parse_duration, to_ms
+from leasekit.durations import parse_duration, to_ms
+from leasekit.validate import check_id
 
 TRAILING = ["q3\n", "orders\n", "a.b\n", "x\n\n"]
 

@@ -13,7 +13,7 @@ import pandas as pd
 from ipydatagrid import BarRenderer, DataGrid, TextRenderer, VegaExpr
 
 from leasekit.consumers.board import GroupBoard, group_board, total_lag_over_time
-from leasekit.records import TableBucket
+from leasekit.structs import TableBucket
 
 from .base import Panel, esc
 from .reset import ResetForm
@@ -311,7 +311,7 @@ class ConsumerPanel(Panel):
 
 
 def _empty() -> pd.DataFrame:
-    from leasekit.consumers.admin import DESCRIBE_COLUMNS
+    from leasekit.consumers.group_admin import DESCRIBE_COLUMNS
 
     frame = pd.DataFrame({c: [] for c in [*DESCRIBE_COLUMNS, "metadata"]})
     frame["time_lag"] = pd.to_timedelta(frame["time_lag"])

@@ -9,7 +9,7 @@ import ipywidgets as w
 import pandas as pd
 from ipydatagrid import DataGrid
 
-from leasekit.records import LeaseInfo
+from leasekit.structs import LeaseInfo
 
 from .base import Markup, Panel, button, html_table
 

@@ -10,7 +10,7 @@ import ipywidgets as w
 
 from leasekit.durations import parse_duration, parse_timestamp
 from leasekit.errors import InvalidArgumentError
-from leasekit.records import TableBucket
+from leasekit.structs import TableBucket
 
 from .base import button, esc, html_table
 

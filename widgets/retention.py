@@ -9,7 +9,7 @@ import ipywidgets as w
 import pandas as pd
 from ipydatagrid import DataGrid, TextRenderer, VegaExpr
 
-from leasekit.records import RetentionPlan, RetentionReport, TableBucket
+from leasekit.structs import RetentionPlan, RetentionReport, TableBucket
 
 from .base import Panel, button, esc, html_table
 

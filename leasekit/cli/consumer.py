@@ -11,9 +11,10 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..consumers import health
-from ..durations import check_id, parse_duration, parse_timestamp
+from ..durations import parse_duration, parse_timestamp
 from ..errors import InvalidArgumentError
-from ..records import TableBucket
+from ..structs import TableBucket
+from ..validate import check_id
 from .common import add_command, bucket_arg, connect, duration_arg, offset_arg, shift_arg
 from .output import emit, format_table, frame_rows
 

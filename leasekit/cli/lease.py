@@ -11,15 +11,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..durations import check_id, parse_duration
+from ..durations import parse_duration
 from ..errors import LeaseNotFoundError
-from ..records import TableBucket
+from ..structs import TableBucket
+from ..validate import check_id
 from .common import add_command, bucket_arg, connect, duration_arg
 from .output import emit, format_table, to_json
 
 if TYPE_CHECKING:
     from ..connection import Connection
-    from ..records import LeaseInfo
+    from ..structs import LeaseInfo
 
 __all__ = ["register"]
 

@@ -12,7 +12,7 @@ from .common import add_command, connect
 from .output import emit, format_table
 
 if TYPE_CHECKING:
-    from ..records import RetentionItem
+    from ..structs import RetentionItem
 
 __all__ = ["register"]
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Set
 from typing import Protocol
 
 from ..errors import InvalidArgumentError
-from ..records import TableBucket
+from ..structs import TableBucket
 
 __all__ = [
     "Assignor",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..records import MemberInfo, TableBucket
-from . import admin
+from ..structs import MemberInfo, TableBucket
+from . import group_admin
 from . import offsets as stored
 
 if TYPE_CHECKING:
@@ -45,8 +45,10 @@ def group_board(
     import pandas as pd
 
     group_id = stored.check_group_id(group_id)
-    view = admin.read_group(ctx, group_id)
-    frame = admin.describe_view(ctx, group_id, view, stop_after=stop_after, stall_after=stall_after)
+    view = group_admin.read_group(ctx, group_id)
+    frame = group_admin.describe_view(
+        ctx, group_id, view, stop_after=stop_after, stall_after=stall_after
+    )
     by_id = {t.table_id: t for t in view.tables.values()}
     records = {
         TableBucket(by_id[tid].name, b): rec
@@ -70,7 +72,7 @@ def group_board(
     history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
     history["commit_time"] = pd.to_datetime(history["commit_time"], unit="ms", utc=True)
     history = history.sort_values("commit_time", kind="stable", ignore_index=True)
-    return GroupBoard(frame, history, admin.members_of(view), view.generation, view.leader)
+    return GroupBoard(frame, history, group_admin.members_of(view), view.generation, view.leader)
 
 
 def total_lag_over_time(history: pd.DataFrame) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from ..errors import (
     InvalidTypeError,
     TableNotFoundError,
 )
-from ..records import OffsetAndMetadata, Record, TableBucket
+from ..structs import OffsetAndMetadata, Record, TableBucket
 from ..tables.catalog import list_tables, load_table, load_tables
 from . import offsets as stored
 from .assignors import get_assignor

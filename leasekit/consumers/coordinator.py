@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import CommitFailedError, GroupNotEmptyError, IllegalOperationError
-from ..records import OffsetAndMetadata, TableBucket
+from ..structs import OffsetAndMetadata, TableBucket
 from ..zk import Check, TxnConflict
 from . import offsets as stored
 from .fetcher import MAX_WAIT

@@ -15,7 +15,7 @@ import pyarrow as pa
 from ..errors import LeasekitError, NoOffsetForBucketError, OffsetOutOfRangeError
 from ..log.reader import OFFSET, TIMESTAMP, SegmentGone, SegmentReader, find_segment
 from ..log.segments import OP_COLUMN, list_segments
-from ..records import LogSegment, Record, TableBucket
+from ..structs import LogSegment, Record, TableBucket
 from ..zk import Node
 from ..zk.formats import BucketState
 
@@ -112,7 +112,7 @@ class Fetcher:
         new = [tb for tb in buckets if tb not in self._watches]
         for tb in new:
             table = self._tables[tb.table]
-            ctx = table.connection
+            ctx = table.context
             path = ctx.paths.bucket(table.table_id, tb.bucket)
 
             def update(
@@ -158,7 +158,7 @@ class Fetcher:
         out = {}
         for name, tbs in by_table.items():
             table = self._tables[name]
-            ctx = table.connection
+            ctx = table.context
             paths = [ctx.paths.bucket(table.table_id, tb.bucket) for tb in tbs]
             for tb, path, node in zip(tbs, paths, ctx.store.get_many(paths)):
                 if node is None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CommitFailedError, LeasekitError
-from ..records import TableBucket
+from ..structs import TableBucket
 from ..tables.catalog import load_tables
 from ..zk import Check, Create, Delete, GetChildren, GetData, Node, SetData, TxnConflict
 from ..zk.formats import AssignmentRecord, MemberRecord, OwnerRecord

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..records import GroupStatus, TableBucket
+from ..structs import GroupStatus, TableBucket
 
 if TYPE_CHECKING:
     from ..zk.formats import Commit

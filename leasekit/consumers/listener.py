@@ -3,7 +3,7 @@ inside its ``poll``."""
 
 from __future__ import annotations
 
-from ..records import TableBucket
+from ..structs import TableBucket
 
 __all__ = ["BucketRebalanceListener"]
 

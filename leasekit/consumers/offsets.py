@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..durations import check_id
 from ..errors import (
     CorruptMetadataError,
     GroupNotEmptyError,
@@ -29,7 +28,8 @@ from ..errors import (
     InvalidTypeError,
     TableNotFoundError,
 )
-from ..records import OffsetAndMetadata, TableBucket
+from ..structs import OffsetAndMetadata, TableBucket
+from ..validate import check_id
 from ..zk import (
     MAX_TXN_BYTES,
     MAX_TXN_OPS,

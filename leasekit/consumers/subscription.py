@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IllegalStateError, InvalidTypeError
-from ..records import TableBucket
+from ..structs import TableBucket
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo

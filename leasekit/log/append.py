@@ -22,7 +22,7 @@ from ..errors import (
     TableNotFoundError,
     ZooKeeperUnavailableError,
 )
-from ..records import OffsetRange, TableBucket
+from ..structs import OffsetRange, TableBucket
 from ..tables import schema as schemas
 from ..tables.bucketing import bucket_ids
 from ..zk import MAX_REQUEST_BYTES, MAX_TXN_OPS, Create, Op, SetData, TxnConflict, op_size
@@ -77,9 +77,9 @@ def append(table: TableInfo, rows: Any, op: str) -> dict[TableBucket, OffsetRang
     for start, end in zip(starts.tolist(), ends.tolist()):
         for chunk in range(start, end, max_rows):
             pieces.append((int(sorted_ids[start]), chunk, min(chunk + max_rows, end)))
-    warehouse = table.connection.warehouse
+    warehouse = table.context.warehouse
 
-    with in_flight(table.connection) as token:
+    with in_flight(table.context) as token:
 
         def write(piece: tuple[int, int, int]) -> SegmentFile:
             bucket, start, end = piece
@@ -145,7 +145,7 @@ def commit_segments(
 
 def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) -> int:
     """An upper bound of the bytes a bucket's ops take in an append transaction."""
-    paths, tid = table.connection.paths, table.table_id
+    paths, tid = table.context.paths, table.table_id
     state = BucketState(_BIG, _BIG, _BIG, _BIG, _BIG, _BIG).encode()
     first = (
         op_size(Create(paths.bucket(tid, bucket), state))
@@ -162,7 +162,7 @@ def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) ->
 def _groups(table: TableInfo, by_bucket: dict[int, list[SegmentFile]]) -> list[list[int]]:
     """Buckets in order, split into transactions of at most APPEND_TXN_BYTES (a bucket
     whose ops alone exceed it goes alone, and ZooKeeper's limit then refuses it)."""
-    guard_bytes = op_size(guard(table.connection, "0" * 32))
+    guard_bytes = op_size(guard(table.context, "0" * 32))
     groups: list[list[int]] = []
     group: list[int] = []
     size = ops = 0
@@ -224,7 +224,7 @@ def _partial(
 def _commit_group(
     table: TableInfo, files: dict[int, list[SegmentFile]], token: str
 ) -> dict[TableBucket, OffsetRange]:
-    ctx = table.connection
+    ctx = table.context
     paths = ctx.paths
     tid = table.table_id
     planned: dict[TableBucket, OffsetRange] = {}
@@ -288,9 +288,9 @@ def _committed(
     if not planned:
         return False
     tb, rng = next(iter(planned.items()))
-    path = table.connection.paths.segment(table.table_id, tb.bucket, rng.start)
+    path = table.context.paths.segment(table.table_id, tb.bucket, rng.start)
     try:
-        node = table.connection.store.get(path)
+        node = table.context.store.get(path)
     except ZooKeeperUnavailableError:
         return False
     return (

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import IllegalStateError
-from ..records import LogSegment
+from ..structs import LogSegment
 from .segments import OP_COLUMN, log_schema
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class SegmentReader:
             if handle is not None:
                 self._open.move_to_end(segment.file)
                 return handle
-        warehouse = self._table.connection.warehouse
+        warehouse = self._table.context.warehouse
         try:
             file = warehouse.open_parquet(warehouse.relative(segment.file))
         except FileNotFoundError:

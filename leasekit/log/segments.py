@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..records import LogSegment, TableBucket
+from ..structs import LogSegment, TableBucket
 from ..warehouse import contained
 from ..zk import Delete, Op, SetData
 from ..zk.formats import BucketState, SegmentRecord
@@ -49,14 +49,14 @@ def decode_segment(table: TableInfo, data: bytes, path: str) -> SegmentRecord:
 
 def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[LogSegment]]:
     """Every stored segment of each bucket, by base offset (children listed and read pipelined)."""
-    store, paths, tid = table.connection.store, table.connection.paths, table.table_id
+    store, paths, tid = table.context.store, table.context.paths, table.table_id
     buckets = list(buckets)
     names = store.children_many([paths.log(tid, b) for b in buckets])
     wanted = [(b, int(n)) for b, kids in zip(buckets, names) for n in (kids or [])]
     seg_paths = [paths.segment(tid, b, base) for b, base in wanted]
     nodes = store.get_many(seg_paths)
     out: dict[int, list[LogSegment]] = {b: [] for b in buckets}
-    warehouse = table.connection.warehouse
+    warehouse = table.context.warehouse
     for (bucket, base), path, node in zip(wanted, seg_paths, nodes):
         if node is None:
             continue  # deleted by retention between listing and reading
@@ -80,7 +80,7 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
     """Delete a prefix of a bucket's segments: znodes and the new beginning offset in one
     transaction, files after (R3). Returns the deleted files and their bytes.
     """
-    ctx = table.connection
+    ctx = table.context
     paths, tid = ctx.paths, table.table_id
     wanted = sorted(set(bases))
     deleted: list[tuple[str, int]] = []

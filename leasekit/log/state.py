@@ -16,6 +16,6 @@ __all__ = ["read_states"]
 
 def read_states(table: TableInfo, buckets: Iterable[int]) -> list[BucketState | None]:
     """Bucket states, pipelined; None for buckets never written."""
-    paths = [table.connection.paths.bucket(table.table_id, b) for b in buckets]
-    nodes = table.connection.store.get_many(paths)
+    paths = [table.context.paths.bucket(table.table_id, b) for b in buckets]
+    nodes = table.context.store.get_many(paths)
     return [None if n is None else BucketState.decode(n, p) for p, n in zip(paths, nodes)]

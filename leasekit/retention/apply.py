@@ -18,12 +18,12 @@ from ..errors import (
     LeasekitError,
     TableNotFoundError,
 )
-from ..leases import admin as lease_admin
+from ..leases import upkeep as lease_upkeep
 from ..log.markers import live_tokens
 from ..log.segments import delete_segments
 from ..memory import collector_paused
-from ..records import RetentionItem, RetentionPlan, RetentionReport
 from ..snapshots.catalog import delete_snapshot
+from ..structs import RetentionItem, RetentionPlan, RetentionReport
 from ..tables.catalog import load_table
 from .gather import gather, gather_table
 from .meta import Metadata, TableMeta
@@ -86,7 +86,7 @@ def run_retention(
     for item in (i for i in result.deletes if i.kind == "lease"):
         lease = seen[str(item.item_id)]
         try:
-            if lease_admin.remove(
+            if lease_upkeep.remove(
                 ctx, lease.lease_id, created=lease.created, version=lease.version
             ):
                 done.append(item)

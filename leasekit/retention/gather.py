@@ -6,12 +6,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from ..durations import check_table_name, to_ms
+from ..durations import to_ms
 from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
 from ..log.segments import decode_segment
 from ..snapshots.catalog import decode_snapshot
 from ..tables.catalog import list_tables, load_table
+from ..validate import check_table_name
 from ..zk import GetChildren, GetData
 from ..zk.formats import (
     BucketState,

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import format_duration, to_ms
-from ..records import RetentionItem, RetentionPlan, TableBucket
+from ..structs import RetentionItem, RetentionPlan, TableBucket
 from ..zk import to_datetime
 from .meta import LeaseMeta, Metadata, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import IllegalStateError, SnapshotNotFoundError
-from ..records import Snapshot, TableBucket
+from ..structs import Snapshot, TableBucket
 from ..warehouse import contained
 from ..zk import Delete, Node, TxnConflict, to_datetime
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
@@ -35,7 +35,7 @@ def decode_snapshot(table: TableInfo, data: bytes, path: str) -> SnapshotRecord:
 
 def _snapshot(table: TableInfo, bucket: int, snapshot_id: int, path: str, node: Node) -> Snapshot:
     rec = decode_snapshot(table, node.data, path)
-    uri = table.connection.warehouse.uri
+    uri = table.context.warehouse.uri
     return Snapshot(
         TableBucket(table.name, bucket),
         snapshot_id,
@@ -49,7 +49,7 @@ def _snapshot(table: TableInfo, bucket: int, snapshot_id: int, path: str, node: 
 
 def list_snapshots(table: TableInfo, buckets: Iterable[int]) -> list[Snapshot]:
     """Stored snapshots of ``buckets``, oldest first."""
-    store, paths, tid = table.connection.store, table.connection.paths, table.table_id
+    store, paths, tid = table.context.store, table.context.paths, table.table_id
     buckets = list(buckets)
     names = store.children_many([paths.snapshots(tid, b) for b in buckets])
     wanted = [(b, int(n)) for b, kids in zip(buckets, names) for n in (kids or [])]
@@ -66,10 +66,10 @@ def list_snapshots(table: TableInfo, buckets: Iterable[int]) -> list[Snapshot]:
 
 def get_snapshots(table: TableInfo, wanted: Mapping[int, int]) -> list[Snapshot]:
     """The snapshots ``{bucket: id}``; ``SnapshotNotFoundError`` naming every missing one."""
-    paths, tid = table.connection.paths, table.table_id
+    paths, tid = table.context.paths, table.table_id
     items = list(wanted.items())
     snap_paths = [paths.snapshot(tid, b, i) for b, i in items]
-    nodes = table.connection.store.get_many(snap_paths)
+    nodes = table.context.store.get_many(snap_paths)
     missing = [f"bucket {b} snapshot {i}" for (b, i), node in zip(items, nodes) if node is None]
     if missing:
         raise SnapshotNotFoundError(f"table {table.name!r}: no {', '.join(missing)}")
@@ -82,13 +82,13 @@ def get_snapshots(table: TableInfo, wanted: Mapping[int, int]) -> list[Snapshot]
 
 def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[int, int]:
     """Newest snapshot id per bucket from the table's latest-snapshot arrays (one read per chunk)."""
-    paths, tid = table.connection.paths, table.table_id
+    paths, tid = table.context.paths, table.table_id
     wanted = range(table.num_buckets) if buckets is None else sorted(set(buckets))
     chunks = sorted({b // CHUNK for b in wanted})
     chunk_paths = [paths.latest_chunk(tid, c) for c in chunks]
     arrays = {
         c: LatestChunk.decode(node.data, p).ids if node is not None else []
-        for c, p, node in zip(chunks, chunk_paths, table.connection.store.get_many(chunk_paths))
+        for c, p, node in zip(chunks, chunk_paths, table.context.store.get_many(chunk_paths))
     }
     out = {}
     for b in wanted:
@@ -106,7 +106,7 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
     znode with children, so this is atomic with respect to acquire) or when it is the
     bucket's newest snapshot.
     """
-    ctx = table.connection
+    ctx = table.context
     bucket = table.bucket_number(bucket)
     path = ctx.paths.snapshot(table.table_id, bucket, snapshot_id)
     state_path = ctx.paths.bucket(table.table_id, bucket)

@@ -11,9 +11,9 @@ from ..errors import IllegalStateError, TableNotFoundError
 from ..log.markers import guard, in_flight, lost, lost_error
 from ..log.segments import list_segments
 from ..log.state import read_states
-from ..records import Snapshot, TableBucket
 from ..spark.frames import bucket_of_path, files_frame, kv_state, log_frame
 from ..spark.session import micros_timestamps, session, spark_errors
+from ..structs import Snapshot, TableBucket
 from ..zk import Create, Op, SetData, Stat, TxnConflict, to_datetime
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
 from ..zk.paths import CHUNK
@@ -56,8 +56,8 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
         ranges = {b: (starts[b], s.end) for b, s in advanced.items()}
         segments = list_segments(table, ranges)
         bar.update(1)
-        warehouse = table.connection.warehouse
-        with in_flight(table.connection) as token:
+        warehouse = table.context.warehouse
+        with in_flight(table.context) as token:
             rel = f"{table.data_dir}/snapshots/{token}"
             with spark_errors(f"snapshot {table.name}"), micros_timestamps(spark):
                 state = kv_state(
@@ -94,7 +94,7 @@ def register(
     A bucket whose latest snapshot already reaches the same offset (a concurrent snapshot
     won) is skipped and its files are deleted.
     """
-    ctx = table.connection
+    ctx = table.context
     paths, tid = ctx.paths, table.table_id
     out: dict[TableBucket, Snapshot] = {}
     stale: list[str] = []

@@ -12,7 +12,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..consumers import admin as consumer_admin
+from ..consumers import group_admin
 from ..consumers import offsets as stored_offsets
 from ..errors import (
     GroupNotEmptyError,
@@ -25,8 +25,8 @@ from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
 from ..log.segments import list_segments
 from ..log.state import read_states
-from ..records import OffsetRange, Snapshot, TableBucket
 from ..snapshots.catalog import get_snapshots, list_snapshots
+from ..structs import OffsetRange, Snapshot, TableBucket
 from ..tables.bucketing import spark_bucket_column
 from ..tables.info import TableInfo
 from .frames import bucket_of_path, files_frame, kv_state, log_frame, table_ddl
@@ -143,7 +143,7 @@ class ChangeBatch:
 
     def commit(self) -> None:
         """Commit the end offsets of the batch for the group (refused while it has live members)."""
-        ctx = self._table.connection
+        ctx = self._table.context
         _refuse_live_members(ctx, self._group)
         changed = {tb: r.end for tb, r in self.offsets.items() if len(r)}
         if changed:  # §6.5: the check again, inside the transaction (a member may join meanwhile)
@@ -157,7 +157,7 @@ class ChangeBatch:
 
 
 def _refuse_live_members(ctx: Any, group_id: str) -> None:
-    members = consumer_admin.live_members(ctx, group_id)
+    members = group_admin.live_members(ctx, group_id)
     if members:
         raise GroupNotEmptyError(
             f"group {group_id} has {len(members)} live consumer member(s): "
@@ -171,7 +171,7 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
     table = _check_table(table)
     group_id = stored_offsets.check_group_id(group_id)
     spark = session(spark)
-    ctx = table.connection
+    ctx = table.context
     _refuse_live_members(ctx, group_id)
     tbs = [TableBucket(table.name, b) for b in range(table.num_buckets)]
     committed = stored_offsets.fetch(ctx, group_id, {table.name: table}, tbs)
@@ -218,8 +218,8 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
         .alias(f.name)
         for f in target
     ]
-    warehouse = table.connection.warehouse
-    with in_flight(table.connection) as token:
+    warehouse = table.context.warehouse
+    with in_flight(table.context) as token:
         rel = f"{table.data_dir}/log/bulk-{token}"
         with spark_errors(f"write to {table.name}"), micros_timestamps(spark):
             out = df.select(*columns, F.lit("upsert").alias("_op")).withColumn(

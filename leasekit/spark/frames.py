@@ -11,7 +11,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..log.segments import log_schema
-from ..records import LogSegment
+from ..structs import LogSegment
 from ..tables import schema as schemas
 from ..tables.bucketing import spark_bucket_column
 from .session import is_connect, known_files
@@ -27,7 +27,7 @@ def table_ddl(table: TableInfo) -> str:
 
 
 def _spark_path(table: TableInfo, location: str) -> str:
-    return table.connection.warehouse.to_spark(location)
+    return table.context.warehouse.to_spark(location)
 
 
 def files_frame(spark: SparkSession, table: TableInfo, files: list[str]) -> DataFrame:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..durations import check_table_name
 from ..errors import (
     CorruptMetadataError,
     IllegalStateError,
@@ -26,8 +25,9 @@ from ..errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from ..leases.admin import forget_table, leases_pinning
+from ..leases.upkeep import forget_table, leases_pinning
 from ..properties import TABLE_PROPERTIES, parse_properties
+from ..validate import check_table_name
 from ..warehouse import contained
 from ..zk import Check, Create, Delete, TxnConflict
 from ..zk.formats import DroppedTable, TableRecord

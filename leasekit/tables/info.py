@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from ..errors import BucketNotFoundError, InvalidArgumentError, InvalidTypeError
 from ..properties import TABLE_PROPERTIES, effective
-from ..records import TableBucket
+from ..structs import TableBucket
 from ..zk import to_datetime
 from ..zk.formats import TableRecord
 from . import schema as schemas
@@ -35,8 +35,8 @@ class TableInfo:
         self.created_at: datetime = to_datetime(created_ms)
 
     @property
-    def connection(self) -> Context:
-        """The connection (context) the table was loaded through."""
+    def context(self) -> Context:
+        """The context (store, paths, warehouse) the table was loaded through."""
         return self._ctx
 
     @property

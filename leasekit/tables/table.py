@@ -6,8 +6,8 @@ from typing import Any
 
 from ..log.append import append
 from ..log.state import read_states
-from ..records import OffsetRange, Snapshot, TableBucket
 from ..snapshots.catalog import list_snapshots, read_latest
+from ..structs import OffsetRange, Snapshot, TableBucket
 from .info import TableInfo
 
 __all__ = ["Table"]

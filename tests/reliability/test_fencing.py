@@ -93,10 +93,11 @@ def test_lease_dropped_and_reacquired_between_plan_and_apply_survives(conn, monk
 def test_lease_replaced_during_its_own_removal_survives(conn, monkeypatch):
     # §9 Fencing: the same as above in the narrowest window, inside the removal itself: after it
     # read the lease (the instance the plan saw) and before its transaction commits
-    from leasekit.leases import admin
+
+    from leasekit.leases import upkeep
 
     table = _expired_nightly(conn)
-    real = admin.read_pin_chunks
+    real = upkeep.read_pin_chunks
     replaced = []
 
     def read_then_replace(ctx, lease_id):
@@ -106,7 +107,7 @@ def test_lease_replaced_during_its_own_removal_survives(conn, monkeypatch):
             _reacquire_nightly(conn)
         return chunks
 
-    monkeypatch.setattr(admin, "read_pin_chunks", read_then_replace)
+    monkeypatch.setattr(upkeep, "read_pin_chunks", read_then_replace)
     pinned = table.snapshots(0)[0]
     report = conn.run_retention()
     assert replaced and "nightly" not in {i.item_id for i in report.deleted if i.kind == "lease"}

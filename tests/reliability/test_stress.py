@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import leasekit as lk
-from leasekit.leases import admin as lease_admin
+from leasekit.leases import upkeep as lease_upkeep
 from leasekit.log.segments import list_segments
 from leasekit.snapshots.catalog import list_snapshots, read_latest
 from leasekit.zk.formats import CHUNK, BucketState, LeaseRecord, PinChunk, SnapshotRecord
@@ -401,7 +401,7 @@ class Stress:
         """A violation only if the same lease still pins it and is still unexpired."""
         now = conn.server_time_ms()
         try:
-            again = lease_admin.info(conn, seen.lease_id)
+            again = lease_upkeep.info(conn, seen.lease_id)
         except lk.LeaseNotFoundError:
             return
         if (

@@ -175,7 +175,7 @@ TABLE_PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "2s"}
 def snapshot_without_spark(table) -> dict[TB, lk.Snapshot]:
     """Register a snapshot of every advanced bucket with a small placeholder file (what a
     Spark compaction registers, minus Spark: retention lists and deletes it, nothing reads it)."""
-    conn = table.connection
+    conn = table.context
     states = read_states(table, range(table.num_buckets))
     advanced = {
         b: s.end

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..durations import check_table_name, parse_duration, to_ms
+from ..durations import parse_duration, to_ms
 from ..errors import (
     GroupNotEmptyError,
     InvalidArgumentError,
@@ -18,9 +18,10 @@ from ..errors import (
 )
 from ..log.reader import find_segment
 from ..log.segments import LogSegment, list_segments
-from ..records import GroupStatus, MemberInfo, TableBucket
+from ..structs import GroupStatus, MemberInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
+from ..validate import check_table_name
 from ..zk import Delete, GetChildren, GetData, Node, ReadResult, to_datetime
 from ..zk.formats import (
     AssignmentRecord,

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..durations import check_id
 from ..errors import (
     InvalidTypeError,
     LeaseExpiredError,
@@ -22,12 +21,13 @@ from ..errors import (
     NotPinnedError,
     ZooKeeperUnavailableError,
 )
-from ..records import AcquireResult, LeaseInfo, TableBucket
 from ..snapshots.catalog import get_snapshots, read_latest
+from ..structs import AcquireResult, LeaseInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
+from ..validate import check_id
 from ..zk import to_datetime
-from . import admin, store
+from . import acquire, upkeep
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -77,7 +77,7 @@ def acquire_latest(
         missing.update(
             {TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest}
         )
-    result, committed_ms = store.acquire_at(
+    result, committed_ms = acquire.acquire_at(
         ctx,
         lease_id,
         wanted,
@@ -107,7 +107,7 @@ class KvSnapshotLease:
         self.lease_id: str = (
             check_id(lease_id) if lease_id is not None else f"lease-{uuid.uuid4().hex[:16]}"
         )
-        self._duration_ms = store.lease_duration_ms(ctx, duration)
+        self._duration_ms = acquire.lease_duration_ms(ctx, duration)
         if not isinstance(keepalive, bool) or not isinstance(drop_on_exit, bool):
             raise InvalidTypeError("keepalive and drop_on_exit must be bools")
         self.keepalive = keepalive
@@ -154,8 +154,10 @@ class KvSnapshotLease:
     def acquire(self, snapshot_ids: Mapping[TableBucket, int]) -> AcquireResult:
         """Pin these snapshots (moving earlier pins of the same buckets); creates the lease."""
         self._check()
-        wanted = store.check_snapshot_ids(self._ctx, snapshot_ids)
-        result, committed_ms = store.acquire_at(self._ctx, self.lease_id, wanted, self._duration_ms)
+        wanted = acquire.check_snapshot_ids(self._ctx, snapshot_ids)
+        result, committed_ms = acquire.acquire_at(
+            self._ctx, self.lease_id, wanted, self._duration_ms
+        )
         self._note(_ms(result.expires_at), committed_ms)
         return result
 
@@ -169,26 +171,26 @@ class KvSnapshotLease:
     def renew(self, duration: Any = None) -> datetime:
         """Extend the lease to at least now + duration (default: its duration); the new expiry."""
         self._check()
-        duration_ms = None if duration is None else store.lease_duration_ms(self._ctx, duration)
+        duration_ms = None if duration is None else acquire.lease_duration_ms(self._ctx, duration)
         if duration_ms is not None:
             self._duration_ms = duration_ms
-        return to_datetime(self._note(*store.renew_at(self._ctx, self.lease_id, duration_ms)))
+        return to_datetime(self._note(*acquire.renew_at(self._ctx, self.lease_id, duration_ms)))
 
     def release(self, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets (idempotent)."""
         self._check()
-        admin.release(self._ctx, self.lease_id, group_buckets(self._ctx, buckets))
+        upkeep.release(self._ctx, self.lease_id, group_buckets(self._ctx, buckets))
 
     def drop(self) -> bool:
         """Remove the lease and its pins; False if it did not exist."""
         self._stop_keepalive()
-        dropped = admin.drop(self._ctx, self.lease_id)
+        dropped = upkeep.drop(self._ctx, self.lease_id)
         self._dropped = True
         return dropped
 
     def info(self) -> LeaseInfo:
         """The lease as stored in ZooKeeper."""
-        return admin.info(self._ctx, self.lease_id)
+        return upkeep.info(self._ctx, self.lease_id)
 
     def read(self, spark: Any, table: str | TableInfo, *, allow_partial: bool = False) -> Any:
         """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12)."""
@@ -198,8 +200,8 @@ class KvSnapshotLease:
         self._check()
         spark = session(spark)
         table = load_table(self._ctx, table)
-        store.validity(self._ctx, self.lease_id)
-        pins = admin.pins_of(self._ctx, self.lease_id, table)
+        acquire.validity(self._ctx, self.lease_id)
+        pins = upkeep.pins_of(self._ctx, self.lease_id, table)
         unpinned = [b for b in range(table.num_buckets) if TableBucket(table.name, b) not in pins]
         if unpinned and not allow_partial:
             shown = ", ".join(map(str, unpinned[:10])) + (" ..." if len(unpinned) > 10 else "")
@@ -246,7 +248,7 @@ class KvSnapshotLease:
                 continue  # nothing acquired yet: no lease to renew
             while True:
                 try:
-                    self._note(*store.renew_at(self._ctx, self.lease_id, self._duration_ms))
+                    self._note(*acquire.renew_at(self._ctx, self.lease_id, self._duration_ms))
                     break
                 except ZooKeeperUnavailableError as exc:
                     if not self.alive:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..durations import check_id, parse_duration, to_ms
+from ..durations import parse_duration, to_ms
 from ..errors import (
     InvalidArgumentError,
     InvalidDurationError,
@@ -18,9 +18,10 @@ from ..errors import (
     LeaseNotFoundError,
     TableNotFoundError,
 )
-from ..records import AcquireResult, TableBucket
+from ..structs import AcquireResult, TableBucket
 from ..tables import fence
 from ..tables.catalog import load_table
+from ..validate import check_id
 from ..zk import (
     MAX_REQUEST_BYTES,
     MAX_TXN_OPS,

@@ -8,9 +8,10 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ..durations import check_id, to_ms
+from ..durations import to_ms
 from ..errors import CorruptMetadataError, LeaseNotFoundError
-from ..records import LeaseInfo, TableBucket
+from ..structs import LeaseInfo, TableBucket
+from ..validate import check_id
 from ..zk import MAX_TXN_OPS, Check, Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
 from ..zk.formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from ..zk.paths import CHUNK

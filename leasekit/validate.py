@@ -1,0 +1,111 @@
+"""Checks of user-supplied values: one helper per kind (ints, bools, names, ids), each raising
+the typed error a user handles and naming the argument it checked."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import InvalidArgumentError, InvalidLeaseIdError, InvalidTypeError
+
+__all__ = [
+    "check_bool",
+    "check_int",
+    "check_positive_int",
+    "check_table_name",
+    "check_id",
+    "check_namespace",
+]
+
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def check_bool(value: object, what: str) -> bool:
+    """``value`` if it is a bool.
+
+    Raises:
+        InvalidTypeError: anything else (``1`` and ``None`` too), naming ``what``.
+    """
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{what} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def check_int(
+    value: object,
+    what: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    error: type[InvalidArgumentError] = InvalidArgumentError,
+) -> int:
+    """``value`` if it is an int (a bool is not) within ``[minimum, maximum]``; numpy integers
+    are accepted and returned as ``int``.
+
+    Raises:
+        InvalidTypeError: ``value`` is not an int.
+        InvalidArgumentError: (or ``error``) it is out of range; the message names ``what``.
+    """
+    if isinstance(value, bool) or not _is_int(value):
+        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
+    number = int(value)  # type: ignore[call-overload]
+    if minimum is not None and maximum is not None and not minimum <= number <= maximum:
+        raise error(f"{what} must be between {minimum} and {maximum}, got {_shown(number)}")
+    if minimum is not None and number < minimum:
+        raise error(f"{what} must be >= {minimum}, got {_shown(number)}")
+    if maximum is not None and number > maximum:
+        raise error(f"{what} must be <= {maximum}, got {_shown(number)}")
+    return number
+
+
+def check_positive_int(value: object, what: str) -> int:
+    """``value`` if it is an int >= 1 (``check_int`` with ``minimum=1``)."""
+    return check_int(value, what, minimum=1)
+
+
+def _is_int(value: Any) -> bool:
+    if isinstance(value, int):
+        return True
+    module = type(value).__module__
+    return module == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iu"
+
+
+def _shown(number: int) -> str:
+    return str(number) if number.bit_length() <= 128 else f"a {number.bit_length()}-bit number"
+
+
+def check_table_name(name: object) -> str:
+    """``name`` if it is a valid table name.
+
+    Raises:
+        InvalidTypeError: ``name`` is not a str.
+        InvalidArgumentError: it breaks the name rule (1-128 of [A-Za-z0-9_.-], not starting
+            with . or -).
+    """
+    if not isinstance(name, str):
+        raise InvalidTypeError(f"table name must be a str, not {type(name).__name__}")
+    if not _TABLE_NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            f"invalid table name {name!r}: use 1-128 of [A-Za-z0-9_.-], not starting with . or -"
+        )
+    return name
+
+
+def check_id(
+    value: object,
+    *,
+    what: str = "lease id",
+    error: type[InvalidArgumentError] = InvalidLeaseIdError,
+) -> str:
+    """Return ``value`` if it follows the id rule (1-128 of [A-Za-z0-9._-], not . or ..)."""
+    if not isinstance(value, str):
+        raise error(f"{what} must be a str, not {type(value).__name__}")
+    if not _ID.fullmatch(value) or value in (".", ".."):
+        raise error(f"invalid {what} {value!r}: use 1-128 of [A-Za-z0-9._-], not '.' or '..'")
+    return value
+
+
+def check_namespace(value: object) -> str:
+    """Return ``value`` if it is a valid namespace (the id rule)."""
+    return check_id(value, what="namespace", error=InvalidArgumentError)
