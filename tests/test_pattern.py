@@ -278,16 +278,16 @@ def test_unsubscribe_and_close_stop_the_watch(conn):
     day(conn, 1)
     c = conn.consumer()
     c.subscribe(pattern="day_.*")
-    watch = c._pattern
+    watch = c._sub._pattern
     assert watch is not None and watch._watch.active
     c.unsubscribe()
     assert not watch._watch.active and c.assignment() == set()
     c.subscribe(pattern="day_.*")
-    watch = c._pattern
+    watch = c._sub._pattern
     c.subscribe(["day_1"])  # a list replaces the pattern
     assert not watch._watch.active
     c.subscribe(pattern="day_.*")
-    watch = c._pattern
+    watch = c._sub._pattern
     c.close()
     assert not watch._watch.active
 

@@ -1,7 +1,6 @@
-"""Coordinators: what a consumer's group gives it. Without a ``group_id`` a consumer has a
-``NoGroupCoordinator``: the buckets of the tables it subscribes to are all its own, and commits
-are refused. With one it has a ``GroupCoordinator``: membership, assignment and the listener's
-calls inside ``poll``, commits and committed offsets in ZooKeeper (C2–C4) and auto-commit (C8)."""
+"""The coordinator of a consumer with a ``group_id``: membership, assignment and the listener's
+calls inside ``poll``, commits and committed offsets in ZooKeeper (C2–C4) and auto-commit (C8).
+(A consumer without a group has a ``no_group.NoGroupCoordinator``.)"""
 
 from __future__ import annotations
 
@@ -12,79 +11,50 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import CommitFailedError, GroupNotEmptyError, IllegalOperationError
+from ..errors import CommitFailedError, GroupNotEmptyError, IllegalStateError
 from ..structs import OffsetAndMetadata, TableBucket
 from ..zk import Check, TxnConflict
 from . import offsets as stored
-from .fetcher import MAX_WAIT
 from .group import GroupMember
+from .no_group import NoGroupCoordinator
+from .poll_timer import PollTimer
 from .subscription import SUBSCRIBED, SubscriptionState
 
 if TYPE_CHECKING:
     from ..context import Context
-    from ..tables.info import TableInfo
     from ..zk import Watch
     from .assignors import Assignor
     from .offsets import OffsetRecord
+    from .options import ConsumerOptions
 
-__all__ = ["NoGroupCoordinator", "GroupCoordinator", "PollTimer"]
+__all__ = ["GroupCoordinator", "coordinator_for"]
 
 log = logging.getLogger("leasekit.consumers")
 
 
-class NoGroupCoordinator:
-    """A consumer without a group: it is assigned every bucket of the tables it subscribes to
-    at once; it has no member id, no generation and no committed offsets."""
-
-    member_id: str | None = None
-    generation: int | None = None
-    group_id: str | None = None
-    has_work = suspended = False
-
-    def __init__(self, subscription: SubscriptionState) -> None:
-        self._sub = subscription
-
-    def subscription_changed(self, *, in_poll: bool = False) -> None:
-        """Assign every bucket of the subscribed tables. A change made inside ``poll`` (a pattern
-        subscription following tables created or dropped, C17) is told to the listener: the
-        buckets that left, then the ones that came."""
-        if self._sub.mode != SUBSCRIBED:
-            return
-        before = set(self._sub.assignment())
-        wanted = self._sub.subscribed_buckets()
-        listener = self._sub.listener if in_poll else None
-        revoked = before - set(wanted)
-        if listener is not None and revoked:
-            listener.on_buckets_revoked(revoked)
-        self._sub.set_assignment(wanted)
-        if listener is not None and set(wanted) - before:
-            listener.on_buckets_assigned(set(wanted) - before)
-
-    def unsubscribe(self) -> None:
-        pass
-
-    def poll(self) -> None:
-        pass
-
-    def polling(self) -> contextlib.nullcontext[None]:
-        return contextlib.nullcontext()
-
-    def require_group(self) -> str:
-        raise _no_group()
-
-    def starting_offsets(self, buckets: list[TableBucket]) -> dict[TableBucket, OffsetRecord]:
-        return {}
-
-    def fetch_committed(self, buckets: list[TableBucket]) -> dict[TableBucket, OffsetRecord]:
-        raise _no_group()
-
-    def commit(
-        self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False
-    ) -> None:
-        raise _no_group()
-
-    def close(self) -> None:
-        pass
+def coordinator_for(
+    ctx: Context,
+    group_id: str | None,
+    subscription: SubscriptionState,
+    options: ConsumerOptions,
+    assignor: Assignor,
+    wake: Callable[[], None],
+) -> GroupCoordinator | NoGroupCoordinator:
+    """The coordinator of a consumer with ``group_id`` (checked: ``InvalidArgumentError``), or
+    one of a consumer without a group when it is None."""
+    if group_id is None:
+        return NoGroupCoordinator(subscription)
+    return GroupCoordinator(
+        ctx,
+        stored.check_group_id(group_id),
+        subscription,
+        auto_commit=options.auto_commit,
+        interval=options.auto_commit_interval,
+        assignor=assignor,
+        wake=wake,
+        session_timeout=options.session_timeout,
+        max_poll_interval=options.max_poll_interval,
+    )
 
 
 class GroupCoordinator:
@@ -100,7 +70,6 @@ class GroupCoordinator:
         ctx: Context,
         group: str,
         subscription: SubscriptionState,
-        tables: Mapping[str, TableInfo],
         *,
         auto_commit: bool,
         interval: float,
@@ -109,7 +78,7 @@ class GroupCoordinator:
         session_timeout: float = 10.0,
         max_poll_interval: float = 300.0,
     ) -> None:
-        self._ctx, self.group_id, self._sub, self._tables = ctx, group, subscription, tables
+        self._ctx, self.group_id, self._sub = ctx, group, subscription
         self._auto_commit, self._interval = auto_commit, interval
         self._next_auto_commit = time.monotonic() + interval
         self._committed: dict[TableBucket, OffsetAndMetadata] = {}
@@ -226,7 +195,8 @@ class GroupCoordinator:
         self._polls.start()
 
     def _follow(self) -> None:
-        assert self._member is not None
+        if self._member is None:
+            raise IllegalStateError("a group consumer follows its assignment only as a member")
         record = self._member.assignment
         me = self._member.member_id
         if record is not None and record.generation != self.generation and me in record.buckets:
@@ -238,7 +208,7 @@ class GroupCoordinator:
             self._rebalancing, self._newly = True, set()
         if self._pending and self._member is not None:
             wanted = {
-                tb: self._tables[tb.table] for tb in self._pending if tb.table in self._tables
+                tb: self._sub.known[tb.table] for tb in self._pending if tb.table in self._sub.known
             }
             held: dict[TableBucket, str] = {}
             got = self._member.claim(wanted, self.generation or 0, held)
@@ -319,7 +289,7 @@ class GroupCoordinator:
                 member.store.close()
 
     def _owner_path(self, tb: TableBucket) -> str:
-        return self._ctx.paths.owner(self.group_id, self._tables[tb.table].table_id, tb.bucket)
+        return self._ctx.paths.owner(self.group_id, self._sub.known[tb.table].table_id, tb.bucket)
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -333,7 +303,7 @@ class GroupCoordinator:
     def fetch_committed(self, buckets: Iterable[TableBucket]) -> dict[TableBucket, OffsetRecord]:
         """The group's committed offsets of ``buckets``, read now."""
         buckets = list(buckets)
-        tables = {tb.table: self._tables[tb.table] for tb in buckets}
+        tables = {tb.table: self._sub.known[tb.table] for tb in buckets}
         found = stored.fetch(self._ctx, self.group_id, tables, buckets)
         for tb, record in found.items():
             self._committed[tb] = OffsetAndMetadata(record.offset, record.metadata)
@@ -363,7 +333,7 @@ class GroupCoordinator:
                     f"owned by this member of group {self.group_id}; nothing was written"
                 )
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
-        tables = {tb.table: self._tables[tb.table] for tb in changed}
+        tables = {tb.table: self._sub.known[tb.table] for tb in changed}
         try:  # a manual assignment commits from outside the group: only into an empty one (§6.5)
             stored.commit(
                 self._ctx,
@@ -427,61 +397,3 @@ class GroupCoordinator:
         finally:
             self._unlisten()
             self._leave()
-
-
-class PollTimer:
-    """Kafka's ``max.poll.interval``: calls ``expired`` on a thread of its own when the consumer
-    has spent ``interval`` seconds outside ``poll`` (the time inside a blocking poll does not
-    count). Entering and leaving ``poll`` only take a lock and read the clock."""
-
-    def __init__(self, interval: float, expired: Callable[[], None]) -> None:
-        self.interval, self._expired = interval, expired
-        self._lock = threading.Lock()
-        self._inside = 0
-        self._last = time.monotonic()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> PollTimer:
-        with self._lock:
-            self._inside += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._inside -= 1
-            self._last = time.monotonic()
-
-    def start(self) -> None:
-        with self._lock:
-            self._last = time.monotonic()
-            if self._thread is not None:
-                return
-            self._stop = threading.Event()
-            self._thread = threading.Thread(
-                target=self._run, args=(self._stop,), daemon=True, name="leasekit-max-poll-interval"
-            )
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._lock:
-            thread, self._thread = self._thread, None
-            self._stop.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-    def _run(self, stop: threading.Event) -> None:
-        wait = min(self.interval, MAX_WAIT)  # (a huge interval waits in turns: it never fires)
-        while not stop.wait(wait):
-            with self._lock:  # a poll starting now waits until the member has left
-                idle = 0.0 if self._inside else time.monotonic() - self._last
-                if idle >= self.interval:
-                    self._last = time.monotonic()  # once per idle spell
-                    self._expired()
-            wait = min(self.interval - idle if idle < self.interval else self.interval, MAX_WAIT)
-
-
-def _no_group() -> IllegalOperationError:
-    return IllegalOperationError(
-        "this consumer has no group_id: offsets cannot be committed or read"
-    )

@@ -1,214 +1,212 @@
-"""The fetcher of a consumer: log ends and beginnings kept current from ZooKeeper watches on
-the bucket states, an index of segments per bucket refreshed when a read needs it, reads of
-the records at given positions, and the records read but not yet handed out (as aiokafka's
-fetcher keeps them: positions move only when a record is handed out, C1)."""
+"""The fetcher of a consumer: positions of the assigned buckets and the reset policy (C5),
+seeks (C6), offsets looked up without moving (C7), and the records read but not handed out yet;
+it hands out records from the positions and moves them past what it hands out only (C1)."""
 
 from __future__ import annotations
 
-import threading
+import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..errors import LeasekitError, NoOffsetForBucketError, OffsetOutOfRangeError
-from ..log.reader import OFFSET, TIMESTAMP, SegmentGone, SegmentReader, find_segment
-from ..log.segments import OP_COLUMN, list_segments
-from ..structs import LogSegment, Record, TableBucket
-from ..zk import Node
-from ..zk.formats import BucketState
+from ..errors import InvalidTypeError, NoOffsetForBucketError, OffsetOutOfRangeError
+from ..structs import Record, TableBucket
+from . import offsets as stored
+from .buffer import Buffered
+from .log_view import Bounds, LogView, SegmentGone
 
 if TYPE_CHECKING:
-    from ..tables.info import TableInfo
-    from ..zk import Stat, Watch
+    from .coordinator import GroupCoordinator
+    from .no_group import NoGroupCoordinator
+    from .options import ConsumerOptions
+    from .subscription import BucketState, SubscriptionState
 
-__all__ = ["Bounds", "Buffered", "Fetcher", "SegmentGone", "to_records"]
-
-MAX_WAIT = 3600.0
-"""Longest single wait on the condition (a longer timeout waits in turns: any float is fine)."""
-
-
-class Bounds(NamedTuple):
-    """A bucket's log bounds: records [begin, end) are stored."""
-
-    begin: int
-    end: int
-
-
-class Buffered:
-    """Records of one bucket read and not yet handed out: rows ``taken:`` of ``data``, whose
-    first row is offset ``start``."""
-
-    __slots__ = ("data", "start", "taken", "_records")
-
-    def __init__(self, data: pa.Table, start: int) -> None:
-        self.data, self.start, self.taken = data, start, 0
-        self._records: list[Record] | None = None
-
-    @property
-    def next_offset(self) -> int:
-        """Offset of the first record not handed out."""
-        return self.start + self.taken
-
-    @property
-    def left(self) -> int:
-        return self.data.num_rows - self.taken
-
-    def table(self, n: int) -> pa.Table:
-        """Hand out the next ``n`` records (fewer when fewer are left) as a table."""
-        out = self.data.slice(self.taken, min(n, self.left))  # n may be any int (max_records)
-        self.taken += out.num_rows
-        return out
-
-    def record(self, tb: TableBucket) -> Record:
-        """Hand out the next record (the batch is converted to records once, on the first call)."""
-        if self._records is None:
-            self._records = list(to_records(tb, self.data))
-        record = self._records[self.taken]
-        self.taken += 1
-        return record
+__all__ = ["Fetcher"]
 
 
 class Fetcher:
-    """Reads records of watched buckets; ``wait`` blocks until a watched bucket's log grows."""
+    """Reads the assigned, unpaused buckets of ``subscription`` from their positions through
+    ``log``; a bucket without a position starts from the offset ``coordinator`` has committed
+    for it, else by the reset policy of ``options``."""
 
-    def __init__(self, tables: Mapping[str, TableInfo], *, reset: str = "latest") -> None:
-        self.reset = reset
+    def __init__(
+        self,
+        subscription: SubscriptionState,
+        log: LogView,
+        coordinator: GroupCoordinator | NoGroupCoordinator,
+        options: ConsumerOptions,
+    ) -> None:
+        self._sub, self._log, self._coordinator = subscription, log, coordinator
+        self.reset = options.reset
         """The reset policy (C5): "earliest", "latest" or "none"."""
-        self._tables = dict(tables)
-        self._readers = {name: SegmentReader(t) for name, t in self._tables.items()}
-        self._bounds: dict[TableBucket, Bounds] = {}
-        self._segments: dict[TableBucket, list[LogSegment]] = {}
-        self._watches: dict[TableBucket, Watch] = {}
+        self.max_poll_records = options.max_poll_records
         self._buffers: dict[TableBucket, Buffered] = {}
-        self._changed = threading.Condition()
-        self._version = 0
-
-    def table(self, name: str) -> TableInfo:
-        return self._tables[name]
-
-    def add_table(self, table: TableInfo) -> None:
-        if table.name not in self._tables:
-            self._tables[table.name] = table
-            self._readers[table.name] = SegmentReader(table)
-
-    def replace_table(self, table: TableInfo) -> None:
-        """Read ``table`` from now on for its name (a table created again under the name of a
-        dropped one); the name's buckets must not be watched."""
-        old = self._readers.pop(table.name, None)
-        if old is not None:
-            old.close()
-        self._tables[table.name] = table
-        self._readers[table.name] = SegmentReader(table)
-        for tb in [tb for tb in self._segments if tb.table == table.name]:
-            del self._segments[tb]
-
-    # -- bucket bounds, from watches ------------------------------------------------------
-
-    def watch(self, buckets: Iterable[TableBucket]) -> None:
-        """Keep the bounds of ``buckets`` current (the first values are read now; buckets
-        already watched cost nothing)."""
-        new = [tb for tb in buckets if tb not in self._watches]
-        for tb in new:
-            table = self._tables[tb.table]
-            ctx = table.context
-            path = ctx.paths.bucket(table.table_id, tb.bucket)
-
-            def update(
-                data: bytes | None, stat: Stat | None, tb: TableBucket = tb, path: str = path
-            ) -> None:
-                bounds = Bounds(0, 0)
-                if data is not None and stat is not None:
-                    try:
-                        state = BucketState.decode(Node(data, stat), path)
-                        bounds = Bounds(state.begin, state.end)
-                    except LeasekitError:
-                        return  # keep the last good bounds; reads report the corrupt znode
-                with self._changed:
-                    self._bounds[tb] = bounds
-                    self._version += 1
-                    self._changed.notify_all()
-
-            self._bounds.setdefault(tb, Bounds(0, 0))
-            self._watches[tb] = ctx.store.watch(path, update)
-        if new:
-            self.refresh_bounds(new)
-
-    def unwatch(self, buckets: Iterable[TableBucket]) -> None:
-        for tb in buckets:
-            self._buffers.pop(tb, None)
-            watch = self._watches.pop(tb, None)
-            if watch is not None:
-                watch.remove()
-            self._segments.pop(tb, None)
-            with self._changed:
-                self._bounds.pop(tb, None)
-
-    def retain(self, buckets: set[TableBucket]) -> None:
-        """Stop watching every bucket not in ``buckets``, and drop its buffered records (a
-        revoked bucket's are never handed out)."""
-        self.unwatch([tb for tb in {*self._watches, *self._buffers} if tb not in buckets])
-
-    def refresh_bounds(self, buckets: list[TableBucket]) -> dict[TableBucket, Bounds]:
-        """Read the bounds of ``buckets`` from ZooKeeper now (pipelined), and keep them."""
-        by_table: dict[str, list[TableBucket]] = {}
-        for tb in buckets:
-            by_table.setdefault(tb.table, []).append(tb)
-        out = {}
-        for name, tbs in by_table.items():
-            table = self._tables[name]
-            ctx = table.context
-            paths = [ctx.paths.bucket(table.table_id, tb.bucket) for tb in tbs]
-            for tb, path, node in zip(tbs, paths, ctx.store.get_many(paths)):
-                if node is None:
-                    out[tb] = Bounds(0, 0)
-                else:
-                    state = BucketState.decode(node, path)
-                    out[tb] = Bounds(state.begin, state.end)
-        with self._changed:
-            for tb, bounds in out.items():
-                if tb in self._watches or tb in self._bounds:
-                    old = self._bounds.get(tb)
-                    if old is None or bounds.end >= old.end:
-                        self._bounds[tb] = bounds
-        return out
-
-    def bounds(self, tb: TableBucket) -> Bounds | None:
-        """The last known bounds of a watched bucket."""
-        with self._changed:
-            return self._bounds.get(tb)
+        self._last: TableBucket | None = None
+        """The bucket take_one handed a record of last: the next comes from its buffer first."""
+        self._turn = itertools.count()
+        self._seen_assignment = subscription.assignments
 
     def wait(self, timeout: float, ready: Callable[[], bool]) -> bool:
-        """Wait up to ``timeout`` seconds until ``ready()`` holds, re-checked after every change
-        of a watched bucket; whether it holds."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not ready():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(min(left, MAX_WAIT))
-            return True
+        """Wait up to ``timeout`` seconds until ``ready()`` holds (re-checked when a watched
+        bucket's log changes, or on ``wake``); whether it holds."""
+        return self._log.wait(timeout, ready)
 
     def wake(self) -> None:
         """Wake ``wait`` (a change it does not watch: a pause, a seek, a close)."""
-        with self._changed:
-            self._version += 1
-            self._changed.notify_all()
+        self._log.wake()
 
-    # -- positions without an offset, or outside the log (C5) -------------------------------
+    def sync_assignment(self) -> None:
+        """After the assignment changed: buckets that left it are not watched any more and
+        their buffered records go (a revoked bucket's are never handed out, C1)."""
+        if self._seen_assignment == self._sub.assignments:
+            return
+        self._seen_assignment = self._sub.assignments
+        assigned = set(self._sub.assignment())
+        stale = [tb for tb in {*self._log.watched(), *self._buffers} if tb not in assigned]
+        for tb in stale:
+            self._buffers.pop(tb, None)
+        self._log.unwatch(stale)
+        self._log.wake()
 
-    def start_positions(
-        self, states: Mapping[TableBucket, Any], committed: Mapping[TableBucket, Any]
-    ) -> None:
-        """Give each of ``states`` (buckets without a position) its committed offset, or one by
-        the reset policy; ``NoOffsetForBucketError`` with "none"."""
-        known = {tb: self.bounds(tb) for tb in states}  # watched: current already
-        bounds = {tb: b for tb, b in known.items() if b is not None}
-        bounds.update(self.refresh_bounds([tb for tb in states if tb not in bounds]))
+    def has_records_ahead(self) -> bool:
+        """Whether a fetchable bucket's log end is past its position (or it has none yet)."""
+        for tb in self._sub.fetchable():
+            bounds = self._log.bounds(tb)
+            position = self._sub.state(tb).position
+            if bounds is not None and (position is None or position != bounds.end):
+                return True
+        return False
+
+    # -- handing out records (C1) -------------------------------------------------------------
+
+    def take_one(self) -> Record | None:
+        """The next record of the bucket ``take_one`` served last, while it has buffered ones;
+        else of the next bucket with records."""
+        tb = self._last
+        if (
+            tb is not None
+            and self._sub.is_assigned(tb)
+            and not self._sub.state(tb).paused
+            and not self._sub.is_gone(tb)
+        ):  # (in O(1): no list of all)
+            state = self._sub.state(tb)
+            buffer = None if state.position is None else self._buffered(tb, state.position)
+            if buffer is not None:
+                record = buffer.record(tb)
+                state.position = record.offset + 1  # C1
+                return record
+        return self.fetch_one()
+
+    def fetch_one(self) -> Record | None:
+        """The next record of the next bucket with records (round robin), or None."""
+        order = self._round_robin()
+        now = int(time.time() * 1000)
+        for tb, state in order:
+            buffer = self._next_batch(tb, state, self.max_poll_records, now)
+            if buffer is not None:
+                self._last = tb
+                record = buffer.record(tb)
+                state.position = record.offset + 1  # C1
+                return record
+        return None
+
+    def fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
+        """Up to ``limit`` records, buffered ones first, reading buckets whose buffer is empty
+        (round robin); positions move past what is handed out only (C1)."""
+        out: dict[TableBucket, pa.Table] = {}
+        order = self._round_robin()
+        now = int(time.time() * 1000)
+        for tb, state in order:
+            if limit <= 0:
+                break
+            buffer = self._next_batch(tb, state, limit, now)
+            if buffer is not None:
+                out[tb] = data = buffer.table(limit)
+                state.position += data.num_rows  # C1
+                limit -= data.num_rows
+        return out
+
+    def _round_robin(self) -> list[tuple[TableBucket, BucketState]]:
+        """The fetchable buckets, watched, with positions and their segments indexed, starting
+        one further at each call."""
+        buckets = self._sub.fetchable()
+        if not buckets:
+            return []
+        self._log.watch(buckets)
+        self.ensure_positions(buckets)
+        states = {tb: self._sub.state(tb) for tb in buckets}
+        readable = {}
         for tb, state in states.items():
-            record = committed.get(tb)
+            bounds = self._log.bounds(tb)
+            if bounds is not None and bounds.begin <= state.position < bounds.end:
+                readable[tb] = state.position
+        self._log.prepare(readable)
+        start = next(self._turn) % len(buckets)
+        return [(tb, states[tb]) for tb in buckets[start:] + buckets[:start]]
+
+    def _next_batch(
+        self, tb: TableBucket, state: BucketState, limit: int, now: int
+    ) -> Buffered | None:
+        """The bucket's buffered records, else up to ``limit`` read now; None when none."""
+        buffer = self._buffered(tb, state.position)
+        if buffer is None:
+            data = self._read(tb, state, limit, now)
+            if data is None:
+                return None
+            buffer = self._buffers[tb] = Buffered(data, state.position)
+        state.last_poll = now
+        return buffer
+
+    def _read(self, tb: TableBucket, state: BucketState, limit: int, now: int) -> pa.Table | None:
+        """Records of ``tb`` from ``state.position`` (reset first when it is outside the log)."""
+        bounds = self._log.bounds(tb) or self._log.refresh_bounds([tb])[tb]
+        state.highwater, state.last_poll = bounds.end, now
+        position = state.position
+        if not bounds.begin <= position <= bounds.end:
+            bounds = self._log.refresh_bounds([tb])[tb]
+            if bounds == (0, 0) and self._sub.dropped(tb.table):  # no reset: its buckets leave
+                self._sub.mark_gone(tb)  # the subscription at a coming poll (C17)
+                return None
+            if not bounds.begin <= position <= bounds.end:
+                position = self._reset_position(tb, state, bounds)
+        if position >= bounds.end:
+            return None
+        try:
+            data = self._log.read(tb, position, limit)
+        except SegmentGone:
+            data = None
+        if data is None:  # retention deleted the segment under us (C5)
+            fresh = self._log.refresh_bounds([tb])[tb]
+            if position < fresh.begin:
+                self._reset_position(tb, state, fresh)
+            return None
+        return data  # from ``state.position`` (reset above when it was out of range)
+
+    def _buffered(self, tb: TableBucket, position: int) -> Buffered | None:
+        """The bucket's buffered records if some are left and the first is at ``position``
+        (a seek or a reset elsewhere makes them stale: they are dropped)."""
+        buffer = self._buffers.get(tb)
+        if buffer is not None and (buffer.left <= 0 or buffer.next_offset != position):
+            del self._buffers[tb]
+            return None
+        return buffer
+
+    # -- positions, and the reset policy (C5) -------------------------------------------------
+
+    def ensure_positions(self, buckets: list[TableBucket]) -> None:
+        """Give each of ``buckets`` without a position its committed offset, else one by the
+        reset policy; ``NoOffsetForBucketError`` with "none"."""
+        missing = self._sub.without_position(buckets)
+        if not missing:
+            return
+        committed = self._coordinator.starting_offsets(missing)
+        known = {tb: self._log.bounds(tb) for tb in missing}  # watched: current already
+        bounds = {tb: b for tb, b in known.items() if b is not None}
+        bounds.update(self._log.refresh_bounds([tb for tb in missing if tb not in bounds]))
+        for tb in missing:
+            state, record = self._sub.state(tb), committed.get(tb)
             if record is not None:
                 state.position = record.offset
             elif self.reset == "none":
@@ -218,7 +216,7 @@ class Fetcher:
             else:
                 state.position = bounds[tb].begin if self.reset == "earliest" else bounds[tb].end
 
-    def reset_position(self, tb: TableBucket, state: Any, bounds: Bounds) -> int:
+    def _reset_position(self, tb: TableBucket, state: BucketState, bounds: Bounds) -> int:
         """Move ``state``, whose position ``bounds`` do not hold, by the reset policy; the new
         position. ``OffsetOutOfRangeError`` with "none"."""
         if self.reset == "none":
@@ -229,80 +227,76 @@ class Fetcher:
         state.position = bounds.begin if self.reset == "earliest" else bounds.end
         return state.position
 
-    def offset_for_time(self, tb: TableBucket, timestamp_ms: int, begin: int) -> int | None:
-        """The earliest stored offset (>= ``begin``) whose timestamp is >= ``timestamp_ms`` (C7)."""
-        segments = self.segments(tb, begin)
-        found = next(
-            (s for s in segments if s.end_offset > begin and s.timestamp_ms >= timestamp_ms), None
-        )
-        return None if found is None else max(found.base_offset, begin)
+    def position(self, tb: TableBucket) -> int:
+        """The offset of the next record to hand out of the assigned bucket ``tb`` (C1)."""
+        state = self._sub.state(tb)
+        self.ensure_positions([tb])
+        return state.position
 
-    # -- records read, not handed out -------------------------------------------------------
+    def seek(self, tb: TableBucket, offset: int) -> None:
+        """Make ``offset`` (checked) the next to hand out of the assigned bucket ``tb`` (C6)."""
+        self._sub.state(tb)
+        self._move(tb, stored.check_offset(offset, "offset"))
 
-    def buffered(self, tb: TableBucket, position: int) -> Buffered | None:
-        """The bucket's buffered records if some are left and the first is at ``position``
-        (a seek or a reset elsewhere makes them stale: they are dropped)."""
-        buffer = self._buffers.get(tb)
-        if buffer is not None and (buffer.left <= 0 or buffer.next_offset != position):
-            del self._buffers[tb]
-            return None
-        return buffer
+    def seek_to_beginning(self, tbs: tuple[TableBucket, ...]) -> None:
+        for tb, bounds in self._log.refresh_bounds(self._targets(tbs)).items():
+            self._move(tb, bounds.begin)
 
-    def keep(self, tb: TableBucket, data: pa.Table, start: int) -> Buffered:
-        """Buffer ``data``, the bucket's records from offset ``start``."""
-        self._buffers[tb] = buffer = Buffered(data, start)
-        return buffer
+    def seek_to_end(self, tbs: tuple[TableBucket, ...]) -> None:
+        for tb, bounds in self._log.refresh_bounds(self._targets(tbs)).items():
+            self._move(tb, bounds.end)
 
-    def discard(self, tb: TableBucket) -> None:
-        self._buffers.pop(tb, None)
+    def seek_to_committed(self, tbs: tuple[TableBucket, ...]) -> dict[TableBucket, int | None]:
+        """Move to the committed offsets (a committed 0 included, C6); buckets without one get
+        the reset policy. Returns the committed offsets."""
+        targets = self._targets(tbs)
+        committed = self._coordinator.fetch_committed(targets)
+        for tb in targets:
+            if tb in committed:
+                self._move(tb, committed[tb].offset)
+            else:
+                self._sub.state(tb).position = None
+                self.ensure_positions([tb])
+        return {tb: committed[tb].offset if tb in committed else None for tb in targets}
 
-    # -- segments and reads ---------------------------------------------------------------
+    def _move(self, tb: TableBucket, offset: int) -> None:
+        self._sub.state(tb).position = offset
+        self._buffers.pop(tb, None)  # its buffered records are not the next any more
+        self._log.wake()
 
-    def segments(self, tb: TableBucket, offset: int) -> list[LogSegment]:
-        """The bucket's segments, refreshed when none known holds ``offset``."""
-        known = self._segments.get(tb)
-        if known is None or find_segment(known, offset) is None:
-            table = self._tables[tb.table]
-            known = list_segments(table, [tb.bucket])[tb.bucket]
-            self._segments[tb] = known
-        return known
+    def _targets(self, tbs: tuple[TableBucket, ...]) -> list[TableBucket]:
+        """``tbs`` (each assigned), or the whole assignment when none is given."""
+        for tb in tbs:
+            self._sub.state(tb)
+        return list(tbs) if tbs else self._sub.assignment()
 
-    def prepare(self, positions: Mapping[TableBucket, int]) -> None:
-        """Index the segments of every bucket whose known segments do not hold its position,
-        one pipelined listing per table (a first poll of many buckets lists them together)."""
-        stale: dict[str, list[int]] = {}
-        for tb, offset in positions.items():
-            known = self._segments.get(tb)
-            if known is None or find_segment(known, offset) is None:
-                stale.setdefault(tb.table, []).append(tb.bucket)
-        for name, buckets in stale.items():
-            for bucket, segments in list_segments(self._tables[name], buckets).items():
-                self._segments[TableBucket(name, bucket)] = segments
+    # -- offsets without moving (C7) ------------------------------------------------------
 
-    def read(self, tb: TableBucket, position: int, max_records: int) -> pa.Table | None:
-        """Records from ``position`` (at most ``max_records``, within one segment); None when
-        no stored segment holds ``position``. ``SegmentGone`` when its file was deleted."""
-        segment = find_segment(self.segments(tb, position), position)
-        if segment is None:
-            return None
-        try:
-            return self._readers[tb.table].read(segment, position, max_records)
-        except SegmentGone:
-            self._segments.pop(tb, None)
-            raise
+    def bounds_now(self, tbs: Iterable[TableBucket]) -> dict[TableBucket, Bounds]:
+        """The log bounds of ``tbs`` (any buckets of existing tables), read now."""
+        if isinstance(tbs, TableBucket) or not isinstance(tbs, Iterable):
+            raise InvalidTypeError("give a collection of TableBucket")
+        wanted = list(tbs)
+        for tb in wanted:
+            self._sub.table_of(tb)
+        return self._log.refresh_bounds(wanted)
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TableBucket, int]
+    ) -> dict[TableBucket, int | None]:
+        """Per bucket, the earliest offset whose timestamp is >= the given epoch ms; None if
+        none."""
+        if not isinstance(timestamps, Mapping):
+            raise InvalidTypeError("timestamps must be a mapping of TableBucket to epoch ms")
+        for tb, ts in timestamps.items():
+            self._sub.table_of(tb)
+            stored.check_offset(ts, f"timestamp of {tb} (epoch ms)")
+        bounds = self.bounds_now(timestamps)
+        return {
+            tb: self._log.offset_for_time(tb, ts, bounds[tb].begin) for tb, ts in timestamps.items()
+        }
 
     def close(self) -> None:
-        self.unwatch(list(self._watches))
-        for reader in self._readers.values():
-            reader.close()
-
-
-def to_records(tb: TableBucket, table: pa.Table) -> Iterator[Record]:
-    """The rows of a batch read from ``tb`` as records."""
-    columns = [n for n in table.column_names if n not in (OFFSET, TIMESTAMP, OP_COLUMN)]
-    offsets = table.column(OFFSET).to_pylist()
-    stamps = table.column(TIMESTAMP).cast(pa.int64()).to_pylist()
-    ops = table.column(OP_COLUMN).to_pylist()
-    values = table.select(columns).to_pylist()
-    for offset, ts, op, value in zip(offsets, stamps, ops, values):
-        yield Record(tb, offset, ts, op, value)
+        self._buffers.clear()
+        self._log.wake()
+        self._log.close()
