@@ -1,0 +1,201 @@
+"""Offset resets of a consumer group (a dry run unless asked, C13) and deletion of a group or
+of some of its offsets; all refused while the group has live members (DESIGN §6.6)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GroupNotEmptyError, InvalidArgumentError, InvalidTypeError
+from ..structs import TableBucket
+from ..tables.catalog import load_table
+from ..tables.info import TableInfo
+from ..validate import check_bool
+from ..zk import Delete
+from . import offsets as stored
+from .group_view import Row, bucket_rows, every_bucket, live_members, read_group, segments_of
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..context import Context
+
+__all__ = ["RESET_COLUMNS", "reset_offsets", "delete_group", "delete_offsets"]
+
+RESET_COLUMNS = ["group", "table", "bucket", "current_offset", "new_offset"]
+
+
+def reset_offsets(
+    ctx: Context,
+    group_id: str,
+    *,
+    to: Any = None,
+    shift_by: int | None = None,
+    tables: Iterable[Any] | None = None,
+    buckets: Iterable[TableBucket] | None = None,
+    dry_run: bool = True,
+) -> pd.DataFrame:
+    """The reset plan: RESET_COLUMNS, with ``new_offset`` clamped to the bucket's [beginning,
+    end] as kafka-consumer-groups does, and ``clamped`` saying where the target was outside.
+
+    Carried out only with ``dry_run=False`` (C13), in transactions that check the group has
+    no live members.
+
+    Raises:
+        GroupNotEmptyError: the group has live members (also when one joins before the write).
+        InvalidArgumentError, InvalidTypeError: bad arguments (offsets and shifts of 2**63 or
+            more included), before anything is written.
+    """
+    group_id = stored.check_group_id(group_id)
+    tables, chosen = _check_reset(to, shift_by, dry_run, tables, buckets)
+    view = read_group(ctx, group_id)
+    if view.members:
+        raise GroupNotEmptyError(
+            f"group {group_id} has {len(view.members)} live member(s); stop them before a reset"
+        )
+    keys = every_bucket(
+        view.described()
+        if tables is None
+        else sorted({load_table(ctx, t) for t in tables}, key=lambda t: t.name)
+    )
+    rows = bucket_rows(
+        ctx, view, keys, ctx.store.get_many([ctx.paths.bucket(t.table_id, b) for t, b in keys])
+    )
+    if chosen is not None:
+        wanted = frozenset(chosen)
+        rows = [r for r in rows if r.tb in wanted]
+    wanted = _targets(ctx, rows, to, shift_by)
+    # clamped to [beginning, end], as kafka-consumer-groups does
+    targets = {r.tb: min(max(wanted[r.tb], r.begin), r.end) for r in rows}
+    if not dry_run and rows:
+        stored.commit(
+            ctx,
+            group_id,
+            {r.tb: targets[r.tb] for r in rows},
+            {r.tb.table: r.table for r in rows},
+            outside=True,
+        )  # a member joining since the read above refuses the write (C13)
+    return _plan_frame(group_id, rows, targets, wanted)
+
+
+def _check_reset(
+    to: Any, shift_by: Any, dry_run: Any, tables: Any, buckets: Any
+) -> tuple[Iterable[Any] | None, list[TableBucket] | None]:
+    """``reset_offsets``'s arguments checked: the tables (a single one as a list) and the
+    buckets chosen (None: every one)."""
+    if (to is None) == (shift_by is None):
+        raise InvalidArgumentError("give exactly one of to= and shift_by=")
+    if shift_by is not None:
+        stored.check_offset(abs(shift_by) if isinstance(shift_by, int) else shift_by, "shift_by")
+    if isinstance(to, int) and not isinstance(to, bool):
+        stored.check_offset(to, "to= offset")
+    check_bool(dry_run, "dry_run")
+    if isinstance(tables, (str, TableInfo)):
+        tables = [tables]
+    for given, what in ((tables, "tables"), (buckets, "buckets")):
+        if given is not None and (
+            isinstance(given, TableBucket) or not isinstance(given, Iterable)
+        ):
+            raise InvalidTypeError(f"{what} must be a collection, not {type(given).__name__}")
+    chosen = None if buckets is None else list(buckets)
+    for tb in chosen or ():
+        if not isinstance(tb, TableBucket):
+            raise InvalidTypeError(f"buckets must be TableBucket, not {type(tb).__name__}")
+    return tables, chosen
+
+
+def _plan_frame(
+    group_id: str, rows: list[Row], targets: dict[TableBucket, int], wanted: dict[TableBucket, int]
+) -> pd.DataFrame:
+    """The plan as a frame: RESET_COLUMNS and ``clamped``."""
+    import pandas as pd
+
+    plan = [
+        {
+            "group": group_id,
+            "table": r.tb.table,
+            "bucket": r.tb.bucket,
+            "current_offset": None if r.record is None else r.record.offset,
+            "new_offset": targets[r.tb],
+            "clamped": targets[r.tb] != wanted[r.tb],
+        }
+        for r in rows
+    ]
+    frame = pd.DataFrame(plan, columns=[*RESET_COLUMNS, "clamped"])
+    frame["clamped"] = frame["clamped"].astype(bool)
+    for column in ("bucket", "current_offset", "new_offset"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def _targets(
+    ctx: Context, rows: list[Row], to: Any, shift_by: int | None
+) -> dict[TableBucket, int]:
+    """Each row's target before clamping (a shift or an offset may lie outside the log)."""
+    out: dict[TableBucket, int] = {}
+    if isinstance(to, (datetime, timedelta)):
+        if isinstance(to, datetime) and to.tzinfo is None:
+            raise InvalidArgumentError("to= datetime must be timezone-aware")
+        # by duration: any length (a huge one means from the beginning, as clamped below)
+        since = (
+            ctx.now_ms() - to // timedelta(milliseconds=1)
+            if isinstance(to, timedelta)
+            else int(to.timestamp() * 1000)
+        )
+        segments = segments_of(rows)
+        for r in rows:
+            found = next(
+                (s for s in segments[r.tb] if s.end_offset > r.begin and s.timestamp_ms >= since),
+                None,
+            )
+            out[r.tb] = r.end if found is None else max(found.base_offset, r.begin)
+        return out
+    for r in rows:
+        current = r.record.offset if r.record is not None else None
+        if shift_by is not None:
+            out[r.tb] = (current if current is not None else r.begin) + shift_by
+        elif to == "earliest":
+            out[r.tb] = r.begin
+        elif to == "latest":
+            out[r.tb] = r.end
+        elif to == "current":
+            out[r.tb] = current if current is not None else r.end
+        elif isinstance(to, int) and not isinstance(to, bool):
+            out[r.tb] = to
+        else:
+            raise InvalidArgumentError(
+                "to= must be 'earliest', 'latest', 'current', an int, a datetime or a "
+                f"timedelta, not {to!r}"
+            )
+    return out
+
+
+def delete_group(ctx: Context, group_id: str) -> bool:
+    """Delete the group and its offsets; False if it did not exist. Refused while it has live
+    members (``GroupNotEmptyError``)."""
+    group_id = stored.check_group_id(group_id)
+    if live_members(ctx, group_id):
+        raise GroupNotEmptyError(f"group {group_id} has live members")
+    path = ctx.paths.group(group_id)
+    if ctx.store.exists(path) is None:
+        return False
+    ctx.store.delete_tree(path)
+    return True
+
+
+def delete_offsets(ctx: Context, group_id: str, buckets: Iterable[TableBucket]) -> int:
+    """Delete the group's committed offsets of ``buckets``; how many there were."""
+    group_id = stored.check_group_id(group_id)
+    if isinstance(buckets, TableBucket) or not isinstance(buckets, Iterable):
+        raise InvalidTypeError("buckets must be a collection of TableBucket")
+    wanted = list(buckets)
+    for tb in wanted:
+        if not isinstance(tb, TableBucket):
+            raise InvalidTypeError(f"buckets must be TableBucket, not {type(tb).__name__}")
+    tables = {tb.table: load_table(ctx, tb.table) for tb in wanted}
+    paths = [ctx.paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in wanted]
+    present = [p for p, node in zip(paths, ctx.store.get_many(paths)) if node is not None]
+    if present:
+        ctx.store.commit_chunked([Delete(p) for p in present])
+    return len(present)
