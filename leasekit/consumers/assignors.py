@@ -45,7 +45,7 @@ class Assignor(Protocol):
 
 
 def _subscribers(members: Members, tables: Tables) -> dict[str, list[str]]:
-    """Table name -> the sorted ids of its subscribers, for every subscribed table, sorted by name."""
+    """Table name -> the sorted ids of its subscribers, for every subscribed table, by name."""
     for table, count in tables.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise InvalidArgumentError(

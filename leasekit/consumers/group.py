@@ -12,7 +12,8 @@
   bucket's owner znode at the version it read, only when the owner znode is empty or names a
   member that is gone), and releases it after ``on_buckets_revoked``, so the next owner starts
   from what the last one committed (C10). A commit checks the member's znode and the owner
-  znode versions it wrote inside its transaction (C11).
+  znode versions it wrote inside its transaction (C11). The owner znode writes are in
+  ``owners``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitFailedError, LeasekitError
 from ..structs import TableBucket
 from ..tables.catalog import load_tables
-from ..zk import Check, Create, Delete, GetChildren, GetData, Node, SetData, TxnConflict
-from ..zk.formats import AssignmentRecord, MemberRecord, OwnerRecord
+from ..zk import Check, Create, Delete, Node, SetData, TxnConflict
+from ..zk.formats import AssignmentRecord, MemberRecord
+from . import owners
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -36,9 +38,7 @@ if TYPE_CHECKING:
     from ..zk import Watch, ZkStore
     from .assignors import Assignor
 
-__all__ = ["GroupMember", "member_sequence", "owner_of"]
-
-K = TypeVar("K")
+__all__ = ["GroupMember", "member_sequence"]
 
 REBALANCE_DEBOUNCE = 0.1
 """Seconds the leader waits after a membership change for more before it assigns."""
@@ -237,24 +237,7 @@ class GroupMember:
         paths = ctx.paths
         names = sorted(self._store.children(paths.group_members(group)) or [], key=member_sequence)
         self._watch_members(names)
-        nodes = self._store.get_many(
-            [paths.group_assignment(group), *(paths.member(group, n) for n in names)]
-        )
-        current = (
-            None
-            if nodes[0] is None
-            else AssignmentRecord.decode(nodes[0], paths.group_assignment(group))
-        )
-        members: dict[str, frozenset[str]] = {}
-        for name, node in zip(names, nodes[1:]):
-            if node is not None:
-                members[name] = frozenset(
-                    MemberRecord.decode(node, paths.member(group, name)).tables
-                )
-        self._assigned_from = (
-            names,
-            {n: node.stat.version for n, node in zip(names, nodes[1:]) if node},
-        )
+        current, members = self._read_members(names)
         subscribed = set().union(*members.values()) if members else set()
         tables = {
             name: t.num_buckets for name, t in sorted(load_tables(ctx, sorted(subscribed)).items())
@@ -289,6 +272,32 @@ class GroupMember:
             return None  # a newer view or another leader won; its watch brings the result
         self._seen(record)
         return record
+
+    def _read_members(
+        self, names: list[str]
+    ) -> tuple[AssignmentRecord | None, dict[str, frozenset[str]]]:
+        """The published assignment and the subscription of each of the members ``names`` that
+        is still there, read now (noted as the view the leader assigns from)."""
+        paths, group = self._ctx.paths, self.group_id
+        nodes = self._store.get_many(
+            [paths.group_assignment(group), *(paths.member(group, n) for n in names)]
+        )
+        current = (
+            None
+            if nodes[0] is None
+            else AssignmentRecord.decode(nodes[0], paths.group_assignment(group))
+        )
+        members: dict[str, frozenset[str]] = {}
+        for name, node in zip(names, nodes[1:]):
+            if node is not None:
+                members[name] = frozenset(
+                    MemberRecord.decode(node, paths.member(group, name)).tables
+                )
+        self._assigned_from = (
+            names,
+            {n: node.stat.version for n, node in zip(names, nodes[1:]) if node},
+        )
+        return current, members
 
     def _watch_members(self, names: list[str]) -> None:
         """As the leader, follow each member's subscription (a change reassigns)."""
@@ -337,43 +346,14 @@ class GroupMember:
         me = self.member_path
         if me is None or not wanted:
             return {}
-        ctx, name = self._ctx, me.rsplit("/", 1)[1]
-        keys = list(wanted)
-        owner_paths = [self.owner_path(wanted[tb], tb.bucket) for tb in keys]
-        listed, *owners = self._store.read_many(
-            [
-                GetChildren(ctx.paths.group_members(self.group_id)),
-                *(GetData(p) for p in owner_paths),
-            ]
-        )
-        for result in (listed, *owners):
-            if result.error is not None:
-                raise result.error  # never claim from a view it could not read
-        live = set(listed.value or [])
-        record = OwnerRecord(name, generation).encode()
-        writes: dict[TableBucket, Create | SetData] = {}
-        for tb, path, result in zip(keys, owner_paths, owners):
-            node = result.value
-            holder = owner_of(node, path)
-            if holder and holder in live and holder != name:
-                held[tb] = path  # a live member still owns it: it releases after its revocation
-            else:
-                writes[tb] = (
-                    Create(path, record)
-                    if node is None
-                    else SetData(path, record, node.stat.version)
-                )
-        return _each(self._store, writes, [Check(me, -1)])
+        paths = {tb: self.owner_path(table, tb.bucket) for tb, table in wanted.items()}
+        members = self._ctx.paths.group_members(self.group_id)
+        return owners.claim(self._store, me, members, paths, generation, held)
 
     def release(self, owned: Mapping[str, int]) -> None:
         """Empty the owner znodes (path -> the version this member wrote); those changed
         meanwhile are no longer this member's."""
-        try:
-            _each(
-                self._store, {path: SetData(path, b"", version) for path, version in owned.items()}
-            )
-        except LeasekitError:
-            pass  # ZooKeeper unreachable: the member's end frees them (claims check liveness)
+        owners.release(self._store, owned)
 
     def fence(self, owned: Mapping[str, int]) -> list[Check]:
         """The checks a commit makes: this member is live and still owns each bucket (C11)."""
@@ -390,41 +370,3 @@ def _by_table(buckets: Iterable[TableBucket]) -> dict[str, tuple[int, ...]]:
     for tb in sorted(buckets):
         out.setdefault(tb.table, []).append(tb.bucket)
     return {t: tuple(bs) for t, bs in out.items()}
-
-
-def owner_of(node: Node | None, path: str) -> str:
-    """The member an owner znode names ("" once released, or unreadable: claimable)."""
-    if node is None or not node.data:
-        return ""
-    try:
-        return OwnerRecord.decode(node, path).member
-    except LeasekitError:
-        return ""  # unreadable: claimable
-
-
-def _each(
-    store: Any, writes: Mapping[K, Create | SetData], guard: list[Check] | None = None
-) -> dict[K, int]:
-    """Run ``writes`` (each after ``guard``) in one transaction, or one by one when some write
-    conflicts (its znode changed meanwhile: that one is skipped); the new version of each done."""
-    guard = guard or []
-    if not writes:
-        return {}
-    keys = list(writes)
-    try:
-        results = store.commit([*guard, *writes.values()])
-        return {k: _version(r) for k, r in zip(keys, results[len(guard) :])}
-    except TxnConflict as exc:
-        if exc.index < len(guard) or len(keys) == 1:
-            return {}  # the guard failed (this member is gone), or the only write conflicted
-    done = {}
-    for key in keys:
-        try:
-            done[key] = _version(store.commit([*guard, writes[key]])[len(guard)])
-        except TxnConflict:
-            continue
-    return done
-
-
-def _version(result: Any) -> int:
-    return 0 if isinstance(result, str) else result.version  # a Create gives its path: version 0

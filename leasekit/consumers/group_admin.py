@@ -63,7 +63,14 @@ DESCRIBE_COLUMNS = [
 
 
 def consumer_groups(ctx: Context) -> list[str]:
-    """Groups with stored offsets or live members, sorted."""
+    """The namespace's consumer groups.
+
+    Arguments:
+        ctx: the connection's context.
+
+    Returns:
+        The ids of groups with stored offsets or live members, sorted.
+    """
     names = ctx.store.children(ctx.paths.groups) or []
     listed = ctx.store.children_many(
         [*(ctx.paths.group_offsets(n) for n in names), *(ctx.paths.group_members(n) for n in names)]
@@ -74,8 +81,20 @@ def consumer_groups(ctx: Context) -> list[str]:
 
 
 def group_members(ctx: Context, group_id: str) -> list[MemberInfo]:
-    """The group's live members, oldest (the leader) first, each with the buckets it owns now
-    and those the published assignment gives it."""
+    """The group's live members, each with the buckets it owns now and those the published
+    assignment gives it.
+
+    Arguments:
+        ctx: the connection's context.
+        group_id: the group (the lease-id rule, L1).
+
+    Returns:
+        The members, oldest (the leader) first; ``[]`` for a group without live members.
+
+    Raises:
+        InvalidArgumentError: a bad ``group_id``.
+        CorruptMetadataError: a member or assignment znode holds garbage.
+    """
     group_id = stored.check_group_id(group_id)
     return members_of(read_group(ctx, group_id, offsets=False))
 
@@ -87,10 +106,24 @@ def describe_group(
     stop_after: timedelta = timedelta(seconds=60),
     stall_after: timedelta = timedelta(seconds=60),
 ) -> pd.DataFrame:
-    """One row per bucket (DESCRIBE_COLUMNS): lag and time lag measured now, ``<NA>`` for a
-    bucket never committed; ``consumer_id`` and ``host`` of the live member that owns the
-    bucket, ``<NA>`` for a bucket no live member owns. ``attrs`` holds the published
-    assignment's ``generation`` and the ``leader`` (None when there is none)."""
+    """The group's offsets and lag, measured now, per bucket of every table it has offsets for
+    or subscribes to (K6: sealed buckets until drained).
+
+    Arguments:
+        ctx: the connection's context.
+        group_id: the group (the lease-id rule, L1).
+        stop_after, stall_after: when a bucket's ``status`` says stopped or stalled.
+
+    Returns:
+        One row per bucket (DESCRIBE_COLUMNS): ``current_offset``, ``lag`` and ``time_lag``
+        are ``<NA>`` for a bucket never committed; ``consumer_id`` and ``host`` name the live
+        member that owns the bucket (``<NA>``: none). ``attrs`` holds the published
+        assignment's ``generation`` and the ``leader`` (None when there is none).
+
+    Raises:
+        InvalidArgumentError: a bad ``group_id``.
+        CorruptMetadataError: a znode of the group holds garbage.
+    """
     group_id = stored.check_group_id(group_id)
     return describe_view(
         ctx, group_id, read_group(ctx, group_id), stop_after=stop_after, stall_after=stall_after
@@ -174,8 +207,22 @@ def _record_times(rows: list[Row]) -> dict[TableBucket, int]:
 def group_status(
     ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
 ) -> GroupStatus:
-    """The group's lag health (DESIGN §6.6): each committed bucket's status and the worst, with
-    the published generation and the subscribed buckets no live member owns."""
+    """The group's lag health (DESIGN §6.6).
+
+    Arguments:
+        ctx: the connection's context.
+        group_id: the group (the lease-id rule, L1).
+        stop_after, stall_after: durations after which a bucket counts as stopped or stalled.
+
+    Returns:
+        Each committed bucket's status and the worst, with the published generation and the
+        subscribed buckets no live member owns.
+
+    Raises:
+        InvalidArgumentError: a bad ``group_id``.
+        InvalidDurationError: a bad ``stop_after`` or ``stall_after``.
+        CorruptMetadataError: a znode of the group holds garbage.
+    """
     stop_ms = to_ms(parse_duration(stop_after, what="stop_after"))
     stall_ms = to_ms(parse_duration(stall_after, what="stall_after"))
     group_id = stored.check_group_id(group_id)

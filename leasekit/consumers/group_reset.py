@@ -36,16 +36,28 @@ def reset_offsets(
     buckets: Iterable[TableBucket] | None = None,
     dry_run: bool = True,
 ) -> pd.DataFrame:
-    """The reset plan: RESET_COLUMNS, with ``new_offset`` clamped to the bucket's [beginning,
-    end] as kafka-consumer-groups does, and ``clamped`` saying where the target was outside.
+    """Plan a reset of the group's committed offsets; carry it out only with ``dry_run=False``
+    (C13), in transactions that check the group has no live members.
 
-    Carried out only with ``dry_run=False`` (C13), in transactions that check the group has
-    no live members.
+    Arguments:
+        ctx: the connection's context.
+        group_id: the group (the lease-id rule, L1).
+        to: "earliest", "latest", "current", an offset, a timezone-aware datetime, or a
+            timedelta (the earliest offset whose timestamp is >= now - it); not with shift_by.
+        shift_by: move the committed offsets by this many (from the beginning where none).
+        tables: the tables to reset (names or Table objects; default: the group's tables).
+        buckets: only these buckets.
+        dry_run: only plan (the default).
+
+    Returns:
+        The plan: RESET_COLUMNS, with ``new_offset`` clamped to the bucket's [beginning, end]
+        as kafka-consumer-groups does, and ``clamped`` saying where the target was outside.
 
     Raises:
         GroupNotEmptyError: the group has live members (also when one joins before the write).
         InvalidArgumentError, InvalidTypeError: bad arguments (offsets and shifts of 2**63 or
             more included), before anything is written.
+        TableNotFoundError: a table of ``tables`` does not exist.
     """
     group_id = stored.check_group_id(group_id)
     tables, chosen = _check_reset(to, shift_by, dry_run, tables, buckets)
@@ -172,8 +184,19 @@ def _targets(
 
 
 def delete_group(ctx: Context, group_id: str) -> bool:
-    """Delete the group and its offsets; False if it did not exist. Refused while it has live
-    members (``GroupNotEmptyError``)."""
+    """Delete the group and its offsets.
+
+    Arguments:
+        ctx: the connection's context.
+        group_id: the group (the lease-id rule, L1).
+
+    Returns:
+        True, or False if it did not exist.
+
+    Raises:
+        InvalidArgumentError: a bad ``group_id``.
+        GroupNotEmptyError: the group has live members; nothing is deleted.
+    """
     group_id = stored.check_group_id(group_id)
     if live_members(ctx, group_id):
         raise GroupNotEmptyError(f"group {group_id} has live members")
@@ -185,7 +208,21 @@ def delete_group(ctx: Context, group_id: str) -> bool:
 
 
 def delete_offsets(ctx: Context, group_id: str, buckets: Iterable[TableBucket]) -> int:
-    """Delete the group's committed offsets of ``buckets``; how many there were."""
+    """Delete the group's committed offsets of ``buckets``.
+
+    Arguments:
+        ctx: the connection's context.
+        group_id: the group (the lease-id rule, L1).
+        buckets: a collection of TableBucket.
+
+    Returns:
+        How many of them had a committed offset.
+
+    Raises:
+        InvalidArgumentError: a bad ``group_id``.
+        InvalidTypeError: ``buckets`` is not a collection of TableBucket.
+        TableNotFoundError: a table does not exist.
+    """
     group_id = stored.check_group_id(group_id)
     if isinstance(buckets, TableBucket) or not isinstance(buckets, Iterable):
         raise InvalidTypeError("buckets must be a collection of TableBucket")

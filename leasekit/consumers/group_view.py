@@ -17,7 +17,8 @@ from ..zk import GetChildren, GetData, Node, ReadResult
 from ..zk.formats import AssignmentRecord, BucketState, MemberRecord, OffsetRecord, TableRecord
 from ..zk.paths import Paths
 from . import offsets as stored
-from .group import member_sequence, owner_of
+from .group import member_sequence
+from .owners import owner_of
 
 if TYPE_CHECKING:
     from ..context import Context

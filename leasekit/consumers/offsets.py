@@ -29,7 +29,7 @@ from ..errors import (
     TableNotFoundError,
 )
 from ..structs import OffsetAndMetadata, TableBucket
-from ..validate import check_id
+from ..validate import check_id, check_int
 from ..zk import (
     MAX_TXN_BYTES,
     MAX_TXN_OPS,
@@ -100,10 +100,7 @@ def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
 def check_offset(value: object, what: str) -> int:
     """``value`` if it is an int in [0, 2**63); else ``InvalidTypeError`` or
     ``InvalidArgumentError`` naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+    value = check_int(value, what, minimum=0)
     if value >= OFFSET_LIMIT:
         raise InvalidArgumentError(f"{what} is out of range: {value} is not below 2**63")
     return value
@@ -206,8 +203,8 @@ def commit(
             if not skip_dropped:
                 first = min(tb for tb in pending if tb.table in exc.names)
                 raise TableNotFoundError(
-                    f"table {first.table!r} was dropped: the offset of {first} cannot be committed for group "
-                    f"{group_id}; no offset of its buckets was written"
+                    f"table {first.table!r} was dropped: the offset of {first} cannot be "
+                    f"committed for group {group_id}; no offset of its buckets was written"
                 ) from None
             pending = {tb: o for tb, o in pending.items() if tb.table not in exc.names}
         except TxnConflict as exc:
@@ -257,19 +254,7 @@ def _commit_once(
         ops.append(Create(paths.group(group_id)))
     if outside:
         guard += _no_members(ctx, group_id, nodes[len(nodes) - 2], nodes[-1], ops)
-    dropped = []
-    for name, node in zip(names, nodes[2 + 2 * len(keys) :]):
-        if (
-            node is None
-            or TableRecord.decode(node.data, paths.table(name)).table_id != tables[name].table_id
-        ):
-            dropped.append(name)  # (a table of that name created since is another table)
-        else:
-            guard.append(
-                Check(paths.table(name), node.stat.version)
-            )  # not dropped while committing
-    if dropped:
-        raise _Dropped(dropped)
+    guard += _tables_kept(ctx, names, nodes[2 + 2 * len(keys) :], tables)
     if parent_node is None:
         ops.append(Create(paths.group_offsets(group_id)))
     records: dict[str, tuple[TableBucket, OffsetRecord]] = {}
@@ -287,11 +272,22 @@ def _commit_once(
             else SetData(path, record.encode(), old.stat.version)
         )
     if not records:
-        if fence:
-            ctx.store.commit(
-                list(fence)
-            )  # C11: a fenced member is refused even when nothing changes
+        if fence:  # C11: a fenced member is refused even when nothing changes
+            ctx.store.commit(list(fence))
         return {}
+    _write(ctx, guard, ops, records, written)
+    return {tb: record for tb, record in records.values()}
+
+
+def _write(
+    ctx: Context,
+    guard: list[Check],
+    ops: list[Op],
+    records: Mapping[str, tuple[TableBucket, OffsetRecord]],
+    written: dict[TableBucket, OffsetRecord],
+) -> None:
+    """Run ``ops`` in as few transactions as fit ZooKeeper's request limit, each after
+    ``guard``; each offset record written goes into ``written`` as its transaction succeeds."""
     guard_bytes = sum(op_size(op) for op in guard)
     for chunk in chunk_ops(ops, MAX_TXN_OPS - len(guard), MAX_TXN_BYTES - guard_bytes):
         ctx.store.commit([*guard, *chunk])
@@ -299,7 +295,24 @@ def _commit_once(
             if op.path in records:
                 tb, record = records[op.path]
                 written[tb] = record
-    return {tb: record for tb, record in records.values()}
+
+
+def _tables_kept(
+    ctx: Context, names: list[str], nodes: Sequence[Any], tables: Mapping[str, TableInfo]
+) -> list[Check]:
+    """Checks that the tables ``names`` (their znodes read in ``nodes``) are not dropped while
+    committing; ``_Dropped`` naming those dropped already (a table of that name created since
+    is another table)."""
+    dropped, checks = [], []
+    for name, node in zip(names, nodes):
+        path = ctx.paths.table(name)
+        if node is None or TableRecord.decode(node.data, path).table_id != tables[name].table_id:
+            dropped.append(name)
+        else:
+            checks.append(Check(path, node.stat.version))
+    if dropped:
+        raise _Dropped(dropped)
+    return checks
 
 
 def _no_members(

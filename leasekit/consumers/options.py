@@ -7,7 +7,8 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from ..durations import parse_duration, parse_wait
-from ..errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError
+from ..validate import check_bool, check_positive_int
 from ..zk import MAX_SESSION_TIMEOUT as _ZK_SESSION_LIMIT
 
 __all__ = [
@@ -17,7 +18,6 @@ __all__ = [
     "consumer_options",
     "seconds",
     "timeout",
-    "positive_int",
 ]
 
 RESET_POLICIES = ("earliest", "latest", "none")
@@ -55,8 +55,7 @@ def consumer_options(
             f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
             f"not {auto_offset_reset!r}"
         )
-    if not isinstance(enable_auto_commit, bool):
-        raise InvalidTypeError("enable_auto_commit must be a bool")
+    check_bool(enable_auto_commit, "enable_auto_commit")
     session = seconds(session_timeout, "session_timeout")
     idle = seconds(max_poll_interval, "max_poll_interval")
     for name, value in (("session_timeout", session), ("max_poll_interval", idle)):
@@ -73,7 +72,7 @@ def consumer_options(
         seconds(auto_commit_interval, "auto_commit_interval"),
         session,
         idle,
-        positive_int(max_poll_records, "max_poll_records"),
+        check_positive_int(max_poll_records, "max_poll_records"),
     )
 
 
@@ -87,11 +86,3 @@ def timeout(value: Any) -> float:
     """Seconds to wait for ``value`` (a duration); one longer than any duration leasekit takes
     (``MAX_DURATION``) waits until records come: ``math.inf``."""
     return parse_wait(value, what="timeout")
-
-
-def positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise InvalidArgumentError(f"{what} must be >= 1, got {value}")
-    return value

@@ -21,6 +21,7 @@ from .pattern import TableWatch, compile_pattern
 if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
+    from .listener import BucketRebalanceListener
 
 __all__ = ["BucketState", "SubscriptionState", "SUBSCRIBED", "ASSIGNED", "check_listener"]
 
@@ -45,7 +46,7 @@ class SubscriptionState:
     assignment) or buckets assigned by hand, never both (§6.5). The fetcher reads the tables
     it knows; the coordinator follows what it subscribes to."""
 
-    def __init__(self, ctx: Context, listener: Any = None) -> None:
+    def __init__(self, ctx: Context, listener: BucketRebalanceListener | None = None) -> None:
         if listener is not None:
             check_listener(listener)
         self._ctx = ctx
@@ -54,7 +55,7 @@ class SubscriptionState:
         """Subscribed tables, by name (empty with a manual assignment)."""
         self.known: dict[str, TableInfo] = {}
         """Every table the consumer resolved (subscribed, assigned or asked about), by name."""
-        self.listener: Any = listener
+        self.listener: BucketRebalanceListener | None = listener
         self.changes = 0
         """Bumped by every subscribe and unsubscribe: a coordinator compares it with the last
         subscription it acted on."""
@@ -71,7 +72,9 @@ class SubscriptionState:
 
     # -- what is subscribed -----------------------------------------------------------------
 
-    def subscribe(self, tables: list[TableInfo], listener: Any = None) -> None:
+    def subscribe(
+        self, tables: list[TableInfo], listener: BucketRebalanceListener | None = None
+    ) -> None:
         if self.mode == ASSIGNED:
             raise IllegalStateError("subscribe after assign: call unsubscribe() first")
         if listener is not None:
@@ -110,7 +113,7 @@ class SubscriptionState:
         return set(old) - set(self._buckets)
 
     def resolve(
-        self, tables: object, pattern: object, listener: Any, wake: Callable[[], None]
+        self, tables: object, pattern: object, listener: object, wake: Callable[[], None]
     ) -> list[TableInfo]:
         """The tables ``subscribe(tables, pattern=, listener=)`` subscribes to now, checked; with
         ``pattern``, it is followed from now on (``wake`` called when its tables change), else
@@ -236,7 +239,9 @@ class SubscriptionState:
             )
 
     def to_commit(
-        self, offsets: Mapping[TableBucket, Any] | None, group_id: str | None
+        self,
+        offsets: Mapping[TableBucket, int | OffsetAndMetadata] | None,
+        group_id: str | None,
     ) -> dict[TableBucket, OffsetAndMetadata]:
         """The offsets a ``commit(offsets)`` commits: the known positions when None, else
         ``offsets`` checked, each of an assigned bucket (``IllegalStateError``;
@@ -306,7 +311,7 @@ class SubscriptionState:
         return [tb for tb in buckets if self._buckets[tb].position is None]
 
 
-def check_listener(listener: Any) -> None:
+def check_listener(listener: object) -> None:
     if not all(
         callable(getattr(listener, m, None)) for m in ("on_buckets_revoked", "on_buckets_assigned")
     ):
