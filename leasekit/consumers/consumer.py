@@ -294,7 +294,7 @@ class Consumer:
             IllegalStateError: closed, or ``tb`` not assigned. InvalidTypeError: not a TableBucket.
         """
         self._check_open()
-        return self._sub.state(tb).highwater
+        return self._fetcher.highwater(tb)
 
     def last_poll_timestamp(self, tb: TableBucket) -> int | None:
         """Epoch ms of the last poll that looked at the assigned bucket ``tb``; None before one.
@@ -303,7 +303,7 @@ class Consumer:
             As ``highwater``.
         """
         self._check_open()
-        return self._sub.state(tb).last_poll
+        return self._fetcher.last_poll_timestamp(tb)
 
     def pause(self, *tbs: TableBucket) -> None:
         """Hand out no records of the assigned buckets ``tbs`` until they are resumed.

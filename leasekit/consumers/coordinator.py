@@ -219,9 +219,8 @@ class GroupCoordinator:
             self._sub.set_assignment(list(self._owned))
         if self._rebalancing and not self._pending:
             self._rebalancing = False
-            if (
-                self._sub.listener is not None
-            ):  # at the end of every rebalance, possibly empty (C15)
+            # at the end of every rebalance, possibly empty (C15)
+            if self._sub.listener is not None:
                 self._sub.listener.on_buckets_assigned(set(self._newly))
 
     def _watch_held(self, held: dict[TableBucket, str]) -> None:
@@ -352,9 +351,8 @@ class GroupCoordinator:
                     f"in group {self.group_id}; nothing was written"
                 ) from None
             raise
-        self._committed.update(
-            changed
-        )  # (a dropped table's skipped offsets too: never written later)
+        # (a dropped table's skipped offsets too: never written later)
+        self._committed.update(changed)
 
     def maybe_auto_commit(self) -> None:
         if (

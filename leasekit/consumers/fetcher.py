@@ -270,6 +270,14 @@ class Fetcher:
             self._sub.state(tb)
         return list(tbs) if tbs else self._sub.assignment()
 
+    def highwater(self, tb: TableBucket) -> int | None:
+        """The log end of the assigned ``tb`` as of the last fetch that looked at it."""
+        return self._sub.state(tb).highwater
+
+    def last_poll_timestamp(self, tb: TableBucket) -> int | None:
+        """Epoch ms of the last fetch that looked at the assigned ``tb``."""
+        return self._sub.state(tb).last_poll
+
     # -- offsets without moving (C7) ------------------------------------------------------
 
     def bounds_now(self, tbs: Iterable[TableBucket]) -> dict[TableBucket, Bounds]:

@@ -242,10 +242,8 @@ class GroupMember:
         tables = {
             name: t.num_buckets for name, t in sorted(load_tables(ctx, sorted(subscribed)).items())
         }
-        self._assigned_tables = (
-            frozenset(subscribed),
-            frozenset(tables),
-        )  # (dropped ones get no buckets)
+        # (dropped ones get no buckets)
+        self._assigned_tables = (frozenset(subscribed), frozenset(tables))
         owned = (
             {}
             if current is None

@@ -59,9 +59,8 @@ class TableWatch:
     def _on_tables(self, names: list[str] | None) -> None:
         """On the store's watch thread."""
         with self._lock:
-            self._news = self.matching(
-                names or []
-            )  # None: the tables znode went (namespace deleted)
+            # None: the tables znode went (namespace deleted)
+            self._news = self.matching(names or [])
         self._wake()
 
     @property
