@@ -14,7 +14,15 @@ from ..tables.info import TableInfo
 from ..validate import check_bool
 from ..zk import Delete
 from . import offsets as stored
-from .group_view import Row, bucket_rows, every_bucket, live_members, read_group, segments_of
+from .group_view import (
+    GroupView,
+    Row,
+    bucket_rows,
+    every_bucket,
+    live_members,
+    read_group,
+    segments_of,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,17 +74,7 @@ def reset_offsets(
         raise GroupNotEmptyError(
             f"group {group_id} has {len(view.members)} live member(s); stop them before a reset"
         )
-    keys = every_bucket(
-        view.described()
-        if tables is None
-        else sorted({load_table(ctx, t) for t in tables}, key=lambda t: t.name)
-    )
-    rows = bucket_rows(
-        ctx, view, keys, ctx.store.get_many([ctx.paths.bucket(t.table_id, b) for t, b in keys])
-    )
-    if chosen is not None:
-        wanted = frozenset(chosen)
-        rows = [r for r in rows if r.tb in wanted]
+    rows = _rows(ctx, view, tables, chosen)
     wanted = _targets(ctx, rows, to, shift_by)
     # clamped to [beginning, end], as kafka-consumer-groups does
     targets = {r.tb: min(max(wanted[r.tb], r.begin), r.end) for r in rows}
@@ -89,6 +87,25 @@ def reset_offsets(
             outside=True,
         )  # a member joining since the read above refuses the write (C13)
     return _plan_frame(group_id, rows, targets, wanted)
+
+
+def _rows(
+    ctx: Context, view: GroupView, tables: Iterable[Any] | None, chosen: list[TableBucket] | None
+) -> list[Row]:
+    """The rows of the buckets to reset: of ``tables`` (default: the group's), only those
+    ``chosen`` if given."""
+    keys = every_bucket(
+        view.described()
+        if tables is None
+        else sorted({load_table(ctx, t) for t in tables}, key=lambda t: t.name)
+    )
+    rows = bucket_rows(
+        ctx, view, keys, ctx.store.get_many([ctx.paths.bucket(t.table_id, b) for t, b in keys])
+    )
+    if chosen is None:
+        return rows
+    wanted = frozenset(chosen)
+    return [r for r in rows if r.tb in wanted]
 
 
 def _check_reset(
