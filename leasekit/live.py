@@ -51,15 +51,11 @@ STALE_AFTER = 30.0
 ages and statuses move with the clock alone)."""
 
 Follow = Literal["all", "positions", "retention"]
-"""Which changes of what a read touched matter to a view:
-
-- ``"all"``: the data and the children of every znode read;
-- ``"positions"``: the same without the log's segment records, which never change once written
-  (appends show in the bucket znodes and the segment lists): offsets, ends and members;
-- ``"retention"``: the children of every znode listed (snapshots, segments and leases come and
-  go) and the data of leases only (a renew moves an expiry); other records read are immutable.
-"""
-
+"""Which changes of what a read touched matter: ``"all"``, the data and children of every znode
+read; ``"positions"``, the same but the log's segment records, which never change once written
+(appends show in the bucket znodes and segment lists); ``"retention"``, the children of every
+znode listed (snapshots, segments, leases come and go) and the data of leases only (a renew
+moves an expiry): the other records read are immutable."""
 _FOLLOW = ("all", "positions", "retention")
 
 
@@ -78,10 +74,9 @@ def _worth_watching(
 class LiveView:
     """What a live view of one connection reads, watches and runs, on a thread of its own.
 
-    ``read(load)`` runs ``load`` noting every znode it reads; while ``following``, each read
-    then watches what it touched, so that a change of any of it calls ``on_change`` once per
-    burst (``debounce``), and ``stale_after`` seconds without a change call it too. Nothing is
-    read or watched before the first ``read``: building a view does no I/O.
+    While ``following``, each ``read`` watches what it touched: a change of any of it calls
+    ``on_change`` once per burst, and so do ``stale_after`` seconds without a change. Building
+    a view does no I/O.
 
     Arguments:
         conn: the Connection the view shows.
@@ -140,11 +135,16 @@ class LiveView:
             ``load()``'s result; ``refreshed_at`` is now.
 
         Raises:
-            LeasekitError: whatever ``load`` raises (nothing is watched then), for instance
-                ``IllegalStateError`` once the connection is closed.
+            LeasekitError: what ``load`` raises (``IllegalStateError`` once the connection is
+                closed); while following, ``on_change`` comes again after ``stale_after``.
         """
-        with self._ctx.store.recording() as seen:
-            result = load()
+        try:
+            with self._ctx.store.recording() as seen:
+                result = load()
+        except Exception:
+            if self.following:  # read again later: the view recovers once ZooKeeper answers
+                self._worker.submit("stale", self._stale, self._stale_after)
+            raise
         self.refreshed_at = datetime.now(timezone.utc)
         if self.following:
             self._watch(seen.data, seen.children)

@@ -12,6 +12,7 @@ import pytest
 from leasekit.widgets import ConsumerPanel, Dashboard, LeasePanel, RetentionPanel
 
 import leasekit as lk
+from leasekit.live import LiveView
 from leasekit.testing import context
 
 TB = lk.TableBucket
@@ -69,6 +70,31 @@ def test_building_a_panel_reads_nothing_until_it_is_displayed(conn, orders):
     for panel in [*panels, dash]:
         panel.close()
     wait_until("every panel thread to end", lambda: not panel_threads(), seconds=5)
+
+
+def test_live_view_watches_what_a_read_touched_and_calls_back_once_per_burst(conn, other):
+    # the machinery behind every panel, public in leasekit.live
+    calls = []
+    view = LiveView(conn, lambda: calls.append(1), debounce=1.0, name="leasekit-panel-test")
+    try:
+        assert view.watched == 0 and view.refreshed_at is None and view.connected
+        view.follow_changes(True, read_now=False)
+        assert view.read(conn.leases) == [] and view.refreshed_at is not None
+        wait_until("the watches", lambda: view.watched > 0)
+        wait_until("the call for the watches just set", lambda: len(calls) == 1)
+        for i in range(3):
+            other.acquire_kv_snapshot_lease(f"burst-{i}", {}, "1h")
+        wait_until("one call for the burst", lambda: len(calls) == 2)
+        time.sleep(1.5)
+        assert len(calls) == 2
+        view.follow_changes(False)
+        assert view.watched == 0
+        other.acquire_kv_snapshot_lease("unheard", {}, "1h")
+        time.sleep(1.5)
+        assert len(calls) == 2
+    finally:
+        view.close()
+    wait_until("the view's thread to end", lambda: not panel_threads(), seconds=5)
 
 
 def test_lease_panel_buttons_change_the_leases_in_zookeeper(conn, orders):
