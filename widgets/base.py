@@ -135,7 +135,7 @@ class Panel(w.VBox):
         if old is not None:
             old.close()  # outside the lock: a refresh it runs may be waiting for it
             if old.following:
-                self._live.follow_changes(True)
+                self._follow(read_now=True)
 
     # -- to implement -----------------------------------------------------------------------
 
