@@ -14,6 +14,7 @@ import pytest
 from papermill.exceptions import PapermillExecutionError
 
 import leasekit as lk
+from leasekit.live import warehouse_location
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "consumer_lag_report.ipynb"
 TB = lk.TableBucket
@@ -42,7 +43,7 @@ def _run(tmp_path: Path, conn, **parameters):
     out = tmp_path / "lag_report_out.ipynb"
     params = {
         "zookeeper": conn.zookeeper,
-        "warehouse": conn.warehouse.location,
+        "warehouse": warehouse_location(conn),
         "namespace": conn.namespace,
         "group_id": GROUP,
         "max_lag": 10,

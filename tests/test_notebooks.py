@@ -302,7 +302,8 @@ def test_retention_audit_shows_the_plan_and_changes_nothing(
 def test_retention_audit_executes_on_one_table(
     conn, spark, zookeeper, warehouse, namespace, tmp_path
 ):
-    # R1: newest 2 and the pinned snapshot kept, the rest deleted, files after metadata; only `table`
+    # R1: newest 2 and the pinned snapshot kept, the rest deleted, files after metadata;
+    # only `table`
     before = _history(conn, spark)
     plan = conn.retention_plan("events")
     doomed = conn.table("events").snapshots(1)[0]

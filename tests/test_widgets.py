@@ -12,6 +12,8 @@ import pytest
 from leasekit.widgets import ConsumerPanel, Dashboard, LeasePanel, RetentionPanel
 
 import leasekit as lk
+from leasekit.live import LiveView
+from leasekit.testing import context
 
 TB = lk.TableBucket
 XSS = "<script>alert(1)</script>"
@@ -46,8 +48,58 @@ def orders(conn, spark):
 # -- LeasePanel -------------------------------------------------------------------------------
 
 
+# -- every panel ------------------------------------------------------------------------------
+
+
+def test_building_a_panel_reads_nothing_until_it_is_displayed(conn, orders):
+    # STYLE 7: no I/O in constructors; the first load happens on display (or on refresh())
+    conn.acquire_kv_snapshot_lease("held", {}, "1h")
+    trips = context(conn).store.round_trips
+    panels = [LeasePanel(conn), ConsumerPanel(conn), RetentionPanel(conn, "orders")]
+    dash = Dashboard(conn)
+    time.sleep(0.5)
+    assert context(conn).store.round_trips == trips  # no ZooKeeper round trip
+    assert all(p.refreshes == 0 and p.watched == 0 for p in [*panels, *dash.panels])
+    assert not panel_threads() and panels[0].lease.options == ()
+    bundle = panels[0]._repr_mimebundle_()  # what Jupyter calls to display it
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert panels[0].refreshes >= 1 and panels[0].lease.options == ("held",)
+    dash._repr_mimebundle_()  # a Dashboard shown loads every tab
+    assert all(p.refreshes >= 1 for p in dash.panels)
+    assert "held" in dash.leases.table.value and "reclaimable" in dash.retention.summary.value
+    for panel in [*panels, dash]:
+        panel.close()
+    wait_until("every panel thread to end", lambda: not panel_threads(), seconds=5)
+
+
+def test_live_view_watches_what_a_read_touched_and_calls_back_once_per_burst(conn, other):
+    # the machinery behind every panel, public in leasekit.live
+    calls = []
+    view = LiveView(conn, lambda: calls.append(1), debounce=1.0, name="leasekit-panel-test")
+    try:
+        assert view.watched == 0 and view.refreshed_at is None and view.connected
+        view.follow_changes(True, read_now=False)
+        assert view.read(conn.leases) == [] and view.refreshed_at is not None
+        wait_until("the watches", lambda: view.watched > 0)
+        wait_until("the call for the watches just set", lambda: len(calls) == 1)
+        for i in range(3):
+            other.acquire_kv_snapshot_lease(f"burst-{i}", {}, "1h")
+        wait_until("one call for the burst", lambda: len(calls) == 2)
+        time.sleep(1.5)
+        assert len(calls) == 2
+        view.follow_changes(False)
+        assert view.watched == 0
+        other.acquire_kv_snapshot_lease("unheard", {}, "1h")
+        time.sleep(1.5)
+        assert len(calls) == 2
+    finally:
+        view.close()
+    wait_until("the view's thread to end", lambda: not panel_threads(), seconds=5)
+
+
 def test_lease_panel_buttons_change_the_leases_in_zookeeper(conn, orders):
     panel = LeasePanel(conn, auto_refresh=False)
+    panel.refresh()
     assert "0 leases" in panel.summary.value and panel.lease.options == ()
     panel.new_id.value, panel.duration.value = "q3-report", "2h"
     panel.create.click()  # L8: the first acquire creates the lease
@@ -83,7 +135,7 @@ def test_lease_panel_shows_errors_as_text_and_escapes_user_text(conn, orders, ot
     panel.new_id.value, panel.duration.value = "ok", "-5m"
     panel.create.click()  # L2
     assert "InvalidDurationError" in panel.message.value and conn.leases() == []
-    other.owner = "<b>mallory</b>"  # owners are user-supplied text
+    context(other).owner = "<b>mallory</b>"  # owners are user-supplied text
     other.acquire_kv_snapshot_lease("owned", {}, "1h")
     panel.refresh()
     assert (
@@ -95,30 +147,42 @@ def test_lease_panel_shows_errors_as_text_and_escapes_user_text(conn, orders, ot
 def test_a_failed_refresh_shows_why_and_clears_when_reading_works_again(
     zookeeper, warehouse, namespace, conn
 ):
+    # STYLE 17: a panel says when it last refreshed and whether ZooKeeper answers
     lost = lk.connect(zookeeper, warehouse, namespace=namespace)
     panel = LeasePanel(lost, auto_refresh=False)
+    assert panel.refreshed_at is None and "not refreshed yet" in panel.status.value
     panel.new_id.value = "bad/id"
     panel.create.click()
     assert "create failed" in panel.message.value
     panel.refresh()
     assert "create failed" in panel.message.value  # an action's error stays until the next action
+    refreshed = panel.refreshed_at
+    assert refreshed is not None and not panel.stale and panel.connected
+    assert f"refreshed {refreshed:%H:%M:%S} UTC" in panel.status.value
+    assert "ZooKeeper connected" in panel.status.value
     lost.close()
     panel.refresh()  # the connection is gone: said inside the panel, nothing raised
     assert "could not read: IllegalStateError" in panel.message.value
+    assert panel.last_error.startswith("IllegalStateError") and panel.refreshed_at == refreshed
+    assert panel.stale and not panel.connected
+    assert "stale" in panel.status.value and "ZooKeeper unreachable" in panel.status.value
     panel.conn = conn
     panel.refresh()
     assert panel.message.value == ""
+    assert not panel.stale and panel.last_error == "" and panel.refreshed_at > refreshed
     panel.close()
 
 
 def test_lease_countdown_ticks_without_zookeeper(conn):
     conn.acquire_kv_snapshot_lease("short", {}, "90s")
     panel = LeasePanel(conn)
+    panel.refresh()
     wait_until("the refresh that follows the first watches", lambda: panel.refreshes == 2)
     first = panel.table.value
-    trips = conn.store.round_trips
+    store = context(conn).store
+    trips = store.round_trips
     wait_until("the countdown to tick", lambda: panel.table.value != first, seconds=5)
-    assert "1m" in first and conn.store.round_trips == trips  # ticks locally: no ZooKeeper access
+    assert "1m" in first and store.round_trips == trips  # ticks locally: no ZooKeeper access
     panel.close()
 
 
@@ -126,6 +190,7 @@ def test_lease_panel_refreshes_from_watches_when_another_connection_changes_a_le
     conn, orders, other
 ):
     panel = LeasePanel(conn)
+    panel.refresh()
     other.acquire_kv_snapshot_lease("from-elsewhere", {TB("orders", 1): 1}, "1h")
     wait_until("the new lease", lambda: "from-elsewhere" in panel.lease.options)
     panel.lease.value = "from-elsewhere"
@@ -187,6 +252,7 @@ def _group(conn, orders, metadata=""):
 def test_consumer_panel_shows_lag_status_owner_and_escapes_metadata(conn, orders):
     consumer = _group(conn, orders, metadata=XSS)
     panel = ConsumerPanel(conn, auto_refresh=False)
+    panel.refresh()
     assert panel.group.options == ("g",) and panel.group.value == "g"
     rows = panel.grid.data
     assert len(rows) == 4 and set(rows["lag"]) == {5.0}  # lag measured now (§6.6)
@@ -205,6 +271,7 @@ def test_consumer_panel_filters_and_sorts(conn, orders):
     consumer = _group(conn, orders)
     orders.append([{"id": i, "status": "late"} for i in range(100, 160)])
     panel = ConsumerPanel(conn, "g", auto_refresh=False)
+    panel.refresh()
     lags = list(panel.grid.data["lag"])
     assert lags == sorted(lags, reverse=True)  # lag, largest first
     panel.min_lag.value = int(lags[0])
@@ -224,6 +291,7 @@ def test_reset_form_selects_nothing_previews_then_executes_only_without_members(
     consumer = _group(conn, orders)
     committed = {tb: consumer.committed(tb) for tb in orders.buckets}
     panel = ConsumerPanel(conn, "g", auto_refresh=False)
+    panel.refresh()
     form = panel.reset
     assert form.target.value == "" and form.buckets.value == ()
     assert form.preview_button.disabled and form.execute.disabled
@@ -262,6 +330,7 @@ def test_reset_form_selects_nothing_previews_then_executes_only_without_members(
 def test_consumer_panel_follows_commits_and_appends_of_others(conn, orders, other):
     consumer = _group(other, orders)
     panel = ConsumerPanel(conn, "g")
+    panel.refresh()
     assert set(panel.grid.data["lag"]) == {5.0}
     orders.append([{"id": i, "status": "x"} for i in range(200, 240)])  # the log end moves
     wait_until("the new lag", lambda: panel.grid.data["lag"].sum() == 20 + 40)
@@ -286,6 +355,7 @@ def test_retention_panel_plans_runs_and_names_the_pinning_lease(conn, orders, sp
     orders.snapshot(spark)  # three snapshots per bucket: the oldest is beyond the 2 retained
     conn.acquire_kv_snapshot_lease("keep-first", {TB("orders", 0): 1}, "1h")
     panel = RetentionPanel(conn, "orders", auto_refresh=False)
+    panel.refresh()
     plan = panel.grid.data
     snaps = plan[plan["kind"] == "snapshot"]
     first = snaps[(snaps["bucket"] == 0) & (snaps["item_id"] == "1")].iloc[0]
@@ -309,6 +379,7 @@ def test_retention_panel_plans_runs_and_names_the_pinning_lease(conn, orders, sp
 
 def test_retention_panel_follows_new_snapshots(conn, orders, spark):
     panel = RetentionPanel(conn)
+    panel.refresh()
     before = len(panel.grid.data)
     orders.append([{"id": i, "status": "more"} for i in range(40, 80)])
     orders.snapshot(spark)

@@ -1,6 +1,6 @@
-"""What every panel shares: loading in the background, live refresh from the ZooKeeper watches
-on what it showed (debounced), errors shown inside the panel, and a ``close()`` that leaves
-no watch or thread behind."""
+"""What every panel shares: the first load on display, live refresh from the ZooKeeper watches
+on what it showed (``leasekit.live``), errors and freshness shown inside the panel, and a
+``close()`` that leaves no watch or thread behind."""
 
 from __future__ import annotations
 
@@ -8,26 +8,20 @@ import html
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import ipywidgets as w
 import traitlets
 
 from leasekit.errors import LeasekitError
-from leasekit.zk.watches import Dispatcher
+from leasekit.live import Follow, LiveView, freshness
 
 __all__ = ["Panel", "esc", "html_table", "button"]
 
 log = logging.getLogger("leasekit.widgets")
 
-DEBOUNCE = 0.25
-"""Seconds a burst of ZooKeeper changes is gathered into one refresh."""
-
 REFRESH_ERROR = "leasekit-error leasekit-refresh-error"
-
-STALE_AFTER = 30.0
-"""Seconds after which a panel reads again although nothing it watches changed (time lags,
-ages and statuses move with the clock alone)."""
 
 
 def esc(value: object) -> str:
@@ -63,6 +57,7 @@ def button(
     tooltip: str = "",
     disabled: bool = False,
 ) -> w.Button:
+    """A button that calls ``on_click()`` when clicked."""
     b = w.Button(
         description=description,
         button_style=style,
@@ -75,31 +70,72 @@ def button(
 
 
 class Panel(w.VBox):
-    """A panel over one connection. Subclasses implement ``_load()`` (reads only: returns what
-    to show, runs on any thread) and ``_show(data)`` (trait assignments only), and list the
-    paths to watch in ``_watch_filter``.
+    """A panel over one connection: subclasses implement ``_load()`` (reads only: returns what
+    to show, runs on any thread) and ``_show(data)`` (trait assignments only), and say in
+    ``FOLLOW`` which changes of what they read matter (``leasekit.live.Follow``).
 
-    ``refresh()`` reads and shows now. With ``auto_refresh`` (on by default) a change of any
-    znode the last refresh read schedules a refresh on the panel's own thread, gathering the
-    changes of ``DEBOUNCE`` seconds; nothing is ever printed or displayed from that thread.
+    Building a panel reads nothing: the first load happens when it is displayed or on
+    ``refresh()``. With ``auto_refresh`` a change of any znode the last refresh read schedules
+    a refresh on the panel's own thread, gathering a burst of changes into one; nothing is ever
+    printed or displayed from that thread. The panel says when it last refreshed and whether
+    ZooKeeper answers (``refreshed_at``, ``connected``, ``stale``).
+
+    Arguments:
+        conn: the Connection the panel shows.
+        auto_refresh: follow ZooKeeper changes (the ``auto_refresh`` trait).
+        **kwargs: passed on to ``ipywidgets.VBox``.
     """
 
+    FOLLOW: Follow = "all"
+
     auto_refresh = traitlets.Bool(True, help="refresh when ZooKeeper data shown here changes")
+    refreshed_at = traitlets.Instance(
+        datetime, allow_none=True, help="when the last refresh that worked ended (UTC)"
+    )
+    connected = traitlets.Bool(True, help="whether the ZooKeeper session is up")
+    stale = traitlets.Bool(False, help="whether what is shown may be out of date")
+    last_error = traitlets.Unicode("", help="why the last refresh failed; empty if it worked")
+    refreshes = traitlets.Int(0, help="refreshes done (for tests and benchmarks)")
 
     def __init__(self, conn: Any, *, auto_refresh: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.conn = conn
         self.add_class("leasekit-panel")
         self.message = w.HTML(layout=w.Layout(min_height="1.5em"))
         self.message.add_class("leasekit-message")
+        self.status = w.HTML()
+        self.status.add_class("leasekit-status")
         self._lock = threading.RLock()
-        self._worker = Dispatcher(name=f"leasekit-panel-{type(self).__name__}")
-        self._watches: Any = None
+        self._loaded = False
         self._closed = False
-        self.refreshes = 0
-        """Refreshes done (for tests and benchmarks)."""
+        self.conn = conn
         self.set_trait("auto_refresh", auto_refresh)
+        self.set_trait("connected", self._live.connected)
+        self._show_status()
         self.observe(self._on_auto_refresh, "auto_refresh")
+        self.observe(self._show_status, ["refreshed_at", "connected", "stale"])
+        self.observe(self._show_refresh_error, "last_error")
+
+    @property
+    def conn(self) -> Any:
+        """The Connection shown; assigning another one moves the panel (and its watches) to it."""
+        return self._conn
+
+    @conn.setter
+    def conn(self, conn: Any) -> None:
+        with self._lock:
+            old: LiveView | None = getattr(self, "_live", None)
+            self._conn = conn
+            self._live = LiveView(
+                conn,
+                self._changed_elsewhere,
+                on_state=self._session_changed,
+                follow=self.FOLLOW,
+                name=f"leasekit-panel-{type(self).__name__}",
+            )
+        if old is not None:
+            old.close()  # outside the lock: a refresh it runs may be waiting for it
+            if old.following:
+                self._follow(read_now=True)
 
     # -- to implement -----------------------------------------------------------------------
 
@@ -109,73 +145,108 @@ class Panel(w.VBox):
     def _show(self, data: Any) -> None:
         raise NotImplementedError
 
-    def _watch_filter(self, data: set[str], children: set[str]) -> tuple[set[str], set[str]]:
-        """Which of the paths read to watch (all by default)."""
-        return data, children
+    def _ticking(self) -> None:
+        """Start what else runs while following (a panel's local ticking)."""
 
     # -- refresh ----------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Read from ZooKeeper and show it now; an error is shown inside the panel."""
-        if self._closed:
-            return
+        """Read from ZooKeeper and show it now (the first call also starts following changes
+        when ``auto_refresh`` is on). A failure never raises: it is shown inside the panel and
+        kept in ``last_error``, and the panel is marked ``stale``.
+
+        Raises:
+            Nothing: every error is shown inside the panel.
+        """
         with self._lock:
+            if self._closed:
+                return
+            if not self._loaded:
+                self._loaded = True
+                if self.auto_refresh:
+                    self._follow(read_now=False)
             try:
-                with self.conn.store.recording() as seen:
-                    data = self._load()
+                data = self._live.read(self._load)
                 self._show(data)
-                self.refreshes += 1
-                if self.message.value.startswith(f'<span class="{REFRESH_ERROR}"'):
-                    self.message.value = ""  # the last refresh's error is over (an action's stays)
-            except LeasekitError as exc:
-                self.error(exc)
-                return
             except Exception as exc:  # shown, never raised into the kernel from a watch thread
-                log.exception("refresh of %s failed", type(self).__name__)
-                self.error(exc)
+                if not isinstance(exc, LeasekitError):
+                    log.exception("refresh of %s failed", type(self).__name__)
+                self._failed(exc)
                 return
-            if self.auto_refresh:
-                self._rewatch(seen.data, seen.children)
-                self._worker.submit("stale", self._stale, STALE_AFTER)
+            with self.hold_trait_notifications():
+                self.refreshes += 1
+                self.refreshed_at = self._live.refreshed_at
+                self.connected = self._live.connected
+                self.stale = False
+                self.last_error = ""
 
-    def _rewatch(self, data: set[str], children: set[str]) -> None:
-        """Watch what was read (under the panel's lock, so close() cannot race it)."""
-        if not self.auto_refresh or self._closed:
-            return
-        if self._watches is None:
-            self._watches = self.conn.store.watch_set(self._changed)
-        if self._watches.update(*self._watch_filter(data, children)):
-            self._changed(None)  # newly watched: a change before its watch was set is read now
+    def _load_once(self) -> None:
+        """The first load, when the panel is first displayed (nothing if it loaded already)."""
+        if not self._loaded:
+            self.refresh()
 
-    def _changed(self, path: str | None) -> None:
-        """A watched znode changed (on kazoo's thread): schedule one refresh for the burst."""
-        if not self._closed and self.auto_refresh:
-            self._worker.submit("refresh", self.refresh, DEBOUNCE)
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        self._load_once()
+        return super()._repr_mimebundle_(**kwargs)
 
-    def _stale(self) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        with self.hold_trait_notifications():
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.connected = self._live.connected
+            self.stale = True
+        self._show_refresh_error()  # also when the same error comes again
+
+    def _follow(self, *, read_now: bool) -> None:
+        self._live.follow_changes(True, read_now=read_now)
+        self._ticking()
+
+    def _changed_elsewhere(self) -> None:
         if self.auto_refresh and not self._closed:
             self.refresh()
 
+    def _session_changed(self, up: bool) -> None:
+        with self.hold_trait_notifications():
+            self.connected = up
+            if not up:
+                self.stale = True
+
     def _on_auto_refresh(self, change: dict[str, Any]) -> None:
         if change["new"]:
-            self._worker.submit("refresh", self.refresh, 0.0)
-            self._live()
+            self._follow(read_now=True)
         else:
-            with self._lock:
-                if self._watches is not None:
-                    self._watches.close()
-                    self._watches = None
+            self._live.follow_changes(False)
 
-    def _live(self) -> None:
-        """Start what else runs while ``auto_refresh`` is on (a panel's local ticking)."""
+    # -- views of the state -----------------------------------------------------------------
+
+    def _show_status(self, change: Any = None) -> None:
+        text = freshness(self.refreshed_at, self.connected, failed=self.stale)
+        colour = "#b00020" if self.stale or not self.connected else "#666"
+        self.status.value = f'<span style="color:{colour};font-size:90%">{esc(text)}</span>'
+
+    def _show_refresh_error(self, change: Any = None) -> None:
+        if self.last_error:
+            self.message.value = (
+                f'<span class="{REFRESH_ERROR}" style="color:#b00020">could not read: '
+                f"{esc(self.last_error)}</span>"
+            )
+        elif self.message.value.startswith(f'<span class="{REFRESH_ERROR}"'):
+            self.message.value = ""  # the last refresh's error is over (an action's stays)
 
     # -- actions ----------------------------------------------------------------------------
 
     def act(
         self, what: str, action: Callable[[], object], done: Callable[[Any], str] | None = None
     ) -> Any:
-        """Run a user action (a button's), show its outcome or error, then refresh; the
-        action's result, None when it failed."""
+        """Run a user action (a button's), show its outcome or error, then refresh.
+
+        Arguments:
+            what: the action, as the message names it.
+            action: does it; its result goes to ``done``.
+            done: the message shown after success (default ``"<what>: done"``).
+
+        Returns:
+            The action's result, None when it failed (the error is shown in the panel).
+        """
         try:
             result = action()
         except (LeasekitError, ValueError, TypeError) as exc:
@@ -190,27 +261,24 @@ class Panel(w.VBox):
         return result
 
     def info(self, text: str) -> None:
+        """Show ``text`` as the panel's message."""
         self.message.value = f'<span class="leasekit-info">{esc(text)}</span>'
 
-    def error(self, exc: BaseException, what: str = "") -> None:
-        """Show ``exc`` as text: of the action ``what``, or of reading when ``what`` is empty."""
-        css = "leasekit-error leasekit-action-error" if what else REFRESH_ERROR
-        prefix = f"{what} failed: " if what else "could not read: "
+    def error(self, exc: BaseException, what: str) -> None:
+        """Show ``exc`` as the error of the action ``what``."""
         self.message.value = (
-            f'<span class="{css}" style="color:#b00020">{esc(prefix)}'
-            f"{esc(type(exc).__name__)}: {esc(exc)}</span>"
+            f'<span class="leasekit-error leasekit-action-error" style="color:#b00020">'
+            f"{esc(what)} failed: {esc(type(exc).__name__)}: {esc(exc)}</span>"
         )
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop live refresh: unregister every watch and end the panel's thread."""
+        """Stop live refresh: unregister every watch, end the panel's thread, close its
+        widgets."""
         with self._lock:
             self._closed = True
-            if self._watches is not None:
-                self._watches.close()
-                self._watches = None
-        self._worker.close()  # outside the lock: a refresh it runs may be waiting for it
+        self._live.close()  # outside the lock: a refresh it runs may be waiting for it
         for child in _descendants(self):
             child.close()
         super().close()
@@ -218,7 +286,7 @@ class Panel(w.VBox):
     @property
     def watched(self) -> int:
         """ZooKeeper watches this panel holds now."""
-        return 0 if self._watches is None else self._watches.registered()
+        return self._live.watched
 
 
 def _descendants(widget: w.Widget) -> list[w.Widget]:

@@ -10,10 +10,18 @@ import bqplot as bq
 import ipywidgets as w
 import numpy as np
 import pandas as pd
+import traitlets
 from ipydatagrid import BarRenderer, DataGrid, TextRenderer, VegaExpr
 
-from leasekit.consumers.board import GroupBoard, group_board, total_lag_over_time
-from leasekit.structs import TableBucket
+from leasekit import TableBucket
+from leasekit.live import (
+    DESCRIBE_COLUMNS,
+    GroupBoard,
+    group_board,
+    human_duration,
+    server_time_estimate,
+    total_lag_over_time,
+)
 
 from .base import Panel, esc
 from .reset import ResetForm
@@ -55,6 +63,7 @@ SORTS = [
 
 class _Group(NamedTuple):
     groups: list[str]
+    chosen: str | None
     board: GroupBoard | None
 
 
@@ -86,16 +95,69 @@ def _status_colour() -> VegaExpr:
     return VegaExpr(f"{cases} : 'white'")
 
 
+def _grid(lag_scale: bq.LinearScale) -> DataGrid:
+    return DataGrid(
+        grid_frame(_empty()),
+        selection_mode="row",
+        base_row_size=22,
+        base_column_size=90,
+        header_visibility="column",
+        column_widths={"member": 220, "metadata": 200},
+        layout=w.Layout(height="300px"),
+        renderers={
+            "lag": BarRenderer(bar_value=lag_scale, bar_color="#e39b3b", format=".0f", missing="-"),
+            "status": TextRenderer(background_color=_status_colour()),
+            "committed": TextRenderer(format=".0f", missing="-"),
+            "end": TextRenderer(format=".0f", missing="-"),
+            "time_lag_s": TextRenderer(format=".1f", missing="-"),
+        },
+    )
+
+
+def _plot() -> tuple[bq.Figure, bq.Lines]:
+    x, y = bq.DateScale(), bq.LinearScale(min=0.0)
+    line = bq.Lines(
+        x=np.array([], dtype="datetime64[ms]"),
+        y=np.array([], dtype=float),
+        scales={"x": x, "y": y},
+        interpolation="step-after",
+        colors=["#e39b3b"],
+    )
+    figure = bq.Figure(
+        marks=[line],
+        axes=[
+            bq.Axis(scale=x, label="commit time (UTC)", tick_format="%H:%M:%S"),
+            bq.Axis(scale=y, orientation="vertical", label="lag"),
+        ],
+        title="Group lag over time (at each commit, and now)",
+        layout=w.Layout(height="260px"),
+        fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
+    )
+    return figure, line
+
+
 class ConsumerPanel(Panel):
-    """One consumer group at a time, picked from every group of the namespace."""
+    """One consumer group at a time, picked from every group of the namespace: its position per
+    bucket, its lag over time and the reset-offsets form.
+
+    Arguments:
+        conn: the Connection whose groups are shown.
+        group_id: the group shown first; None: the first group there is.
+        auto_refresh: follow ZooKeeper changes (the ``auto_refresh`` trait).
+    """
+
+    FOLLOW = "positions"
+
+    group_id = traitlets.Unicode(None, allow_none=True, help="the group shown")
+    board = traitlets.Instance(GroupBoard, allow_none=True, help="the group as last read")
 
     def __init__(
         self, conn: Any, group_id: str | None = None, *, auto_refresh: bool = True
     ) -> None:
         super().__init__(conn, auto_refresh=auto_refresh)
         self.add_class("leasekit-consumer-panel")
-        self._board: GroupBoard | None = None
-        self._wanted = group_id
+        self.set_trait("group_id", group_id)
+        self._loaded_group: str | None = None
         self.group = w.Dropdown(description="Group", options=[], layout=w.Layout(width="320px"))
         self.summary = w.HTML()
         self.summary.add_class("leasekit-summary")
@@ -107,49 +169,16 @@ class ConsumerPanel(Panel):
             description="Sort", options=SORTS, value="lag", layout=w.Layout(width="220px")
         )
         self.lag_scale = bq.LinearScale(min=0.0, max=1.0)
-        self.grid = DataGrid(
-            grid_frame(_empty()),
-            selection_mode="row",
-            base_row_size=22,
-            base_column_size=90,
-            header_visibility="column",
-            column_widths={"member": 220, "metadata": 200},
-            layout=w.Layout(height="300px"),
-            renderers={
-                "lag": BarRenderer(
-                    bar_value=self.lag_scale, bar_color="#e39b3b", format=".0f", missing="-"
-                ),
-                "status": TextRenderer(background_color=_status_colour()),
-                "committed": TextRenderer(format=".0f", missing="-"),
-                "end": TextRenderer(format=".0f", missing="-"),
-                "time_lag_s": TextRenderer(format=".1f", missing="-"),
-            },
-        )
+        self.grid = _grid(self.lag_scale)
         self.grid.on_cell_click(self._clicked)
         self.detail = w.HTML()
         self.detail.add_class("leasekit-detail")
-        x, y = bq.DateScale(), bq.LinearScale(min=0.0)
-        self.lag_line = bq.Lines(
-            x=np.array([], dtype="datetime64[ms]"),
-            y=np.array([], dtype=float),
-            scales={"x": x, "y": y},
-            interpolation="step-after",
-            colors=["#e39b3b"],
-        )
-        self.plot = bq.Figure(
-            marks=[self.lag_line],
-            axes=[
-                bq.Axis(scale=x, label="commit time (UTC)", tick_format="%H:%M:%S"),
-                bq.Axis(scale=y, orientation="vertical", label="lag"),
-            ],
-            title="Group lag over time (at each commit, and now)",
-            layout=w.Layout(height="260px"),
-            fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
-        )
-        self.reset = ResetForm(self.conn.reset_offsets, self.act)
+        self.plot, self.lag_line = _plot()
+        self.reset = ResetForm(lambda *a, **k: self.conn.reset_offsets(*a, **k), self.act)
         for control in (self.status_filter, self.min_lag, self.sort):
             control.observe(lambda _: self._show_rows(), "value")
-        self.group.observe(self._group_changed, "value")
+        self.group.observe(self._picked, "value")
+        self.observe(self._on_group_id, "group_id")
         self.children = [
             w.HBox([self.group]),
             self.summary,
@@ -159,34 +188,29 @@ class ConsumerPanel(Panel):
             self.plot,
             self.reset,
             self.message,
+            self.status,
         ]
-        self.refresh()
-
-    def _watch_filter(self, data: set[str], children: set[str]) -> tuple[set[str], set[str]]:
-        # log segment records never change once written (appends show in the bucket znodes and
-        # the segment lists): watching them would only cost ZooKeeper memory
-        return {p for p in data if "/log/" not in p}, children
 
     # -- reading and showing ----------------------------------------------------------------
 
     def _load(self) -> _Group:
         groups = self.conn.consumer_groups()
-        chosen = self._wanted if self._wanted is not None else self.group.value
+        chosen = self.group_id
         if chosen is None and groups:
             chosen = groups[0]
-        self._wanted = chosen
-        return _Group(groups, None if chosen is None else group_board(self.conn, chosen))
+        return _Group(groups, chosen, None if chosen is None else group_board(self.conn, chosen))
 
     def _show(self, data: _Group) -> None:
-        options = sorted({*data.groups, *([self._wanted] if self._wanted else [])})
+        self._loaded_group = data.chosen
+        self.group_id = data.chosen
+        options = sorted({*data.groups, *([data.chosen] if data.chosen else [])})
         with self.hold_trait_notifications():
             self.group.options = options
-            self.group.value = self._wanted
-        self._board = data.board
+            self.group.value = data.chosen
+        self.board = board = data.board
         self._show_summary()
         self._show_rows()
         self._show_plot()
-        board = self._board
         buckets = (
             []
             if board is None
@@ -194,15 +218,18 @@ class ConsumerPanel(Panel):
                 TableBucket(t, int(b)) for t, b in zip(board.frame["table"], board.frame["bucket"])
             ]
         )
-        self.reset.show(self._wanted, buckets, 0 if board is None else len(board.members))
+        self.reset.show(data.chosen, buckets, 0 if board is None else len(board.members))
 
-    def _group_changed(self, change: dict[str, Any]) -> None:
-        if change["new"] is not None and change["new"] != self._wanted:
-            self._wanted = change["new"]
+    def _picked(self, change: dict[str, Any]) -> None:
+        if change["new"] is not None:
+            self.group_id = change["new"]
+
+    def _on_group_id(self, change: dict[str, Any]) -> None:
+        if change["new"] is not None and change["new"] != self._loaded_group:
             self.refresh()
 
     def _show_summary(self) -> None:
-        board = self._board
+        board = self.board
         if board is None:
             self.summary.value = "<b>Consumer groups</b> · none yet"
             return
@@ -221,18 +248,22 @@ class ConsumerPanel(Panel):
         max_time = f["time_lag"].max()
         members = len(board.members)
         self.summary.value = (
-            f"<b>{esc(self._wanted)}</b> · status <b style='color:{colour}'>{esc(worst)}</b> · "
+            f"<b>{esc(self.group_id)}</b> · status <b style='color:{colour}'>{esc(worst)}</b> · "
             f"{members} live member{'s' if members != 1 else ''}"
             f"{'' if board.generation is None else f' · generation {board.generation}'}"
             f"{'' if board.leader is None else f' · leader {esc(board.leader)}'}"
             f" · total lag {int(f['lag'].fillna(0).sum()):,}"
-            f" · max time lag {'-' if pd.isna(max_time) else esc(_seconds(max_time.total_seconds()))}"
+            f" · max time lag {'-' if pd.isna(max_time) else esc(human_duration(max_time))}"
             f" · {len(f)} buckets, {int(f['consumer_id'].isna().sum())} without a live owner"
         )
 
     def rows(self) -> pd.DataFrame:
-        """The grid's rows as filtered and sorted by the controls."""
-        board = self._board
+        """The grid's rows: the group's buckets as filtered and sorted by the controls.
+
+        Returns:
+            A frame of GRID_COLUMNS (no ZooKeeper access: the last refresh's reading).
+        """
+        board = self.board
         frame = grid_frame(_empty() if board is None else board.frame)
         chosen = self.status_filter.value
         if chosen == "not-ok":
@@ -285,11 +316,12 @@ class ConsumerPanel(Panel):
                 if row["member"] == "-"
                 else f"member {esc(row['member'])} on {esc(row['host'])} · "
             )
-            + f"last commit {esc(row['last_commit'])} · metadata <code>{esc(row['metadata'])}</code>"
+            + f"last commit {esc(row['last_commit'])} · "
+            + f"metadata <code>{esc(row['metadata'])}</code>"
         )
 
     def _show_plot(self) -> None:
-        board = self._board
+        board = self.board
         totals = total_lag_over_time(board.history) if board is not None else None
         if totals is None or totals.empty:
             self.lag_line.x, self.lag_line.y = (
@@ -299,7 +331,7 @@ class ConsumerPanel(Panel):
             return
         x = totals["commit_time"].dt.tz_localize(None).to_numpy(dtype="datetime64[ms]")
         y = totals["lag"].to_numpy(dtype=float)
-        now = self.conn.server_clock.estimate_ms()
+        now = server_time_estimate(self.conn)
         if now is not None and board is not None and now > x[-1].astype("int64"):  # and the lag now
             x = np.append(x, np.datetime64(now, "ms"))
             y = np.append(y, float(board.frame["lag"].fillna(0).sum()))
@@ -307,24 +339,11 @@ class ConsumerPanel(Panel):
             self.lag_line.x, self.lag_line.y = x, y
 
     def __repr__(self) -> str:
-        return f"ConsumerPanel(group={self._wanted!r})"
+        return f"ConsumerPanel(group={self.group_id!r})"
 
 
 def _empty() -> pd.DataFrame:
-    from leasekit.consumers.group_admin import DESCRIBE_COLUMNS
-
     frame = pd.DataFrame({c: [] for c in [*DESCRIBE_COLUMNS, "metadata"]})
     frame["time_lag"] = pd.to_timedelta(frame["time_lag"])
     frame["last_commit"] = pd.to_datetime(frame["last_commit"], utc=True)
     return frame
-
-
-def _seconds(s: float) -> str:
-    s = int(s)
-    return (
-        f"{s // 3600}h {s % 3600 // 60:02d}m"
-        if s >= 3600
-        else f"{s // 60}m {s % 60:02d}s"
-        if s >= 60
-        else f"{s}s"
-    )

@@ -7,6 +7,8 @@ from typing import Any
 
 import ipywidgets as w
 
+from leasekit.live import warehouse_location
+
 from .base import esc
 from .consumers import ConsumerPanel
 from .leases import LeasePanel
@@ -16,7 +18,13 @@ __all__ = ["Dashboard"]
 
 
 class Dashboard(w.VBox):
-    """LeasePanel, ConsumerPanel and RetentionPanel of one connection, in tabs."""
+    """LeasePanel, ConsumerPanel and RetentionPanel of one connection, in tabs; like a panel,
+    it reads nothing until it is displayed or refreshed.
+
+    Arguments:
+        conn: the Connection shown.
+        auto_refresh: whether the panels follow ZooKeeper changes.
+    """
 
     def __init__(self, conn: Any, *, auto_refresh: bool = True) -> None:
         super().__init__()
@@ -24,7 +32,8 @@ class Dashboard(w.VBox):
         self.conn = conn
         self.header = w.HTML(
             f"<b>leasekit</b> · namespace <code>{esc(conn.namespace)}</code> · ZooKeeper "
-            f"<code>{esc(conn.zookeeper)}</code> · warehouse <code>{esc(conn.warehouse.location)}</code>"
+            f"<code>{esc(conn.zookeeper)}</code> · warehouse "
+            f"<code>{esc(warehouse_location(conn))}</code>"
         )
         self.header.add_class("leasekit-header")
         self.leases = LeasePanel(conn, auto_refresh=auto_refresh)
@@ -38,10 +47,20 @@ class Dashboard(w.VBox):
 
     @property
     def panels(self) -> tuple[LeasePanel, ConsumerPanel, RetentionPanel]:
+        """The panels, in the order of the tabs."""
         return self.leases, self.consumers, self.retention
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        for panel in self.panels:  # the first display loads every tab
+            panel._load_once()
+        return super()._repr_mimebundle_(**kwargs)
+
     def refresh(self) -> None:
-        """Refresh every panel now."""
+        """Refresh every panel now (errors are shown inside each panel).
+
+        Raises:
+            Nothing: every error is shown inside its panel.
+        """
         for panel in self.panels:
             panel.refresh()
 

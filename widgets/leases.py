@@ -3,13 +3,16 @@ the lease actions (create, acquire latest, renew, release, drop)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 import ipywidgets as w
 import pandas as pd
+import traitlets
 from ipydatagrid import DataGrid
 
-from leasekit.structs import LeaseInfo
+from leasekit import LeaseInfo
+from leasekit.live import human_duration, server_time_estimate
 
 from .base import Markup, Panel, button, html_table
 
@@ -26,25 +29,26 @@ class _Leases(NamedTuple):
     tables: list[str]
 
 
-def countdown(ms: int) -> str:
-    """``ms`` as "1h 02m 03s" (or "expired")."""
-    if ms < 0:
-        return "expired"
-    s = ms // 1000
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return f"{d}d {h:02d}h {m:02d}m" if d else f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
+def expires_in(ms: int) -> str:
+    """What the countdown shows for ``ms`` milliseconds left: "4m 40s", or "expired"."""
+    return "expired" if ms < 0 else human_duration(timedelta(milliseconds=ms))
 
 
 class LeasePanel(Panel):
     """Every lease (id, owner, tables, pinned buckets, expires in — ticking locally from the
-    ZooKeeper clock last read — alive or expired), the pins of the selected one, and actions."""
+    ZooKeeper clock last read — alive or expired), the pins of the selected one, and the lease
+    actions: create, acquire latest, renew, release, drop.
+
+    Arguments:
+        conn: the Connection whose leases are shown.
+        auto_refresh: follow ZooKeeper changes (the ``auto_refresh`` trait).
+    """
+
+    leases = traitlets.List(help="the leases shown (LeaseInfo), as last read")
 
     def __init__(self, conn: Any, *, auto_refresh: bool = True) -> None:
         super().__init__(conn, auto_refresh=auto_refresh)
         self.add_class("leasekit-lease-panel")
-        self._leases: list[LeaseInfo] = []
         self.summary = w.HTML()
         self.summary.add_class("leasekit-summary")
         self.table = w.HTML()
@@ -94,19 +98,17 @@ class LeasePanel(Panel):
                 layout=w.Layout(flex_flow="row wrap", grid_gap="12px"),
             ),
             self.message,
+            self.status,
         ]
-        self.refresh()
-        if self.auto_refresh:
-            self._live()
 
     # -- reading and showing ----------------------------------------------------------------
 
     def _load(self) -> _Leases:
-        self.conn.server_clock.now_ms()  # the countdown's base: a clock read at most every few seconds
+        self.conn.server_time()  # the countdown's base: a clock read at most every few seconds
         return _Leases(self.conn.leases(), self.conn.tables())
 
     def _show(self, data: _Leases) -> None:
-        self._leases = data.leases
+        self.leases = data.leases
         ids = [x.lease_id for x in data.leases]
         keep = self.lease.value if self.lease.value in ids else (ids[0] if ids else None)
         self.lease.options = ids
@@ -120,13 +122,13 @@ class LeasePanel(Panel):
         self._show_selected()
 
     def _now_ms(self) -> int | None:
-        return self.conn.server_clock.estimate_ms()
+        return server_time_estimate(self.conn)
 
     def _render_list(self) -> None:
         now = self._now_ms()
         rows = []
         pinned = 0
-        for x in self._leases:
+        for x in self.leases:
             left = None if now is None else int(x.expires_at.timestamp() * 1000) - now
             alive = left is None or left >= 0
             pinned += len(x.pins)
@@ -142,12 +144,12 @@ class LeasePanel(Panel):
                     x.owner,
                     ", ".join(tables) or "-",
                     len(x.pins),
-                    "-" if left is None else countdown(left),
+                    "-" if left is None else expires_in(left),
                     x.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
                     state,
                 ]
             )
-        n = len(self._leases)
+        n = len(self.leases)
         self.summary.value = (
             f"<b>Leases</b> · {n} lease{'s' if n != 1 else ''} · {pinned} pinned "
             f"bucket{'s' if pinned != 1 else ''}"
@@ -159,7 +161,7 @@ class LeasePanel(Panel):
         )
 
     def _selected(self) -> LeaseInfo | None:
-        return next((x for x in self._leases if x.lease_id == self.lease.value), None)
+        return next((x for x in self.leases if x.lease_id == self.lease.value), None)
 
     def _show_selected(self) -> None:
         lease = self._selected()
@@ -180,16 +182,13 @@ class LeasePanel(Panel):
         self.acquire.disabled = not selected or self.acquire_table.value is None
         self.release.disabled = not selected or not self.release_buckets.value
 
-    def _live(self) -> None:
-        self._worker.submit("tick", self._tick, TICK)
+    def _ticking(self) -> None:
+        self._live.every(TICK, self._tick)
 
     def _tick(self) -> None:
-        if self._closed or not self.auto_refresh:
-            return
-        if self._leases:
+        if self.leases:
             with self._lock:
                 self._render_list()
-        self._worker.submit("tick", self._tick, TICK)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -252,4 +251,4 @@ class LeasePanel(Panel):
         return self.duration.value.strip()
 
     def __repr__(self) -> str:
-        return f"LeasePanel({len(self._leases)} leases)"
+        return f"LeasePanel({len(self.leases)} leases)"

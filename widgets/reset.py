@@ -7,10 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
+import traitlets
 
-from leasekit.durations import parse_duration, parse_timestamp
+from leasekit import TableBucket
 from leasekit.errors import InvalidArgumentError
-from leasekit.structs import TableBucket
+from leasekit.live import parse_duration, parse_timestamp
 
 from .base import button, esc, html_table
 
@@ -28,7 +29,19 @@ TARGETS = [
 
 
 def reset_arguments(kind: str, text: str) -> dict[str, Any]:
-    """``reset_offsets`` keywords for a target chosen in the form."""
+    """``reset_offsets`` keywords for a target chosen in the form.
+
+    Arguments:
+        kind: the target's value in TARGETS ("earliest", "offset", "duration"...).
+        text: what the user typed for it (an offset, a date-time, a duration or a shift).
+
+    Returns:
+        ``to=`` or ``shift_by=`` for ``Connection.reset_offsets``.
+
+    Raises:
+        InvalidArgumentError: no target chosen, or ``text`` is not a value of its kind.
+        InvalidDurationError: a duration that does not parse.
+    """
     text = text.strip()
     if not kind:
         raise InvalidArgumentError("choose what to reset to")
@@ -48,16 +61,21 @@ def reset_arguments(kind: str, text: str) -> dict[str, Any]:
 
 
 class ResetForm(w.VBox):
-    """The form: ``run`` is ``conn.reset_offsets``; ``act`` runs a user action and shows its
-    outcome or error (``Panel.act``)."""
+    """The reset-offsets form of one group.
+
+    Arguments:
+        run: ``Connection.reset_offsets`` (or a function taking the same arguments).
+        act: runs a user action and shows its outcome or error (``Panel.act``).
+    """
+
+    group = traitlets.Unicode(None, allow_none=True, help="the group whose offsets are reset")
+    members = traitlets.Int(0, help="the group's live members (a reset is refused while any)")
 
     def __init__(self, run: Callable[..., Any], act: Callable[..., Any]) -> None:
         super().__init__()
         self.add_class("leasekit-reset")
         self._run = run
         self._act = act
-        self.group: str | None = None
-        self.members = 0
         self._previewed: tuple[Any, ...] | None = None
         self.target = w.Dropdown(options=TARGETS, value="", description="Reset")
         self.value = w.Text(
@@ -85,7 +103,14 @@ class ResetForm(w.VBox):
         self._inputs_changed()
 
     def show(self, group: str | None, buckets: list[TableBucket], members: int) -> None:
-        """The group's buckets and live member count (choices the user made stay while valid)."""
+        """Show the group's buckets and live member count (choices the user made stay while
+        they are valid).
+
+        Arguments:
+            group: the group, None when there is none.
+            buckets: its buckets, in the order to list them.
+            members: its live members now.
+        """
         if group != self.group:
             self.group = group
             self.buckets.value = ()

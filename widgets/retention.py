@@ -7,9 +7,10 @@ from typing import Any, NamedTuple
 
 import ipywidgets as w
 import pandas as pd
+import traitlets
 from ipydatagrid import DataGrid, TextRenderer, VegaExpr
 
-from leasekit.structs import RetentionPlan, RetentionReport, TableBucket
+from leasekit import RetentionPlan, RetentionReport, TableBucket
 
 from .base import Panel, button, esc, html_table
 
@@ -60,13 +61,23 @@ def plan_frame(data: _Plan) -> pd.DataFrame:
 
 class RetentionPanel(Panel):
     """The retention plan of one table (or all), refreshed as snapshots, segments and leases
-    change, and the pass itself."""
+    change, and the pass itself (a dry run unless unticked).
+
+    Arguments:
+        conn: the Connection whose retention is shown.
+        table: the table (a name or a Table) planned first; None: every table.
+        auto_refresh: follow ZooKeeper changes (the ``auto_refresh`` trait).
+    """
+
+    FOLLOW = "retention"
+
+    scope = traitlets.Unicode(ALL, help="the table planned; empty: every table")
+    planned = traitlets.Instance(_Plan, allow_none=True, help="the plan as last read")
 
     def __init__(self, conn: Any, table: Any = None, *, auto_refresh: bool = True) -> None:
         super().__init__(conn, auto_refresh=auto_refresh)
         self.add_class("leasekit-retention-panel")
-        self._table = ALL if table is None else getattr(table, "name", table)
-        self._data: _Plan | None = None
+        self.set_trait("scope", ALL if table is None else getattr(table, "name", table))
         self._shown: pd.DataFrame | None = None
         self.table = w.Dropdown(
             description="Table",
@@ -113,20 +124,15 @@ class RetentionPanel(Panel):
             w.HBox([self.dry_run, self.run]),
             self.report,
             self.message,
+            self.status,
         ]
-        self.refresh()
-
-    def _watch_filter(self, data: set[str], children: set[str]) -> tuple[set[str], set[str]]:
-        # snapshots, segments and leases come and go as children; of data, only leases change
-        # (a renew moves an expiry); other znodes read are immutable records
-        leases = self.conn.paths.leases + "/"
-        return {p for p in data if p.startswith(leases)}, children
+        self.observe(lambda _: self.refresh(), "scope")
 
     # -- reading and showing ----------------------------------------------------------------
 
     def _load(self) -> _Plan:
         tables = self.conn.tables()
-        plan = self.conn.retention_plan(self._table or None)
+        plan = self.conn.retention_plan(self.scope or None)
         pinned: dict[tuple[TableBucket, int], list[str]] = {}
         for lease in self.conn.leases():
             for tb, sid in lease.pins.items():
@@ -134,13 +140,13 @@ class RetentionPanel(Panel):
         return _Plan(tables, plan, pinned)
 
     def _show(self, data: _Plan) -> None:
-        self._data = data
+        self.planned = data
         with self.hold_trait_notifications():
             self.table.options = [("all tables", ALL), *((t, t) for t in data.tables)]
-            self.table.value = self._table if self._table in data.tables else ALL
+            self.table.value = self.scope if self.scope in data.tables else ALL
         items = data.plan.items
         deletes = sum(1 for i in items if i.action == "delete")
-        scope = "every table" if not self._table else self._table
+        scope = "every table" if not self.scope else self.scope
         self.summary.value = (
             f"<b>Retention plan</b> of {esc(scope)} · {len(items)} items · {deletes} to delete · "
             f"{len(items) - deletes} kept · reclaimable <b>{size(data.plan.reclaimable_bytes)}</b>"
@@ -150,7 +156,9 @@ class RetentionPanel(Panel):
 
     def _show_rows(self) -> None:
         frame = (
-            plan_frame(self._data) if self._data is not None else pd.DataFrame(columns=PLAN_COLUMNS)
+            plan_frame(self.planned)
+            if self.planned is not None
+            else pd.DataFrame(columns=PLAN_COLUMNS)
         )
         if self.action_filter.value:
             frame = frame[frame["action"] == self.action_filter.value].reset_index(drop=True)
@@ -160,9 +168,8 @@ class RetentionPanel(Panel):
         self.grid.data = frame
 
     def _table_changed(self, change: dict[str, Any]) -> None:
-        if change["new"] != self._table and change["new"] is not None:
-            self._table = change["new"]
-            self.refresh()
+        if change["new"] is not None:
+            self.scope = change["new"]
 
     # -- running ----------------------------------------------------------------------------
 
@@ -170,7 +177,7 @@ class RetentionPanel(Panel):
         dry = bool(self.dry_run.value)
         report = self.act(
             "retention",
-            lambda: self.conn.run_retention(self._table or None, dry_run=dry),
+            lambda: self.conn.run_retention(self.scope or None, dry_run=dry),
             lambda r: (
                 ("dry run: " if dry else "") + f"{len(r.deleted)} items, {size(r.freed_bytes)}"
             ),
@@ -180,6 +187,7 @@ class RetentionPanel(Panel):
 
 
 def render_report(report: RetentionReport) -> str:
+    """``report`` as HTML: what was (or would be) deleted, the bytes freed and the errors."""
     head = (
         "<b>Dry run</b> (nothing changed): would delete"
         if report.dry_run

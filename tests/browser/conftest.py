@@ -340,15 +340,17 @@ class Notebook:
                         }
                     }
                 }
-                const stderr = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]';
+                const stderr = '.jp-OutputArea-output'
+                    + '[data-mime-type="application/vnd.jupyter.stderr"]';
                 for (const el of document.querySelectorAll(stderr)) {
                     if (el.textContent.includes('Traceback')) out.push(el.textContent.trim());
                 }
                 for (const el of document.querySelectorAll('.jupyter-widgets-error-widget')) {
                     out.push('widget error: ' + el.textContent.trim());
                 }
-                for (const el of document.querySelectorAll('.jp-OutputArea-output.jupyter-widgets,'
-                                                           + '.jp-OutputArea-output .jupyter-widgets')) {
+                const shown = '.jp-OutputArea-output.jupyter-widgets,'
+                    + '.jp-OutputArea-output .jupyter-widgets';
+                for (const el of document.querySelectorAll(shown)) {
                     if (el.textContent.trim().startsWith('Error displaying widget')) {
                         out.push(el.textContent.trim());
                     }

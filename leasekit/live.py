@@ -1,0 +1,400 @@
+"""Live views over a connection: note what a read touched in ZooKeeper, watch it, call back once
+per burst of changes, and say how fresh a view is; plus the readings the panels show."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+
+from .consumers import group_admin
+from .consumers import offsets as _stored
+from .consumers.group_admin import DESCRIBE_COLUMNS
+from .durations import human_duration, parse_duration, parse_timestamp
+from .errors import InvalidArgumentError
+from .structs import MemberInfo, TableBucket
+from .testing import context as _context_of
+from .zk.watches import Dispatcher
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .connection import Connection
+    from .zk.paths import Paths
+
+__all__ = [
+    "LiveView",
+    "Follow",
+    "DEBOUNCE",
+    "STALE_AFTER",
+    "freshness",
+    "server_time_estimate",
+    "warehouse_location",
+    "GroupBoard",
+    "group_board",
+    "total_lag_over_time",
+    "HISTORY_COLUMNS",
+    "DESCRIBE_COLUMNS",
+    "human_duration",
+    "parse_duration",
+    "parse_timestamp",
+]
+
+T = TypeVar("T")
+
+DEBOUNCE = 0.25
+"""Seconds a burst of ZooKeeper changes is gathered into one call back."""
+
+STALE_AFTER = 30.0
+"""Seconds after which a live view reads again although nothing it watches changed (time lags,
+ages and statuses move with the clock alone)."""
+
+Follow = Literal["all", "positions", "retention"]
+"""Which changes of what a read touched matter: ``"all"``, the data and children of every znode
+read; ``"positions"``, the same but the log's segment records, which never change once written
+(appends show in the bucket znodes and segment lists); ``"retention"``, the children of every
+znode listed (snapshots, segments, leases come and go) and the data of leases only (a renew
+moves an expiry): the other records read are immutable."""
+_FOLLOW = ("all", "positions", "retention")
+
+
+def _worth_watching(
+    paths: Paths, follow: Follow, data: set[str], children: set[str]
+) -> tuple[set[str], set[str]]:
+    """Of the znodes read, those whose change ``follow`` says matters (data, children)."""
+    if follow == "positions":
+        return {p for p in data if "/log/" not in p}, children
+    if follow == "retention":
+        leases = paths.leases + "/"
+        return {p for p in data if p.startswith(leases)}, children
+    return data, children
+
+
+class LiveView:
+    """What a live view of one connection reads, watches and runs, on a thread of its own.
+
+    While ``following``, each ``read`` watches what it touched: a change of any of it calls
+    ``on_change`` once per burst, and so do ``stale_after`` seconds without a change. Building
+    a view does no I/O.
+
+    Arguments:
+        conn: the Connection the view shows.
+        on_change: called on the view's thread when what the last read touched changed, when
+            the session came back (changes may have been missed) or when the data is stale.
+        on_state: called on the view's thread with True or False when the ZooKeeper session
+            is connected again or lost (suspended or expired).
+        follow: which changes of what was read matter (see ``Follow``).
+        debounce: seconds a burst of changes is gathered into one ``on_change``.
+        stale_after: seconds after a read when ``on_change`` is called anyway.
+        name: the name of the view's thread.
+
+    Raises:
+        InvalidArgumentError: ``follow`` is not one of ``Follow``'s values.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        on_change: Callable[[], None],
+        *,
+        on_state: Callable[[bool], None] | None = None,
+        follow: Follow = "all",
+        debounce: float = DEBOUNCE,
+        stale_after: float = STALE_AFTER,
+        name: str = "leasekit-live",
+    ) -> None:
+        if follow not in _FOLLOW:
+            raise InvalidArgumentError(f"follow must be one of {_FOLLOW}, not {follow!r}")
+        self._ctx = _context_of(conn)
+        self._on_change = on_change
+        self._on_state = on_state
+        self._follow = follow
+        self._debounce = debounce
+        self._stale_after = stale_after
+        self._worker = Dispatcher(name=name)
+        self._lock = threading.Lock()
+        self._watches: Any = None
+        self._unlisten: Callable[[], None] | None = None
+        self._closed = False
+        self.following = False
+        """Whether reads watch what they touched (set with ``follow_changes``)."""
+        self.refreshed_at: datetime | None = None
+        """When the last read that succeeded ended (UTC); None before the first."""
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read(self, load: Callable[[], T]) -> T:
+        """Run ``load()`` (reads only) noting the znodes it reads; then, while following, watch
+        them. Returns what ``load`` returned.
+
+        Arguments:
+            load: reads through the connection and returns what the view shows.
+
+        Returns:
+            ``load()``'s result; ``refreshed_at`` is now.
+
+        Raises:
+            LeasekitError: what ``load`` raises (``IllegalStateError`` once the connection is
+                closed); while following, ``on_change`` comes again after ``stale_after``.
+        """
+        try:
+            with self._ctx.store.recording() as seen:
+                result = load()
+        except Exception:
+            if self.following:  # read again later: the view recovers once ZooKeeper answers
+                self._worker.submit("stale", self._stale, self._stale_after)
+            raise
+        self.refreshed_at = datetime.now(timezone.utc)
+        if self.following:
+            self._watch(seen.data, seen.children)
+        return result
+
+    def _watch(self, data: set[str], children: set[str]) -> None:
+        with self._lock:
+            if self._closed or not self.following:
+                return
+            if self._watches is None:
+                self._watches = self._ctx.store.watch_set(self._changed)
+                self._listen()
+            fresh = self._watches.update(
+                *_worth_watching(self._ctx.paths, self._follow, data, children)
+            )
+        if fresh:
+            self._changed(None)  # newly watched: a change before its watch was set is read now
+        self._worker.submit("stale", self._stale, self._stale_after)
+
+    def _listen(self) -> None:
+        if self._on_state is None or self._unlisten is not None:
+            return
+        on_state = self._on_state
+
+        def state(name: str) -> None:  # kazoo's thread: only schedule
+            up = name == "CONNECTED"
+            self._worker.submit(("state", up), lambda: on_state(up))
+
+        self._unlisten = self._ctx.store.add_state_listener(state)
+
+    def _changed(self, path: str | None) -> None:
+        """A watched znode changed (on kazoo's thread): schedule one call for the burst."""
+        if not self._closed and self.following:
+            self._worker.submit("change", self._on_change, self._debounce)
+
+    def _stale(self) -> None:
+        if self.following and not self._closed:
+            self._on_change()
+
+    # -- following --------------------------------------------------------------------------
+
+    def follow_changes(self, on: bool, *, read_now: bool = True) -> None:
+        """Start (``on``) or stop following changes. Stopping unregisters every watch at once.
+
+        Arguments:
+            on: True to follow changes, False to stop.
+            read_now: when starting, call ``on_change`` at once (its read sets the watches);
+                False when the caller reads itself right after.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self.following = on
+            watches = unlisten = None
+            if not on:
+                watches, self._watches = self._watches, None
+                unlisten, self._unlisten = self._unlisten, None
+        if on and read_now:
+            self._worker.submit("change", self._on_change, 0.0)
+        if watches is not None:
+            watches.close()
+        if unlisten is not None:
+            unlisten()
+
+    def every(self, seconds: float, call: Callable[[], None], *, key: str = "tick") -> None:
+        """Call ``call`` every ``seconds`` on the view's thread while following (local work
+        only, such as a countdown: no ZooKeeper access).
+
+        Arguments:
+            seconds: the period.
+            call: what to run.
+            key: tells apart several periodic calls of one view.
+        """
+
+        def tick() -> None:
+            if self.following and not self._closed:
+                call()
+                self._worker.submit(key, tick, seconds)
+
+        self._worker.submit(key, tick, seconds)
+
+    @property
+    def watched(self) -> int:
+        """ZooKeeper watches this view holds now."""
+        watches = self._watches
+        return 0 if watches is None else watches.registered()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection's ZooKeeper session is up (no I/O)."""
+        return self._ctx.store.connected
+
+    def close(self) -> None:
+        """Stop following: unregister every watch and listener and end the view's thread (a
+        call running on it finishes). Nothing calls back afterwards."""
+        with self._lock:
+            self._closed = True
+            self.following = False
+            watches, self._watches = self._watches, None
+            unlisten, self._unlisten = self._unlisten, None
+        if watches is not None:
+            watches.close()
+        if unlisten is not None:
+            unlisten()
+        self._worker.close()
+
+
+def freshness(refreshed_at: datetime | None, connected: bool, *, failed: bool = False) -> str:
+    """How fresh a view is, for people: when it last refreshed and whether ZooKeeper answers,
+    with the age of what is shown when it is stale.
+
+    Arguments:
+        refreshed_at: when the view last read successfully (UTC), None if never.
+        connected: whether the ZooKeeper session is up.
+        failed: whether the last read failed.
+
+    Returns:
+        For instance ``"refreshed 12:04:05 UTC · ZooKeeper connected"``.
+    """
+    server = "ZooKeeper connected" if connected else "ZooKeeper unreachable"
+    if refreshed_at is None:
+        return f"not refreshed yet · {server}"
+    at = f"{refreshed_at:%H:%M:%S} UTC"
+    if connected and not failed:
+        return f"refreshed {at} · {server}"
+    age = human_duration(datetime.now(timezone.utc) - refreshed_at)
+    return f"stale: showing data of {at} ({age} old) · {server}"
+
+
+def server_time_estimate(conn: Connection) -> int | None:
+    """The ZooKeeper clock (epoch ms) estimated from the last reading, without I/O: the base of
+    countdowns between refreshes.
+
+    Arguments:
+        conn: the Connection.
+
+    Returns:
+        Epoch milliseconds, or None before the connection first read the clock.
+    """
+    return _context_of(conn).server_clock.estimate_ms()
+
+
+def warehouse_location(conn: Connection) -> str:
+    """The warehouse of ``conn`` as its URI or path, for display.
+
+    Arguments:
+        conn: the Connection.
+
+    Returns:
+        The warehouse location.
+    """
+    return _context_of(conn).warehouse.location
+
+
+# -- a consumer group's board -----------------------------------------------------------------
+
+HISTORY_COLUMNS = ["table", "bucket", "commit_time", "offset", "log_end_offset", "lag"]
+
+
+class GroupBoard(NamedTuple):
+    """One reading of a consumer group, as a dashboard shows it."""
+
+    frame: pd.DataFrame
+    """``describe_group``'s columns plus ``metadata`` (the last commit's, ``<NA>`` if none)."""
+    history: pd.DataFrame
+    """HISTORY_COLUMNS: each commit of each bucket's window (the last 10), oldest first, with
+    the log end then and the lag at that commit."""
+    members: list[MemberInfo]
+    """Live members, oldest (the leader) first."""
+    generation: int | None
+    """The group's generation, None without live members."""
+    leader: str | None
+    """The leader's member id, None without live members."""
+
+
+def group_board(
+    conn: Connection,
+    group_id: str,
+    *,
+    stop_after: timedelta = timedelta(seconds=60),
+    stall_after: timedelta = timedelta(seconds=60),
+) -> GroupBoard:
+    """Read a consumer group once (the round trips of ``describe_group``): each bucket's row
+    with its commit metadata, the live members and the lag history of the commit windows.
+
+    Arguments:
+        conn: the Connection.
+        group_id: the group.
+        stop_after: Burrow's STOP threshold (rule 3 of the health rules).
+        stall_after: Burrow's STALL threshold (rule 5).
+
+    Returns:
+        The group's ``GroupBoard``.
+
+    Raises:
+        InvalidArgumentError: ``group_id`` is not a valid id.
+        ZooKeeperUnavailableError: ZooKeeper did not answer.
+        IllegalStateError: the connection is closed.
+    """
+    import pandas as pd
+
+    ctx = _context_of(conn)
+    group_id = _stored.check_group_id(group_id)
+    view = group_admin.read_group(ctx, group_id)
+    frame = group_admin.describe_view(
+        ctx, group_id, view, stop_after=stop_after, stall_after=stall_after
+    )
+    by_id = {t.table_id: t for t in view.tables.values()}
+    records = {
+        TableBucket(by_id[tid].name, b): rec
+        for (tid, b), rec in view.offsets.items()
+        if tid in by_id
+    }
+    frame["metadata"] = pd.array(
+        [
+            None if (rec := records.get(TableBucket(t, b))) is None else rec.metadata
+            for t, b in zip(frame["table"], frame["bucket"])
+        ],
+        dtype="string",
+    )
+    shown = set(zip(frame["table"], frame["bucket"]))
+    rows = [
+        (tb.table, tb.bucket, c.time_ms, c.offset, c.log_end, max(0, c.log_end - c.offset))
+        for tb, rec in records.items()
+        if (tb.table, tb.bucket) in shown
+        for c in rec.history
+    ]
+    history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+    history["commit_time"] = pd.to_datetime(history["commit_time"], unit="ms", utc=True)
+    history = history.sort_values("commit_time", kind="stable", ignore_index=True)
+    return GroupBoard(frame, history, group_admin.members_of(view), view.generation, view.leader)
+
+
+def total_lag_over_time(history: pd.DataFrame) -> pd.DataFrame:
+    """The group's lag summed over its buckets after each commit, each bucket counting the lag
+    at its latest commit so far.
+
+    Arguments:
+        history: a ``GroupBoard.history``.
+
+    Returns:
+        A frame of columns ``commit_time`` and ``lag``, oldest first.
+    """
+    import pandas as pd
+
+    if history.empty:
+        empty = {"commit_time": "datetime64[ms, UTC]", "lag": "int64"}
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in empty.items()})
+    keyed = history.assign(key=list(zip(history["table"], history["bucket"])))
+    # each commit changes its bucket's contribution by (its lag - that bucket's previous lag)
+    previous = keyed.groupby("key", sort=False)["lag"].shift(1, fill_value=0)
+    total = (keyed["lag"] - previous).cumsum()
+    return pd.DataFrame({"commit_time": keyed["commit_time"], "lag": total.astype("int64")})
