@@ -61,6 +61,25 @@ def create_table(
     buckets: int = 4,
     properties: Mapping[str, Any] | None = None,
 ) -> TableInfo:
+    """Create a primary-key table: its znode with the definition, and its data znodes.
+
+    Arguments:
+        ctx: the namespace.
+        name: the table's name.
+        schema: a DDL string ("id BIGINT, v STRING") or a pyarrow schema.
+        primary_key: the key column(s).
+        buckets: the number of buckets, 1 to ``MAX_BUCKETS``.
+        properties: table properties (see ``properties.TABLE_PROPERTIES``).
+
+    Returns:
+        The new table's ``TableInfo``.
+
+    Raises:
+        TableExistsError: the name is taken.
+        InvalidArgumentError, InvalidTypeError: a bad name, schema, key, bucket count or
+            property, before any write.
+        IllegalStateError: the namespace misses the parent znode of tables.
+    """
     check_table_name(name)
     arrow_schema = schemas.parse_schema(schema)
     key = schemas.check_primary_key(arrow_schema, primary_key)
@@ -86,6 +105,12 @@ def create_table(
 
 
 def load_table(ctx: Context, name: object) -> TableInfo:
+    """The table named (or the table of a ``TableInfo``, read again).
+
+    Raises:
+        TableNotFoundError: no such table.
+        CorruptMetadataError: its znode cannot be decoded.
+    """
     if not isinstance(name, str) and hasattr(name, "table_id"):
         name = name.name  # a Table object
     check_table_name(name)
@@ -121,6 +146,7 @@ def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, TableInfo]:
 
 
 def list_tables(ctx: Context) -> list[str]:
+    """Names of every table of the namespace."""
     return ctx.store.children(ctx.paths.tables) or []
 
 
