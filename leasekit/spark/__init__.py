@@ -114,23 +114,7 @@ def read_at(
     table = _check_table(table)
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
-    if offsets is None:
-        targets = {b: (s.end if s else 0) for b, s in enumerate(states)}
-    else:
-        if not isinstance(offsets, Mapping):
-            raise InvalidTypeError(
-                "offsets must be a mapping of TableBucket (or bucket number) to offset"
-            )
-        targets = {}
-        for tb, off in offsets.items():
-            bucket = table.bucket_number(tb)
-            off = check_int(off, f"offset for bucket {bucket}")
-            end = states[bucket].end if states[bucket] else 0
-            if not 0 <= off <= end:
-                raise OffsetOutOfRangeError(
-                    f"offset {off} of bucket {bucket} is outside [0, {end}]"
-                )
-            targets[bucket] = off
+    targets = _targets(table, states, offsets)
     base_files: list[str] = []
     starts: dict[int, int] = {}
     snaps_by_bucket: dict[int, list[Snapshot]] = {}
@@ -154,6 +138,26 @@ def read_at(
     with spark_errors(f"read {table.name} at offsets"):
         changes = log_frame(spark, table, segments, ranges)
         return kv_state(table, files_frame(spark, table, base_files), changes)
+
+
+def _targets(table: TableInfo, states: list[Any], offsets: Any) -> dict[int, int]:
+    """The offset to read each bucket at: ``offsets`` checked against the log ends, or the
+    ends."""
+    if offsets is None:
+        return {b: (s.end if s else 0) for b, s in enumerate(states)}
+    if not isinstance(offsets, Mapping):
+        raise InvalidTypeError(
+            "offsets must be a mapping of TableBucket (or bucket number) to offset"
+        )
+    targets = {}
+    for tb, off in offsets.items():
+        bucket = table.bucket_number(tb)
+        off = check_int(off, f"offset for bucket {bucket}")
+        end = states[bucket].end if states[bucket] else 0
+        if not 0 <= off <= end:
+            raise OffsetOutOfRangeError(f"offset {off} of bucket {bucket} is outside [0, {end}]")
+        targets[bucket] = off
+    return targets
 
 
 class ChangeBatch:
@@ -283,6 +287,15 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
         .alias(f.name)
         for f in target
     ]
+    return _write_segments(df, table, columns)
+
+
+def _write_segments(
+    df: DataFrame, table: TableInfo, columns: list[Any]
+) -> dict[TableBucket, OffsetRange]:
+    """Write ``columns`` of ``df`` as segment files, one directory per bucket, and commit them
+    to the buckets' logs."""
+    spark = df.sparkSession
     warehouse = table.context.warehouse
     with in_flight(table.context) as token:
         rel = f"{table.data_dir}/log/bulk-{token}"
@@ -296,19 +309,7 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
                 .option("maxRecordsPerFile", table.properties["log.segment.max-rows"])
                 .parquet(warehouse.to_spark(warehouse.uri(rel)))
             )
-        files: list[SegmentFile] = []
-        try:
-            for entry in warehouse.list(rel):
-                bucket = bucket_of_path(entry.path)
-                if bucket is None:
-                    continue
-                meta = warehouse.parquet_metadata(entry.path)
-                _check_not_null(table, meta, entry.path)
-                files.append(SegmentFile(bucket, entry.path, meta.num_rows, entry.size))
-        except LeasekitError:
-            warehouse.delete_dir(rel)
-            raise
-        files.sort(key=lambda f: (f.bucket, f.rel))
+        files = _segment_files(table, rel)
 
         def rest(buckets: list[int]) -> DataFrame:
             """The input rows of ``buckets`` (lazily), for a retry after a partial commit."""
@@ -317,6 +318,25 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
             )
 
         return commit_segments(table, [f for f in files if f.rows > 0], token, rest=rest)
+
+
+def _segment_files(table: TableInfo, rel: str) -> list[SegmentFile]:
+    """The segment files Spark wrote under ``rel``, checked, by bucket and path; on a bad file
+    the directory is deleted and the error raised."""
+    warehouse = table.context.warehouse
+    files: list[SegmentFile] = []
+    try:
+        for entry in warehouse.list(rel):
+            bucket = bucket_of_path(entry.path)
+            if bucket is None:
+                continue
+            meta = warehouse.parquet_metadata(entry.path)
+            _check_not_null(table, meta, entry.path)
+            files.append(SegmentFile(bucket, entry.path, meta.num_rows, entry.size))
+    except LeasekitError:
+        warehouse.delete_dir(rel)
+        raise
+    return sorted(files, key=lambda f: (f.bucket, f.rel))
 
 
 def _check_not_null(table: TableInfo, meta: Any, rel: str) -> None:
