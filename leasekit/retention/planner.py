@@ -25,7 +25,9 @@ def _when(ms: int) -> str:
 
 
 def _age(ms: int) -> str:
-    return human_duration(max(0, ms) / 1000)
+    # Whole seconds: plans read within the same second give the same reasons.
+    seconds = max(0, ms) // 1000
+    return human_duration(seconds) if seconds else "0s"
 
 
 def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
