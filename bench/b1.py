@@ -43,8 +43,8 @@ from .common import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from leasekit import Table
     from leasekit.leases.lease import KvSnapshotLease
-    from leasekit.tables.catalog import Table
 
 __all__ = ["BENCHMARK", "run", "leasekit_frame", "floor_frame", "query"]
 

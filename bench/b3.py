@@ -44,8 +44,8 @@ from .common import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from leasekit import Table
     from leasekit.connection import Connection
-    from leasekit.tables.catalog import Table
 
 __all__ = ["BENCHMARK", "run", "lease_metadata"]
 

@@ -48,8 +48,8 @@ from .common import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from leasekit import Table
     from leasekit.connection import Connection
-    from leasekit.tables.catalog import Table
 
 __all__ = ["BENCHMARK", "run", "handwritten_dedupe", "Workload", "workload"]
 
@@ -66,15 +66,15 @@ QUICK = {**FULL, "records": 200_000, "keys": 100_000, "batch_rows": 50_000}
 # Where table.snapshot() spends its time (exclusive seconds per label); the rest is the
 # Spark job (compaction and Parquet write) plus glue.
 PROFILE = {
-    "zk_read_states": "leasekit.snapshots.take:read_states",
-    "zk_get_snapshots": "leasekit.snapshots.take:get_snapshots",
-    "zk_list_segments": "leasekit.snapshots.take:list_segments",
-    "plan_files_frame": "leasekit.snapshots.take:files_frame",
-    "plan_log_frame": "leasekit.snapshots.take:log_frame",
-    "plan_kv_state": "leasekit.snapshots.take:kv_state",
+    "zk_read_states": "leasekit.spark.compact:read_states",
+    "zk_get_snapshots": "leasekit.spark.compact:get_snapshots",
+    "zk_list_segments": "leasekit.spark.compact:list_segments",
+    "plan_files_frame": "leasekit.spark.compact:files_frame",
+    "plan_log_frame": "leasekit.spark.compact:log_frame",
+    "plan_kv_state": "leasekit.spark.compact:kv_state",
     "file_listing": "leasekit.warehouse:Warehouse.list",
     "footer_reads": "leasekit.warehouse:Warehouse.parquet_metadata",
-    "zk_register": "leasekit.snapshots.take:register",
+    "zk_register": "leasekit.spark.compact:register",
 }
 
 LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"

@@ -31,7 +31,7 @@ from .structs import (
 
 if TYPE_CHECKING:
     from .connection import Connection, connect
-    from .tables.catalog import Table
+    from .table import Table
 
 __version__ = "0.1.0"
 
@@ -64,7 +64,7 @@ __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
 _LAZY = {
     "connect": ("connection", "connect"),
     "Connection": ("connection", "Connection"),
-    "Table": ("tables.catalog", "Table"),
+    "Table": ("table", "Table"),
     "KvSnapshotLease": ("leases.lease", "KvSnapshotLease"),
     "spark_session": ("spark", "spark_session"),
 }

@@ -29,6 +29,7 @@ from .structs import (
     RetentionReport,
     TableBucket,
 )
+from .table import Table, drop_table
 from .tables import catalog as _tables
 from .validate import check_id, check_namespace
 from .warehouse import Warehouse
@@ -232,23 +233,24 @@ class Connection:
         primary_key: str | Sequence[str],
         buckets: int = 4,
         properties: Mapping[str, Any] | None = None,
-    ) -> _tables.Table:
+    ) -> Table:
         """Create a primary-key table; ``TableExistsError`` if the name is taken."""
-        return _tables.create_table(self._context, name, schema, primary_key, buckets, properties)
+        info = _tables.create_table(self._context, name, schema, primary_key, buckets, properties)
+        return Table(self, info)
 
-    def table(self, name: str | _tables.Table) -> _tables.Table:
+    def table(self, name: str | Table) -> Table:
         """The named table; ``TableNotFoundError`` if it does not exist."""
-        return _tables.load_table(self._context, name)
+        return Table(self, _tables.load_table(self._context, name))
 
     def tables(self) -> list[str]:
         """Names of every table, sorted."""
         return _tables.list_tables(self._context)
 
-    def drop_table(self, name: str | _tables.Table, *, force: bool = False) -> None:
+    def drop_table(self, name: str | Table, *, force: bool = False) -> None:
         """Drop a table, its metadata first and its files after."""
         if not isinstance(force, bool):
             raise InvalidTypeError("force must be a bool")
-        _tables.drop_table(self._context, name, force=force)
+        drop_table(self._context, name, force=force)
 
     # -- KV snapshot leases ------------------------------------------------------------------
 
@@ -315,7 +317,7 @@ class Connection:
 
     def consumer(
         self,
-        *tables: str | _tables.Table,
+        *tables: str | Table,
         group_id: str | None = None,
         auto_offset_reset: str = "latest",
         enable_auto_commit: bool = True,
@@ -390,14 +392,14 @@ class Connection:
         """Delete the group's committed offsets of ``buckets``."""
         return group_admin.delete_offsets(self._context, group_id, buckets)
 
-    def retention_plan(self, table: str | _tables.Table | None = None) -> RetentionPlan:
+    def retention_plan(self, table: str | Table | None = None) -> RetentionPlan:
         """What retention would keep and delete, with reasons (one table or all); changes nothing."""
         from .retention.apply import retention_plan
 
         return retention_plan(self._context, table)
 
     def run_retention(
-        self, table: str | _tables.Table | None = None, *, dry_run: bool = False
+        self, table: str | Table | None = None, *, dry_run: bool = False
     ) -> RetentionReport:
         """Expire leases, then delete unpinned old snapshots, old log segments and orphan files."""
         from .retention.apply import run_retention

@@ -25,7 +25,8 @@ from .errors import (
 )
 from .retention.apply import run_retention
 from .structs import RetentionReport
-from .tables.catalog import finish_drop, pending_drops
+from .table import finish_drop
+from .tables.catalog import pending_drops
 
 if TYPE_CHECKING:
     from .context import Context

@@ -101,7 +101,7 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
 
     from leasekit.log.markers import in_flight
     from leasekit.log.state import read_states
-    from leasekit.snapshots.take import Written, register
+    from leasekit.snapshots.register import Written, register
 
     conn = table.context
     for r in range(rounds):

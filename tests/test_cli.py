@@ -13,7 +13,8 @@ import pytest
 from helpers import run_cli as run
 from helpers import run_cli_json as run_json
 
-from leasekit import cli, demo, embedded
+from leasekit import cli, embedded
+from leasekit.cli import demo
 from leasekit.log.segments import list_segments
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"

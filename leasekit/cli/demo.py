@@ -1,4 +1,9 @@
-"""``leasekit demo``: the command-line side of the end-to-end demo in ``leasekit.demo``.
+"""``leasekit demo``: the end-to-end demo. It writes a changing orders table, snapshots it with
+Spark, pins the snapshots with a lease, reads through it and checks against what was written;
+meanwhile a group of three consumers splits the table's buckets and reads its log at half the
+rate it is written; one of them leaves halfway and the others take its buckets over from the
+committed offsets. The group's describe table shows lag, time lag and health, and retention
+keeps the log it has not read. The workload, the scenario and the report have a module each.
 
 Progress goes to stdout, or to stderr with ``--json`` so stdout holds only the result.
 """
@@ -8,12 +13,77 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from ..errors import IllegalStateError, InvalidArgumentError
+from ..validate import check_int
 from .common import add_command, connect, spark
 from .output import to_json
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ..connection import Connection
+
+__all__ = ["register", "run"]
+
+
+def run(
+    conn: Connection,
+    spark: SparkSession | None,
+    *,
+    table: str = "demo_orders",
+    rows: int = 100_000,
+    batches: int = 5,
+    out: Callable[[str], Any] = print,
+    seed: int = 42,
+) -> dict[str, Any]:
+    """Write ``rows`` order upserts in ``batches`` (status changes, then deletes), snapshot
+    them with Spark, read the latest snapshots back and check them; return the figures.
+
+    The table is dropped first if it exists, so every run starts from scratch.
+
+    Arguments:
+        conn: the connection to run on.
+        spark: the SparkSession; ``None`` uses the active one.
+        table: the demo table's name; its group is ``<table>-audit``, its lease
+            ``<table>-report``.
+        rows: order upserts to write.
+        batches: batches to write them in (at most ``rows``).
+        out: where the progress line and the final summary go.
+        seed: the seed of the generated orders.
+
+    Returns:
+        The figures (what ``leasekit demo --json`` prints).
+
+    Raises:
+        InvalidArgumentError: ``rows`` or ``batches`` below 1, or more batches than rows.
+        IllegalStateError: a check failed (the message names them), or the group did not
+            settle.
+    """
+    from .. import spark as lks
+    from ..testing import context
+    from . import demo_report, demo_scenario
+
+    check_int(rows, "rows", minimum=1)
+    check_int(batches, "batches", minimum=1)
+    if batches > rows:
+        raise InvalidArgumentError(f"batches ({batches}) must not exceed rows ({rows})")
+    spark = lks.session(spark)
+    started = time.perf_counter()
+    outcome = demo_scenario.play(
+        conn, spark, table=table, rows=rows, batches=batches, out=out, seed=seed
+    )
+    checks = demo_scenario.checks(outcome)
+    if not all(checks.values()):
+        raise IllegalStateError(demo_scenario.failure(outcome, checks))
+    elapsed = time.perf_counter() - started
+    warehouse = context(conn).warehouse.location
+    figures = demo_report.result(conn, outcome, elapsed, warehouse)
+    out(demo_report.render(conn, outcome, figures, checks, elapsed))
+    return figures
 
 
 def _positive_int(text: str) -> int:
@@ -27,15 +97,11 @@ def _positive_int(text: str) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .. import demo
-
     def out(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     with connect(args) as conn, spark() as session:
-        result = demo.run(
-            conn, session, table=args.table, rows=args.rows, batches=args.batches, out=out
-        )
+        result = run(conn, session, table=args.table, rows=args.rows, batches=args.batches, out=out)
     if args.json:
         print(json.dumps(to_json(result), indent=2))
     return 0

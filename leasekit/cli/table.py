@@ -13,7 +13,7 @@ from .common import add_command, connect, spark
 from .output import emit, format_fields, format_table
 
 if TYPE_CHECKING:
-    from ..tables.catalog import Table
+    from ..table import Table
 
 __all__ = ["register"]
 

@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leasekit.embedded.java import find_java
-from leasekit.embedded.server import (
-    _JVM_FLAGS,
-    _bind_port,
-    _classpath,
-    _kill_and_wait,
-    _log_tail,
-    _pid_alive,
-    _probe,
-    _spawn,
-    _wait_stopped,
+from leasekit.embedded.process import (
+    JVM_FLAGS,
+    bind_port,
+    classpath,
     config_lines,
     four_letter,
+    kill_and_wait,
+    log_tail,
+    pid_alive,
+    probe,
+    spawn,
+    wait_stopped,
 )
 from leasekit.errors import IllegalStateError, InvalidArgumentError, ZooKeeperUnavailableError
 
@@ -120,19 +120,19 @@ class Ensemble:
         members = (
             [self._member(i) for i in indexes]
             if indexes is not None
-            else [m for m in self._members if m.pid and _pid_alive(m.pid)]
+            else [m for m in self._members if m.pid and pid_alive(m.pid)]
         )
         deadline = time.monotonic() + timeout
         for member in members:
             while True:
-                probe = _probe(member.address, member.root)
-                if probe == "ours":
+                seen = probe(member.address, member.root)
+                if seen == "ours":
                     break
-                if probe == "other":
+                if seen == "other":
                     raise ZooKeeperUnavailableError(
                         f"port {member.client_port} of server {member.myid} is taken"
                     )
-                if not _pid_alive(member.pid):
+                if not pid_alive(member.pid):
                     raise ZooKeeperUnavailableError(self._failure(member, "exited"))
                 if time.monotonic() >= deadline:
                     raise ZooKeeperUnavailableError(self._failure(member, "did not serve in time"))
@@ -141,29 +141,29 @@ class Ensemble:
     def kill(self, index: int) -> None:
         """SIGKILL member ``index`` (no shutdown: its data dir stays as the kill left it)."""
         member = self._member(index)
-        if not member.pid or not _pid_alive(member.pid):
+        if not member.pid or not pid_alive(member.pid):
             raise IllegalStateError(f"server {member.myid} is not running")
-        _kill_and_wait(member.pid)
+        kill_and_wait(member.pid)
         member.pid = 0
 
     def restart(self, index: int, *, timeout: float = 60.0) -> None:
         """Start member ``index`` again on its ports and data; return once it serves."""
         member = self._member(index)
-        if member.pid and _pid_alive(member.pid):
+        if member.pid and pid_alive(member.pid):
             raise IllegalStateError(f"server {member.myid} is still running")
         self._launch(member)
         self.wait_serving([index], timeout=timeout)
 
     def stop(self, *, timeout: float = 15.0) -> None:
         """Stop every member (SIGTERM, SIGKILL after ``timeout``)."""
-        running = [m for m in self._members if m.pid and _pid_alive(m.pid)]
+        running = [m for m in self._members if m.pid and pid_alive(m.pid)]
         for member in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(member.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for member in running:
-            if not _wait_stopped(member.pid, member.address, member.root, deadline):
-                _kill_and_wait(member.pid)
+            if not wait_stopped(member.pid, member.address, member.root, deadline):
+                kill_and_wait(member.pid)
             member.pid = 0
 
     def __enter__(self) -> Ensemble:
@@ -221,7 +221,7 @@ class Ensemble:
     def _allocate(self) -> list[_Member]:
         ports: list[int] = []
         while len(ports) < 3 * self.size:
-            port = _bind_port(0)
+            port = bind_port(0)
             if port is None:
                 raise ZooKeeperUnavailableError("no free loopback port for ZooKeeper")
             if port not in ports:
@@ -244,18 +244,21 @@ class Ensemble:
         (member.root / "data" / "myid").write_text(f"{member.myid}\n", encoding="ascii")
 
     def _launch(self, member: _Member) -> None:
-        flags = [f for f in _JVM_FLAGS if not f.startswith("-Xmx")]
+        flags = [f for f in JVM_FLAGS if not f.startswith("-Xmx")]
         argv = [
             find_java(),
             f"-Xmx{self.heap}",
             *flags,
             "-cp",
-            _classpath(),
+            classpath(),
             QUORUM_MAIN_CLASS,
             str(member.root / "zoo.cfg"),
         ]
-        member.pid = _spawn(argv, member.root / "server.log")
+        member.pid = spawn(argv, member.root / "server.log")
 
     def _failure(self, member: _Member, what: str) -> str:
         log = member.root / "server.log"
-        return f"ZooKeeper server {member.myid} ({member.address}) {what}; last lines of {log}:\n{_log_tail(log)}"
+        return (
+            f"ZooKeeper server {member.myid} ({member.address}) {what}; "
+            f"last lines of {log}:\n{log_tail(log)}"
+        )

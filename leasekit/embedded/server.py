@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib.util
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -19,41 +17,28 @@ from pathlib import Path
 from typing import NamedTuple
 
 from leasekit.embedded.java import find_java
+from leasekit.embedded.process import (
+    JVM_FLAGS,
+    MAIN_CLASS,
+    POLL,
+    bind_port,
+    classpath,
+    config_lines,
+    four_letter,
+    kill_and_wait,
+    log_tail,
+    parse_version,
+    pid_alive,
+    probe,
+    spawn,
+    wait_stopped,
+)
 from leasekit.errors import IllegalStateError, InvalidArgumentError, ZooKeeperUnavailableError
 
-__all__ = ["ServerStatus", "ensure_running", "status", "stop", "kill", "four_letter"]
-
-MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+__all__ = ["MAIN_CLASS", "ServerStatus", "ensure_running", "status", "stop", "kill", "four_letter"]
 STATE_FORMAT = 1  # bump when server.json changes incompatibly
 
-# Minimal classpath for a standalone NIO server with log4j2 logging.
-_REQUIRED_JARS = (
-    "zookeeper-[0-9]*.jar",
-    "zookeeper-jute-*.jar",
-    "slf4j-api-*.jar",
-    "log4j-slf4j2-impl-*.jar",
-    "log4j-api-*.jar",
-    "log4j-core-*.jar",
-    "metrics-core-*.jar",
-    "snappy-java-*.jar",
-)
-_OPTIONAL_JARS = ("commons-io-*.jar", "audience-annotations-*.jar")
-
-_JVM_FLAGS = (
-    # ZooKeeper keeps its last 500 transactions on the heap (zookeeper.commitLogCount, which
-    # it never lowers below 500): acquires of 100,000 pins send ~1 MB transactions, and a
-    # few of them filled a 1 GB heap. -Xmx is a limit, not a reservation.
-    "-Xmx2g",
-    "-XX:+UseSerialGC",
-    "-Djava.net.preferIPv4Stack=true",
-    "-Dzookeeper.admin.enableServer=false",
-    "-Dzookeeper.jmx.log4j.disable=true",
-    "-Dlog4j2.level=WARN",
-)
-
-_NOT_SERVING = "not currently serving"
 _START_ATTEMPTS = 3
-_POLL = 0.05
 
 
 class ServerStatus(NamedTuple):
@@ -79,22 +64,6 @@ class _State(NamedTuple):
     started_at: datetime
 
 
-def four_letter(address: str, cmd: str, *, timeout: float = 1.0) -> str:
-    """Send a ZooKeeper four-letter word to ``address`` ("host:port") and return the reply."""
-    if len(cmd) != 4 or not cmd.isascii() or not cmd.isalpha():
-        raise InvalidArgumentError(f"not a four-letter word: {cmd!r}")
-    host, port = _split_address(address)
-    chunks: list[bytes] = []
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(cmd.encode("ascii"))
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-    except OSError as exc:
-        raise ZooKeeperUnavailableError(f"{cmd} to {address} failed: {exc}") from exc
-    return b"".join(chunks).decode("utf-8", errors="replace")
-
-
 def ensure_running(data_dir: str | os.PathLike[str], *, timeout: float = 60.0) -> str:
     """Return the address of the server for ``data_dir``, starting one if none runs."""
     if not timeout > 0:
@@ -106,7 +75,7 @@ def ensure_running(data_dir: str | os.PathLike[str], *, timeout: float = 60.0) -
         preferred = None
         if state is not None:
             address = _address(state.port)
-            if _probe(address, root) == "ours":
+            if probe(address, root) == "ours":
                 return address
             if _is_our_process(state.pid, root):
                 # Started by someone who died before it answered, or hung: give it
@@ -114,7 +83,7 @@ def ensure_running(data_dir: str | os.PathLike[str], *, timeout: float = 60.0) -
                 grace = min(deadline, time.monotonic() + 15.0)
                 if _wait_serving(address, root, state.pid, grace) == "ours":
                     return address
-                _kill_and_wait(state.pid)
+                kill_and_wait(state.pid)
             preferred = state.port
         return _start(root, preferred, deadline)
 
@@ -126,11 +95,11 @@ def status(data_dir: str | os.PathLike[str]) -> ServerStatus | None:
     if state is None:
         return None
     address = _address(state.port)
-    running = _probe(address, root) == "ours"
+    running = probe(address, root) == "ours"
     version = None
     if running:
         with contextlib.suppress(ZooKeeperUnavailableError):
-            version = _parse_version(four_letter(address, "srvr"))
+            version = parse_version(four_letter(address, "srvr"))
     return ServerStatus(state.pid, address, str(root), state.started_at, running, version)
 
 
@@ -146,7 +115,7 @@ def stop(data_dir: str | os.PathLike[str], *, timeout: float = 30.0) -> bool:
             return False
         address = _address(state.port)
         ours = _is_our_process(state.pid, root)
-        answering = _probe(address, root) == "ours"
+        answering = probe(address, root) == "ours"
         if not ours and answering:
             raise IllegalStateError(
                 f"a server for {root} answers on {address} but pid {state.pid} is not it;"
@@ -155,8 +124,8 @@ def stop(data_dir: str | os.PathLike[str], *, timeout: float = 30.0) -> bool:
         if ours:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(state.pid, signal.SIGTERM)
-            if not _wait_stopped(state.pid, address, root, deadline):
-                _kill_and_wait(state.pid)
+            if not wait_stopped(state.pid, address, root, deadline):
+                kill_and_wait(state.pid)
         (root / "server.json").unlink(missing_ok=True)
         return ours
 
@@ -170,69 +139,49 @@ def kill(data_dir: str | os.PathLike[str]) -> bool:
         state = _read_state(root)
         if state is None or not _is_our_process(state.pid, root):
             return False
-        _kill_and_wait(state.pid)
+        kill_and_wait(state.pid)
         return True
 
 
 def _start(root: Path, preferred: int | None, deadline: float) -> str:
     java = find_java()
-    classpath = _classpath()
+    jars = classpath()
     failures: list[str] = []
     for attempt in range(_START_ATTEMPTS):
-        port = _bind_port(preferred) if attempt == 0 and preferred else None
-        if port is None and (port := _bind_port(0)) is None:
+        port = bind_port(preferred) if attempt == 0 and preferred else None
+        if port is None and (port := bind_port(0)) is None:
             raise ZooKeeperUnavailableError("no free loopback port for ZooKeeper")
         config = _write_config(root, port)
-        argv = [java, *_JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(config)]
-        pid = _spawn(argv, root / "server.log")
+        argv = [java, *JVM_FLAGS, "-cp", jars, MAIN_CLASS, str(config)]
+        pid = spawn(argv, root / "server.log")
         _write_state(root, pid, port, java, argv)
         address = _address(port)
         outcome = _wait_serving(address, root, pid, deadline)
         if outcome == "ours":
             return address
-        _kill_and_wait(pid)
+        kill_and_wait(pid)
         failures.append(f"port {port}: {outcome}")
         if outcome == "timed out":
             break
     raise ZooKeeperUnavailableError(
         f"embedded ZooKeeper for {root} did not start ({'; '.join(failures)});"
-        f" last lines of {root / 'server.log'}:\n{_log_tail(root / 'server.log')}"
-    )
-
-
-def _spawn(argv: list[str], log_path: Path) -> int:
-    """Start ``argv`` in its own session, detached from the caller; return its pid."""
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ]
-    # Python ignores SIGPIPE and callers may ignore others; the server gets defaults.
-    defaults = {signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
-    return os.posix_spawn(
-        argv[0],
-        argv,
-        dict(os.environ),
-        file_actions=actions,
-        setsid=True,
-        setsigdef=defaults,
-        setsigmask=(),
+        f" last lines of {root / 'server.log'}:\n{log_tail(root / 'server.log')}"
     )
 
 
 def _wait_serving(address: str, root: Path, pid: int, deadline: float) -> str:
     """Poll until the server serves ``root``: "ours", "exited", "port taken" or "timed out"."""
     while True:
-        probe = _probe(address, root)
-        if probe == "ours":
+        seen = probe(address, root)
+        if seen == "ours":
             return "ours"
-        if probe == "other":
+        if seen == "other":
             return "port taken"
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return "exited"
         if time.monotonic() >= deadline:
             return "timed out"
-        time.sleep(_POLL)
+        time.sleep(POLL)
 
 
 def _write_config(root: Path, port: int) -> Path:
@@ -241,111 +190,8 @@ def _write_config(root: Path, port: int) -> Path:
     return config
 
 
-def config_lines(data_dir: Path, port: int) -> list[str]:
-    """zoo.cfg settings of a leasekit server (standalone, or one member of an ensemble)."""
-    return [
-        # Sessions expire on tick boundaries: a 500 ms tick lets a consumer's session_timeout
-        # (its group liveness) be as short as 1 s and end within half a second of it, while
-        # leases and clients may still ask for up to 2 minutes.
-        "tickTime=500",
-        "minSessionTimeout=1000",
-        "maxSessionTimeout=120000",
-        # Properties files are ISO-8859-1 with \uXXXX escapes, as JSON strings are.
-        f"dataDir={json.dumps(str(data_dir))[1:-1]}",
-        f"clientPort={port}",
-        "clientPortAddress=127.0.0.1",
-        "maxClientCnxns=0",
-        "admin.enableServer=false",
-        "4lw.commands.whitelist=ruok,srvr,stat,mntr,conf",
-        "autopurge.snapRetainCount=3",
-        "autopurge.purgeInterval=1",
-    ]
-
-
-def _classpath() -> str:
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise ZooKeeperUnavailableError(
-            "pyspark is not installed; its jars run the ZooKeeper server"
-        )
-    jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
-    entries: list[str] = []
-    for pattern in _REQUIRED_JARS + _OPTIONAL_JARS:
-        matches = sorted(jars.glob(pattern))
-        if matches:
-            entries.append(str(matches[-1]))
-        elif pattern in _REQUIRED_JARS:
-            raise ZooKeeperUnavailableError(f"no {pattern} in {jars}; reinstall pyspark")
-    return os.pathsep.join(entries)
-
-
-def _bind_port(port: int) -> int | None:
-    """Return ``port`` (0: any free one) if it can be bound on loopback now, else None."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # SO_REUSEADDR as the server uses it, so TIME_WAIT leftovers do not count as taken.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return None
-        return int(sock.getsockname()[1])
-
-
-def _probe(address: str, root: Path) -> str:
-    """Classify the server at ``address``: "ours", "starting", "other" or "down"."""
-    try:
-        if four_letter(address, "ruok") != "imok":
-            return "down"
-        conf = four_letter(address, "conf")
-    except ZooKeeperUnavailableError:
-        return "down"
-    if _NOT_SERVING in conf:
-        return "starting"
-    expected = str(root / "data" / "version-2")
-    for line in conf.splitlines():
-        if line.startswith("dataDir="):
-            return "ours" if line[len("dataDir=") :].strip() == expected else "other"
-    return "starting"
-
-
-def _parse_version(srvr: str) -> str | None:
-    for line in srvr.splitlines():
-        if line.startswith("Zookeeper version:"):
-            full = line.split(":", 1)[1].strip()
-            return full.split(",", 1)[0].split("-", 1)[0]
-    return None
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidArgumentError(f"address must be host:port, got {address!r}")
-    return host.strip("[]"), int(port)
-
-
 def _address(port: int) -> str:
     return f"127.0.0.1:{port}"
-
-
-def _pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs; reaps it if it is our exited child; zombies count as gone."""
-    try:
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        if reaped == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return Path(f"/proc/{pid}").exists() or not Path("/proc").is_dir()
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _is_our_process(pid: int, root: Path) -> bool:
@@ -359,23 +205,7 @@ def _is_our_process(pid: int, root: Path) -> bool:
             return False
         if MAIN_CLASS.encode() not in args or os.fsencode(root / "zoo.cfg") not in args:
             return False
-    return _pid_alive(pid)
-
-
-def _wait_stopped(pid: int, address: str, root: Path, deadline: float) -> bool:
-    while _pid_alive(pid) or _probe(address, root) == "ours":
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(_POLL)
-    return True
-
-
-def _kill_and_wait(pid: int, timeout: float = 10.0) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(_POLL)
+    return pid_alive(pid)
 
 
 def _prepare(data_dir: str | os.PathLike[str]) -> Path:
@@ -401,7 +231,7 @@ def _locked(root: Path, deadline: float) -> Iterator[None]:
                     raise ZooKeeperUnavailableError(
                         f"timed out waiting for {root / 'server.lock'}"
                     ) from None
-                time.sleep(_POLL)
+                time.sleep(POLL)
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -430,11 +260,3 @@ def _write_state(root: Path, pid: int, port: int, java: str, argv: list[str]) ->
     tmp = root / f"server.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     os.replace(tmp, root / "server.json")
-
-
-def _log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        text = path.read_bytes()[-16384:].decode("utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"

@@ -39,7 +39,8 @@ __all__ = ["SegmentFile", "append", "commit_segments"]
 APPEND_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
 """Budget of one append transaction; ``_bucket_bytes`` bounds each bucket's ops from above."""
 _BIG = 2**62
-"""Stands in for every offset, size and time when a bucket's ops are sized before its state is read."""
+"""Stands in for every offset, size and time when a bucket's ops are sized before its state is
+read."""
 
 
 class SegmentFile(NamedTuple):
@@ -199,7 +200,8 @@ def _partial(
     if remaining is not None and not isinstance(remaining, pa.Table):
         retry = "leasekit.spark.write(exc.remaining, table)"  # a Spark DataFrame
     doubt = (
-        f"; the outcome for bucket(s) {', '.join(map(str, unknown))} is unknown (ZooKeeper unreachable): "
+        f"; the outcome for bucket(s) {', '.join(map(str, unknown))} is unknown "
+        "(ZooKeeper unreachable): "
         "compare their end offsets (exc.unknown) before writing their rows again"
         if unknown
         else ""
@@ -208,8 +210,9 @@ def _partial(
         f"append to {table.name!r} committed only part of its buckets: a later transaction failed "
         f"({type(cause).__name__}, see exc.__cause__); "
         f"bucket(s) {shown}{more} are committed and visible (exc.committed); bucket(s) "
-        f"{', '.join(map(str, left)) or 'none'} are not (exc.uncommitted){doubt}. Do not retry the whole "
-        f"write: retry with {retry}, which holds exactly the rows not committed"
+        f"{', '.join(map(str, left)) or 'none'} are not (exc.uncommitted){doubt}. "
+        f"Do not retry the whole write: retry with {retry}, which holds exactly the rows not "
+        "committed"
     )
     return PartialAppendError(
         message,

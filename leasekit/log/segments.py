@@ -31,7 +31,8 @@ ROW_GROUP_RECORDS = 65_536
 
 
 def log_schema(table: TableInfo) -> pa.Schema:
-    """Schema of segment files: the table's columns (non-key ones nullable, for deletes) and ``_op``."""
+    """Schema of segment files: the table's columns (non-key ones nullable, for deletes) and
+    ``_op``."""
     fields = [f if f.name in table.primary_key else f.with_nullable(True) for f in table.schema]
     return pa.schema([*fields, pa.field(OP_COLUMN, pa.string(), nullable=False)])
 

@@ -76,62 +76,102 @@ def run_retention(
             True,
         )
     ctx.ensure_writable("run retention")  # §9 Access, Ownership: refused before any deletion
-    done: list[RetentionItem] = []
-    errors: list[str] = list(result.skipped)
-    step = progress or (lambda n: None)
+    applied = _Applied(errors=list(result.skipped), step=progress or (lambda n: None))
+    _expire_leases(ctx, meta, result.deletes, applied)
+    refused = _delete_snapshots(meta, result.deletes, applied)
+    _delete_segments(meta, result.deletes, refused, applied)
+    _delete_orphans(ctx, result.deletes, applied)
+    done, errors = applied.done, applied.errors
+    freed = sum(i.size_bytes for i in done)
+    log.info(
+        "retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors)
+    )
+    return RetentionReport(uris(done, ctx.warehouse), freed, errors, False)
 
-    # R5: leases first, so the snapshots they alone pinned go in this same pass.
-    # §9 Fencing: only the lease the plan saw (its creation id), not renewed since.
+
+@dataclasses.dataclass
+class _Applied:
+    """What a retention pass deleted so far, the errors of what it kept, and its progress."""
+
+    done: list[RetentionItem] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    step: Callable[[int], None] = lambda n: None
+
+
+def _expire_leases(
+    ctx: Context, meta: Metadata, deletes: list[RetentionItem], applied: _Applied
+) -> None:
+    """R5: leases first, so the snapshots they alone pinned go in this same pass.
+    §9 Fencing: only the lease the plan saw (its creation id), not renewed since."""
     seen = {x.lease_id: x for x in meta.leases}
-    for item in (i for i in result.deletes if i.kind == "lease"):
+    for item in (i for i in deletes if i.kind == "lease"):
         lease = seen[str(item.item_id)]
         try:
             if lease_upkeep.remove(
                 ctx, lease.lease_id, created=lease.created, version=lease.version
             ):
-                done.append(item)
+                applied.done.append(item)
             else:
-                errors.append(
+                applied.errors.append(
                     f"lease {item.item_id}: renewed, replaced or gone since the plan; kept"
                 )
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
-            errors.append(f"lease {item.item_id}: {exc}")
-        step(1)
+            applied.errors.append(f"lease {item.item_id}: {exc}")
+        applied.step(1)
 
+
+def _delete_snapshots(
+    meta: Metadata, deletes: list[RetentionItem], applied: _Applied
+) -> set[tuple[str, int]]:
+    """Delete the planned snapshots; the (table, bucket) pairs where one was refused."""
     tables = {tm.table.name: tm for tm in meta.tables}
     refused: set[tuple[str, int]] = set()
-    for item in (i for i in result.deletes if i.kind == "snapshot"):
+    for item in (i for i in deletes if i.kind == "snapshot"):
         tb = item.table_bucket
         try:
             delete_snapshot(tables[tb.table].table, tb.bucket, int(item.item_id))
-            done.append(item)
+            applied.done.append(item)
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
             refused.add((tb.table, tb.bucket))
-            errors.append(f"snapshot {item.item_id} of {tb.table}/{tb.bucket}: {exc}")
-        step(1)
+            applied.errors.append(f"snapshot {item.item_id} of {tb.table}/{tb.bucket}: {exc}")
+        applied.step(1)
+    return refused
 
+
+def _delete_segments(
+    meta: Metadata,
+    deletes: list[RetentionItem],
+    refused: set[tuple[str, int]],
+    applied: _Applied,
+) -> None:
+    """Delete the planned log segments, per bucket; where a snapshot deletion was refused,
+    only the segments still below every remaining snapshot."""
+    tables = {tm.table.name: tm for tm in meta.tables}
     by_bucket: dict[tuple[str, int], list[RetentionItem]] = {}
-    for item in (i for i in result.deletes if i.kind == "segment"):
+    for item in (i for i in deletes if i.kind == "segment"):
         by_bucket.setdefault((item.table_bucket.table, item.table_bucket.bucket), []).append(item)
     for (name, bucket), items in by_bucket.items():
         tm = tables[name]
         if (name, bucket) in refused:
-            items = _still_below_kept(meta, tm.table, bucket, items, done)
+            items = _still_below_kept(meta, tm.table, bucket, items, applied.done)
         try:
             files, _ = delete_segments(tm.table, bucket, [int(i.item_id) for i in items])
             file_of = {s.base_offset: s.file for s in tm.segments.get(bucket, [])}
-            done += [i for i in items if file_of.get(int(i.item_id)) in set(files)]
+            applied.done += [i for i in items if file_of.get(int(i.item_id)) in set(files)]
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
-            errors.append(f"segments of {name}/{bucket}: {exc}")
-        step(len(items))
+            applied.errors.append(f"segments of {name}/{bucket}: {exc}")
+        applied.step(len(items))
 
-    orphans = [i for i in result.deletes if i.kind == "orphan"]
+
+def _delete_orphans(ctx: Context, deletes: list[RetentionItem], applied: _Applied) -> None:
+    """Delete the planned orphan files that are orphans still, in fenced batches."""
+    orphans = [i for i in deletes if i.kind == "orphan"]
     if orphans:
         # R4, W2: the plan read markers, metadata and files one after another; a write may
         # have committed in between. Only files that are orphans still are deleted.
@@ -140,9 +180,9 @@ def run_retention(
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
-            errors.append(f"orphans: could not re-check them before deleting, kept: {exc}")
+            applied.errors.append(f"orphans: could not re-check them before deleting, kept: {exc}")
             current = set()
-        step(len(orphans) - len([i for i in orphans if str(i.item_id) in current]))
+        applied.step(len(orphans) - len([i for i in orphans if str(i.item_id) in current]))
         orphans = [i for i in orphans if str(i.item_id) in current]
     for start in range(0, len(orphans), _ORPHAN_BATCH):
         # §9 Fencing: files have no transaction of their own; a janitor checks that it still
@@ -151,15 +191,10 @@ def run_retention(
         for item in orphans[start : start + _ORPHAN_BATCH]:
             try:
                 ctx.warehouse.delete_files([str(item.item_id)])
-                done.append(item)
+                applied.done.append(item)
             except LeasekitError as exc:
-                errors.append(f"orphan {item.item_id}: {exc}")
-            step(1)
-    freed = sum(i.size_bytes for i in done)
-    log.info(
-        "retention: deleted %d items, freed %d bytes, %d errors", len(done), freed, len(errors)
-    )
-    return RetentionReport(uris(done, ctx.warehouse), freed, errors, False)
+                applied.errors.append(f"orphan {item.item_id}: {exc}")
+            applied.step(1)
 
 
 def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:

@@ -4,7 +4,7 @@ tables' snapshots and segments, every lease with its pins, writes in progress, t
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..durations import to_ms
 from ..errors import CorruptMetadataError
@@ -33,10 +33,32 @@ __all__ = ["gather", "gather_table"]
 
 
 def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
+    """What retention needs of one table: its buckets' log starts, snapshots and segments, and
+    the groups' committed offsets; what cannot be read is left out and said in ``skipped``."""
+    begin, snap_keys, seg_keys = _list_buckets(ctx, table, skipped)
+    written = sorted(begin)
+    nodes = ctx.store.get_many([path for _, _, path in snap_keys + seg_keys])
+    snapshots = _snapshots(table, written, snap_keys, nodes[: len(snap_keys)], skipped)
+    segments = _segments(table, written, seg_keys, nodes[len(snap_keys) :], skipped)
+    committed: dict[int, dict[str, int]] = {}
+    live: frozenset[str] = frozenset()
+    if table.properties["log.retention.respect-consumers"]:
+        committed, live = _committed(ctx, table, written, skipped)
+    return TableMeta(table, begin, snapshots, segments, committed, live)
+
+
+_Key = tuple[int, str, str]
+"""(bucket, child name, child path) of a snapshot or segment znode."""
+
+
+def _list_buckets(
+    ctx: Context, table: TableInfo, skipped: list[str]
+) -> tuple[dict[int, int], list[_Key], list[_Key]]:
+    """One pipelined batch for the bucket states and both child listings of every bucket: the
+    log start of each written bucket, and the snapshot and segment znodes of those buckets."""
     store, paths, tid = ctx.store, ctx.paths, table.table_id
     buckets = list(range(table.num_buckets))
     n = len(buckets)
-    # One pipelined batch for the bucket states and both child listings of every bucket.
     snap_dirs = [paths.snapshots(tid, b) for b in buckets]
     log_dirs = [paths.log(tid, b) for b in buckets]
     results = store.read_many(
@@ -57,28 +79,28 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
                 begin[b] = BucketState.decode(result.value, path).begin  # type: ignore[arg-type]
             except CorruptMetadataError as exc:
                 skipped.append(str(exc))
-    written = sorted(begin)
-    snap_keys: list[tuple[int, str]] = []
-    seg_keys: list[tuple[int, str]] = []
-    for b in written:
+    snap_keys: list[_Key] = []
+    seg_keys: list[_Key] = []
+    for b in sorted(begin):
         for keys, parent, names in (
             (snap_keys, snap_dirs[b], results[n + b].value),
             (seg_keys, log_dirs[b], results[2 * n + b].value),
         ):
             for name in names or ():  # type: ignore[union-attr]
-                if name.isdigit():
-                    keys.append((b, name))
+                if name.isdigit():  # a child's path is its parent's and its name, as listed
+                    keys.append((b, name, f"{parent}/{name}"))
                 else:
                     skipped.append(
                         f"unexpected znode {parent}/{name}: not a snapshot id or log offset"
                     )
-    # Child paths are their parent's path and the child's name, as listed.
-    snap_paths = [f"{snap_dirs[b]}/{name}" for b, name in snap_keys]
-    seg_paths = [f"{log_dirs[b]}/{name}" for b, name in seg_keys]
-    nodes = store.get_many(snap_paths + seg_paths)
+    return begin, snap_keys, seg_keys
+
+
+def _snapshots(
+    table: TableInfo, written: list[int], keys: list[_Key], nodes: list[Any], skipped: list[str]
+) -> dict[int, list[SnapshotMeta]]:
     snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in written}
-    segments: dict[int, list[SegmentMeta]] = {b: [] for b in written}
-    for (b, name), path, node in zip(snap_keys, snap_paths, nodes[: len(snap_paths)]):
+    for (b, name, path), node in zip(keys, nodes):
         if node is None:
             continue
         try:
@@ -89,8 +111,15 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
         snapshots[b].append(
             SnapshotMeta(int(name), snap.log_offset, snap.size, snap.files, node.stat.num_children)
         )
+    return snapshots
+
+
+def _segments(
+    table: TableInfo, written: list[int], keys: list[_Key], nodes: list[Any], skipped: list[str]
+) -> dict[int, list[SegmentMeta]]:
+    segments: dict[int, list[SegmentMeta]] = {b: [] for b in written}
     held: dict[int, int] = {}  # bucket -> base offset of its first unreadable segment
-    for (b, name), path, node in zip(seg_keys, seg_paths, nodes[len(snap_paths) :]):
+    for (b, name, path), node in zip(keys, nodes):
         if node is None:
             continue
         try:
@@ -107,11 +136,7 @@ def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMet
         )
     for b, at in held.items():  # R3: the log stays contiguous; nothing from there on is deleted
         segments[b] = [s for s in segments[b] if s.base_offset < at]
-    committed: dict[int, dict[str, int]] = {}
-    live: frozenset[str] = frozenset()
-    if table.properties["log.retention.respect-consumers"]:
-        committed, live = _committed(ctx, table, written, skipped)
-    return TableMeta(table, begin, snapshots, segments, committed, live)
+    return segments
 
 
 def _committed(

@@ -69,6 +69,7 @@ class Metadata(NamedTuple):
     orphan_min_age_ms: int
     skipped: list[str]
     protected_dirs: tuple[str, ...]
-    """Warehouse directories whose files are never orphans (tables whose metadata was unreadable)."""
+    """Warehouse directories whose files are never orphans (tables whose metadata was
+    unreadable)."""
     in_flight: frozenset[str] = frozenset()
     """Tokens of writes in progress: files carrying one are not orphans yet."""

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..durations import format_duration, to_ms
+from ..durations import format_duration, human_duration, to_ms
 from ..structs import RetentionItem, RetentionPlan, TableBucket
 from ..zk import to_datetime
-from .meta import LeaseMeta, Metadata, SnapshotMeta, TableMeta
+from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced
 
 if TYPE_CHECKING:
@@ -25,11 +25,9 @@ def _when(ms: int) -> str:
 
 
 def _age(ms: int) -> str:
+    # Whole seconds: plans read within the same second give the same reasons.
     seconds = max(0, ms) // 1000
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    return human_duration(seconds) if seconds else "0s"
 
 
 def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
@@ -145,20 +143,12 @@ def _plan_snapshots(
 def _plan_segments(
     meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: SnapshotMeta | None, policy: _Policy
 ) -> list[RetentionItem]:
-    retention_ms, retention, limit, respect = (
-        policy.retention_ms,
-        policy.retention,
-        policy.limit,
-        policy.respect,
-    )
-    bucket = tb.bucket
-    segments = sorted(tm.segments.get(bucket, []), key=lambda s: s.base_offset)
+    segments = sorted(tm.segments.get(tb.bucket, []), key=lambda s: s.base_offset)
     remaining = sum(s.size_bytes for s in segments)
     cover = oldest.log_offset if oldest else 0
     deleting = True
     items = []
     for seg in segments:
-        reason = None
         if seg.end_offset > cover:
             reason = (
                 f"needed: log tail of kept snapshot {oldest.snapshot_id}"
@@ -168,45 +158,55 @@ def _plan_segments(
         elif not deleting:
             reason = "after a kept segment (the log stays contiguous)"
         else:
-            age = meta.now_ms - seg.timestamp_ms
-            old = age > retention_ms
-            over = limit is not None and remaining > limit
-            behind = sorted(
-                (g, o) for g, o in tm.committed.get(bucket, {}).items() if o < seg.end_offset
-            )
-            if not (old or over):
-                reason = f"within log.retention {retention} (age {_age(age)})"
-            elif respect and behind:
-                group, at = behind[0]
-                live = " (live members)" if group in tm.live_groups else ""
-                reason = (
-                    f"consumer group {group} has not committed past it (at offset {at})"
-                    if at >= 0
-                    else f"consumer group {group}{live} has committed no offset for this bucket"
-                )
-            else:
-                why = (
-                    f"older than log.retention {retention} (age {_age(age)})"
-                    if old
-                    else f"log over log.retention.bytes {limit}"
-                )
-                if respect and not tm.committed:  # no group holds the log: say so
-                    why += "; log.retention.respect-consumers: no consumer group has committed offsets for this table"
+            reason, why = _covered_segment(meta, tm, tb.bucket, seg, remaining, policy)
+            if why is not None:
+                why = f"below log start of snapshot {oldest.snapshot_id}; {why}"
                 items.append(
-                    RetentionItem(
-                        "segment",
-                        tb,
-                        seg.base_offset,
-                        "delete",
-                        f"below log start of snapshot {oldest.snapshot_id}; {why}",
-                        seg.size_bytes,
-                    )
+                    RetentionItem("segment", tb, seg.base_offset, "delete", why, seg.size_bytes)
                 )
                 remaining -= seg.size_bytes
                 continue
-            deleting = False
+        deleting = False
         items.append(RetentionItem("segment", tb, seg.base_offset, "keep", reason, seg.size_bytes))
     return items
+
+
+def _covered_segment(
+    meta: Metadata,
+    tm: TableMeta,
+    bucket: int,
+    seg: SegmentMeta,
+    remaining: int,
+    policy: _Policy,
+) -> tuple[str | None, str | None]:
+    """Whether a segment below the oldest kept snapshot goes: (why it is kept, None), or
+    (None, why it is deleted) — by age, by the bytes over the limit, and the groups behind."""
+    retention, limit = policy.retention, policy.limit
+    age = meta.now_ms - seg.timestamp_ms
+    old = age > policy.retention_ms
+    over = limit is not None and remaining > limit
+    behind = sorted((g, o) for g, o in tm.committed.get(bucket, {}).items() if o < seg.end_offset)
+    if not (old or over):
+        return f"within log.retention {retention} (age {_age(age)})", None
+    if policy.respect and behind:
+        group, at = behind[0]
+        live = " (live members)" if group in tm.live_groups else ""
+        return (
+            f"consumer group {group} has not committed past it (at offset {at})"
+            if at >= 0
+            else f"consumer group {group}{live} has committed no offset for this bucket"
+        ), None
+    why = (
+        f"older than log.retention {retention} (age {_age(age)})"
+        if old
+        else f"log over log.retention.bytes {limit}"
+    )
+    if policy.respect and not tm.committed:  # no group holds the log: say so
+        why += (
+            "; log.retention.respect-consumers: no consumer group has committed offsets for "
+            "this table"
+        )
+    return None, why
 
 
 def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:

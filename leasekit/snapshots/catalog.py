@@ -81,7 +81,8 @@ def get_snapshots(table: TableInfo, wanted: Mapping[int, int]) -> list[Snapshot]
 
 
 def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[int, int]:
-    """Newest snapshot id per bucket from the table's latest-snapshot arrays (one read per chunk)."""
+    """Newest snapshot id per bucket from the table's latest-snapshot arrays (one read per
+    chunk)."""
     paths, tid = table.context.paths, table.table_id
     wanted = range(table.num_buckets) if buckets is None else sorted(set(buckets))
     chunks = sorted({b // CHUNK for b in wanted})
@@ -129,7 +130,8 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
         if exc.reason == "notempty":
             holders = ctx.store.children(path) or []
             raise IllegalStateError(
-                f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) {', '.join(holders)}"
+                f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) "
+                f"{', '.join(holders)}"
             ) from None
         if exc.reason == "nonode":
             raise SnapshotNotFoundError(

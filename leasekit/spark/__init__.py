@@ -29,6 +29,7 @@ from ..snapshots.catalog import get_snapshots, list_snapshots
 from ..structs import OffsetRange, Snapshot, TableBucket
 from ..tables.bucketing import spark_bucket_column
 from ..tables.info import TableInfo
+from ..validate import check_int
 from .frames import bucket_of_path, files_frame, kv_state, log_frame, table_ddl
 from .session import micros_timestamps, session, spark_errors, spark_session, struct_type
 
@@ -56,10 +57,7 @@ def _snapshot_map(table: TableInfo, snapshot_ids: Any) -> dict[int, int]:
     out: dict[int, int] = {}
     for tb, sid in snapshot_ids.items():
         bucket = table.bucket_number(tb)
-        if isinstance(sid, bool) or not isinstance(sid, int):
-            raise InvalidTypeError(
-                f"snapshot id for bucket {bucket} must be an int, not {type(sid).__name__}"
-            )
+        sid = check_int(sid, f"snapshot id for bucket {bucket}")
         if sid < 1:
             raise InvalidArgumentError(f"snapshot ids start at 1, got {sid} for bucket {bucket}")
         out[bucket] = sid
@@ -69,7 +67,22 @@ def _snapshot_map(table: TableInfo, snapshot_ids: Any) -> dict[int, int]:
 def read_snapshots(
     spark: SparkSession | None, table: TableInfo, snapshot_ids: Mapping[Any, int]
 ) -> DataFrame:
-    """Rows of the given snapshots (table columns only); ``SnapshotNotFoundError`` if one is gone."""
+    """Rows of the given snapshots (table columns only).
+
+    Arguments:
+        spark: the SparkSession; ``None`` uses the active one.
+        table: the Table (from ``conn.table``).
+        snapshot_ids: snapshot id per ``TableBucket`` (or bucket number), e.g. a lease's pins.
+
+    Returns:
+        A DataFrame of the table's columns.
+
+    Raises:
+        InvalidTypeError: ``table`` is not a Table, or an id is not an int.
+        InvalidArgumentError: a snapshot id below 1.
+        BucketNotFoundError: the table has no such bucket.
+        SnapshotNotFoundError: a snapshot is gone (retention deleted it: pin it with a lease).
+    """
     table = _check_table(table)
     spark = session(spark)
     wanted = _snapshot_map(table, snapshot_ids)
@@ -81,28 +94,27 @@ def read_snapshots(
 def read_at(
     spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, int] | None = None
 ) -> DataFrame:
-    """Union read: the KV state at ``offsets`` (default: end offsets) from snapshot + log tail (S1)."""
+    """Union read: the key-value state at ``offsets``, from the newest snapshot at or below each
+    offset plus the log tail up to it (S1).
+
+    Arguments:
+        spark: the SparkSession; ``None`` uses the active one.
+        table: the Table (from ``conn.table``).
+        offsets: offset per ``TableBucket`` (or bucket number); ``None``: the end offsets now.
+
+    Returns:
+        A DataFrame of the table's columns, one row per live key.
+
+    Raises:
+        InvalidTypeError: ``table`` is not a Table, or an offset is not an int.
+        BucketNotFoundError: the table has no such bucket.
+        OffsetOutOfRangeError: an offset beyond the log end, or one no snapshot covers whose
+            log retention already deleted.
+    """
     table = _check_table(table)
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
-    if offsets is None:
-        targets = {b: (s.end if s else 0) for b, s in enumerate(states)}
-    else:
-        if not isinstance(offsets, Mapping):
-            raise InvalidTypeError(
-                "offsets must be a mapping of TableBucket (or bucket number) to offset"
-            )
-        targets = {}
-        for tb, off in offsets.items():
-            bucket = table.bucket_number(tb)
-            if isinstance(off, bool) or not isinstance(off, int):
-                raise InvalidTypeError(f"offset for bucket {bucket} must be an int")
-            end = states[bucket].end if states[bucket] else 0
-            if not 0 <= off <= end:
-                raise OffsetOutOfRangeError(
-                    f"offset {off} of bucket {bucket} is outside [0, {end}]"
-                )
-            targets[bucket] = off
+    targets = _targets(table, states, offsets)
     base_files: list[str] = []
     starts: dict[int, int] = {}
     snaps_by_bucket: dict[int, list[Snapshot]] = {}
@@ -115,7 +127,8 @@ def read_at(
         begin = states[bucket].begin if states[bucket] else 0
         if start < begin and start < target:
             raise OffsetOutOfRangeError(
-                f"bucket {bucket}: the log before offset {begin} is deleted and no snapshot covers offset {target}"
+                f"bucket {bucket}: the log before offset {begin} is deleted and no snapshot "
+                f"covers offset {target}"
             )
         if base:
             base_files.extend(base.files)
@@ -125,6 +138,26 @@ def read_at(
     with spark_errors(f"read {table.name} at offsets"):
         changes = log_frame(spark, table, segments, ranges)
         return kv_state(table, files_frame(spark, table, base_files), changes)
+
+
+def _targets(table: TableInfo, states: list[Any], offsets: Any) -> dict[int, int]:
+    """The offset to read each bucket at: ``offsets`` checked against the log ends, or the
+    ends."""
+    if offsets is None:
+        return {b: (s.end if s else 0) for b, s in enumerate(states)}
+    if not isinstance(offsets, Mapping):
+        raise InvalidTypeError(
+            "offsets must be a mapping of TableBucket (or bucket number) to offset"
+        )
+    targets = {}
+    for tb, off in offsets.items():
+        bucket = table.bucket_number(tb)
+        off = check_int(off, f"offset for bucket {bucket}")
+        end = states[bucket].end if states[bucket] else 0
+        if not 0 <= off <= end:
+            raise OffsetOutOfRangeError(f"offset {off} of bucket {bucket} is outside [0, {end}]")
+        targets[bucket] = off
+    return targets
 
 
 class ChangeBatch:
@@ -142,7 +175,13 @@ class ChangeBatch:
         self._group = group_id
 
     def commit(self) -> None:
-        """Commit the end offsets of the batch for the group (refused while it has live members)."""
+        """Commit the end offsets of the batch for the group.
+
+        Raises:
+            GroupNotEmptyError: the group has live consumer members (checked again inside the
+                commit's transaction); nothing was written.
+            TableNotFoundError: the table was dropped meanwhile.
+        """
         ctx = self._table.context
         _refuse_live_members(ctx, self._group)
         changed = {tb: r.end for tb, r in self.offsets.items() if len(r)}
@@ -167,7 +206,22 @@ def _refuse_live_members(ctx: Any, group_id: str) -> None:
 
 def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) -> ChangeBatch:
     """The table's log records from the group's committed offsets (the beginning offsets where
-    none) to the end offsets now, read by Spark over the segment files (DESIGN §6.4)."""
+    none) to the end offsets now, read by Spark over the segment files (DESIGN §6.4).
+
+    Arguments:
+        spark: the SparkSession; ``None`` uses the active one.
+        table: the Table (from ``conn.table``).
+        group_id: the consumer group whose offsets it starts from; ``commit()`` moves them.
+
+    Returns:
+        The ``ChangeBatch``: its ``df``, the offsets it covers, and ``commit()``.
+
+    Raises:
+        InvalidTypeError: ``table`` is not a Table.
+        InvalidArgumentError: a bad group id.
+        GroupNotEmptyError: the group has live consumer members (they are its readers).
+        OffsetOutOfRangeError: a committed offset below the log start: reset the group first.
+    """
     table = _check_table(table)
     group_id = stored_offsets.check_group_id(group_id)
     spark = session(spark)
@@ -197,7 +251,22 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
 
 
 def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
-    """Bulk upsert from Spark: one task per bucket writes segment files, then offsets commit."""
+    """Bulk upsert from Spark: one task per bucket writes segment files, then offsets commit.
+
+    Arguments:
+        df: a Spark DataFrame with the primary-key columns and any of the table's others
+            (matched by name, case-insensitive; missing ones are null).
+        table: the Table (from ``conn.table``).
+
+    Returns:
+        The offsets assigned, per bucket written.
+
+    Raises:
+        InvalidTypeError: ``df`` is not a Spark DataFrame or ``table`` not a Table.
+        InvalidArgumentError: a column not in the table, a missing key column, or a null in a
+            key or NOT NULL column.
+        PartialAppendError: only some buckets committed (it says how to retry the rest).
+    """
     if not isinstance(df, DataFrame):
         raise InvalidTypeError(f"df must be a Spark DataFrame, not {type(df).__name__}")
     table = _check_table(table)
@@ -218,6 +287,15 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
         .alias(f.name)
         for f in target
     ]
+    return _write_segments(df, table, columns)
+
+
+def _write_segments(
+    df: DataFrame, table: TableInfo, columns: list[Any]
+) -> dict[TableBucket, OffsetRange]:
+    """Write ``columns`` of ``df`` as segment files, one directory per bucket, and commit them
+    to the buckets' logs."""
+    spark = df.sparkSession
     warehouse = table.context.warehouse
     with in_flight(table.context) as token:
         rel = f"{table.data_dir}/log/bulk-{token}"
@@ -231,19 +309,7 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
                 .option("maxRecordsPerFile", table.properties["log.segment.max-rows"])
                 .parquet(warehouse.to_spark(warehouse.uri(rel)))
             )
-        files: list[SegmentFile] = []
-        try:
-            for entry in warehouse.list(rel):
-                bucket = bucket_of_path(entry.path)
-                if bucket is None:
-                    continue
-                meta = warehouse.parquet_metadata(entry.path)
-                _check_not_null(table, meta, entry.path)
-                files.append(SegmentFile(bucket, entry.path, meta.num_rows, entry.size))
-        except LeasekitError:
-            warehouse.delete_dir(rel)
-            raise
-        files.sort(key=lambda f: (f.bucket, f.rel))
+        files = _segment_files(table, rel)
 
         def rest(buckets: list[int]) -> DataFrame:
             """The input rows of ``buckets`` (lazily), for a retry after a partial commit."""
@@ -252,6 +318,25 @@ def write(df: DataFrame, table: TableInfo) -> dict[TableBucket, OffsetRange]:
             )
 
         return commit_segments(table, [f for f in files if f.rows > 0], token, rest=rest)
+
+
+def _segment_files(table: TableInfo, rel: str) -> list[SegmentFile]:
+    """The segment files Spark wrote under ``rel``, checked, by bucket and path; on a bad file
+    the directory is deleted and the error raised."""
+    warehouse = table.context.warehouse
+    files: list[SegmentFile] = []
+    try:
+        for entry in warehouse.list(rel):
+            bucket = bucket_of_path(entry.path)
+            if bucket is None:
+                continue
+            meta = warehouse.parquet_metadata(entry.path)
+            _check_not_null(table, meta, entry.path)
+            files.append(SegmentFile(bucket, entry.path, meta.num_rows, entry.size))
+    except LeasekitError:
+        warehouse.delete_dir(rel)
+        raise
+    return sorted(files, key=lambda f: (f.bucket, f.rel))
 
 
 def _check_not_null(table: TableInfo, meta: Any, rel: str) -> None:
@@ -269,5 +354,6 @@ def _check_not_null(table: TableInfo, meta: Any, rel: str) -> None:
                 and stats.null_count
             ):
                 raise InvalidArgumentError(
-                    f"column {col.path_in_schema!r} must not be null (table {table.name!r}, file {rel})"
+                    f"column {col.path_in_schema!r} must not be null "
+                    f"(table {table.name!r}, file {rel})"
                 )

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from leasekit.errors import InvalidArgumentError, InvalidTypeError
+from leasekit.validate import check_int
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -191,10 +192,7 @@ def _check_keys(table: pa.Table, key_columns: Sequence[str]) -> list[str]:
 
 
 def _check_num_buckets(num_buckets: int) -> None:
-    if isinstance(num_buckets, bool) or not isinstance(num_buckets, (int, np.integer)):
-        raise InvalidTypeError(f"num_buckets must be an int, got {type(num_buckets).__name__}")
-    if not 1 <= num_buckets <= _MAX_BUCKETS:
-        raise InvalidArgumentError(f"num_buckets must be in [1, {_MAX_BUCKETS}], got {num_buckets}")
+    check_int(num_buckets, "num_buckets", minimum=1, maximum=_MAX_BUCKETS)
 
 
 def murmur3_hash(table: pa.Table, key_columns: Sequence[str]) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The table catalog: create, look up, list and drop tables, and finish interrupted drops.
+"""The table catalog: create, look up and list tables; the steps of a drop (fence, commit,
+removal), which the table handle's layer sequences with the leases that pin the table.
 
 A table's znode holds its schema, primary key, bucket count, properties and id; its
 buckets, log and snapshots live under ``data/<id>`` (see ``zk.paths``).
@@ -7,11 +8,9 @@ buckets, log and snapshots live under ``data/<id>`` (see ``zk.paths``).
 from __future__ import annotations
 
 import contextlib
-import logging
-import random
-import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -19,48 +18,39 @@ import pyarrow as pa
 from ..errors import (
     CorruptMetadataError,
     IllegalStateError,
-    InvalidArgumentError,
-    InvalidTypeError,
     LeasekitError,
     TableExistsError,
     TableNotFoundError,
 )
-from ..leases.upkeep import forget_table, leases_pinning
 from ..properties import TABLE_PROPERTIES, parse_properties
-from ..validate import check_table_name
+from ..validate import check_int, check_table_name
 from ..warehouse import contained
 from ..zk import Check, Create, Delete, TxnConflict
 from ..zk.formats import DroppedTable, TableRecord
 from . import fence
 from . import schema as schemas
-from .table import Table
+from .info import TableInfo
 
 if TYPE_CHECKING:
     from ..context import Context
-    from .info import TableInfo
 
 __all__ = [
     "create_table",
     "load_table",
     "load_tables",
     "list_tables",
-    "drop_table",
-    "finish_drop",
+    "DropFence",
+    "mark_for_drop",
+    "commit_drop",
+    "unmark_drop",
+    "PendingDrop",
+    "read_drop",
+    "remove_dropped",
     "pending_drops",
     "MAX_BUCKETS",
 ]
 
 MAX_BUCKETS = 1_000_000
-
-log = logging.getLogger(__name__)
-
-
-def _check_buckets(buckets: object) -> int:
-    if isinstance(buckets, bool) or not isinstance(buckets, int):
-        raise InvalidTypeError(f"buckets must be an int, not {type(buckets).__name__}")
-    if not 1 <= buckets <= MAX_BUCKETS:
-        raise InvalidArgumentError(f"buckets must be between 1 and {MAX_BUCKETS}, got {buckets}")
-    return buckets
 
 
 def create_table(
@@ -70,12 +60,31 @@ def create_table(
     primary_key: str | Sequence[str],
     buckets: int = 4,
     properties: Mapping[str, Any] | None = None,
-) -> Table:
+) -> TableInfo:
+    """Create a primary-key table: its znode with the definition, and its data znodes.
+
+    Arguments:
+        ctx: the namespace.
+        name: the table's name.
+        schema: a DDL string ("id BIGINT, v STRING") or a pyarrow schema.
+        primary_key: the key column(s).
+        buckets: the number of buckets, 1 to ``MAX_BUCKETS``.
+        properties: table properties (see ``properties.TABLE_PROPERTIES``).
+
+    Returns:
+        The new table's ``TableInfo``.
+
+    Raises:
+        TableExistsError: the name is taken.
+        InvalidArgumentError, InvalidTypeError: a bad name, schema, key, bucket count or
+            property, before any write.
+        IllegalStateError: the namespace misses the parent znode of tables.
+    """
     check_table_name(name)
     arrow_schema = schemas.parse_schema(schema)
     key = schemas.check_primary_key(arrow_schema, primary_key)
     arrow_schema = schemas.with_primary_key(arrow_schema, key)
-    num_buckets = _check_buckets(buckets)
+    num_buckets = check_int(buckets, "buckets", minimum=1, maximum=MAX_BUCKETS)
     props = parse_properties(properties, TABLE_PROPERTIES, what="table property")
     table_id = uuid.uuid4().hex
     record = TableRecord(table_id, schemas.serialize_schema(arrow_schema), key, num_buckets, props)
@@ -95,7 +104,13 @@ def create_table(
     return load_table(ctx, name)
 
 
-def load_table(ctx: Context, name: object) -> Table:
+def load_table(ctx: Context, name: object) -> TableInfo:
+    """The table named (or the table of a ``TableInfo``, read again).
+
+    Raises:
+        TableNotFoundError: no such table.
+        CorruptMetadataError: its znode cannot be decoded.
+    """
     if not isinstance(name, str) and hasattr(name, "table_id"):
         name = name.name  # a Table object
     check_table_name(name)
@@ -105,12 +120,12 @@ def load_table(ctx: Context, name: object) -> Table:
         raise TableNotFoundError(f"table {name!r} does not exist")
     record = TableRecord.decode(node.data, path)
     try:
-        return Table(ctx, name, record, node.stat.ctime_ms)
+        return TableInfo(ctx, name, record, node.stat.ctime_ms)
     except LeasekitError as exc:  # an undecodable schema
         raise CorruptMetadataError(f"table metadata at {path} is invalid: {exc}", path) from None
 
 
-def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, Table]:
+def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, TableInfo]:
     """The tables named, read in one pipelined round trip, by name; names that are not valid
     table names, or whose table does not exist (or cannot be read), are left out."""
     valid = []
@@ -122,7 +137,7 @@ def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, Table]:
         if node is None:
             continue
         try:
-            out[name] = Table(
+            out[name] = TableInfo(
                 ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)), node.stat.ctime_ms
             )
         except LeasekitError:
@@ -131,48 +146,35 @@ def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, Table]:
 
 
 def list_tables(ctx: Context) -> list[str]:
+    """Names of every table of the namespace."""
     return ctx.store.children(ctx.paths.tables) or []
 
 
-def drop_table(ctx: Context, name: object, *, force: bool = False) -> None:
-    """Remove the table: its znode and a drop marker in one step, then the leases' pins of it,
-    its data metadata, then its files (``finish_drop``).
+@dataclass(frozen=True)
+class DropFence:
+    """A table whose data znode this dropper marked (at ``version``) while it decides."""
 
-    The table's data znode is marked first and the pinning leases read after, so an acquire
-    either committed before the mark (and is seen here) or fails its fence check (DESIGN §9).
+    table: TableInfo
+    version: int
+
+
+def mark_for_drop(ctx: Context, table: TableInfo) -> DropFence | None:
+    """Mark the table's drop fence, so that acquires of it fail until the drop is decided.
+
+    The caller reads the leases that pin the table only after this, then ``commit_drop`` (or
+    ``unmark_drop`` if it cannot decide), so an acquire either committed before the mark and
+    is seen, or fails its fence check (DESIGN §9 Races).
 
     Arguments:
         ctx: the namespace.
-        name: the table's name or a Table.
-        force: drop it even while live leases pin it: their pins of it are removed (a WARNING
-            names those leases), the leases stay.
+        table: the table, as loaded.
+
+    Returns:
+        The fence, or None when another dropper is deciding or the fence moved: retry.
 
     Raises:
-        TableNotFoundError: no such table.
-        IllegalStateError: live leases pin it and ``force`` is False (the message names them).
-        CorruptMetadataError: the drop marker is unreadable or names another directory.
+        TableNotFoundError: the table's data is gone.
     """
-    delay = 0.002
-    for _ in range(_DROP_ATTEMPTS):
-        table = load_table(ctx, name)
-        pinned_by = _mark_and_drop(ctx, table, force)
-        if pinned_by is not None:
-            break
-        time.sleep(random.uniform(0, delay))
-        delay = min(delay * 2, 0.05)
-    else:
-        raise IllegalStateError(
-            f"drop of table {table.name!r}: gave up after {_DROP_ATTEMPTS} concurrent changes"
-        )
-    finish_drop(ctx, table.table_id)
-
-
-_DROP_ATTEMPTS = 1000
-
-
-def _mark_and_drop(ctx: Context, table: TableInfo, force: bool) -> list[str] | None:
-    """One attempt: mark the fence, check the pinning leases, commit the drop or unmark and
-    refuse. Returns the leases pinning the table, or None when the attempt must be retried."""
     data_path = ctx.paths.table_data(table.table_id)
     now, (node,) = ctx.read_with_clock([data_path])
     if node is None:
@@ -180,37 +182,58 @@ def _mark_and_drop(ctx: Context, table: TableInfo, force: bool) -> list[str] | N
     if fence.is_marked(node) and ctx.clock(now) - node.stat.mtime_ms <= fence.STALE_MARK_MS:
         return None  # another dropper is deciding: wait for it
     try:
-        marked = fence.mark(ctx, table.table_id, node.stat.version)
+        return DropFence(table, fence.mark(ctx, table.table_id, node.stat.version))
     except TxnConflict:
         return None
+
+
+def unmark_drop(ctx: Context, fenced: DropFence) -> None:
+    """Clear the fence of a drop that will not be committed (best effort)."""
+    with contextlib.suppress(LeasekitError):
+        fence.unmark(ctx, fenced.table.table_id, fenced.version)
+
+
+def commit_drop(ctx: Context, fenced: DropFence, pinned_by: Sequence[str], *, force: bool) -> bool:
+    """Commit a fenced drop: the table's znode goes and its drop marker comes, in one step;
+    ``finish_drop`` of the layer above removes the rest. The fence is cleared if it does not.
+
+    Arguments:
+        ctx: the namespace.
+        fenced: the fence from ``mark_for_drop``.
+        pinned_by: the live leases that pin the table, read after the fence was marked.
+        force: drop it even though ``pinned_by`` is not empty.
+
+    Returns:
+        Whether it committed; False when the fence moved or the table went: retry.
+
+    Raises:
+        IllegalStateError: ``pinned_by`` is not empty and ``force`` is False (the message names
+            the leases), or the namespace misses the parent of drop markers.
+    """
+    table = fenced.table
     try:
-        pinned_by = leases_pinning(ctx, table.table_id)
         if pinned_by and not force:
             raise IllegalStateError(
-                f"table {table.name!r} is pinned by lease(s) {', '.join(pinned_by)}; drop or release them, "
-                "or pass force=True"
+                f"table {table.name!r} is pinned by lease(s) {', '.join(pinned_by)}; "
+                "drop or release them, or pass force=True"
             )
         marker = DroppedTable(table.name, table.data_dir).encode()
         ctx.store.commit(
             [
-                Check(data_path, marked),
+                Check(ctx.paths.table_data(table.table_id), fenced.version),
                 Delete(ctx.paths.table(table.name)),
                 Create(ctx.paths.dropped_table(table.table_id), marker),
             ]
         )
     except TxnConflict as exc:
-        with contextlib.suppress(LeasekitError):
-            fence.unmark(ctx, table.table_id, marked)
-        if (
-            exc.index == 2
-        ):  # the drop marker's parent is missing (the fence stays until it is stale)
+        unmark_drop(ctx, fenced)
+        if exc.index == 2:  # the drop marker's parent is missing (the fence stays until stale)
             raise _namespace_incomplete(ctx, f"drop table {table.name!r}", exc) from None
-        return None  # the fence moved or the table went: start over
+        return False
     except BaseException:
-        with contextlib.suppress(LeasekitError):
-            fence.unmark(ctx, table.table_id, marked)
+        unmark_drop(ctx, fenced)
         raise
-    return pinned_by
+    return True
 
 
 def _namespace_incomplete(ctx: Context, what: str, exc: TxnConflict) -> IllegalStateError:
@@ -221,38 +244,40 @@ def _namespace_incomplete(ctx: Context, what: str, exc: TxnConflict) -> IllegalS
     )
 
 
-def finish_drop(ctx: Context, table_id: str) -> None:
-    """Complete a drop recorded by its marker: the leases' pins of the table, then its other
-    metadata, its files, and the marker last (so a pass cut short is finished by the next).
+@dataclass(frozen=True)
+class PendingDrop:
+    """A committed drop whose metadata and files are not yet all removed."""
 
-    Logs a WARNING naming the leases whose pins of the table it removed (a forced drop's, or
-    expired ones'); those leases stay, maybe with no pin left.
+    table_id: str
+    name: str
+    data_dir: str
+    """The table's own directory, checked against the namespace (DESIGN §9 Containment)."""
+    marker_path: str
 
-    Arguments:
-        ctx: the namespace.
-        table_id: the dropped table's id (the name of its drop marker).
+
+def read_drop(ctx: Context, table_id: str) -> PendingDrop | None:
+    """The drop recorded by the marker of ``table_id``; None when there is none.
 
     Raises:
         CorruptMetadataError: naming the marker, when it cannot be decoded or names another
-            directory than the table's own; nothing is deleted then (DESIGN §9 Containment).
+            directory than the table's own; nothing is to be deleted then.
     """
     marker_path = ctx.paths.dropped_table(table_id)
     node = ctx.store.get(marker_path)
     if node is None:
-        return
+        return None
     marker = DroppedTable.decode(node.data, marker_path)
     data_dir = _marked_dir(ctx, table_id, marker, marker_path)
-    forgotten = forget_table(ctx, table_id)
-    if forgotten:
-        log.warning(
-            "dropped table %r: removed its pins from lease(s) %s; the leases stay",
-            marker.name,
-            ", ".join(sorted(forgotten)),
-        )
-    ctx.store.delete_tree(ctx.paths.table_data(table_id))
+    return PendingDrop(table_id, marker.name, data_dir, marker_path)
+
+
+def remove_dropped(ctx: Context, dropped: PendingDrop) -> None:
+    """Remove a dropped table's data metadata, then its files, and its marker last (so a pass
+    cut short is finished by the next). The leases' pins of it must be removed before."""
+    ctx.store.delete_tree(ctx.paths.table_data(dropped.table_id))
     ctx.store.check_fence()  # a janitor that no longer leads deletes no directory
-    ctx.warehouse.delete_dir(data_dir)
-    ctx.store.delete_tree(marker_path)
+    ctx.warehouse.delete_dir(dropped.data_dir)
+    ctx.store.delete_tree(dropped.marker_path)
 
 
 def _marked_dir(ctx: Context, table_id: str, marker: DroppedTable, marker_path: str) -> str:

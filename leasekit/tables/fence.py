@@ -43,8 +43,9 @@ def unmark(ctx: Context, table_id: str, version: int) -> bool:
     except TxnConflict as exc:
         if exc.index == 0 and exc.reason == "nonode":
             raise IllegalStateError(
-                f"cannot clear the drop fence of table {table_id}: {ctx.paths.dropped} is missing from "
-                f"namespace {ctx.namespace!r}; connect again to recreate the namespace's znodes"
+                f"cannot clear the drop fence of table {table_id}: {ctx.paths.dropped} is missing "
+                f"from namespace {ctx.namespace!r}; connect again to recreate the namespace's "
+                "znodes"
             ) from None
         return False
     return True

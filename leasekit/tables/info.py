@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import BucketNotFoundError, InvalidArgumentError, InvalidTypeError
+from ..errors import BucketNotFoundError, InvalidArgumentError
 from ..properties import TABLE_PROPERTIES, effective
 from ..structs import TableBucket
+from ..validate import check_int
 from ..zk import to_datetime
 from ..zk.formats import TableRecord
 from . import schema as schemas
@@ -59,8 +60,7 @@ class TableInfo:
             if bucket.table != self.name:
                 raise InvalidArgumentError(f"{bucket} is not a bucket of table {self.name!r}")
             bucket = bucket.bucket
-        if isinstance(bucket, bool) or not isinstance(bucket, int):
-            raise InvalidTypeError(f"bucket must be an int, not {type(bucket).__name__}")
+        bucket = check_int(bucket, "bucket")
         if not 0 <= bucket < self.num_buckets:
             raise BucketNotFoundError(
                 f"table {self.name!r} has buckets 0..{self.num_buckets - 1}, not {bucket}"
@@ -68,7 +68,8 @@ class TableInfo:
         return bucket
 
     def __repr__(self) -> str:
-        return f"Table({self.name!r}, primary_key={list(self.primary_key)}, buckets={self.num_buckets})"
+        key = list(self.primary_key)
+        return f"Table({self.name!r}, primary_key={key}, buckets={self.num_buckets})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TableInfo) and other.table_id == self.table_id

@@ -121,7 +121,7 @@ def test_a_drop_marker_naming_another_directory_deletes_nothing_there(conn, host
     assert conn.store.exists(conn.paths.dropped_table(gone.table_id)) is None
     assert conn.tables() == ["keep"]
 
-    from leasekit.tables.catalog import finish_drop
+    from leasekit.table import finish_drop
 
     with pytest.raises(lk.CorruptMetadataError) as exc_info:
         finish_drop(conn, fake_id)

@@ -24,7 +24,7 @@ from leasekit.log.markers import in_flight
 from leasekit.log.segments import list_segments
 from leasekit.log.state import read_states
 from leasekit.snapshots.catalog import list_snapshots
-from leasekit.snapshots.take import Written, register
+from leasekit.snapshots.register import Written, register
 from leasekit.testing import seed_empty_snapshots, seed_history
 
 pytestmark = pytest.mark.slow

@@ -29,7 +29,7 @@ import pytest
 
 import leasekit as lk
 from leasekit.log.markers import in_flight
-from leasekit.snapshots.take import Written, register
+from leasekit.snapshots.register import Written, register
 
 TB = lk.TableBucket
 BUCKET = "leasekit-test"

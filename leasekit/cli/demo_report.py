@@ -1,0 +1,160 @@
+"""What the demo reports: the result (``--json``), and the summary and tables it prints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .demo_workload import BUCKETS
+from .output import format_fields, format_table, frame_rows
+
+if TYPE_CHECKING:
+    from ..connection import Connection
+    from .demo_scenario import Outcome
+
+__all__ = ["result", "render"]
+
+LAG_COLUMNS = [
+    "bucket",
+    "current_offset",
+    "log_end_offset",
+    "lag",
+    "time_lag",
+    "consumer_id",
+    "last_commit",
+    "status",
+]
+
+
+def result(conn: Connection, o: Outcome, elapsed: float, warehouse: str) -> dict[str, Any]:
+    """The figures of a demo that passed its checks."""
+    report, lease_info = o.after.report, o.after.lease_info
+    return {
+        "table": o.table.name,
+        "rows_written": o.tally.written,
+        "deletes": o.tally.deleted,
+        "live_keys": sum(o.expected.values()),
+        "buckets": o.table.num_buckets,
+        "snapshots_taken": o.tally.snapshots,
+        "rows_read": o.final_read[0],
+        "rows_read_through_lease": o.pinned.first_read[0],
+        "retention": {
+            "snapshots_kept_by_lease": len(_kept_by_lease(o)),
+            "deleted": {
+                kind: sum(1 for i in report.deleted if i.kind == kind)
+                for kind in ("snapshot", "segment", "orphan")
+            },
+            "freed_bytes": report.freed_bytes,
+            "errors": report.errors,
+        },
+        "group": _group(o),
+        "lease": {
+            "lease_id": lease_info.lease_id,
+            "pinned_buckets": len(lease_info.pins),
+            "snapshot_ids": sorted(set(lease_info.pins.values())),
+            "expires_at": lease_info.expires_at.isoformat(),
+        },
+        "check": "passed",
+        "count_by_status": o.final_read[2],
+        "elapsed_s": round(elapsed, 1),
+        "warehouse": warehouse,
+        "zookeeper": conn.zookeeper,
+        "namespace": conn.namespace,
+    }
+
+
+def _group(o: Outcome) -> dict[str, Any]:
+    lag = o.after.lag
+    return {
+        "group_id": o.group_id,
+        "members": len(o.joined),
+        "joined": {"seconds": round(o.join_seconds, 3), "assignment": o.joined},
+        "takeover": {
+            **o.takeover,
+            "after_batch": o.pin_after + 1,
+            "seconds": round(o.takeover["seconds"], 3),
+        },
+        "read": {
+            tb.bucket: {
+                "records": sum(len(offsets) for _, offsets in reads),
+                "by": list(dict.fromkeys(name for name, _ in reads)),
+            }
+            for tb, reads in o.audit.reads.items()
+        },
+        "records_consumed": o.audit.consumed,
+        "lag": int(lag["lag"].sum()),
+        "max_time_lag_s": round(lag["time_lag"].max().total_seconds(), 1),
+        "status": o.after.health.status,
+    }
+
+
+def _kept_by_lease(o: Outcome) -> list[Any]:
+    return [
+        i
+        for i in o.after.plan.items
+        if i.kind == "snapshot" and i.reason.startswith("pinned by lease")
+    ]
+
+
+def render(
+    conn: Connection, o: Outcome, figures: dict[str, Any], checks: dict[str, bool], elapsed: float
+) -> str:
+    """The summary, the group's assignment and takeover, its describe table, the retention
+    plan of bucket 0 and Spark's count by status, as printed at the end of the demo."""
+    joined, takeover, group_id = o.joined, o.takeover, o.group_id
+    stayed = ", ".join(m.name for m in o.audit.live)
+    moved = format_table(takeover["moved"], ["bucket", "from", "to", "committed", "resumed_at"])
+    counts = [{"status": s, "count": n} for s, n in o.final_read[2].items()]
+    return (
+        f"\n{format_fields(_summary(conn, o, figures, checks, elapsed))}\n\n"
+        f"Consumer group {group_id}: {len(joined)} consumers joined in {o.join_seconds:.2f} s, "
+        f"generation {joined[0]['generation']}\n{format_table(joined)}\n\n"
+        f"Takeover after batch {o.pin_after + 1}: {takeover['closed']} committed and closed; "
+        f"{stayed} own all {BUCKETS} buckets at generation {takeover['generation'][1]} "
+        f"(was {takeover['generation'][0]}) after {takeover['seconds'] * 1000:.0f} ms, "
+        f"resuming from the committed offsets\n{moved}\n\n"
+        f"Consumer group {group_id} (before retention)\n"
+        f"{format_table(frame_rows(o.after.lag), LAG_COLUMNS)}\n"
+        f"\nRetention plan, bucket 0 (before the run)\n"
+        f"{format_table(_plan_rows(o))}\n\nSpark: count by status\n{format_table(counts)}"
+    )
+
+
+def _summary(
+    conn: Connection, o: Outcome, figures: dict[str, Any], checks: dict[str, bool], elapsed: float
+) -> dict[str, Any]:
+    lease_info, report = o.after.lease_info, o.after.report
+    return {
+        "rows written": o.tally.written,
+        "deletes": o.tally.deleted,
+        "live keys": figures["live_keys"],
+        "buckets": figures["buckets"],
+        "snapshots taken": o.tally.snapshots,
+        "lease": (
+            f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
+            f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped at the end"
+        ),
+        "read through the lease": f"{o.pinned.first_read[0]} rows, before and after retention",
+        "consumer group": (
+            f"{o.group_id}: {len(o.joined)} consumers read {o.audit.consumed} records at half "
+            f"the write rate, lag {figures['group']['lag']}, status {o.after.health.status}"
+        ),
+        "retention": (
+            f"{len(_kept_by_lease(o))} snapshots kept for the lease; deleted "
+            + ", ".join(f"{n} {k}s" for k, n in figures["retention"]["deleted"].items())
+            + f" ({report.freed_bytes} bytes)"
+        ),
+        "rows read by Spark": f"{o.final_read[0]} (latest snapshots)",
+        "check": "passed (" + "; ".join(checks) + ")",
+        "elapsed": f"{elapsed:.1f} s",
+        "warehouse": figures["warehouse"],
+        "zookeeper": f"{figures['zookeeper']} (namespace {conn.namespace})",
+    }
+
+
+def _plan_rows(o: Outcome) -> list[dict[str, Any]]:
+    """The retention plan's snapshots and segments of bucket 0."""
+    return [
+        {"item": f"{i.kind} {i.item_id}", "action": i.action, "reason": i.reason}
+        for i in o.after.plan.items
+        if i.kind in ("snapshot", "segment") and i.table_bucket and i.table_bucket.bucket == 0
+    ]

@@ -1,0 +1,210 @@
+"""``Table``: the handle users hold (a table's definition plus its log and snapshot operations),
+and dropping a table, which needs the leases that pin it (above the catalog).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from .errors import IllegalStateError
+from .leases.upkeep import forget_table, leases_pinning
+from .log.append import append
+from .log.state import read_states
+from .snapshots.catalog import list_snapshots, read_latest
+from .structs import OffsetRange, Snapshot, TableBucket
+from .tables import catalog
+from .tables.info import TableInfo
+
+if TYPE_CHECKING:
+    from .context import Context
+
+__all__ = ["Table", "drop_table", "finish_drop"]
+
+log = logging.getLogger(__name__)
+
+_DROP_ATTEMPTS = 1000
+
+
+class Table(TableInfo):
+    """A primary-key table: an offset log per bucket plus periodic KV snapshots."""
+
+    def __init__(self, connection: Any, info: TableInfo) -> None:
+        vars(self).update(vars(info))  # the definition as loaded, not read again
+        self._connection = connection
+
+    @property
+    def connection(self) -> Any:
+        """The ``Connection`` this table was obtained from."""
+        return self._connection
+
+    # -- the log ---------------------------------------------------------------------------
+
+    def append(self, rows: Any) -> dict[TableBucket, OffsetRange]:
+        """Upsert rows; each goes to the bucket of its primary key.
+
+        Arguments:
+            rows: a pandas DataFrame, pyarrow Table or list of dicts with the table's columns.
+
+        Returns:
+            The offsets assigned, per bucket written.
+
+        Raises:
+            InvalidArgumentError: the rows do not fit the schema (missing key, wrong types).
+            TableNotFoundError: the table was dropped.
+        """
+        return append(self, rows, "upsert")
+
+    def delete(self, keys: Any) -> dict[TableBucket, OffsetRange]:
+        """Delete the rows with these primary keys.
+
+        Arguments:
+            keys: rows of the primary-key columns only (same forms as ``append``).
+
+        Returns:
+            The offsets assigned to the deletions, per bucket written.
+
+        Raises:
+            InvalidArgumentError: the keys do not fit the primary key.
+            TableNotFoundError: the table was dropped.
+        """
+        return append(self, keys, "delete")
+
+    def beginning_offsets(self) -> dict[TableBucket, int]:
+        """First offset still stored, per bucket.
+
+        Returns:
+            Every bucket's first stored offset (0 for a bucket never written).
+        """
+        states = read_states(self, range(self.num_buckets))
+        return {TableBucket(self.name, b): (s.begin if s else 0) for b, s in enumerate(states)}
+
+    def end_offsets(self) -> dict[TableBucket, int]:
+        """Next offset to assign (high watermark), per bucket.
+
+        Returns:
+            Every bucket's end offset (0 for a bucket never written).
+        """
+        states = read_states(self, range(self.num_buckets))
+        return {TableBucket(self.name, b): (s.end if s else 0) for b, s in enumerate(states)}
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def snapshot(self, spark: Any = None) -> dict[TableBucket, Snapshot]:
+        """Take a new snapshot of every bucket whose log advanced since its latest one.
+
+        Arguments:
+            spark: the SparkSession to compact with; ``None`` uses the active one.
+
+        Returns:
+            The new snapshots, per bucket (empty when no bucket advanced).
+
+        Raises:
+            TableNotFoundError: the table was dropped meanwhile.
+            IllegalStateError: Spark failed to compact.
+        """
+        from .spark.compact import take_snapshots  # Spark loads on first use
+
+        return take_snapshots(self, spark)
+
+    def snapshots(self, bucket: int | None = None) -> list[Snapshot]:
+        """Snapshots still stored, oldest first.
+
+        Arguments:
+            bucket: one bucket (a number or a ``TableBucket``); ``None`` for all.
+
+        Returns:
+            The snapshots, oldest first.
+
+        Raises:
+            BucketNotFoundError: the table has no such bucket.
+        """
+        buckets = range(self.num_buckets) if bucket is None else [self.bucket_number(bucket)]
+        return list_snapshots(self, buckets)
+
+    def latest_snapshots(self) -> dict[TableBucket, int]:
+        """Newest snapshot id per bucket.
+
+        Returns:
+            The ids; buckets with no snapshot are absent.
+        """
+        return {TableBucket(self.name, b): sid for b, sid in read_latest(self).items()}
+
+
+# -- dropping ---------------------------------------------------------------------------------
+
+
+def drop_table(ctx: Context, name: object, *, force: bool = False) -> None:
+    """Remove the table: its znode and a drop marker in one step, then the leases' pins of it,
+    its data metadata, then its files (``finish_drop``).
+
+    The table's data znode is marked first and the pinning leases read after, so an acquire
+    either committed before the mark (and is seen here) or fails its fence check (DESIGN §9).
+
+    Arguments:
+        ctx: the namespace.
+        name: the table's name or a Table.
+        force: drop it even while live leases pin it: their pins of it are removed (a WARNING
+            names those leases), the leases stay.
+
+    Raises:
+        TableNotFoundError: no such table.
+        IllegalStateError: live leases pin it and ``force`` is False (the message names them).
+        CorruptMetadataError: the drop marker is unreadable or names another directory.
+    """
+    delay = 0.002
+    for _ in range(_DROP_ATTEMPTS):
+        table = catalog.load_table(ctx, name)
+        if _attempt_drop(ctx, table, force):
+            break
+        time.sleep(random.uniform(0, delay))
+        delay = min(delay * 2, 0.05)
+    else:
+        raise IllegalStateError(
+            f"drop of table {table.name!r}: gave up after {_DROP_ATTEMPTS} concurrent changes"
+        )
+    finish_drop(ctx, table.table_id)
+
+
+def _attempt_drop(ctx: Context, table: TableInfo, force: bool) -> bool:
+    """One attempt: mark the fence, read the pinning leases, commit the drop or unmark and
+    refuse. False when the attempt must be retried."""
+    fenced = catalog.mark_for_drop(ctx, table)
+    if fenced is None:
+        return False
+    try:
+        pinned_by = leases_pinning(ctx, table.table_id)
+    except BaseException:
+        catalog.unmark_drop(ctx, fenced)
+        raise
+    return catalog.commit_drop(ctx, fenced, pinned_by, force=force)
+
+
+def finish_drop(ctx: Context, table_id: str) -> None:
+    """Complete a drop recorded by its marker: the leases' pins of the table, then its other
+    metadata, its files, and the marker last (so a pass cut short is finished by the next).
+
+    Logs a WARNING naming the leases whose pins of the table it removed (a forced drop's, or
+    expired ones'); those leases stay, maybe with no pin left.
+
+    Arguments:
+        ctx: the namespace.
+        table_id: the dropped table's id (the name of its drop marker).
+
+    Raises:
+        CorruptMetadataError: naming the marker, when it cannot be decoded or names another
+            directory than the table's own; nothing is deleted then (DESIGN §9 Containment).
+    """
+    dropped = catalog.read_drop(ctx, table_id)
+    if dropped is None:
+        return
+    forgotten = forget_table(ctx, table_id)
+    if forgotten:
+        log.warning(
+            "dropped table %r: removed its pins from lease(s) %s; the leases stay",
+            dropped.name,
+            ", ".join(sorted(forgotten)),
+        )
+    catalog.remove_dropped(ctx, dropped)
