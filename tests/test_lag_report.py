@@ -171,7 +171,7 @@ def test_time_lag_over_threshold_fails_the_run(tmp_path, conn, orders):
     (verdict,) = _verdicts(nb)
     lagging = [r for r in rows if int(r["lag"]) > 0]
     assert all(float(r["time_lag_seconds"]) > 0 for r in lagging)
-    assert f"time lag over 0:00:00 in {len(lagging)} bucket(s) (" in verdict
+    assert f"time lag over 0ms in {len(lagging)} bucket(s) (" in verdict
 
 
 def test_unknown_group_fails_the_run(tmp_path, conn, orders):
