@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from leasekit import testing
+
 from .common import (
     ORDERS_DDL,
     Benchmark,
@@ -190,7 +192,9 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         append_s, _ = timed(load)
         log(f"B1: appended in {append_s:.1f}s; taking the snapshot")
         snapshot_s, snaps = timed(lambda: table.snapshot(spark))
-        files = [conn.warehouse.to_spark(f) for s in snaps.values() for f in s.files]
+        files = [
+            testing.context(conn).warehouse.to_spark(f) for s in snaps.values() for f in s.files
+        ]
         rows = sum(s.row_count for s in snaps.values())
         ddl = table_ddl(table)  # the schema leasekit reads with, given to the floor
         log(f"B1: snapshot of {rows:,} rows in {len(files)} files took {snapshot_s:.1f}s")

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import Benchmark, Outcome, load_average, log, median, settle, spread, temp_warehouse
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ class _Process:
                 sys.executable,
                 "-m",
                 "bench.b10_member",
-                conn.warehouse.location,
+                conn.warehouse,
                 conn.namespace,
                 table,
                 group,
@@ -343,6 +345,7 @@ class _MemberGone:
     """When the member znode of ``member`` was seen gone, from a watch on the group's members."""
 
     def __init__(self, conn: Connection, group: str, member: str) -> None:
+        ctx = testing.context(conn)
         self._gone = threading.Event()
         self.at: float | None = None
 
@@ -351,7 +354,7 @@ class _MemberGone:
                 self.at = time.perf_counter()
                 self._gone.set()
 
-        self._watch = conn.store.watch_children(conn.paths.group_members(group), changed)
+        self._watch = ctx.store.watch_children(ctx.paths.group_members(group), changed)
 
     def wait(self, timeout: float) -> float | None:
         self._gone.wait(timeout)

@@ -5,7 +5,7 @@ the JSON equivalent and ZooKeeper's bytes per pin with the pin znodes counted.
 straight in ZooKeeper by ``seed_empty_snapshots``). The lease's own metadata is its record
 znode plus its pin arrays (``/<ns>/leases/<id>/pins/<table_id>.<chunk>``, one znode per
 1,000 buckets); the figure is the sum of their stored value sizes, read back with
-``conn.store.get_many``, divided by the number of buckets. The JSON equivalent is
+``testing.context(conn).store.get_many``, divided by the number of buckets. The JSON equivalent is
 ``json.dumps({"table/bucket": snapshot_id, ...})`` of the same pins.
 
 The pins themselves are empty child znodes of the snapshot znodes (one per pinned bucket),
@@ -26,6 +26,7 @@ import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
 from leasekit.testing import seed_empty_snapshots
 
 from .common import (
@@ -65,12 +66,13 @@ the parent's child set); that is not counted."""
 def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
     """Stored value sizes of the lease's record, its pins parent and its pin arrays (and the
     bytes of those znodes' paths)."""
+    ctx = testing.context(conn)
     from leasekit.zk.formats import PinChunk
 
-    paths = conn.paths
-    names = conn.store.children(paths.lease_pins(lease_id)) or []
+    paths = ctx.paths
+    names = ctx.store.children(paths.lease_pins(lease_id)) or []
     array_paths = [f"{paths.lease_pins(lease_id)}/{name}" for name in names]
-    record, parent, *arrays = conn.store.get_many(
+    record, parent, *arrays = ctx.store.get_many(
         [paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths]
     )
     if record is None or parent is None or any(a is None for a in arrays):
@@ -101,11 +103,12 @@ def _pin_znodes(
     conn: Connection, table: Table, lease_id: str, snapshot_id: int
 ) -> tuple[int, int, int]:
     """(pin znodes of ``lease_id`` under the table's snapshots, their data bytes, their path bytes)."""
-    paths, tid = conn.paths, table.table_id
+    ctx = testing.context(conn)
+    paths, tid = ctx.paths, table.table_id
     snaps = [paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)]
-    kids = conn.store.children_many(snaps)
+    kids = ctx.store.children_many(snaps)
     pins = [f"{s}/{lease_id}" for s, names in zip(snaps, kids) if names and lease_id in names]
-    nodes = conn.store.get_many(pins)
+    nodes = ctx.store.get_many(pins)
     found = [(p, n) for p, n in zip(pins, nodes) if n is not None]
     return len(found), sum(len(n.data) for _, n in found), sum(len(p.encode()) for p, _ in found)
 
@@ -130,9 +133,9 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             seed_s, _ = timed(partial(seed_empty_snapshots, conn, table, p["snapshot_id"]))
             seeds.append(seed_s)
             lease = conn.lease(duration=p["lease_duration"])
-            before, trips = zk_monitor(conn), conn.store.round_trips
+            before, trips = zk_monitor(conn), testing.context(conn).store.round_trips
             acquire_s, result = timed(partial(lease.acquire_latest, TABLE))
-            trips, after = conn.store.round_trips - trips, zk_monitor(conn)
+            trips, after = testing.context(conn).store.round_trips - trips, zk_monitor(conn)
             checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
             meta = lease_metadata(conn, lease.lease_id)
             json_bytes = len(

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import Benchmark, Outcome, load_average, log, median, spread, temp_warehouse
 
 if TYPE_CHECKING:
@@ -37,28 +39,31 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         table = conn.create_table("orders", "id BIGINT", "id", buckets=n)
         buckets = [lk.TableBucket("orders", b) for b in range(n)]
         written: list[int] = []
-        original = conn.store.commit
+        original = testing.context(conn).store.commit
 
         def counted(ops: Any) -> Any:
             written.append(len(ops))
             return original(ops)
 
-        conn.store.commit = counted  # type: ignore[method-assign]
+        testing.context(conn).store.commit = counted  # type: ignore[method-assign]
         with conn.consumer(group_id="b4", enable_auto_commit=False) as consumer:
             consumer.assign(buckets)
             consumer.commit({tb: 0 for tb in buckets})  # creates the znodes, untimed
-            paths = [conn.paths.offset("b4", table.table_id, b) for b in range(n)]
+            paths = [testing.context(conn).paths.offset("b4", table.table_id, b) for b in range(n)]
             for i in range(1, runs + 1):
-                trips, written[:] = conn.store.round_trips, []
+                trips, written[:] = testing.context(conn).store.round_trips, []
                 start = time.perf_counter()
                 consumer.commit({tb: i for tb in buckets})
                 commit_s = time.perf_counter() - start
-                commit_trips, commit_ops = conn.store.round_trips - trips, sum(written)
-                trips, written[:] = conn.store.round_trips, []
+                commit_trips, commit_ops = (
+                    testing.context(conn).store.round_trips - trips,
+                    sum(written),
+                )
+                trips, written[:] = testing.context(conn).store.round_trips, []
                 consumer.commit({tb: i for tb in buckets})
-                same_trips, same_ops = conn.store.round_trips - trips, sum(written)
+                same_trips, same_ops = testing.context(conn).store.round_trips - trips, sum(written)
                 checks["unchanged_commit_writes_nothing"] &= same_ops == 0
-                stored = conn.store.get_many(paths)
+                stored = testing.context(conn).store.get_many(paths)
                 start = time.perf_counter()
                 original(
                     [

@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import (
     ORDERS_DDL,
     Benchmark,
@@ -112,7 +114,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         )
         seed_s, _ = timed(
             lambda: seed_history(
-                conn,
+                testing.context(conn),
                 table,
                 p["snapshots"],
                 p["segments"],
@@ -127,11 +129,11 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         for i in range(runs):
             seen: list[tuple[float, int]] = []
             settle(None)
-            trips, cpu = conn.store.round_trips, zk_cpu_seconds(conn)
+            trips, cpu = testing.context(conn).store.round_trips, zk_cpu_seconds(conn)
             timer = Timer()
             with listings(seen), instrumented(timer, PROFILE):
                 plan_s, plan = timed(conn.retention_plan)
-            trips, cpu_after = conn.store.round_trips - trips, zk_cpu_seconds(conn)
+            trips, cpu_after = testing.context(conn).store.round_trips - trips, zk_cpu_seconds(conn)
             snaps = [x for x in plan.items if x.kind == "snapshot"]
             segs = [x for x in plan.items if x.kind == "segment"]
             files_listed = sum(count for _, count in seen)

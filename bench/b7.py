@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from leasekit import testing
+
 from .common import (
     ORDERS_DDL,
     Benchmark,
@@ -200,6 +202,7 @@ def _agrees(totals: tuple[int, int, float], work: Workload) -> bool:
 def _one_run(
     spark: SparkSession, conn: Connection, work: Workload, p: dict[str, Any], index: int, label: str
 ) -> dict[str, Any]:
+    ctx = testing.context(conn)
     from leasekit.log.segments import list_segments, log_schema
     from leasekit.spark import read_snapshots
     from leasekit.spark.session import session_conf
@@ -207,7 +210,7 @@ def _one_run(
 
     build_s, table = timed(lambda: build(conn, f"orders_{label}", work, p["buckets"]))
     log_ddl = to_ddl(log_schema(table))  # the schema leasekit reads segments with
-    out_dir = conn.warehouse.uri(f"bench/{label}/handwritten")
+    out_dir = ctx.warehouse.uri(f"bench/{label}/handwritten")
     figures: dict[str, Any] = {
         "build_s": build_s,
         "order": alternate(index, ("leasekit", "baseline")),
@@ -249,7 +252,7 @@ def _one_run(
     )
     figures["baseline_correct"] = _agrees(base_totals, work)
     conn.drop_table(table.name)
-    conn.warehouse.delete_dir(f"bench/{label}")
+    ctx.warehouse.delete_dir(f"bench/{label}")
     return figures
 
 

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import (
     Benchmark,
     Outcome,
@@ -197,11 +199,12 @@ def _one_side_pair(
     conn: Connection, panel: Any, floor: Callable[[], Any], name: str, order: list[str]
 ) -> dict[str, Any]:
     """Time one ``panel.refresh()`` and one floor, in ``order``."""
+    ctx = testing.context(conn)
     out: dict[str, Any] = {}
     timer = Timer()
     for side in order:
         settle(None)
-        cpu, trips = zk_cpu_seconds(conn), conn.store.round_trips
+        cpu, trips = zk_cpu_seconds(conn), ctx.store.round_trips
         if side == "panel":
             before = panel.refreshes
             if hasattr(panel, "_shown"):
@@ -210,10 +213,10 @@ def _one_side_pair(
                 out["panel_s"], _ = timed(panel.refresh)
             if panel.refreshes != before + 1:
                 raise RuntimeError(f"B8: {CLASSES[name]}.refresh() failed: {panel.message.value}")
-            out["round_trips"] = conn.store.round_trips - trips
+            out["round_trips"] = ctx.store.round_trips - trips
         else:
             out["floor_s"], _ = timed(floor)
-            out["floor_round_trips"] = conn.store.round_trips - trips
+            out["floor_round_trips"] = ctx.store.round_trips - trips
         after = zk_cpu_seconds(conn)
         out[f"{side}_cpu_s"] = None if cpu is None or after is None else round(after - cpu, 3)
     zk = sum(timer.seconds.get(f"zk_{m}", 0.0) for m in ZK_READS)
@@ -270,7 +273,7 @@ def _seed(conn: Connection, p: dict[str, Any]) -> Any:
         f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per bucket"
     )
     seed_history(
-        conn,
+        testing.context(conn),
         table,
         p["snapshots"],
         p["seeded_segments"],

@@ -85,7 +85,7 @@ within a few percent of its target.
   (jute.maxbuffer; one transaction is refused with a dropped connection), so the baseline
   is the fewest transactions that fit: 2 of about 764 KB, pipelined (both sent, then both
   awaited). Each run uses a fresh lease id (dropped untimed afterwards) and a fresh leaf
-  name (deleted untimed). Round trips are `conn.store.round_trips` deltas around
+  name (deleted untimed). Round trips are the store's `round_trips` deltas around
   acquire_latest (a pipelined batch or a transaction counts once); ≤ 1 per 1,000 pins is
   checked at full size only (at the quick size, 2,000 buckets, the fixed reads dominate).
   The results file breaks acquire_latest's time down by ZooKeeper call. 9 runs by

@@ -460,7 +460,7 @@ def run(
         "check": "passed",
         "count_by_status": by_status,
         "elapsed_s": round(elapsed, 1),
-        "warehouse": conn.warehouse.location,
+        "warehouse": conn.warehouse,
         "zookeeper": conn.zookeeper,
         "namespace": conn.namespace,
     }
