@@ -80,7 +80,8 @@ def leasekit_frame(spark: SparkSession, lease: KvSnapshotLease, table: Table) ->
 
 
 def floor_frame(spark: SparkSession, files: list[str], ddl: str) -> DataFrame:
-    """The floor: plain Spark over the same snapshot files with the same schema, nothing inferred."""
+    """The floor: plain Spark over the same snapshot files with the same schema, nothing
+    inferred."""
     return spark.read.schema(ddl).parquet(*files)
 
 
@@ -167,8 +168,10 @@ def _measure(
         figures["cpu_ratio"] = ratio_or_none(figures["leasekit_cpu_s"], figures["baseline_cpu_s"])
         log(
             f"B1: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
-            f"leasekit {figures['leasekit_s']:.3f}s (frame {figures['leasekit_frame_s'] * 1000:.0f} ms), "
-            f"baseline {figures['baseline_s']:.3f}s (frame {figures['baseline_frame_s'] * 1000:.0f} ms), "
+            f"leasekit {figures['leasekit_s']:.3f}s (frame "
+            f"{figures['leasekit_frame_s'] * 1000:.0f} ms), "
+            f"baseline {figures['baseline_s']:.3f}s (frame "
+            f"{figures['baseline_frame_s'] * 1000:.0f} ms), "
             f"ratio {figures['ratio']:.3f}"
         )
         results.append(figures)
@@ -203,7 +206,8 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         acquire_s, acquired = timed(lambda: lease.acquire_latest(table.name))
         pinned = {tb.bucket: sid for tb, sid in acquired.acquired.items()}
         log(
-            f"B1: lease {lease.lease_id} pinned {len(pinned)} buckets in {acquire_s * 1000:.0f} ms (untimed)"
+            f"B1: lease {lease.lease_id} pinned {len(pinned)} buckets in {acquire_s * 1000:.0f} ms "
+            "(untimed)"
         )
         try:
             results, agree = _measure(spark, lease, table, files, ddl, p, runs)
@@ -257,7 +261,10 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
 
 BENCHMARK = Benchmark(
     id="B1",
-    what="Spark aggregation over a leased snapshot (lease.read) vs spark.read.schema(schema).parquet(files), the floor",
+    what=(
+        "Spark aggregation over a leased snapshot (lease.read) vs "
+        "spark.read.schema(schema).parquet(files), the floor"
+    ),
     metric="ratio",
     target=1.05,
     op="<=",

@@ -144,9 +144,11 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 result, run_checks = _one_run(conn, table, group, watch, survivors, p)
                 label = "warm-up" if i == 0 else f"run {i}/{runs}"
                 log(
-                    f"B10: {label}: takeover {result['takeover_s']:.3f} s (member gone {result['gone_s']:.3f} s, "
+                    f"B10: {label}: takeover {result['takeover_s']:.3f} s (member gone "
+                    f"{result['gone_s']:.3f} s, "
                     f"assignment published {result['published_s']:.3f} s, buckets claimed and read "
-                    f"{result['claimed_s']:.3f} s), {result['taken_over']} buckets taken over, checks "
+                    f"{result['claimed_s']:.3f} s), {result['taken_over']} buckets taken over, "
+                    "checks "
                     f"{'ok' if all(run_checks.values()) else run_checks}"
                 )
                 if i == 0:
@@ -177,9 +179,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "load_average": median([r["load_average"] or 0.0 for r in results]),
     }
     figures["note"] = (
-        f"session_timeout {SESSION_TIMEOUT_S:g} s: member znode gone after {figures['gone_s']:.2f} s, assignment "
-        f"published {figures['published_s']:.2f} s, its {figures['taken_over']} buckets claimed and read "
-        f"{figures['claimed_s']:.2f} s, new records returned {figures['after_gone_s'] * 1000:.0f} ms after the "
+        f"session_timeout {SESSION_TIMEOUT_S:g} s: member znode gone after {figures['gone_s']:.2f} "
+        "s, assignment "
+        f"published {figures['published_s']:.2f} s, its {figures['taken_over']} buckets claimed "
+        "and read "
+        f"{figures['claimed_s']:.2f} s, new records returned {figures['after_gone_s'] * 1000:.0f} "
+        "ms after the "
         f"member znode went"
     )
     return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
@@ -267,7 +272,8 @@ def _settle(
         time.sleep(0.05)
         if process.proc.poll() is not None:
             raise RuntimeError(
-                f"B10: the member process exited ({process.proc.returncode}): {process.stop()[-2000:]}"
+                f"B10: the member process exited ({process.proc.returncode}): "
+                f"{process.stop()[-2000:]}"
             )
         record = watch.latest()
         state = process.last()
@@ -366,8 +372,10 @@ class _MemberGone:
 
 BENCHMARK = Benchmark(
     id="B10",
-    what="takeover: a group member in another process is killed with SIGKILL, until its buckets are consumed "
-    "by the other members (session_timeout 2 s)",
+    what=(
+        "takeover: a group member in another process is killed with SIGKILL, until its buckets "
+        "are consumed by the other members (session_timeout 2 s)"
+    ),
     metric="value",
     target=SESSION_TIMEOUT_S + 1.0,
     op="<=",

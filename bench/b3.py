@@ -102,7 +102,8 @@ def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
 def _pin_znodes(
     conn: Connection, table: Table, lease_id: str, snapshot_id: int
 ) -> tuple[int, int, int]:
-    """(pin znodes of ``lease_id`` under the table's snapshots, their data bytes, their path bytes)."""
+    """(pin znodes of ``lease_id`` under the table's snapshots, their data bytes, their path
+    bytes)."""
     ctx = testing.context(conn)
     paths, tid = ctx.paths, table.table_id
     snaps = [paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)]
@@ -128,14 +129,15 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         # last 500 transactions in its 1 GB heap, and at 100,000 buckets the seeding plus a
         # few acquire/drop cycles of ~1 MB transactions fill it (full GCs, then ConnectionLoss).
         with temp_warehouse("B3") as conn:
+            ctx = testing.context(conn)
             table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
             log(f"B3: run {i + 1}/{runs}: seeding an empty snapshot for each of {n:,} buckets")
             seed_s, _ = timed(partial(seed_empty_snapshots, conn, table, p["snapshot_id"]))
             seeds.append(seed_s)
             lease = conn.lease(duration=p["lease_duration"])
-            before, trips = zk_monitor(conn), testing.context(conn).store.round_trips
+            before, trips = zk_monitor(conn), ctx.store.round_trips
             acquire_s, result = timed(partial(lease.acquire_latest, TABLE))
-            trips, after = testing.context(conn).store.round_trips - trips, zk_monitor(conn)
+            trips, after = ctx.store.round_trips - trips, zk_monitor(conn)
             checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
             meta = lease_metadata(conn, lease.lease_id)
             json_bytes = len(
@@ -193,9 +195,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 ) / n
             log(
                 f"B3: run {i + 1}/{runs}: {meta['total_bytes']:,} bytes of lease metadata "
-                f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON {figures['json_bytes_per_bucket']:.2f} B), "
-                f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path bytes each), "
-                f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, {trips} round trips"
+                f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON "
+                f"{figures['json_bytes_per_bucket']:.2f} B), "
+                f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path "
+                "bytes each), "
+                f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, "
+                f"{trips} round trips"
             )
             lease.drop()
             results.append(figures)
@@ -249,7 +254,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
 
 BENCHMARK = Benchmark(
     id="B3",
-    what="lease metadata bytes per pinned bucket at 100,000 buckets (record + pin arrays); JSON and ZooKeeper bytes per pin (pin znodes counted) beside it",
+    what=(
+        "lease metadata bytes per pinned bucket at 100,000 buckets (record + pin arrays); JSON "
+        "and ZooKeeper bytes per pin (pin znodes counted) beside it"
+    ),
     metric="value",
     target=8.0,
     op="<=",

@@ -36,34 +36,35 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     results: list[dict[str, Any]] = []
     checks = {"every_offset_stored": True, "unchanged_commit_writes_nothing": True}
     with temp_warehouse("B4") as conn:
+        ctx = testing.context(conn)
         table = conn.create_table("orders", "id BIGINT", "id", buckets=n)
         buckets = [lk.TableBucket("orders", b) for b in range(n)]
         written: list[int] = []
-        original = testing.context(conn).store.commit
+        original = ctx.store.commit
 
         def counted(ops: Any) -> Any:
             written.append(len(ops))
             return original(ops)
 
-        testing.context(conn).store.commit = counted  # type: ignore[method-assign]
+        ctx.store.commit = counted  # type: ignore[method-assign]
         with conn.consumer(group_id="b4", enable_auto_commit=False) as consumer:
             consumer.assign(buckets)
             consumer.commit({tb: 0 for tb in buckets})  # creates the znodes, untimed
-            paths = [testing.context(conn).paths.offset("b4", table.table_id, b) for b in range(n)]
+            paths = [ctx.paths.offset("b4", table.table_id, b) for b in range(n)]
             for i in range(1, runs + 1):
-                trips, written[:] = testing.context(conn).store.round_trips, []
+                trips, written[:] = ctx.store.round_trips, []
                 start = time.perf_counter()
                 consumer.commit({tb: i for tb in buckets})
                 commit_s = time.perf_counter() - start
                 commit_trips, commit_ops = (
-                    testing.context(conn).store.round_trips - trips,
+                    ctx.store.round_trips - trips,
                     sum(written),
                 )
-                trips, written[:] = testing.context(conn).store.round_trips, []
+                trips, written[:] = ctx.store.round_trips, []
                 consumer.commit({tb: i for tb in buckets})
-                same_trips, same_ops = testing.context(conn).store.round_trips - trips, sum(written)
+                same_trips, same_ops = ctx.store.round_trips - trips, sum(written)
                 checks["unchanged_commit_writes_nothing"] &= same_ops == 0
-                stored = testing.context(conn).store.get_many(paths)
+                stored = ctx.store.get_many(paths)
                 start = time.perf_counter()
                 original(
                     [
@@ -86,8 +87,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                     }
                 )
                 log(
-                    f"B4: run {i}/{runs}: {commit_trips} round trips, {commit_ops} ops, {commit_s * 1000:.1f} ms "
-                    f"(bare transaction {floor_s * 1000:.1f} ms); unchanged: {same_trips} round trips, "
+                    f"B4: run {i}/{runs}: {commit_trips} round trips, {commit_ops} ops, "
+                    f"{commit_s * 1000:.1f} ms "
+                    f"(bare transaction {floor_s * 1000:.1f} ms); unchanged: {same_trips} round "
+                    "trips, "
                     f"{same_ops} ops"
                 )
     trips = max(r["round_trips"] for r in results)

@@ -111,7 +111,8 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 }
             )
             log(
-                f"B5: run {i + 1}/{runs}: leasekit {lk_n / lk_s:,.0f} records/s, pyarrow {pa_n / pa_s:,.0f} "
+                f"B5: run {i + 1}/{runs}: leasekit {lk_n / lk_s:,.0f} records/s, pyarrow "
+                f"{pa_n / pa_s:,.0f} "
                 f"records/s, ratio {ratio:.3f}"
             )
     figures = {

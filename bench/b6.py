@@ -105,16 +105,18 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     }
     seeded_files = n * (p["snapshots"] + p["segments"])
     with temp_warehouse("B6") as conn:
+        ctx = testing.context(conn)
         table = conn.create_table(
             TABLE, ORDERS_DDL, "id", buckets=n, properties={"log.retention": "0s"}
         )
         log(
-            f"B6: registering {n:,} buckets x {p['snapshots']} snapshots + {p['segments']} segments, "
+            f"B6: registering {n:,} buckets x {p['snapshots']} snapshots + {p['segments']} "
+            "segments, "
             f"writing {seeded_files:,} files of {p['file_bytes']} bytes"
         )
         seed_s, _ = timed(
             lambda: seed_history(
-                testing.context(conn),
+                ctx,
                 table,
                 p["snapshots"],
                 p["segments"],
@@ -129,11 +131,11 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         for i in range(runs):
             seen: list[tuple[float, int]] = []
             settle(None)
-            trips, cpu = testing.context(conn).store.round_trips, zk_cpu_seconds(conn)
+            trips, cpu = ctx.store.round_trips, zk_cpu_seconds(conn)
             timer = Timer()
             with listings(seen), instrumented(timer, PROFILE):
                 plan_s, plan = timed(conn.retention_plan)
-            trips, cpu_after = testing.context(conn).store.round_trips - trips, zk_cpu_seconds(conn)
+            trips, cpu_after = ctx.store.round_trips - trips, zk_cpu_seconds(conn)
             snaps = [x for x in plan.items if x.kind == "snapshot"]
             segs = [x for x in plan.items if x.kind == "segment"]
             files_listed = sum(count for _, count in seen)
@@ -171,8 +173,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 }
             )
             log(
-                f"B6: run {i + 1}/{runs}: {plan_s:.2f}s, {len(plan.items):,} items ({deletes:,} deletes), "
-                f"{trips} round trips, {files_listed:,} files listed in {results[-1]['listing_s']:.2f}s"
+                f"B6: run {i + 1}/{runs}: {plan_s:.2f}s, {len(plan.items):,} items ({deletes:,} "
+                "deletes), "
+                f"{trips} round trips, {files_listed:,} files listed in "
+                f"{results[-1]['listing_s']:.2f}s"
             )
     figures = {
         "plan_s": round(median([r["plan_s"] for r in results]), 3),
@@ -206,7 +210,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
 
 BENCHMARK = Benchmark(
     id="B6",
-    what="retention_plan over 10,000 buckets x 4 snapshots (+ 4 segments each, 1,000 pins), their files listed",
+    what=(
+        "retention_plan over 10,000 buckets x 4 snapshots (+ 4 segments each, 1,000 pins), their "
+        "files listed"
+    ),
     metric="value",
     target=3.0,
     op="<=",

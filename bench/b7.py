@@ -296,7 +296,10 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "baseline_files": results[0]["baseline_files"],
         "leasekit_breakdown_s": breakdown,
         "baseline": BASELINE,
-        "note": f"{results[0]['leasekit_files']} files written by leasekit, {results[0]['baseline_files']} by the baseline",
+        "note": (
+            f"{results[0]['leasekit_files']} files written by leasekit, "
+            f"{results[0]['baseline_files']} by the baseline"
+        ),
     }
     checks = {
         "row_counts_equal": all(r["leasekit_rows"] == r["baseline_rows"] for r in results),
@@ -318,7 +321,10 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
 
 BENCHMARK = Benchmark(
     id="B7",
-    what="table.snapshot() vs a hand-written Spark dedupe of the same log, writing the same number of files",
+    what=(
+        "table.snapshot() vs a hand-written Spark dedupe of the same log, writing the same number "
+        "of files"
+    ),
     metric="ratio",
     target=1.2,
     op="<=",

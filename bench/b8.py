@@ -141,8 +141,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                         results.append(figures)
                         log(
                             f"B8: {CLASSES[name]} run {i + 1}/{runs} ({' then '.join(order)}): "
-                            f"refresh {figures['panel_s'] * 1000:.0f} ms ({figures['round_trips']} round trips), "
-                            f"floor {figures['floor_s'] * 1000:.0f} ms ({figures['floor_round_trips']})"
+                            f"refresh {figures['panel_s'] * 1000:.0f} ms ({figures['round_trips']} "
+                            "round trips), "
+                            f"floor {figures['floor_s'] * 1000:.0f} ms "
+                            f"({figures['floor_round_trips']})"
                         )
                     checks[f"{name}_panel_shows_everything"] = shown and _shows_everything(
                         conn, name, panel, n
@@ -175,7 +177,8 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     }
     figures["note"] = "; ".join(
         f"{CLASSES[k]} {v['refresh_s'] * 1000:.0f} ms ({v['refresh_spread_s']['min'] * 1000:.0f}–"
-        f"{v['refresh_spread_s']['max'] * 1000:.0f}) against {v['floor_s'] * 1000:.0f} ms for its floor, "
+        f"{v['refresh_spread_s']['max'] * 1000:.0f}) against {v['floor_s'] * 1000:.0f} ms for its "
+        "floor, "
         f"ratio {v['ratio']:.2f}, {v['watches']:,} watches"
         for k, v in per_panel.items()
     )
@@ -269,8 +272,10 @@ def _seed(conn: Connection, p: dict[str, Any]) -> Any:
     n, per = p["buckets"], p["records_per_append"]
     table = conn.create_table(TABLE, "id BIGINT, v STRING", "id", buckets=n)
     log(
-        f"B8: registering {n:,} buckets x {p['snapshots']} snapshots + {p['seeded_segments']} segments "
-        f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per bucket"
+        f"B8: registering {n:,} buckets x {p['snapshots']} snapshots + {p['seeded_segments']} "
+        "segments "
+        f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per "
+        "bucket"
     )
     seed_history(
         testing.context(conn),
@@ -380,8 +385,10 @@ def _watches(conn: Connection, name: str) -> dict[str, int]:
 
 BENCHMARK = Benchmark(
     id="B8",
-    what="notebook panel refresh (LeasePanel, ConsumerPanel, RetentionPanel) over 1,000 buckets, beside the "
-    "library calls giving the same data",
+    what=(
+        "notebook panel refresh (LeasePanel, ConsumerPanel, RetentionPanel) over 1,000 buckets, "
+        "beside the library calls giving the same data"
+    ),
     metric="value",
     target=0.3,
     op="<=",

@@ -63,9 +63,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             result, run_checks = _one_run(conn, p, i)
             label = "warm-up" if i == 0 else f"run {i}/{runs}"
             log(
-                f"B9: {label}: rebalance {result['rebalance_s'] * 1000:.0f} ms (assignment published "
-                f"{result['published_s'] * 1000:.0f} ms, new member consuming {result['newcomer_s'] * 1000:.0f} ms), "
-                f"{result['moved']} buckets moved, unmoved buckets stalled {result['unmoved_stalled_s']:.3f} s, "
+                f"B9: {label}: rebalance {result['rebalance_s'] * 1000:.0f} ms (assignment "
+                "published "
+                f"{result['published_s'] * 1000:.0f} ms, new member consuming "
+                f"{result['newcomer_s'] * 1000:.0f} ms), "
+                f"{result['moved']} buckets moved, unmoved buckets stalled "
+                f"{result['unmoved_stalled_s']:.3f} s, "
                 f"checks {'ok' if all(run_checks.values()) else run_checks}"
             )
             if i == 0:
@@ -89,11 +92,16 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "load_average": median([r["load_average"] or 0.0 for r in results]),
     }
     figures["note"] = (
-        f"assignment published after {figures['published_s'] * 1000:.0f} ms, the new member consuming its "
-        f"{figures['moved']} moved buckets after {figures['newcomer_s'] * 1000:.0f} ms; buckets that stayed: "
-        f"{figures['unmoved_stalled_s']:g} s stalled, {figures['unmoved_revoked']} revoked; moved buckets "
-        f"{figures['moved_unowned_bucket_s']:.1f} bucket-seconds without a consuming owner (eager protocol: "
-        f"at least {figures['eager_paused_bucket_s']:,.0f}, all {p['buckets']:,} buckets paused throughout)"
+        f"assignment published after {figures['published_s'] * 1000:.0f} ms, the new member "
+        "consuming its "
+        f"{figures['moved']} moved buckets after {figures['newcomer_s'] * 1000:.0f} ms; buckets "
+        "that stayed: "
+        f"{figures['unmoved_stalled_s']:g} s stalled, {figures['unmoved_revoked']} revoked; moved "
+        "buckets "
+        f"{figures['moved_unowned_bucket_s']:.1f} bucket-seconds without a consuming owner (eager "
+        "protocol: "
+        f"at least {figures['eager_paused_bucket_s']:,.0f}, all {p['buckets']:,} buckets paused "
+        "throughout)"
     )
     return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
@@ -279,7 +287,8 @@ def _unmoved_stalls(
 def _moved_unowned(
     members: list[PolledMember], newcomer: PolledMember, moved: set[Any], t0: float
 ) -> list[float]:
-    """Per moved bucket: from its revocation by its last owner until a fetch of its new owner read it."""
+    """Per moved bucket: from its revocation by its last owner until a fetch of its new owner
+    read it."""
     revoked_at = {
         tb: e.time for m in members for e in m.events(t0) if e.kind == "revoked" for tb in e.buckets
     }
@@ -342,8 +351,10 @@ def _every_record_once(members: list[PolledMember], ends: dict[Any, int]) -> boo
 
 BENCHMARK = Benchmark(
     id="B9",
-    what="rebalance: an 11th member joins a group of 10 consumers over 1,000 buckets, until every member "
-    "consumes under the new generation",
+    what=(
+        "rebalance: an 11th member joins a group of 10 consumers over 1,000 buckets, until every "
+        "member consumes under the new generation"
+    ),
     metric="value",
     target=1.0,
     op="<=",

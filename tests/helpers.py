@@ -10,7 +10,8 @@ from leasekit.testing import seed_empty_snapshots as seed_empty_snapshots
 
 
 class Recorder(lk.BucketRebalanceListener):
-    """A rebalance listener that records its calls, in order, as ("revoked" | "assigned", buckets)."""
+    """A rebalance listener that records its calls, in order, as ("revoked" | "assigned",
+    buckets)."""
 
     def __init__(self):
         self.calls = []

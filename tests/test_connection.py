@@ -79,7 +79,10 @@ def test_unreachable_zookeeper_is_a_clear_retriable_error(warehouse):
 
 def test_connect_without_address_starts_and_reuses_embedded_server(tmp_path):
     wh = tmp_path / "wh"
-    script = f"import leasekit as lk; c = lk.connect(warehouse={str(wh)!r}); print(c.zookeeper); c.close()"
+    script = (
+        f"import leasekit as lk; c = lk.connect(warehouse={str(wh)!r}); "
+        "print(c.zookeeper); c.close()"
+    )
     try:
         first = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, check=True
@@ -157,11 +160,12 @@ def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, names
     from kazoo.security import make_digest_acl
 
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
-        testing.context(conn).store.client.set_acls(
-            testing.context(conn).paths.settings, [make_digest_acl("analyst", "s3cret", all=True)]
+        ctx = testing.context(conn)
+        ctx.store.client.set_acls(
+            ctx.paths.settings, [make_digest_acl("analyst", "s3cret", all=True)]
         )
         with pytest.raises(lk.PermissionDeniedError, match="settings"):
-            testing.context(conn).watch_settings()  # the watch's first read, as connect() makes it
+            ctx.watch_settings()  # the watch's first read, as connect() makes it
         with pytest.raises(lk.PermissionDeniedError, match="settings"):
             lk.connect(zookeeper, warehouse, namespace=namespace)
         with lk.connect(
@@ -180,27 +184,27 @@ def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_
 
     auth = ("analyst", "s3cret")
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=auth) as writer:
-        clock = testing.context(writer).paths.clock
-        testing.context(writer).store.client.set_acls(
+        ctx = testing.context(writer)
+        clock = ctx.paths.clock
+        ctx.store.client.set_acls(
             clock, [make_digest_acl(*auth, all=True), make_acl("world", "anyone", read=True)]
         )
-        marker = (
-            f"{testing.context(writer).paths.root}/access"  # no namespace-closed marker back then
-        )
-        if testing.context(writer).store.client.exists(marker):
-            testing.context(writer).store.client.delete(marker)
+        marker = f"{ctx.paths.root}/access"  # no namespace-closed marker back then
+        if ctx.store.client.exists(marker):
+            ctx.store.client.delete(marker)
     with lk.connect(zookeeper, warehouse, namespace=namespace) as reader:
+        ctx = testing.context(reader)
         with pytest.raises(lk.PermissionDeniedError):
             reader.server_time()
         lk.connect(zookeeper, warehouse, namespace=namespace, auth=auth).close()
         assert abs(reader.server_time() - datetime.now(timezone.utc)) < timedelta(seconds=5)
-        acls, _ = testing.context(reader).store.client.get_acls(clock)
+        acls, _ = ctx.store.client.get_acls(clock)
         world = [a.perms for a in acls if a.id.scheme == "world"]
         assert world == [Permissions.READ | Permissions.WRITE]
         with pytest.raises(NoAuthError):  # the clock takes no children and stays
-            testing.context(reader).store.client.create(f"{clock}/x")
+            ctx.store.client.create(f"{clock}/x")
         with pytest.raises(NoAuthError):
-            testing.context(reader).store.client.delete(clock)
+            ctx.store.client.delete(clock)
 
 
 # -- corrupt settings: connect works, retention refuses, repair (§9) ---------------------------
@@ -266,13 +270,14 @@ def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(
 def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplog):
     # §9, §6.1: update_settings(mapping, replace=True) does not read the old value
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
+        ctx = testing.context(conn)
         conn.update_settings({"lease.expiry-grace": "5s"})
-        write_raw(zookeeper, testing.context(conn).paths.settings, GARBAGE)
+        write_raw(zookeeper, ctx.paths.settings, GARBAGE)
         with pytest.raises(lk.InvalidArgumentError):
             conn.update_settings({"orphan.min-age": "soon"}, replace=True)
         with pytest.raises(lk.InvalidTypeError):
             conn.update_settings({}, replace="yes")
-        assert testing.context(conn).store.get(testing.context(conn).paths.settings).data == GARBAGE
+        assert ctx.store.get(ctx.paths.settings).data == GARBAGE
         new = conn.update_settings({"orphan.min-age": "2h"}, replace=True)
         assert new == {
             "lease.max-duration": timedelta(days=7),

@@ -26,12 +26,14 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(
     # L14
     ctx = testing.context(conn)
     table = conn.create_table("wide", "id BIGINT", "id", buckets=100_000)
-    seed_empty_snapshots(testing.context(conn), table)
+    seed_empty_snapshots(ctx, table)
 
     # A client dies after its third acquire transaction: pins and lease arrays still agree.
     script = textwrap.dedent(f"""
         import os, leasekit as lk
+        from leasekit import testing
         conn = lk.connect({zookeeper!r}, {warehouse!r}, namespace={namespace!r})
+        ctx = testing.context(conn)
         real, done = ctx.store.commit, []
         def commit(ops):
             result = real(ops)
@@ -43,7 +45,7 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(
         conn.lease("crashed", "1h").acquire_latest("wide")
     """)
     assert subprocess.run([sys.executable, "-c", script]).returncode == 9
-    recorded = {tb.bucket: sid for tb, sid in pins_of(testing.context(conn), "crashed").items()}
+    recorded = {tb.bucket: sid for tb, sid in pins_of(ctx, "crashed").items()}
     assert 0 < len(recorded) < 100_000
     every = {b: 1 for b in range(100_000)}
     assert pin_znodes(conn, table, "crashed", every) == recorded

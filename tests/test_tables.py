@@ -257,6 +257,7 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
     # §6.2 drop_table(force=True), L9: the leases' pins of the table go, a WARNING names those
     # leases; a lease left with no pins stays valid; a table re-created under the same name
     # is to them a table they never pinned
+    ctx = testing.context(conn)
     import logging
 
     from leasekit import janitor
@@ -264,8 +265,8 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
 
     orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
     other = conn.create_table("other", "id BIGINT, v STRING", "id", buckets=1)
-    seed_empty_snapshots(testing.context(conn), orders, snapshot_id=5)
-    seed_empty_snapshots(testing.context(conn), other)
+    seed_empty_snapshots(ctx, orders, snapshot_id=5)
+    seed_empty_snapshots(ctx, other)
     q3, both = conn.lease("q3", "1h"), conn.lease("both", "1h")
     bystander = conn.lease("bystander", "1h")
     q3.acquire_latest("orders")
@@ -284,7 +285,7 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
     q3.renew()
 
     again = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
-    seed_empty_snapshots(testing.context(conn), again)
+    seed_empty_snapshots(ctx, again)
     assert q3.info().pins == {}
     result = q3.acquire_latest("orders")
     assert result.acquired == {lk.TableBucket("orders", 0): 1, lk.TableBucket("orders", 1): 1}
@@ -304,7 +305,7 @@ def test_a_forced_drop_finished_by_the_janitor_also_removes_the_pins(conn, spark
     from leasekit.zk.formats import DroppedTable
 
     orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
-    seed_empty_snapshots(testing.context(conn), orders, snapshot_id=5)
+    seed_empty_snapshots(ctx, orders, snapshot_id=5)
     lease = conn.lease("q3", "1h")
     lease.acquire_latest("orders")
     node = ctx.store.get(ctx.paths.table("orders"))  # the drop's commit, then its dropper died

@@ -120,17 +120,14 @@ def test_interrupted_wide_appends_never_duplicate(
     rng = random.Random(7)
 
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
+        ctx = testing.context(other)
 
         def kill_markers() -> None:
             while not stop.is_set():
                 time.sleep(rng.uniform(0.05, 0.8))
-                for name in (
-                    testing.context(other).store.children(testing.context(other).paths.writes) or []
-                ):
+                for name in ctx.store.children(ctx.paths.writes) or []:
                     try:
-                        testing.context(other).store.commit(
-                            [Delete(testing.context(other).paths.write(name))]
-                        )
+                        ctx.store.commit([Delete(ctx.paths.write(name))])
                         killed["markers"] += 1
                     except TxnConflict:
                         pass  # the write ended first

@@ -126,7 +126,7 @@ def test_a_drop_marker_naming_another_directory_deletes_nothing_there(conn, host
     from leasekit.tables.catalog import finish_drop
 
     with pytest.raises(lk.CorruptMetadataError) as exc_info:
-        finish_drop(testing.context(conn), fake_id)
+        finish_drop(ctx, fake_id)
     assert exc_info.value.path == marker and marker in str(exc_info.value)
     conn.run_retention()
     assert_victim_intact(victim)
@@ -141,9 +141,7 @@ def test_retention_never_deletes_a_snapshot_file_outside_its_table(conn, hostile
     # §9 Containment, R1: the snapshot named is skipped with its znode named; the others go
     ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
-    seed_history(
-        testing.context(conn), table, snapshots=3, segments=3, rows_per_segment=10, file_bytes=8
-    )
+    seed_history(ctx, table, snapshots=3, segments=3, rows_per_segment=10, file_bytes=8)
     path = ctx.paths.snapshot(table.table_id, 0, 1)
     hostile.set(path, SnapshotRecord(10, 10, 8, (escaping_file(form, table, victim),)).encode())
 
@@ -169,9 +167,7 @@ def test_retention_never_deletes_a_segment_file_outside_its_table(conn, hostile,
     # it (the log stays contiguous); other buckets' segments go
     ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2, properties={"log.retention.bytes": 1})
-    seed_history(
-        testing.context(conn), table, snapshots=3, segments=3, rows_per_segment=10, file_bytes=8
-    )
+    seed_history(ctx, table, snapshots=3, segments=3, rows_per_segment=10, file_bytes=8)
     path = ctx.paths.segment(table.table_id, 0, 0)
     hostile.set(path, SegmentRecord(escaping_file(form, table, victim), 10, 8, 0).encode())
 

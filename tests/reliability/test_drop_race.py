@@ -67,7 +67,7 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
         while time.monotonic() < deadline:
             name = f"t{rounds}"
             table = conn.create_table(name, SCHEMA, "id", buckets=4)
-            seed_empty_snapshots(testing.context(conn), table)
+            seed_empty_snapshots(ctx, table)
             lease_ids = [f"r{rounds}-{k}" for k in range(ACQUIRERS)]
             dropped, acquired = _race(conns, name, lease_ids)
             for lid, result in zip(lease_ids, acquired):
@@ -120,7 +120,7 @@ def test_refused_drop_leaves_the_table_open_to_acquires(conn):
     # DESIGN §9 races, L3: a drop refused because of a pin does not fence the table afterwards
     ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
-    seed_empty_snapshots(testing.context(conn), table)
+    seed_empty_snapshots(ctx, table)
     conn.lease("a", "1h").acquire_latest("t")
     with pytest.raises(lk.IllegalStateError, match="pinned by lease"):
         conn.drop_table("t")
@@ -136,11 +136,9 @@ def test_fence_of_a_dropper_that_died_before_deciding_is_cleared(conn, clock):
     from leasekit.tables import fence as drop_fence
 
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
-    seed_empty_snapshots(testing.context(conn), table)
+    seed_empty_snapshots(ctx, table)
     node = ctx.store.get(ctx.paths.table_data(table.table_id))
-    drop_fence.mark(
-        testing.context(conn), table.table_id, node.stat.version
-    )  # ... and the dropper died here
+    drop_fence.mark(ctx, table.table_id, node.stat.version)  # ... and the dropper died here
     clock.advance(timedelta(milliseconds=drop_fence.STALE_MARK_MS + 1000))
     result = conn.lease("a", "1h").acquire_latest("t")
     assert result.acquired == {lk.TableBucket("t", b): 1 for b in range(2)}
@@ -159,11 +157,9 @@ def test_dropper_that_died_after_committing_keeps_acquires_out(conn, clock):
     from leasekit.zk.formats import DroppedTable
 
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
-    seed_empty_snapshots(testing.context(conn), table)
+    seed_empty_snapshots(ctx, table)
     data = ctx.paths.table_data(table.table_id)
-    marked = drop_fence.mark(
-        testing.context(conn), table.table_id, ctx.store.get(data).stat.version
-    )
+    marked = drop_fence.mark(ctx, table.table_id, ctx.store.get(data).stat.version)
     ctx.store.commit(
         [
             Check(data, marked),
@@ -175,9 +171,7 @@ def test_dropper_that_died_after_committing_keeps_acquires_out(conn, clock):
     )
     clock.advance(timedelta(milliseconds=drop_fence.STALE_MARK_MS + 1000))
     with pytest.raises(lk.TableNotFoundError):
-        acquire_latest(
-            testing.context(conn), "a", [table], 3_600_000
-        )  # a handle loaded before the drop
+        acquire_latest(ctx, "a", [table], 3_600_000)  # a handle loaded before the drop
     assert ctx.store.exists(ctx.paths.lease("a")) is None
     janitor.run_once(conn)
     assert ctx.store.exists(data) is None and ctx.store.children(ctx.paths.dropped) == []

@@ -80,9 +80,10 @@ def test_namespace_recreated_in_zookeeper_does_not_own_the_old_files(
 ):
     # §9 Ownership: a namespace dropped from ZooKeeper and created again is another instance
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
+        ctx = testing.context(conn)
         stock(conn)
         files = data_files(conn)
-        testing.context(conn).store.delete_tree(testing.context(conn).paths.root)
+        ctx.store.delete_tree(ctx.paths.root)
     with pytest.raises(lk.WarehouseOwnedError, match="remove"):
         lk.connect(zookeeper, warehouse, namespace=namespace)
     assert data_files_at(warehouse, namespace) == files
@@ -104,12 +105,13 @@ def test_pyarrow_file_system_warehouse_is_owned_too(zookeeper, own_zk, namespace
     # §9 Ownership on a warehouse addressed by a pyarrow URI (pyarrow's in-memory "mock" file
     # system, shared here by two stores the way one object store would be)
     with lk.connect(zookeeper, "mock:///wh", namespace=namespace) as first:
+        ctx = testing.context(first)
         first.create_table("t", "id BIGINT", "id").append([{"id": 1}])
-        owner = json.loads(testing.context(first).warehouse.read_small(f"{namespace}/{MARKER}"))
-        assert owner["identity"] == testing.context(first).identity
+        owner = json.loads(ctx.warehouse.read_small(f"{namespace}/{MARKER}"))
+        assert owner["identity"] == ctx.identity
         store = ZkStore(own_zk.address)
         store.open()
-        second = Context(store, testing.context(first).warehouse, namespace)
+        second = Context(store, ctx.warehouse, namespace)
         try:
             second.ensure_namespace()
             with pytest.raises(lk.WarehouseOwnedError):

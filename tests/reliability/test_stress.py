@@ -248,7 +248,8 @@ class Stress:
                     for tb, sid in wanted.items():
                         if sid >= 1000 and tb not in result.unavailable:
                             self.violation(
-                                f"acquire of {slot.lease_id}: missing snapshot {tb} {sid} not unavailable"
+                                f"acquire of {slot.lease_id}: missing snapshot {tb} {sid} not "
+                                "unavailable"
                             )
                     self.counts.add("unavailable", len(result.unavailable))
                 slot.note(f"acquire -> {result}")
@@ -400,9 +401,10 @@ class Stress:
 
     def _confirm(self, conn, seen: lk.LeaseInfo, tb: TB, sid: int, problem: str) -> None:
         """A violation only if the same lease still pins it and is still unexpired."""
-        now = testing.context(conn).server_time_ms()
+        ctx = testing.context(conn)
+        now = ctx.server_time_ms()
         try:
-            again = lease_upkeep.info(testing.context(conn), seen.lease_id)
+            again = lease_upkeep.info(ctx, seen.lease_id)
         except lk.LeaseNotFoundError:
             return
         if (
@@ -542,7 +544,8 @@ def metadata_consistency(conn) -> list[str]:
                     arrays[lease_id][(table_id, bucket)] = sid
                     if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
                         problems.append(
-                            f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin"
+                            f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a "
+                            "pin"
                         )
     for name in TABLES:
         table = conn.table(name)
@@ -636,12 +639,13 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
     stress.violations += metadata_consistency(conn)
 
     # the end: drop every remaining lease, one more retention pass
-    for lease_id in testing.context(conn).store.children(testing.context(conn).paths.leases) or []:
+    ctx = testing.context(conn)
+    for lease_id in ctx.store.children(ctx.paths.leases) or []:
         conn.drop_kv_snapshot_lease(lease_id)
     report = conn.run_retention()
     assert not report.errors, report.errors
     final = metadata_consistency(conn)
-    assert not testing.context(conn).store.children(testing.context(conn).paths.leases)
+    assert not ctx.store.children(ctx.paths.leases)
     for name in TABLES:  # R1: with no pins left, only the newest snapshot of a bucket stays
         snapshots = conn.table(name).snapshots()
         assert sorted(s.table_bucket.bucket for s in snapshots) == list(range(BUCKETS))
@@ -654,11 +658,15 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
 
     c = stress.counts
     summary = (
-        f"STRESS SUMMARY {seconds:g}s x {WORKERS} workers: acquires={c['acquires']} renews={c['renews']} "
+        f"STRESS SUMMARY {seconds:g}s x {WORKERS} workers: acquires={c['acquires']} "
+        f"renews={c['renews']} "
         f"releases={c['releases']} drops={c['drops']} appends={c['appends']} (rows={c['rows']}) "
-        f"snapshots={c['snapshots']} (calls={c['snapshot calls']}) retention passes={c['retention passes']} "
-        f"deleted items={c['deleted items']} (snapshots={c['deleted snapshots']} segments={c['deleted segments']} "
-        f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired leases={c['expired leases']} "
+        f"snapshots={c['snapshots']} (calls={c['snapshot calls']}) retention "
+        f"passes={c['retention passes']} "
+        f"deleted items={c['deleted items']} (snapshots={c['deleted snapshots']} "
+        f"segments={c['deleted segments']} "
+        f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired "
+        f"leases={c['expired leases']} "
         f"invariant checks={c['invariant checks']} (pins={c['pins checked']}) "
         f"violations={len(stress.violations) + len(final)} zookeeper kills={len(downtimes)} "
         f"(down {', '.join(f'{d:.1f}s' for d in downtimes)}) zookeeper errors ridden out="

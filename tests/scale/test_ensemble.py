@@ -472,7 +472,8 @@ class FailoverStress:
                     )
                     if value not in allowed:
                         lost.append(
-                            f"group g{worker} {tb}: committed {value}, acknowledged {mine.acked.get(tb)}"
+                            f"group g{worker} {tb}: committed {value}, acknowledged "
+                            f"{mine.acked.get(tb)}"
                         )
         return lost
 
@@ -530,16 +531,23 @@ def test_leader_kill_during_stress(ensemble, ensemble_connect, ensemble_seconds,
     )
     failover = max((t for t in stress.first_after_kill if t is not None), default=float("nan"))
     summary = (
-        f"ENSEMBLE STRESS SUMMARY {seconds:g}s x {WORKERS} workers on 3 servers: writes acknowledged="
-        f"{acknowledged} (appends={c['appends']} commits={c['commits']} bucket snapshots={c['snapshots']} "
-        f"lease acquires={c['lease acquires']} renews={c['lease renews']} releases={c['lease releases']} "
+        f"ENSEMBLE STRESS SUMMARY {seconds:g}s x {WORKERS} workers on 3 servers: writes "
+        "acknowledged="
+        f"{acknowledged} (appends={c['appends']} commits={c['commits']} bucket "
+        f"snapshots={c['snapshots']} "
+        f"lease acquires={c['lease acquires']} renews={c['lease renews']} "
+        f"releases={c['lease releases']} "
         f"drops={c['lease drops']}) lost={len(lost)} (checked append ranges={c['appends checked']} "
-        f"leases={c['leases checked']} offsets={c['offsets checked']}) retention passes={c['retention passes']} "
+        f"leases={c['leases checked']} offsets={c['offsets checked']}) retention "
+        f"passes={c['retention passes']} "
         f"(deleted snapshots={c['deleted snapshots']} segments={c['deleted segments']}) "
         f"pins checked={c['pins checked']} pins on deleted files={c['pins on deleted files']} "
-        f"errors ridden out={c['errors ridden out']} failover: election {election:.2f}s, every worker writing "
-        f"again after {failover:.2f}s, killed server rejoined after {rejoined:.1f}s; ops after the kill per "
-        f"worker={stress.after_kill} sessions kept={sum(a == b for a, b in stress.sessions)}/{len(stress.sessions)}"
+        f"errors ridden out={c['errors ridden out']} failover: election {election:.2f}s, every "
+        "worker writing "
+        f"again after {failover:.2f}s, killed server rejoined after {rejoined:.1f}s; ops after the "
+        "kill per "
+        f"worker={stress.after_kill} sessions "
+        f"kept={sum(a == b for a, b in stress.sessions)}/{len(stress.sessions)}"
     )
     with capsys.disabled():
         print("\n" + summary)

@@ -149,7 +149,8 @@ def s3(tmp_path_factory):
         while True:
             if proc.poll() is not None:
                 pytest.fail(
-                    f"weed server exited ({proc.returncode}): {(base / 'weed.log').read_text()[-2000:]}"
+                    f"weed server exited ({proc.returncode}): "
+                    f"{(base / 'weed.log').read_text()[-2000:]}"
                 )
             try:
                 admin.create_dir(BUCKET)
@@ -157,7 +158,8 @@ def s3(tmp_path_factory):
             except OSError:
                 if time.monotonic() > deadline:
                     pytest.fail(
-                        f"S3 did not answer on {endpoint}: {(base / 'weed.log').read_text()[-2000:]}"
+                        f"S3 did not answer on {endpoint}: "
+                        f"{(base / 'weed.log').read_text()[-2000:]}"
                     )
                 time.sleep(0.5)
         with pytest.MonkeyPatch.context() as mp:
