@@ -132,7 +132,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             ctx = testing.context(conn)
             table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
             log(f"B3: run {i + 1}/{runs}: seeding an empty snapshot for each of {n:,} buckets")
-            seed_s, _ = timed(partial(seed_empty_snapshots, conn, table, p["snapshot_id"]))
+            seed_s, _ = timed(partial(seed_empty_snapshots, ctx, table, p["snapshot_id"]))
             seeds.append(seed_s)
             lease = conn.lease(duration=p["lease_duration"])
             before, trips = zk_monitor(conn), ctx.store.round_trips
