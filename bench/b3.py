@@ -116,7 +116,6 @@ def _pin_znodes(
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     p = QUICK if quick else FULL
-    n = p["buckets"]
     results: list[dict[str, Any]] = []
     checks = {
         "all_pinned": True,
@@ -129,81 +128,104 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         # last 500 transactions in its 1 GB heap, and at 100,000 buckets the seeding plus a
         # few acquire/drop cycles of ~1 MB transactions fill it (full GCs, then ConnectionLoss).
         with temp_warehouse("B3") as conn:
-            ctx = testing.context(conn)
-            table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
-            log(f"B3: run {i + 1}/{runs}: seeding an empty snapshot for each of {n:,} buckets")
-            seed_s, _ = timed(partial(seed_empty_snapshots, ctx, table, p["snapshot_id"]))
-            seeds.append(seed_s)
-            lease = conn.lease(duration=p["lease_duration"])
-            before, trips = zk_monitor(conn), ctx.store.round_trips
-            acquire_s, result = timed(partial(lease.acquire_latest, TABLE))
-            trips, after = ctx.store.round_trips - trips, zk_monitor(conn)
-            checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
-            meta = lease_metadata(conn, lease.lease_id)
-            json_bytes = len(
-                json.dumps(
-                    {f"{tb.table}/{tb.bucket}": sid for tb, sid in result.acquired.items()}
-                ).encode()
-            )
-            pin_znodes, pin_bytes, pin_path_bytes = _pin_znodes(
-                conn, table, lease.lease_id, p["snapshot_id"]
-            )
-            checks["one_empty_pin_znode_per_bucket"] &= pin_znodes == n and pin_bytes == 0
-            figures: dict[str, Any] = {
-                "bytes_per_bucket": meta["total_bytes"] / n,
-                **meta,
-                "json_bytes": json_bytes,
-                "json_bytes_per_bucket": json_bytes / n,
-                "bytes_per_bucket_at_large_ids": (
-                    meta["total_bytes"] - meta["array_bytes"] + meta["array_bytes_at_large_ids"]
-                )
-                / n,
-                "pin_znodes": pin_znodes,
-                "pin_data_bytes": pin_bytes,
-                "pin_path_bytes": pin_path_bytes,
-                "pin_path_bytes_per_pin": pin_path_bytes / n,
-                # path + data bytes of every znode acquire created, from the paths themselves
-                "created_path_and_data_bytes": pin_path_bytes
-                + pin_bytes
-                + meta["path_bytes"]
-                + meta["total_bytes"],
-                "acquire_s": acquire_s,
-                "acquire_round_trips": trips,
-                "load_average": load_average(),
-            }
-            if before and after:
-                figures["zk_znodes_added"] = after["znode_count"] - before["znode_count"]
-                figures["zk_approximate_data_size_growth"] = (
-                    after["approximate_data_size"] - before["approximate_data_size"]
-                )
-                figures["zk_approximate_bytes_per_pin"] = (
-                    figures["zk_approximate_data_size_growth"] / n
-                )
-                figures["zk_bytes_per_pin"] = (
-                    figures["zk_approximate_data_size_growth"]
-                    + ZNODE_RECORD_BYTES * figures["zk_znodes_added"]
-                ) / n
-                checks["server_counts_match_paths"] &= (
-                    figures["zk_znodes_added"] == pin_znodes + 2 + meta["array_znodes"]
-                    and figures["zk_approximate_data_size_growth"]
-                    == figures["created_path_and_data_bytes"]
-                )
-            else:  # no mntr answer: the same sum from the paths
-                figures["zk_bytes_per_pin"] = (
-                    figures["created_path_and_data_bytes"]
-                    + ZNODE_RECORD_BYTES * (pin_znodes + 2 + meta["array_znodes"])
-                ) / n
-            log(
-                f"B3: run {i + 1}/{runs}: {meta['total_bytes']:,} bytes of lease metadata "
-                f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON "
-                f"{figures['json_bytes_per_bucket']:.2f} B), "
-                f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path "
-                "bytes each), "
-                f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, "
-                f"{trips} round trips"
-            )
-            lease.drop()
-            results.append(figures)
+            figures, seed_s = _one_run(conn, p, f"{i + 1}/{runs}", checks)
+        results.append(figures)
+        seeds.append(seed_s)
+    figures = _summary(results, seeds, p["buckets"])
+    parameters = {**p, "runs": runs, "quick": quick}
+    return Outcome(figures["bytes_per_bucket"], figures, results, parameters, checks)
+
+
+def _one_run(
+    conn: Connection, p: dict[str, Any], run_no: str, checks: dict[str, bool]
+) -> tuple[dict[str, Any], float]:
+    """One run on a fresh warehouse: seed, acquire, measure; (its figures, the seeding time)."""
+    n = p["buckets"]
+    ctx = testing.context(conn)
+    table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
+    log(f"B3: run {run_no}: seeding an empty snapshot for each of {n:,} buckets")
+    seed_s, _ = timed(partial(seed_empty_snapshots, ctx, table, p["snapshot_id"]))
+    lease = conn.lease(duration=p["lease_duration"])
+    before, trips = zk_monitor(conn), ctx.store.round_trips
+    acquire_s, result = timed(partial(lease.acquire_latest, TABLE))
+    trips, after = ctx.store.round_trips - trips, zk_monitor(conn)
+    checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
+    meta = lease_metadata(conn, lease.lease_id)
+    json_bytes = len(
+        json.dumps({f"{tb.table}/{tb.bucket}": sid for tb, sid in result.acquired.items()}).encode()
+    )
+    pin_znodes, pin_bytes, pin_path_bytes = _pin_znodes(
+        conn, table, lease.lease_id, p["snapshot_id"]
+    )
+    checks["one_empty_pin_znode_per_bucket"] &= pin_znodes == n and pin_bytes == 0
+    figures: dict[str, Any] = {
+        "bytes_per_bucket": meta["total_bytes"] / n,
+        **meta,
+        "json_bytes": json_bytes,
+        "json_bytes_per_bucket": json_bytes / n,
+        "bytes_per_bucket_at_large_ids": (
+            meta["total_bytes"] - meta["array_bytes"] + meta["array_bytes_at_large_ids"]
+        )
+        / n,
+        "pin_znodes": pin_znodes,
+        "pin_data_bytes": pin_bytes,
+        "pin_path_bytes": pin_path_bytes,
+        "pin_path_bytes_per_pin": pin_path_bytes / n,
+        # path + data bytes of every znode acquire created, from the paths themselves
+        "created_path_and_data_bytes": pin_path_bytes
+        + pin_bytes
+        + meta["path_bytes"]
+        + meta["total_bytes"],
+        "acquire_s": acquire_s,
+        "acquire_round_trips": trips,
+        "load_average": load_average(),
+    }
+    _server_figures(figures, before, after, n, pin_znodes + 2 + meta["array_znodes"], checks)
+    log(
+        f"B3: run {run_no}: {meta['total_bytes']:,} bytes of lease metadata "
+        f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON "
+        f"{figures['json_bytes_per_bucket']:.2f} B), "
+        f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path "
+        "bytes each), "
+        f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, "
+        f"{trips} round trips"
+    )
+    lease.drop()
+    return figures, seed_s
+
+
+def _server_figures(
+    figures: dict[str, Any],
+    before: dict[str, int],
+    after: dict[str, int],
+    n: int,
+    znodes: int,
+    checks: dict[str, bool],
+) -> None:
+    """Add ZooKeeper's own counts (``mntr`` before and after the acquire) to ``figures``;
+    ``znodes``: how many znodes the acquire created, from their paths."""
+    if before and after:
+        figures["zk_znodes_added"] = after["znode_count"] - before["znode_count"]
+        figures["zk_approximate_data_size_growth"] = (
+            after["approximate_data_size"] - before["approximate_data_size"]
+        )
+        figures["zk_approximate_bytes_per_pin"] = figures["zk_approximate_data_size_growth"] / n
+        figures["zk_bytes_per_pin"] = (
+            figures["zk_approximate_data_size_growth"]
+            + ZNODE_RECORD_BYTES * figures["zk_znodes_added"]
+        ) / n
+        checks["server_counts_match_paths"] &= (
+            figures["zk_znodes_added"] == znodes
+            and figures["zk_approximate_data_size_growth"] == figures["created_path_and_data_bytes"]
+        )
+    else:  # no mntr answer: the same sum from the paths
+        figures["zk_bytes_per_pin"] = (
+            figures["created_path_and_data_bytes"] + ZNODE_RECORD_BYTES * znodes
+        ) / n
+
+
+def _summary(results: list[dict[str, Any]], seeds: list[float], n: int) -> dict[str, Any]:
+    """The figures over every run: medians and spreads, the last run's exact counts."""
     last = results[-1]
     figures = {
         "bytes_per_bucket": round(median([r["bytes_per_bucket"] for r in results]), 3),
@@ -248,8 +270,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"JSON {figures['json_bytes_per_bucket']:.1f} B; "
         f"{figures['bytes_per_bucket_at_large_ids']:.2f} B with snapshot ids ≥ 65,536"
     )
-    parameters = {**p, "runs": runs, "quick": quick}
-    return Outcome(figures["bytes_per_bucket"], figures, results, parameters, checks)
+    return figures
 
 
 BENCHMARK = Benchmark(
