@@ -165,6 +165,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             errors = [f"{m.name}: {m.error!r}" for m in survivors if m.error is not None]
             if errors:
                 raise RuntimeError("B10: a member failed: " + "; ".join(errors))
+    figures = _summary(results)
+    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures over every timed run: medians and the spread of the takeover."""
     takeover = [r["takeover_s"] for r in results]
     figures = {
         "value": round(median(takeover), 3),
@@ -187,7 +193,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "ms after the "
         f"member znode went"
     )
-    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+    return figures
 
 
 def _one_run(
@@ -228,36 +234,56 @@ def _one_run(
             raise RuntimeError(
                 f"B10: no assignment without the killed member within {TAKEOVER_TIMEOUT:g} s"
             )
-        done, polls = _wait_taken_over(survivors, doomed, before, TAKEOVER_TIMEOUT)
-        owner = {tb: m.name for m in survivors for tb in buckets_of(after, m.member_id)}
-        published = next(t for t, r in watch.seen if r.generation == after.generation)
-        claimed = _claimed(survivors, after, killed) or done
-        gone_at = gone.wait(5.0)
-        gone.close()
-        checks = {
-            "from_the_committed_offsets": all(polls[tb][0][1] == before[tb] for tb in doomed),
-            "each_new_record_once_by_its_new_owner": all(
-                len(polls[tb]) == 1 and polls[tb][0][2] == owner.get(tb) for tb in doomed
-            ),
-            "killed_member_was_caught_up": caught_up,
-        }
-        result = {
-            "takeover_s": done - killed,
-            "gone_s": (gone_at or done) - killed,
-            "published_s": published - killed,
-            "claimed_s": claimed - killed,
-            "append_s": appended - killed,
-            "taken_over": len(doomed),
-            "generation": after.generation,
-            "load_average": load_average(),
-        }
-        return result, checks
+        return _measure_takeover(
+            watch, survivors, doomed, before, after, killed, appended, gone, caught_up
+        )
     finally:
         stderr = process.stop()
         if process.proc.returncode not in (0, -signal.SIGKILL):
             raise RuntimeError(
                 f"B10: the member process failed ({process.proc.returncode}): {stderr[-2000:]}"
             )
+
+
+def _measure_takeover(
+    watch: AssignmentWatch,
+    survivors: list[PolledMember],
+    doomed: set[Any],
+    before: dict[Any, int],
+    after: Any,
+    killed: float,
+    appended: float,
+    gone: _MemberGone,
+    caught_up: bool,
+) -> tuple[dict[str, Any], dict[str, bool]]:
+    """Once the assignment without the killed member is out: wait until its buckets are read
+    by their new owners, then time each step from the kill; checked."""
+    from .members import buckets_of
+
+    done, polls = _wait_taken_over(survivors, doomed, before, TAKEOVER_TIMEOUT)
+    owner = {tb: m.name for m in survivors for tb in buckets_of(after, m.member_id)}
+    published = next(t for t, r in watch.seen if r.generation == after.generation)
+    claimed = _claimed(survivors, after, killed) or done
+    gone_at = gone.wait(5.0)
+    gone.close()
+    checks = {
+        "from_the_committed_offsets": all(polls[tb][0][1] == before[tb] for tb in doomed),
+        "each_new_record_once_by_its_new_owner": all(
+            len(polls[tb]) == 1 and polls[tb][0][2] == owner.get(tb) for tb in doomed
+        ),
+        "killed_member_was_caught_up": caught_up,
+    }
+    result = {
+        "takeover_s": done - killed,
+        "gone_s": (gone_at or done) - killed,
+        "published_s": published - killed,
+        "claimed_s": claimed - killed,
+        "append_s": appended - killed,
+        "taken_over": len(doomed),
+        "generation": after.generation,
+        "load_average": load_average(),
+    }
+    return result, checks
 
 
 def _settle(
