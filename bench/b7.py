@@ -275,6 +275,21 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
                 f"({figures['baseline_files']} files), ratio {figures['ratio']:.3f}"
             )
             results.append(figures)
+    figures, checks = _summary(results)
+    parameters = {
+        **p,
+        "runs": runs,
+        "quick": quick,
+        "segments_per_bucket": len(work.batches),
+        "baseline": BASELINE,
+    }
+    return Outcome(
+        round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks
+    )
+
+
+def _summary(results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, bool]]:
+    """The figures over every run (medians, the first run's counts) and the checks."""
     breakdown = {
         k: round(median([r["leasekit_breakdown_s"][k] for r in results]), 4)
         for k in results[0]["leasekit_breakdown_s"]
@@ -307,16 +322,7 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "leasekit_matches_expected": all(r["leasekit_correct"] for r in results),
         "baseline_matches_expected": all(r["baseline_correct"] for r in results),
     }
-    parameters = {
-        **p,
-        "runs": runs,
-        "quick": quick,
-        "segments_per_bucket": len(work.batches),
-        "baseline": BASELINE,
-    }
-    return Outcome(
-        round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks
-    )
+    return figures, checks
 
 
 BENCHMARK = Benchmark(
