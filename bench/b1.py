@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from leasekit import testing
 
 from .common import (
     ORDERS_DDL,
@@ -78,7 +81,8 @@ def leasekit_frame(spark: SparkSession, lease: KvSnapshotLease, table: Table) ->
 
 
 def floor_frame(spark: SparkSession, files: list[str], ddl: str) -> DataFrame:
-    """The floor: plain Spark over the same snapshot files with the same schema, nothing inferred."""
+    """The floor: plain Spark over the same snapshot files with the same schema, nothing
+    inferred."""
     return spark.read.schema(ddl).parquet(*files)
 
 
@@ -141,36 +145,53 @@ def _measure(
     results: list[dict[str, Any]] = []
     agree = _same(expected, warm) and sum(n for n, _ in expected.values()) == p["rows"]
     for i in range(runs):
-        figures: dict[str, Any] = {
-            "order": alternate(i, ("leasekit", "baseline")),
-            "load_average": load_average(),
-        }
-        timer = Timer()
-        for name in figures["order"]:
-            settle(spark)
-            cpu = cpu_seconds(spark)
-            if name == "leasekit":
-                with instrumented(timer, PROFILE):
-                    answer = side(name, figures)
-            else:
-                answer = side(name, figures)
-            figures[f"{name}_cpu_s"] = cpu_delta(spark, cpu)
-            agree = agree and _same(expected, answer)
-        breakdown = {k: timer.seconds.get(k, 0.0) for k in PROFILE}
-        breakdown["frame_other"] = figures["leasekit_frame_s"] - sum(breakdown.values())
-        breakdown["query"] = figures["leasekit_query_s"]
-        figures["leasekit_breakdown_s"] = breakdown
-        figures["ratio"] = figures["leasekit_s"] / figures["baseline_s"]
-        figures["query_ratio"] = figures["leasekit_query_s"] / figures["baseline_query_s"]
-        figures["cpu_ratio"] = ratio_or_none(figures["leasekit_cpu_s"], figures["baseline_cpu_s"])
-        log(
-            f"B1: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
-            f"leasekit {figures['leasekit_s']:.3f}s (frame {figures['leasekit_frame_s'] * 1000:.0f} ms), "
-            f"baseline {figures['baseline_s']:.3f}s (frame {figures['baseline_frame_s'] * 1000:.0f} ms), "
-            f"ratio {figures['ratio']:.3f}"
-        )
+        figures, same = _one_pair(spark, side, expected, i, runs)
+        agree = agree and same
         results.append(figures)
     return results, agree
+
+
+def _one_pair(
+    spark: SparkSession,
+    side: Callable[[str, dict[str, Any]], dict[str, tuple[int, float]]],
+    expected: dict[str, tuple[int, float]],
+    i: int,
+    runs: int,
+) -> tuple[dict[str, Any], bool]:
+    """Run ``i``: both sides in alternating order, leasekit's profiled; (its figures, whether
+    both answers are the expected one)."""
+    agree = True
+    figures: dict[str, Any] = {
+        "order": alternate(i, ("leasekit", "baseline")),
+        "load_average": load_average(),
+    }
+    timer = Timer()
+    for name in figures["order"]:
+        settle(spark)
+        cpu = cpu_seconds(spark)
+        if name == "leasekit":
+            with instrumented(timer, PROFILE):
+                answer = side(name, figures)
+        else:
+            answer = side(name, figures)
+        figures[f"{name}_cpu_s"] = cpu_delta(spark, cpu)
+        agree = agree and _same(expected, answer)
+    breakdown = {k: timer.seconds.get(k, 0.0) for k in PROFILE}
+    breakdown["frame_other"] = figures["leasekit_frame_s"] - sum(breakdown.values())
+    breakdown["query"] = figures["leasekit_query_s"]
+    figures["leasekit_breakdown_s"] = breakdown
+    figures["ratio"] = figures["leasekit_s"] / figures["baseline_s"]
+    figures["query_ratio"] = figures["leasekit_query_s"] / figures["baseline_query_s"]
+    figures["cpu_ratio"] = ratio_or_none(figures["leasekit_cpu_s"], figures["baseline_cpu_s"])
+    log(
+        f"B1: run {i + 1}/{runs} ({' then '.join(figures['order'])}): "
+        f"leasekit {figures['leasekit_s']:.3f}s (frame "
+        f"{figures['leasekit_frame_s'] * 1000:.0f} ms), "
+        f"baseline {figures['baseline_s']:.3f}s (frame "
+        f"{figures['baseline_frame_s'] * 1000:.0f} ms), "
+        f"ratio {figures['ratio']:.3f}"
+    )
+    return figures, agree
 
 
 def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
@@ -190,7 +211,9 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         append_s, _ = timed(load)
         log(f"B1: appended in {append_s:.1f}s; taking the snapshot")
         snapshot_s, snaps = timed(lambda: table.snapshot(spark))
-        files = [conn.warehouse.to_spark(f) for s in snaps.values() for f in s.files]
+        files = [
+            testing.context(conn).warehouse.to_spark(f) for s in snaps.values() for f in s.files
+        ]
         rows = sum(s.row_count for s in snaps.values())
         ddl = table_ddl(table)  # the schema leasekit reads with, given to the floor
         log(f"B1: snapshot of {rows:,} rows in {len(files)} files took {snapshot_s:.1f}s")
@@ -199,12 +222,41 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         acquire_s, acquired = timed(lambda: lease.acquire_latest(table.name))
         pinned = {tb.bucket: sid for tb, sid in acquired.acquired.items()}
         log(
-            f"B1: lease {lease.lease_id} pinned {len(pinned)} buckets in {acquire_s * 1000:.0f} ms (untimed)"
+            f"B1: lease {lease.lease_id} pinned {len(pinned)} buckets in {acquire_s * 1000:.0f} ms "
+            "(untimed)"
         )
         try:
             results, agree = _measure(spark, lease, table, files, ddl, p, runs)
         finally:
             lease.drop()
+    figures = _summary(results, files, rows, acquire_s, append_s, snapshot_s)
+    parameters = {
+        **p,
+        "runs": runs,
+        "quick": quick,
+        "reader": READER,
+        "query": "groupBy(status).agg(count, sum(amount)).collect()",
+        "baseline": BASELINE,
+    }
+    checks = {
+        "results_equal": agree,
+        "lease_pins_the_snapshot": not acquired.unavailable
+        and pinned == {tb.bucket: s.snapshot_id for tb, s in snaps.items()},
+    }
+    return Outcome(
+        round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks
+    )
+
+
+def _summary(
+    results: list[dict[str, Any]],
+    files: list[str],
+    rows: int,
+    acquire_s: float,
+    append_s: float,
+    snapshot_s: float,
+) -> dict[str, Any]:
+    """The figures over every run (medians) with the setup's sizes and times."""
     leasekit_s = median([r["leasekit_s"] for r in results])
     baseline_s = median([r["baseline_s"] for r in results])
     ratios = [r["ratio"] for r in results]
@@ -233,27 +285,15 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
         "append_s": round(append_s, 1),
         "snapshot_s": round(snapshot_s, 1),
     }
-    parameters = {
-        **p,
-        "runs": runs,
-        "quick": quick,
-        "reader": READER,
-        "query": "groupBy(status).agg(count, sum(amount)).collect()",
-        "baseline": BASELINE,
-    }
-    checks = {
-        "results_equal": agree,
-        "lease_pins_the_snapshot": not acquired.unavailable
-        and pinned == {tb.bucket: s.snapshot_id for tb, s in snaps.items()},
-    }
-    return Outcome(
-        round(median([r["ratio"] for r in results]), 3), figures, results, parameters, checks
-    )
+    return figures
 
 
 BENCHMARK = Benchmark(
     id="B1",
-    what="Spark aggregation over a leased snapshot (lease.read) vs spark.read.schema(schema).parquet(files), the floor",
+    what=(
+        "Spark aggregation over a leased snapshot (lease.read) vs "
+        "spark.read.schema(schema).parquet(files), the floor"
+    ),
     metric="ratio",
     target=1.05,
     op="<=",

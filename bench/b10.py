@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import Benchmark, Outcome, load_average, log, median, settle, spread, temp_warehouse
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ class _Process:
                 sys.executable,
                 "-m",
                 "bench.b10_member",
-                conn.warehouse.location,
+                conn.warehouse,
                 conn.namespace,
                 table,
                 group,
@@ -142,9 +144,11 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 result, run_checks = _one_run(conn, table, group, watch, survivors, p)
                 label = "warm-up" if i == 0 else f"run {i}/{runs}"
                 log(
-                    f"B10: {label}: takeover {result['takeover_s']:.3f} s (member gone {result['gone_s']:.3f} s, "
+                    f"B10: {label}: takeover {result['takeover_s']:.3f} s (member gone "
+                    f"{result['gone_s']:.3f} s, "
                     f"assignment published {result['published_s']:.3f} s, buckets claimed and read "
-                    f"{result['claimed_s']:.3f} s), {result['taken_over']} buckets taken over, checks "
+                    f"{result['claimed_s']:.3f} s), {result['taken_over']} buckets taken over, "
+                    "checks "
                     f"{'ok' if all(run_checks.values()) else run_checks}"
                 )
                 if i == 0:
@@ -161,6 +165,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             errors = [f"{m.name}: {m.error!r}" for m in survivors if m.error is not None]
             if errors:
                 raise RuntimeError("B10: a member failed: " + "; ".join(errors))
+    figures = _summary(results)
+    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures over every timed run: medians and the spread of the takeover."""
     takeover = [r["takeover_s"] for r in results]
     figures = {
         "value": round(median(takeover), 3),
@@ -175,12 +185,15 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "load_average": median([r["load_average"] or 0.0 for r in results]),
     }
     figures["note"] = (
-        f"session_timeout {SESSION_TIMEOUT_S:g} s: member znode gone after {figures['gone_s']:.2f} s, assignment "
-        f"published {figures['published_s']:.2f} s, its {figures['taken_over']} buckets claimed and read "
-        f"{figures['claimed_s']:.2f} s, new records returned {figures['after_gone_s'] * 1000:.0f} ms after the "
+        f"session_timeout {SESSION_TIMEOUT_S:g} s: member znode gone after {figures['gone_s']:.2f} "
+        "s, assignment "
+        f"published {figures['published_s']:.2f} s, its {figures['taken_over']} buckets claimed "
+        "and read "
+        f"{figures['claimed_s']:.2f} s, new records returned {figures['after_gone_s'] * 1000:.0f} "
+        "ms after the "
         f"member znode went"
     )
-    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+    return figures
 
 
 def _one_run(
@@ -221,36 +234,56 @@ def _one_run(
             raise RuntimeError(
                 f"B10: no assignment without the killed member within {TAKEOVER_TIMEOUT:g} s"
             )
-        done, polls = _wait_taken_over(survivors, doomed, before, TAKEOVER_TIMEOUT)
-        owner = {tb: m.name for m in survivors for tb in buckets_of(after, m.member_id)}
-        published = next(t for t, r in watch.seen if r.generation == after.generation)
-        claimed = _claimed(survivors, after, killed) or done
-        gone_at = gone.wait(5.0)
-        gone.close()
-        checks = {
-            "from_the_committed_offsets": all(polls[tb][0][1] == before[tb] for tb in doomed),
-            "each_new_record_once_by_its_new_owner": all(
-                len(polls[tb]) == 1 and polls[tb][0][2] == owner.get(tb) for tb in doomed
-            ),
-            "killed_member_was_caught_up": caught_up,
-        }
-        result = {
-            "takeover_s": done - killed,
-            "gone_s": (gone_at or done) - killed,
-            "published_s": published - killed,
-            "claimed_s": claimed - killed,
-            "append_s": appended - killed,
-            "taken_over": len(doomed),
-            "generation": after.generation,
-            "load_average": load_average(),
-        }
-        return result, checks
+        return _measure_takeover(
+            watch, survivors, doomed, before, after, killed, appended, gone, caught_up
+        )
     finally:
         stderr = process.stop()
         if process.proc.returncode not in (0, -signal.SIGKILL):
             raise RuntimeError(
                 f"B10: the member process failed ({process.proc.returncode}): {stderr[-2000:]}"
             )
+
+
+def _measure_takeover(
+    watch: AssignmentWatch,
+    survivors: list[PolledMember],
+    doomed: set[Any],
+    before: dict[Any, int],
+    after: Any,
+    killed: float,
+    appended: float,
+    gone: _MemberGone,
+    caught_up: bool,
+) -> tuple[dict[str, Any], dict[str, bool]]:
+    """Once the assignment without the killed member is out: wait until its buckets are read
+    by their new owners, then time each step from the kill; checked."""
+    from .members import buckets_of
+
+    done, polls = _wait_taken_over(survivors, doomed, before, TAKEOVER_TIMEOUT)
+    owner = {tb: m.name for m in survivors for tb in buckets_of(after, m.member_id)}
+    published = next(t for t, r in watch.seen if r.generation == after.generation)
+    claimed = _claimed(survivors, after, killed) or done
+    gone_at = gone.wait(5.0)
+    gone.close()
+    checks = {
+        "from_the_committed_offsets": all(polls[tb][0][1] == before[tb] for tb in doomed),
+        "each_new_record_once_by_its_new_owner": all(
+            len(polls[tb]) == 1 and polls[tb][0][2] == owner.get(tb) for tb in doomed
+        ),
+        "killed_member_was_caught_up": caught_up,
+    }
+    result = {
+        "takeover_s": done - killed,
+        "gone_s": (gone_at or done) - killed,
+        "published_s": published - killed,
+        "claimed_s": claimed - killed,
+        "append_s": appended - killed,
+        "taken_over": len(doomed),
+        "generation": after.generation,
+        "load_average": load_average(),
+    }
+    return result, checks
 
 
 def _settle(
@@ -265,7 +298,8 @@ def _settle(
         time.sleep(0.05)
         if process.proc.poll() is not None:
             raise RuntimeError(
-                f"B10: the member process exited ({process.proc.returncode}): {process.stop()[-2000:]}"
+                f"B10: the member process exited ({process.proc.returncode}): "
+                f"{process.stop()[-2000:]}"
             )
         record = watch.latest()
         state = process.last()
@@ -343,6 +377,7 @@ class _MemberGone:
     """When the member znode of ``member`` was seen gone, from a watch on the group's members."""
 
     def __init__(self, conn: Connection, group: str, member: str) -> None:
+        ctx = testing.context(conn)
         self._gone = threading.Event()
         self.at: float | None = None
 
@@ -351,7 +386,7 @@ class _MemberGone:
                 self.at = time.perf_counter()
                 self._gone.set()
 
-        self._watch = conn.store.watch_children(conn.paths.group_members(group), changed)
+        self._watch = ctx.store.watch_children(ctx.paths.group_members(group), changed)
 
     def wait(self, timeout: float) -> float | None:
         self._gone.wait(timeout)
@@ -363,8 +398,10 @@ class _MemberGone:
 
 BENCHMARK = Benchmark(
     id="B10",
-    what="takeover: a group member in another process is killed with SIGKILL, until its buckets are consumed "
-    "by the other members (session_timeout 2 s)",
+    what=(
+        "takeover: a group member in another process is killed with SIGKILL, until its buckets "
+        "are consumed by the other members (session_timeout 2 s)"
+    ),
     metric="value",
     target=SESSION_TIMEOUT_S + 1.0,
     op="<=",

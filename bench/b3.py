@@ -5,7 +5,7 @@ the JSON equivalent and ZooKeeper's bytes per pin with the pin znodes counted.
 straight in ZooKeeper by ``seed_empty_snapshots``). The lease's own metadata is its record
 znode plus its pin arrays (``/<ns>/leases/<id>/pins/<table_id>.<chunk>``, one znode per
 1,000 buckets); the figure is the sum of their stored value sizes, read back with
-``conn.store.get_many``, divided by the number of buckets. The JSON equivalent is
+``testing.context(conn).store.get_many``, divided by the number of buckets. The JSON equivalent is
 ``json.dumps({"table/bucket": snapshot_id, ...})`` of the same pins.
 
 The pins themselves are empty child znodes of the snapshot znodes (one per pinned bucket),
@@ -26,6 +26,7 @@ import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
 from leasekit.testing import seed_empty_snapshots
 
 from .common import (
@@ -65,12 +66,13 @@ the parent's child set); that is not counted."""
 def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
     """Stored value sizes of the lease's record, its pins parent and its pin arrays (and the
     bytes of those znodes' paths)."""
+    ctx = testing.context(conn)
     from leasekit.zk.formats import PinChunk
 
-    paths = conn.paths
-    names = conn.store.children(paths.lease_pins(lease_id)) or []
+    paths = ctx.paths
+    names = ctx.store.children(paths.lease_pins(lease_id)) or []
     array_paths = [f"{paths.lease_pins(lease_id)}/{name}" for name in names]
-    record, parent, *arrays = conn.store.get_many(
+    record, parent, *arrays = ctx.store.get_many(
         [paths.lease(lease_id), paths.lease_pins(lease_id), *array_paths]
     )
     if record is None or parent is None or any(a is None for a in arrays):
@@ -100,19 +102,20 @@ def lease_metadata(conn: Connection, lease_id: str) -> dict[str, Any]:
 def _pin_znodes(
     conn: Connection, table: Table, lease_id: str, snapshot_id: int
 ) -> tuple[int, int, int]:
-    """(pin znodes of ``lease_id`` under the table's snapshots, their data bytes, their path bytes)."""
-    paths, tid = conn.paths, table.table_id
+    """(pin znodes of ``lease_id`` under the table's snapshots, their data bytes, their path
+    bytes)."""
+    ctx = testing.context(conn)
+    paths, tid = ctx.paths, table.table_id
     snaps = [paths.snapshot(tid, b, snapshot_id) for b in range(table.num_buckets)]
-    kids = conn.store.children_many(snaps)
+    kids = ctx.store.children_many(snaps)
     pins = [f"{s}/{lease_id}" for s, names in zip(snaps, kids) if names and lease_id in names]
-    nodes = conn.store.get_many(pins)
+    nodes = ctx.store.get_many(pins)
     found = [(p, n) for p, n in zip(pins, nodes) if n is not None]
     return len(found), sum(len(n.data) for _, n in found), sum(len(p.encode()) for p, _ in found)
 
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     p = QUICK if quick else FULL
-    n = p["buckets"]
     results: list[dict[str, Any]] = []
     checks = {
         "all_pinned": True,
@@ -125,77 +128,104 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         # last 500 transactions in its 1 GB heap, and at 100,000 buckets the seeding plus a
         # few acquire/drop cycles of ~1 MB transactions fill it (full GCs, then ConnectionLoss).
         with temp_warehouse("B3") as conn:
-            table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
-            log(f"B3: run {i + 1}/{runs}: seeding an empty snapshot for each of {n:,} buckets")
-            seed_s, _ = timed(partial(seed_empty_snapshots, conn, table, p["snapshot_id"]))
-            seeds.append(seed_s)
-            lease = conn.lease(duration=p["lease_duration"])
-            before, trips = zk_monitor(conn), conn.store.round_trips
-            acquire_s, result = timed(partial(lease.acquire_latest, TABLE))
-            trips, after = conn.store.round_trips - trips, zk_monitor(conn)
-            checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
-            meta = lease_metadata(conn, lease.lease_id)
-            json_bytes = len(
-                json.dumps(
-                    {f"{tb.table}/{tb.bucket}": sid for tb, sid in result.acquired.items()}
-                ).encode()
-            )
-            pin_znodes, pin_bytes, pin_path_bytes = _pin_znodes(
-                conn, table, lease.lease_id, p["snapshot_id"]
-            )
-            checks["one_empty_pin_znode_per_bucket"] &= pin_znodes == n and pin_bytes == 0
-            figures: dict[str, Any] = {
-                "bytes_per_bucket": meta["total_bytes"] / n,
-                **meta,
-                "json_bytes": json_bytes,
-                "json_bytes_per_bucket": json_bytes / n,
-                "bytes_per_bucket_at_large_ids": (
-                    meta["total_bytes"] - meta["array_bytes"] + meta["array_bytes_at_large_ids"]
-                )
-                / n,
-                "pin_znodes": pin_znodes,
-                "pin_data_bytes": pin_bytes,
-                "pin_path_bytes": pin_path_bytes,
-                "pin_path_bytes_per_pin": pin_path_bytes / n,
-                # path + data bytes of every znode acquire created, from the paths themselves
-                "created_path_and_data_bytes": pin_path_bytes
-                + pin_bytes
-                + meta["path_bytes"]
-                + meta["total_bytes"],
-                "acquire_s": acquire_s,
-                "acquire_round_trips": trips,
-                "load_average": load_average(),
-            }
-            if before and after:
-                figures["zk_znodes_added"] = after["znode_count"] - before["znode_count"]
-                figures["zk_approximate_data_size_growth"] = (
-                    after["approximate_data_size"] - before["approximate_data_size"]
-                )
-                figures["zk_approximate_bytes_per_pin"] = (
-                    figures["zk_approximate_data_size_growth"] / n
-                )
-                figures["zk_bytes_per_pin"] = (
-                    figures["zk_approximate_data_size_growth"]
-                    + ZNODE_RECORD_BYTES * figures["zk_znodes_added"]
-                ) / n
-                checks["server_counts_match_paths"] &= (
-                    figures["zk_znodes_added"] == pin_znodes + 2 + meta["array_znodes"]
-                    and figures["zk_approximate_data_size_growth"]
-                    == figures["created_path_and_data_bytes"]
-                )
-            else:  # no mntr answer: the same sum from the paths
-                figures["zk_bytes_per_pin"] = (
-                    figures["created_path_and_data_bytes"]
-                    + ZNODE_RECORD_BYTES * (pin_znodes + 2 + meta["array_znodes"])
-                ) / n
-            log(
-                f"B3: run {i + 1}/{runs}: {meta['total_bytes']:,} bytes of lease metadata "
-                f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON {figures['json_bytes_per_bucket']:.2f} B), "
-                f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path bytes each), "
-                f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, {trips} round trips"
-            )
-            lease.drop()
-            results.append(figures)
+            figures, seed_s = _one_run(conn, p, f"{i + 1}/{runs}", checks)
+        results.append(figures)
+        seeds.append(seed_s)
+    figures = _summary(results, seeds, p["buckets"])
+    parameters = {**p, "runs": runs, "quick": quick}
+    return Outcome(figures["bytes_per_bucket"], figures, results, parameters, checks)
+
+
+def _one_run(
+    conn: Connection, p: dict[str, Any], run_no: str, checks: dict[str, bool]
+) -> tuple[dict[str, Any], float]:
+    """One run on a fresh warehouse: seed, acquire, measure; (its figures, the seeding time)."""
+    n = p["buckets"]
+    ctx = testing.context(conn)
+    table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
+    log(f"B3: run {run_no}: seeding an empty snapshot for each of {n:,} buckets")
+    seed_s, _ = timed(partial(seed_empty_snapshots, ctx, table, p["snapshot_id"]))
+    lease = conn.lease(duration=p["lease_duration"])
+    before, trips = zk_monitor(conn), ctx.store.round_trips
+    acquire_s, result = timed(partial(lease.acquire_latest, TABLE))
+    trips, after = ctx.store.round_trips - trips, zk_monitor(conn)
+    checks["all_pinned"] &= len(result.acquired) == n and not result.unavailable
+    meta = lease_metadata(conn, lease.lease_id)
+    json_bytes = len(
+        json.dumps({f"{tb.table}/{tb.bucket}": sid for tb, sid in result.acquired.items()}).encode()
+    )
+    pin_znodes, pin_bytes, pin_path_bytes = _pin_znodes(
+        conn, table, lease.lease_id, p["snapshot_id"]
+    )
+    checks["one_empty_pin_znode_per_bucket"] &= pin_znodes == n and pin_bytes == 0
+    figures: dict[str, Any] = {
+        "bytes_per_bucket": meta["total_bytes"] / n,
+        **meta,
+        "json_bytes": json_bytes,
+        "json_bytes_per_bucket": json_bytes / n,
+        "bytes_per_bucket_at_large_ids": (
+            meta["total_bytes"] - meta["array_bytes"] + meta["array_bytes_at_large_ids"]
+        )
+        / n,
+        "pin_znodes": pin_znodes,
+        "pin_data_bytes": pin_bytes,
+        "pin_path_bytes": pin_path_bytes,
+        "pin_path_bytes_per_pin": pin_path_bytes / n,
+        # path + data bytes of every znode acquire created, from the paths themselves
+        "created_path_and_data_bytes": pin_path_bytes
+        + pin_bytes
+        + meta["path_bytes"]
+        + meta["total_bytes"],
+        "acquire_s": acquire_s,
+        "acquire_round_trips": trips,
+        "load_average": load_average(),
+    }
+    _server_figures(figures, before, after, n, pin_znodes + 2 + meta["array_znodes"], checks)
+    log(
+        f"B3: run {run_no}: {meta['total_bytes']:,} bytes of lease metadata "
+        f"({figures['bytes_per_bucket']:.3f} B per bucket; JSON "
+        f"{figures['json_bytes_per_bucket']:.2f} B), "
+        f"{pin_znodes:,} pin znodes ({pin_bytes} data bytes, {pin_path_bytes / n:.1f} path "
+        "bytes each), "
+        f"ZooKeeper {figures['zk_bytes_per_pin']:.1f} B per pin; acquire {acquire_s:.2f}s, "
+        f"{trips} round trips"
+    )
+    lease.drop()
+    return figures, seed_s
+
+
+def _server_figures(
+    figures: dict[str, Any],
+    before: dict[str, int],
+    after: dict[str, int],
+    n: int,
+    znodes: int,
+    checks: dict[str, bool],
+) -> None:
+    """Add ZooKeeper's own counts (``mntr`` before and after the acquire) to ``figures``;
+    ``znodes``: how many znodes the acquire created, from their paths."""
+    if before and after:
+        figures["zk_znodes_added"] = after["znode_count"] - before["znode_count"]
+        figures["zk_approximate_data_size_growth"] = (
+            after["approximate_data_size"] - before["approximate_data_size"]
+        )
+        figures["zk_approximate_bytes_per_pin"] = figures["zk_approximate_data_size_growth"] / n
+        figures["zk_bytes_per_pin"] = (
+            figures["zk_approximate_data_size_growth"]
+            + ZNODE_RECORD_BYTES * figures["zk_znodes_added"]
+        ) / n
+        checks["server_counts_match_paths"] &= (
+            figures["zk_znodes_added"] == znodes
+            and figures["zk_approximate_data_size_growth"] == figures["created_path_and_data_bytes"]
+        )
+    else:  # no mntr answer: the same sum from the paths
+        figures["zk_bytes_per_pin"] = (
+            figures["created_path_and_data_bytes"] + ZNODE_RECORD_BYTES * znodes
+        ) / n
+
+
+def _summary(results: list[dict[str, Any]], seeds: list[float], n: int) -> dict[str, Any]:
+    """The figures over every run: medians and spreads, the last run's exact counts."""
     last = results[-1]
     figures = {
         "bytes_per_bucket": round(median([r["bytes_per_bucket"] for r in results]), 3),
@@ -240,13 +270,15 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"JSON {figures['json_bytes_per_bucket']:.1f} B; "
         f"{figures['bytes_per_bucket_at_large_ids']:.2f} B with snapshot ids ≥ 65,536"
     )
-    parameters = {**p, "runs": runs, "quick": quick}
-    return Outcome(figures["bytes_per_bucket"], figures, results, parameters, checks)
+    return figures
 
 
 BENCHMARK = Benchmark(
     id="B3",
-    what="lease metadata bytes per pinned bucket at 100,000 buckets (record + pin arrays); JSON and ZooKeeper bytes per pin (pin znodes counted) beside it",
+    what=(
+        "lease metadata bytes per pinned bucket at 100,000 buckets (record + pin arrays); JSON "
+        "and ZooKeeper bytes per pin (pin znodes counted) beside it"
+    ),
     metric="value",
     target=8.0,
     op="<=",

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import Benchmark, Outcome, load_average, log, median, spread, temp_warehouse
 
 if TYPE_CHECKING:
@@ -27,64 +29,91 @@ QUICK = {"buckets": 100}
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     import leasekit as lk
-    from leasekit.zk import SetData
 
     p = QUICK if quick else FULL
     n = p["buckets"]
     results: list[dict[str, Any]] = []
     checks = {"every_offset_stored": True, "unchanged_commit_writes_nothing": True}
     with temp_warehouse("B4") as conn:
+        ctx = testing.context(conn)
         table = conn.create_table("orders", "id BIGINT", "id", buckets=n)
         buckets = [lk.TableBucket("orders", b) for b in range(n)]
         written: list[int] = []
-        original = conn.store.commit
+        original = ctx.store.commit
 
         def counted(ops: Any) -> Any:
             written.append(len(ops))
             return original(ops)
 
-        conn.store.commit = counted  # type: ignore[method-assign]
+        ctx.store.commit = counted  # type: ignore[method-assign]
         with conn.consumer(group_id="b4", enable_auto_commit=False) as consumer:
             consumer.assign(buckets)
             consumer.commit({tb: 0 for tb in buckets})  # creates the znodes, untimed
-            paths = [conn.paths.offset("b4", table.table_id, b) for b in range(n)]
+            paths = [ctx.paths.offset("b4", table.table_id, b) for b in range(n)]
             for i in range(1, runs + 1):
-                trips, written[:] = conn.store.round_trips, []
-                start = time.perf_counter()
-                consumer.commit({tb: i for tb in buckets})
-                commit_s = time.perf_counter() - start
-                commit_trips, commit_ops = conn.store.round_trips - trips, sum(written)
-                trips, written[:] = conn.store.round_trips, []
-                consumer.commit({tb: i for tb in buckets})
-                same_trips, same_ops = conn.store.round_trips - trips, sum(written)
-                checks["unchanged_commit_writes_nothing"] &= same_ops == 0
-                stored = conn.store.get_many(paths)
-                start = time.perf_counter()
-                original(
-                    [
-                        SetData(path, node.data, node.stat.version)
-                        for path, node in zip(paths, stored)
-                    ]
-                )
-                floor_s = time.perf_counter() - start
-                check = consumer.committed(buckets[-1])
-                checks["every_offset_stored"] &= check == i
                 results.append(
-                    {
-                        "round_trips": commit_trips,
-                        "ops_written": commit_ops,
-                        "commit_s": commit_s,
-                        "floor_s": floor_s,
-                        "unchanged_round_trips": same_trips,
-                        "unchanged_ops_written": same_ops,
-                        "load_average": load_average(),
-                    }
+                    _commit_once(consumer, ctx, original, written, buckets, paths, i, runs, checks)
                 )
-                log(
-                    f"B4: run {i}/{runs}: {commit_trips} round trips, {commit_ops} ops, {commit_s * 1000:.1f} ms "
-                    f"(bare transaction {floor_s * 1000:.1f} ms); unchanged: {same_trips} round trips, "
-                    f"{same_ops} ops"
-                )
+    figures = _summary(results)
+    trips = figures["round_trips"]
+    return Outcome(float(trips), figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+def _commit_once(
+    consumer: Any,
+    ctx: Any,
+    commit: Any,
+    written: list[int],
+    buckets: list[Any],
+    paths: list[str],
+    i: int,
+    runs: int,
+    checks: dict[str, bool],
+) -> dict[str, Any]:
+    """Run ``i``: commit offset ``i`` to every bucket, then the same again (nothing to write),
+    then the same znodes written by one bare transaction (the floor); ``commit`` is the store's
+    own commit, ``written`` counts the ops of each transaction since."""
+    from leasekit.zk import SetData
+
+    trips, written[:] = ctx.store.round_trips, []
+    start = time.perf_counter()
+    consumer.commit({tb: i for tb in buckets})
+    commit_s = time.perf_counter() - start
+    commit_trips, commit_ops = (
+        ctx.store.round_trips - trips,
+        sum(written),
+    )
+    trips, written[:] = ctx.store.round_trips, []
+    consumer.commit({tb: i for tb in buckets})
+    same_trips, same_ops = ctx.store.round_trips - trips, sum(written)
+    checks["unchanged_commit_writes_nothing"] &= same_ops == 0
+    stored = ctx.store.get_many(paths)
+    start = time.perf_counter()
+    commit([SetData(path, node.data, node.stat.version) for path, node in zip(paths, stored)])
+    floor_s = time.perf_counter() - start
+    check = consumer.committed(buckets[-1])
+    checks["every_offset_stored"] &= check == i
+    result = {
+        "round_trips": commit_trips,
+        "ops_written": commit_ops,
+        "commit_s": commit_s,
+        "floor_s": floor_s,
+        "unchanged_round_trips": same_trips,
+        "unchanged_ops_written": same_ops,
+        "load_average": load_average(),
+    }
+    log(
+        f"B4: run {i}/{runs}: {commit_trips} round trips, {commit_ops} ops, "
+        f"{commit_s * 1000:.1f} ms "
+        f"(bare transaction {floor_s * 1000:.1f} ms); unchanged: {same_trips} round "
+        "trips, "
+        f"{same_ops} ops"
+    )
+    return result
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures over every run: the worst round trips, median times."""
     trips = max(r["round_trips"] for r in results)
     figures = {
         "round_trips": trips,
@@ -101,7 +130,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"(bare transaction {figures['floor_ms']} ms); unchanged: "
         f"{figures['unchanged_ops_written']} writes, {figures['unchanged_round_trips']} round trips"
     )
-    return Outcome(float(trips), figures, results, {**p, "runs": runs, "quick": quick}, checks)
+    return figures
 
 
 BENCHMARK = Benchmark(

@@ -42,7 +42,6 @@ QUICK = {**FULL, "records": 200_000, "append_rows": 20_000}
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from leasekit.log.segments import list_segments, log_schema
 
@@ -59,33 +58,6 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         files = sum(len(s) for s in segments.values())
         columns = [f.name for f in log_schema(table)]
         log(f"B5: {n:,} records in {files} segment files")
-
-        def leasekit_side(consumer: Any) -> int:
-            got = 0
-            following: dict[Any, int] = {}
-            while got < n:
-                for tb, data in consumer.poll(timeout="1s").items():
-                    offsets = data.column("_offset")
-                    checks["every_offset_once"] &= (
-                        offsets[0].as_py() == following.get(tb, 0)
-                        and offsets[-1].as_py() == following.get(tb, 0) + data.num_rows - 1
-                    )
-                    following[tb] = offsets[-1].as_py() + 1
-                    got += data.num_rows
-            return got
-
-        def pyarrow_side() -> int:
-            got = 0
-            for segs in segments.values():
-                for seg in segs:
-                    data = pq.read_table(seg.file, columns=columns)
-                    offsets = pa.array(
-                        np.arange(seg.base_offset, seg.base_offset + data.num_rows, dtype=np.int64)
-                    )
-                    data = data.append_column("_offset", offsets)
-                    got += data.num_rows
-            return got
-
         for i in range(runs):
             settle(None)
             consumer = conn.consumer(
@@ -94,10 +66,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 enable_auto_commit=False,
                 max_poll_records=p["max_records"],
             )  # built untimed: polls are timed
-            lk_s, lk_n = timed(functools.partial(leasekit_side, consumer))
+            lk_s, lk_n = timed(functools.partial(_read_with_consumer, consumer, n, checks))
             consumer.close()
             settle(None)
-            pa_s, pa_n = timed(pyarrow_side)
+            pa_s, pa_n = timed(functools.partial(_read_with_pyarrow, segments, columns))
             checks["same_record_count"] &= lk_n == pa_n == n
             ratio = (lk_n / lk_s) / (pa_n / pa_s)
             results.append(
@@ -111,9 +83,50 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 }
             )
             log(
-                f"B5: run {i + 1}/{runs}: leasekit {lk_n / lk_s:,.0f} records/s, pyarrow {pa_n / pa_s:,.0f} "
+                f"B5: run {i + 1}/{runs}: leasekit {lk_n / lk_s:,.0f} records/s, pyarrow "
+                f"{pa_n / pa_s:,.0f} "
                 f"records/s, ratio {ratio:.3f}"
             )
+    figures = _summary(results, files)
+    return Outcome(figures["ratio"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+def _read_with_consumer(consumer: Any, n: int, checks: dict[str, bool]) -> int:
+    """Poll until ``n`` records came back; checks that each bucket's offsets follow on."""
+    got = 0
+    following: dict[Any, int] = {}
+    while got < n:
+        for tb, data in consumer.poll(timeout="1s").items():
+            offsets = data.column("_offset")
+            checks["every_offset_once"] &= (
+                offsets[0].as_py() == following.get(tb, 0)
+                and offsets[-1].as_py() == following.get(tb, 0) + data.num_rows - 1
+            )
+            following[tb] = offsets[-1].as_py() + 1
+            got += data.num_rows
+    return got
+
+
+def _read_with_pyarrow(segments: dict[int, list[Any]], columns: list[str]) -> int:
+    """The floor: every segment file read with pyarrow, its offsets added as a column."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    got = 0
+    for segs in segments.values():
+        for seg in segs:
+            data = pq.read_table(seg.file, columns=columns)
+            offsets = pa.array(
+                np.arange(seg.base_offset, seg.base_offset + data.num_rows, dtype=np.int64)
+            )
+            data = data.append_column("_offset", offsets)
+            got += data.num_rows
+    return got
+
+
+def _summary(results: list[dict[str, Any]], files: int) -> dict[str, Any]:
+    """The figures over every run: median rates and their ratio."""
     figures = {
         "ratio": round(median([r["ratio"] for r in results]), 3),
         "spread": spread([r["ratio"] for r in results]),
@@ -126,7 +139,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"leasekit {figures['leasekit_records_per_s']:,} records/s, pyarrow "
         f"{figures['pyarrow_records_per_s']:,} records/s over {files} segment files"
     )
-    return Outcome(figures["ratio"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+    return figures
 
 
 BENCHMARK = Benchmark(

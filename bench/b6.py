@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import (
     ORDERS_DDL,
     Benchmark,
@@ -38,6 +40,9 @@ from .common import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from leasekit.connection import Connection
+    from leasekit.context import Context
 
 
 __all__ = ["BENCHMARK", "run"]
@@ -103,16 +108,18 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     }
     seeded_files = n * (p["snapshots"] + p["segments"])
     with temp_warehouse("B6") as conn:
+        ctx = testing.context(conn)
         table = conn.create_table(
             TABLE, ORDERS_DDL, "id", buckets=n, properties={"log.retention": "0s"}
         )
         log(
-            f"B6: registering {n:,} buckets x {p['snapshots']} snapshots + {p['segments']} segments, "
+            f"B6: registering {n:,} buckets x {p['snapshots']} snapshots + {p['segments']} "
+            "segments, "
             f"writing {seeded_files:,} files of {p['file_bytes']} bytes"
         )
         seed_s, _ = timed(
             lambda: seed_history(
-                conn,
+                ctx,
                 table,
                 p["snapshots"],
                 p["segments"],
@@ -125,53 +132,74 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         log(f"B6: seeded in {seed_s:.1f}s; {len(pinned):,} oldest snapshots pinned")
         conn.retention_plan()  # warm-up, untimed
         for i in range(runs):
-            seen: list[tuple[float, int]] = []
-            settle(None)
-            trips, cpu = conn.store.round_trips, zk_cpu_seconds(conn)
-            timer = Timer()
-            with listings(seen), instrumented(timer, PROFILE):
-                plan_s, plan = timed(conn.retention_plan)
-            trips, cpu_after = conn.store.round_trips - trips, zk_cpu_seconds(conn)
-            snaps = [x for x in plan.items if x.kind == "snapshot"]
-            segs = [x for x in plan.items if x.kind == "segment"]
-            files_listed = sum(count for _, count in seen)
-            checks["every_item_has_a_reason"] &= all(x.reason for x in plan.items)
-            checks["expected_items"] &= (
-                len(snaps) == n * p["snapshots"]
-                and len(segs) == n * p["segments"]
-                and len(plan.items) == len(snaps) + len(segs) + 1
-            )
-            checks["every_seeded_file_listed"] &= files_listed >= seeded_files
-            checks["pinned_snapshots_kept"] &= all(
-                x.action == "keep" and x.reason.startswith("pinned by lease b6-report")
-                for x in snaps
-                if x.item_id == 1 and x.table_bucket in pinned
-            )
-            deletes = sum(1 for x in plan.items if x.action == "delete")
             results.append(
-                {
-                    "plan_s": plan_s,
-                    "round_trips": trips,
-                    "items": len(plan.items),
-                    "deletes": deletes,
-                    "reclaimable_bytes": plan.reclaimable_bytes,
-                    "listings": len(seen),
-                    "files_listed": files_listed,
-                    "listing_s": sum(seconds for seconds, _ in seen),
-                    "breakdown_s": {
-                        **{k: timer.seconds.get(k, 0.0) for k in PROFILE},
-                        "file_listing": sum(seconds for seconds, _ in seen),
-                    },
-                    "cpu_s": None
-                    if cpu is None or cpu_after is None
-                    else round(cpu_after - cpu, 3),
-                    "load_average": load_average(),
-                }
+                _plan_once(conn, ctx, p, pinned, checks, seeded_files, f"{i + 1}/{runs}")
             )
-            log(
-                f"B6: run {i + 1}/{runs}: {plan_s:.2f}s, {len(plan.items):,} items ({deletes:,} deletes), "
-                f"{trips} round trips, {files_listed:,} files listed in {results[-1]['listing_s']:.2f}s"
-            )
+    figures = _summary(results, seed_s)
+    return Outcome(figures["plan_s"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+def _plan_once(
+    conn: Connection,
+    ctx: Context,
+    p: dict[str, Any],
+    pinned: dict[Any, int],
+    checks: dict[str, bool],
+    seeded_files: int,
+    run_no: str,
+) -> dict[str, Any]:
+    """One timed ``retention_plan`` with its listings and round trips, checked."""
+    n = p["buckets"]
+    seen: list[tuple[float, int]] = []
+    settle(None)
+    trips, cpu = ctx.store.round_trips, zk_cpu_seconds(conn)
+    timer = Timer()
+    with listings(seen), instrumented(timer, PROFILE):
+        plan_s, plan = timed(conn.retention_plan)
+    trips, cpu_after = ctx.store.round_trips - trips, zk_cpu_seconds(conn)
+    snaps = [x for x in plan.items if x.kind == "snapshot"]
+    segs = [x for x in plan.items if x.kind == "segment"]
+    files_listed = sum(count for _, count in seen)
+    checks["every_item_has_a_reason"] &= all(x.reason for x in plan.items)
+    checks["expected_items"] &= (
+        len(snaps) == n * p["snapshots"]
+        and len(segs) == n * p["segments"]
+        and len(plan.items) == len(snaps) + len(segs) + 1
+    )
+    checks["every_seeded_file_listed"] &= files_listed >= seeded_files
+    checks["pinned_snapshots_kept"] &= all(
+        x.action == "keep" and x.reason.startswith("pinned by lease b6-report")
+        for x in snaps
+        if x.item_id == 1 and x.table_bucket in pinned
+    )
+    deletes = sum(1 for x in plan.items if x.action == "delete")
+    result = {
+        "plan_s": plan_s,
+        "round_trips": trips,
+        "items": len(plan.items),
+        "deletes": deletes,
+        "reclaimable_bytes": plan.reclaimable_bytes,
+        "listings": len(seen),
+        "files_listed": files_listed,
+        "listing_s": sum(seconds for seconds, _ in seen),
+        "breakdown_s": {
+            **{k: timer.seconds.get(k, 0.0) for k in PROFILE},
+            "file_listing": sum(seconds for seconds, _ in seen),
+        },
+        "cpu_s": None if cpu is None or cpu_after is None else round(cpu_after - cpu, 3),
+        "load_average": load_average(),
+    }
+    log(
+        f"B6: run {run_no}: {plan_s:.2f}s, {len(plan.items):,} items ({deletes:,} "
+        "deletes), "
+        f"{trips} round trips, {files_listed:,} files listed in "
+        f"{result['listing_s']:.2f}s"
+    )
+    return result
+
+
+def _summary(results: list[dict[str, Any]], seed_s: float) -> dict[str, Any]:
+    """The figures over every run: medians and spreads, the last run's counts."""
     figures = {
         "plan_s": round(median([r["plan_s"] for r in results]), 3),
         "spread": spread([r["plan_s"] for r in results]),
@@ -199,12 +227,15 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"{figures['items']:,} items planned in {figures['round_trips']} round trips; "
         f"{figures['files_listed']:,} files listed in {figures['listing_s']:.2f} s"
     )
-    return Outcome(figures["plan_s"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+    return figures
 
 
 BENCHMARK = Benchmark(
     id="B6",
-    what="retention_plan over 10,000 buckets x 4 snapshots (+ 4 segments each, 1,000 pins), their files listed",
+    what=(
+        "retention_plan over 10,000 buckets x 4 snapshots (+ 4 segments each, 1,000 pins), their "
+        "files listed"
+    ),
     metric="value",
     target=3.0,
     op="<=",

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from leasekit import testing
+
 from .common import (
     Benchmark,
     Outcome,
@@ -110,7 +112,6 @@ def _profile(name: str) -> dict[str, str]:
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     p = QUICK if quick else FULL
-    n = p["buckets"]
     results: list[dict[str, Any]] = []
     checks: dict[str, bool] = {}
     with temp_warehouse("B8") as conn:
@@ -123,30 +124,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         }
         try:
             for name in PANELS:  # one panel alive at a time: no other panel's thread runs beside it
-                panel = _build(conn, name, auto_refresh=False)
-                try:
-                    panel.refresh()  # warm-up, untimed (_build loaded the panel once already)
-                    floors[name]()
-                    shown = _shows_everything(conn, name, panel, n)
-                    for i in range(runs):
-                        order = alternate(i, ("panel", "floor"))
-                        figures = {
-                            "panel": CLASSES[name],
-                            "order": order,
-                            "load_average": load_average(),
-                            **_one_side_pair(conn, panel, floors[name], name, order),
-                        }
-                        results.append(figures)
-                        log(
-                            f"B8: {CLASSES[name]} run {i + 1}/{runs} ({' then '.join(order)}): "
-                            f"refresh {figures['panel_s'] * 1000:.0f} ms ({figures['round_trips']} round trips), "
-                            f"floor {figures['floor_s'] * 1000:.0f} ms ({figures['floor_round_trips']})"
-                        )
-                    checks[f"{name}_panel_shows_everything"] = shown and _shows_everything(
-                        conn, name, panel, n
-                    )
-                finally:
-                    panel.close()
+                _measure_panel(conn, name, floors[name], p, runs, results, checks)
             watches = {name: _watches(conn, name) for name in PANELS}
             checks["watches_set_with_auto_refresh"] = all(
                 w["watches"] > 0 for w in watches.values()
@@ -156,6 +134,52 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             )
         finally:
             consumer.close()
+    figures = _summary(results, watches, seed_s)
+    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+
+
+def _measure_panel(
+    conn: Connection,
+    name: str,
+    floor: Callable[[], Any],
+    p: dict[str, Any],
+    runs: int,
+    results: list[dict[str, Any]],
+    checks: dict[str, bool],
+) -> None:
+    """Time ``runs`` refreshes of one panel against its floor (the library calls giving the
+    same data), in alternating order; a panel alive alone, closed at the end."""
+    n = p["buckets"]
+    panel = _build(conn, name, auto_refresh=False)
+    try:
+        panel.refresh()  # warm-up, untimed (_build loaded the panel once already)
+        floor()
+        shown = _shows_everything(conn, name, panel, n)
+        for i in range(runs):
+            order = alternate(i, ("panel", "floor"))
+            figures = {
+                "panel": CLASSES[name],
+                "order": order,
+                "load_average": load_average(),
+                **_one_side_pair(conn, panel, floor, name, order),
+            }
+            results.append(figures)
+            log(
+                f"B8: {CLASSES[name]} run {i + 1}/{runs} ({' then '.join(order)}): "
+                f"refresh {figures['panel_s'] * 1000:.0f} ms ({figures['round_trips']} "
+                "round trips), "
+                f"floor {figures['floor_s'] * 1000:.0f} ms "
+                f"({figures['floor_round_trips']})"
+            )
+        checks[f"{name}_panel_shows_everything"] = shown and _shows_everything(conn, name, panel, n)
+    finally:
+        panel.close()
+
+
+def _summary(
+    results: list[dict[str, Any]], watches: dict[str, dict[str, int]], seed_s: float
+) -> dict[str, Any]:
+    """The figures of every panel (medians over its runs) and of the slowest one."""
     per_panel = {
         name: _panel_figures([r for r in results if r["panel"] == CLASSES[name]], watches[name])
         for name in PANELS
@@ -173,11 +197,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     }
     figures["note"] = "; ".join(
         f"{CLASSES[k]} {v['refresh_s'] * 1000:.0f} ms ({v['refresh_spread_s']['min'] * 1000:.0f}–"
-        f"{v['refresh_spread_s']['max'] * 1000:.0f}) against {v['floor_s'] * 1000:.0f} ms for its floor, "
+        f"{v['refresh_spread_s']['max'] * 1000:.0f}) against {v['floor_s'] * 1000:.0f} ms for its "
+        "floor, "
         f"ratio {v['ratio']:.2f}, {v['watches']:,} watches"
         for k, v in per_panel.items()
     )
-    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+    return figures
 
 
 def _build(conn: Connection, name: str, *, auto_refresh: bool) -> Any:
@@ -200,11 +225,12 @@ def _one_side_pair(
     conn: Connection, panel: Any, floor: Callable[[], Any], name: str, order: list[str]
 ) -> dict[str, Any]:
     """Time one ``panel.refresh()`` and one floor, in ``order``."""
+    ctx = testing.context(conn)
     out: dict[str, Any] = {}
     timer = Timer()
     for side in order:
         settle(None)
-        cpu, trips = zk_cpu_seconds(conn), conn.store.round_trips
+        cpu, trips = zk_cpu_seconds(conn), ctx.store.round_trips
         if side == "panel":
             before = panel.refreshes
             if hasattr(panel, "_shown"):
@@ -213,10 +239,10 @@ def _one_side_pair(
                 out["panel_s"], _ = timed(panel.refresh)
             if panel.refreshes != before + 1:
                 raise RuntimeError(f"B8: {CLASSES[name]}.refresh() failed: {panel.message.value}")
-            out["round_trips"] = conn.store.round_trips - trips
+            out["round_trips"] = ctx.store.round_trips - trips
         else:
             out["floor_s"], _ = timed(floor)
-            out["floor_round_trips"] = conn.store.round_trips - trips
+            out["floor_round_trips"] = ctx.store.round_trips - trips
         after = zk_cpu_seconds(conn)
         out[f"{side}_cpu_s"] = None if cpu is None or after is None else round(after - cpu, 3)
     zk = sum(timer.seconds.get(f"zk_{m}", 0.0) for m in ZK_READS)
@@ -258,22 +284,19 @@ def _panel_figures(rows: list[dict[str, Any]], watches: dict[str, int]) -> dict[
 
 def _seed(conn: Connection, p: dict[str, Any]) -> Any:
     """The table, its history, the group (its live member returned, open) and the leases."""
-    import numpy as np
-    import pyarrow as pa
-
     import leasekit as lk
     from leasekit.testing import seed_history
-
-    from .members import ids_per_bucket
 
     n, per = p["buckets"], p["records_per_append"]
     table = conn.create_table(TABLE, "id BIGINT, v STRING", "id", buckets=n)
     log(
-        f"B8: registering {n:,} buckets x {p['snapshots']} snapshots + {p['seeded_segments']} segments "
-        f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per bucket"
+        f"B8: registering {n:,} buckets x {p['snapshots']} snapshots + {p['seeded_segments']} "
+        "segments "
+        f"(files of {p['file_bytes']} bytes), then {p['appends']} appends of {per} records per "
+        "bucket"
     )
     seed_history(
-        conn,
+        testing.context(conn),
         table,
         p["snapshots"],
         p["seeded_segments"],
@@ -296,25 +319,7 @@ def _seed(conn: Connection, p: dict[str, Any]) -> Any:
             consumer.poll("0.2s")
             if time.monotonic() > deadline:
                 raise RuntimeError("B8: the consumer did not get every bucket")
-        ids = ids_per_bucket(n, per)
-        for k in range(1, p["appends"] + 1):
-            table.append(
-                pa.table({"id": ids + k * 10_000_000, "v": np.full(len(ids), f"batch {k}")})
-            )
-            ends = table.end_offsets()
-            deadline = time.monotonic() + POLL_TIMEOUT
-            while any(consumer.position(tb) < ends[tb] for tb in buckets):
-                consumer.poll("0.5s")
-                if time.monotonic() > deadline:
-                    raise RuntimeError("B8: the consumer did not catch up")
-            consumer.commit(
-                {
-                    tb: lk.OffsetAndMetadata(
-                        ends[tb] - (tb.bucket + k) % per, f"batch {k} checkpoint {tb.bucket}"
-                    )
-                    for tb in buckets
-                }
-            )
+        _append_and_commit(table, consumer, buckets, p)
         conn.lease(READER, "1h", drop_on_exit=False).acquire_latest(TABLE)
         conn.acquire_kv_snapshot_lease("b8-report", {tb: 1 for tb in buckets[::10]}, "2h")
         conn.acquire_kv_snapshot_lease("b8-audit", {tb: 2 for tb in buckets[:5]}, "30m")
@@ -323,6 +328,36 @@ def _seed(conn: Connection, p: dict[str, Any]) -> Any:
         consumer.close()
         raise
     return consumer
+
+
+def _append_and_commit(table: Any, consumer: Any, buckets: list[Any], p: dict[str, Any]) -> None:
+    """The appends, each read to its end by the member, which then commits a little short of
+    it (a lag per bucket) with metadata."""
+    import numpy as np
+    import pyarrow as pa
+
+    import leasekit as lk
+
+    from .members import ids_per_bucket
+
+    per = p["records_per_append"]
+    ids = ids_per_bucket(len(buckets), per)
+    for k in range(1, p["appends"] + 1):
+        table.append(pa.table({"id": ids + k * 10_000_000, "v": np.full(len(ids), f"batch {k}")}))
+        ends = table.end_offsets()
+        deadline = time.monotonic() + POLL_TIMEOUT
+        while any(consumer.position(tb) < ends[tb] for tb in buckets):
+            consumer.poll("0.5s")
+            if time.monotonic() > deadline:
+                raise RuntimeError("B8: the consumer did not catch up")
+        consumer.commit(
+            {
+                tb: lk.OffsetAndMetadata(
+                    ends[tb] - (tb.bucket + k) % per, f"batch {k} checkpoint {tb.bucket}"
+                )
+                for tb in buckets
+            }
+        )
 
 
 def _code() -> dict[str, Any]:
@@ -380,8 +415,10 @@ def _watches(conn: Connection, name: str) -> dict[str, int]:
 
 BENCHMARK = Benchmark(
     id="B8",
-    what="notebook panel refresh (LeasePanel, ConsumerPanel, RetentionPanel) over 1,000 buckets, beside the "
-    "library calls giving the same data",
+    what=(
+        "notebook panel refresh (LeasePanel, ConsumerPanel, RetentionPanel) over 1,000 buckets, "
+        "beside the library calls giving the same data"
+    ),
     metric="value",
     target=0.3,
     op="<=",

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from leasekit.connection import Connection
     from leasekit.zk.formats import AssignmentRecord
 
-    from .members import PolledMember
+    from .members import AssignmentWatch, PolledMember
 
 __all__ = ["BENCHMARK", "run"]
 
@@ -63,9 +63,12 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             result, run_checks = _one_run(conn, p, i)
             label = "warm-up" if i == 0 else f"run {i}/{runs}"
             log(
-                f"B9: {label}: rebalance {result['rebalance_s'] * 1000:.0f} ms (assignment published "
-                f"{result['published_s'] * 1000:.0f} ms, new member consuming {result['newcomer_s'] * 1000:.0f} ms), "
-                f"{result['moved']} buckets moved, unmoved buckets stalled {result['unmoved_stalled_s']:.3f} s, "
+                f"B9: {label}: rebalance {result['rebalance_s'] * 1000:.0f} ms (assignment "
+                "published "
+                f"{result['published_s'] * 1000:.0f} ms, new member consuming "
+                f"{result['newcomer_s'] * 1000:.0f} ms), "
+                f"{result['moved']} buckets moved, unmoved buckets stalled "
+                f"{result['unmoved_stalled_s']:.3f} s, "
                 f"checks {'ok' if all(run_checks.values()) else run_checks}"
             )
             if i == 0:
@@ -89,11 +92,16 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         "load_average": median([r["load_average"] or 0.0 for r in results]),
     }
     figures["note"] = (
-        f"assignment published after {figures['published_s'] * 1000:.0f} ms, the new member consuming its "
-        f"{figures['moved']} moved buckets after {figures['newcomer_s'] * 1000:.0f} ms; buckets that stayed: "
-        f"{figures['unmoved_stalled_s']:g} s stalled, {figures['unmoved_revoked']} revoked; moved buckets "
-        f"{figures['moved_unowned_bucket_s']:.1f} bucket-seconds without a consuming owner (eager protocol: "
-        f"at least {figures['eager_paused_bucket_s']:,.0f}, all {p['buckets']:,} buckets paused throughout)"
+        f"assignment published after {figures['published_s'] * 1000:.0f} ms, the new member "
+        "consuming its "
+        f"{figures['moved']} moved buckets after {figures['newcomer_s'] * 1000:.0f} ms; buckets "
+        "that stayed: "
+        f"{figures['unmoved_stalled_s']:g} s stalled, {figures['unmoved_revoked']} revoked; moved "
+        "buckets "
+        f"{figures['moved_unowned_bucket_s']:.1f} bucket-seconds without a consuming owner (eager "
+        "protocol: "
+        f"at least {figures['eager_paused_bucket_s']:,.0f}, all {p['buckets']:,} buckets paused "
+        "throughout)"
     )
     return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
@@ -130,7 +138,6 @@ def _one_run(
             conn, [name], group, name=f"m{size}", **options
         )  # no I/O: built untimed
         newcomer.start()
-        every = [*members, newcomer]
         record = watch.wait_for(
             lambda r: newcomer.member_id in r.buckets and len(r.buckets) == size + 1,
             REBALANCE_TIMEOUT,
@@ -139,45 +146,7 @@ def _one_run(
             raise RuntimeError(
                 f"B9: no assignment with {size + 1} members within {REBALANCE_TIMEOUT:g} s"
             )
-        done = _wait_consuming(every, record, REBALANCE_TIMEOUT)
-        t0 = newcomer.first_poll or mark
-        time.sleep(0.3)
-        latest = watch.latest()
-        published = next(t for t, r in watch.seen if r.generation == record.generation)
-        after = {m.member_id: buckets_of(record, m.member_id) for m in every}
-        moved = {tb for m in members for tb in before[m.member_id] - after[m.member_id]}
-        gained = {tb for m in members for tb in after[m.member_id] - before[m.member_id]}
-        stalled_s, revoked = _unmoved_stalls(members, before, after, mark)
-        unowned = _moved_unowned(members, newcomer, moved, t0)
-        rebalance_s = max(done.values()) - t0
-        checks = {
-            "one_new_generation": record.generation == settled.generation + 1
-            and latest is not None
-            and latest.generation == record.generation,
-            "only_the_minimum_moves": moved == after[newcomer.member_id]
-            and not gained
-            and len(moved) <= -(-n // (size + 1)),
-            "unmoved_never_paused": stalled_s == 0 and revoked == 0,
-        }
-        consumed_s, ok = _new_records(table, every, record, moved)
-        checks["new_records_read_once_by_their_owners"] = ok
-        checks["every_record_once"] = _every_record_once(every, table.end_offsets())
-        result = {
-            "rebalance_s": rebalance_s,
-            "published_s": published - t0,
-            "newcomer_s": done[newcomer.name] - t0,
-            "member_done_s": {k: round(v - t0, 4) for k, v in done.items()},
-            "generation": record.generation,
-            "moved": len(moved),
-            "unmoved_stalled_s": stalled_s,
-            "unmoved_revoked": revoked,
-            "moved_unowned_bucket_s": sum(unowned),
-            "moved_unowned_max_s": max(unowned, default=0.0),
-            "eager_paused_bucket_s": n * rebalance_s,
-            "new_records_consumed_s": consumed_s,
-            "load_average": load_average(),
-        }
-        return result, checks
+        return _outcome(watch, members, newcomer, settled, record, before, mark, table)
     finally:
         started = [*members, *([newcomer] if newcomer is not None else [])]
         for m in started:
@@ -188,6 +157,62 @@ def _one_run(
         errors = [f"{m.name}: {m.error!r}" for m in started if m.error is not None]
         if errors:
             raise RuntimeError("B9: a member failed: " + "; ".join(errors))
+
+
+def _outcome(
+    watch: AssignmentWatch,
+    members: list[PolledMember],
+    newcomer: PolledMember,
+    settled: Any,
+    record: Any,
+    before: dict[str, set[Any]],
+    mark: float,
+    table: Any,
+) -> tuple[dict[str, Any], dict[str, bool]]:
+    """Once the newcomer's assignment is published: wait until every member consumes under
+    it, then measure what moved, what stalled and when each member was done; checked."""
+    from .members import buckets_of
+
+    n, size, every = table.num_buckets, len(members), [*members, newcomer]
+    done = _wait_consuming(every, record, REBALANCE_TIMEOUT)
+    t0 = newcomer.first_poll or mark
+    time.sleep(0.3)
+    latest = watch.latest()
+    published = next(t for t, r in watch.seen if r.generation == record.generation)
+    after = {m.member_id: buckets_of(record, m.member_id) for m in every}
+    moved = {tb for m in members for tb in before[m.member_id] - after[m.member_id]}
+    gained = {tb for m in members for tb in after[m.member_id] - before[m.member_id]}
+    stalled_s, revoked = _unmoved_stalls(members, before, after, mark)
+    unowned = _moved_unowned(members, newcomer, moved, t0)
+    rebalance_s = max(done.values()) - t0
+    checks = {
+        "one_new_generation": record.generation == settled.generation + 1
+        and latest is not None
+        and latest.generation == record.generation,
+        "only_the_minimum_moves": moved == after[newcomer.member_id]
+        and not gained
+        and len(moved) <= -(-n // (size + 1)),
+        "unmoved_never_paused": stalled_s == 0 and revoked == 0,
+    }
+    consumed_s, ok = _new_records(table, every, record, moved)
+    checks["new_records_read_once_by_their_owners"] = ok
+    checks["every_record_once"] = _every_record_once(every, table.end_offsets())
+    result = {
+        "rebalance_s": rebalance_s,
+        "published_s": published - t0,
+        "newcomer_s": done[newcomer.name] - t0,
+        "member_done_s": {k: round(v - t0, 4) for k, v in done.items()},
+        "generation": record.generation,
+        "moved": len(moved),
+        "unmoved_stalled_s": stalled_s,
+        "unmoved_revoked": revoked,
+        "moved_unowned_bucket_s": sum(unowned),
+        "moved_unowned_max_s": max(unowned, default=0.0),
+        "eager_paused_bucket_s": n * rebalance_s,
+        "new_records_consumed_s": consumed_s,
+        "load_average": load_average(),
+    }
+    return result, checks
 
 
 def _settle(watch: Any, members: list[PolledMember], ends: dict[Any, int]) -> AssignmentRecord:
@@ -279,7 +304,8 @@ def _unmoved_stalls(
 def _moved_unowned(
     members: list[PolledMember], newcomer: PolledMember, moved: set[Any], t0: float
 ) -> list[float]:
-    """Per moved bucket: from its revocation by its last owner until a fetch of its new owner read it."""
+    """Per moved bucket: from its revocation by its last owner until a fetch of its new owner
+    read it."""
     revoked_at = {
         tb: e.time for m in members for e in m.events(t0) if e.kind == "revoked" for tb in e.buckets
     }
@@ -342,8 +368,10 @@ def _every_record_once(members: list[PolledMember], ends: dict[Any, int]) -> boo
 
 BENCHMARK = Benchmark(
     id="B9",
-    what="rebalance: an 11th member joins a group of 10 consumers over 1,000 buckets, until every member "
-    "consumes under the new generation",
+    what=(
+        "rebalance: an 11th member joins a group of 10 consumers over 1,000 buckets, until every "
+        "member consumes under the new generation"
+    ),
     metric="value",
     target=1.0,
     op="<=",

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from leasekit import testing
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -357,7 +359,7 @@ def zk_cpu_seconds(conn: Connection) -> float | None:
     from leasekit import embedded
 
     try:
-        server = embedded.status(os.path.join(conn.warehouse.location, "_zookeeper"))
+        server = embedded.status(os.path.join(conn.warehouse, "_zookeeper"))
         if server is None:
             return None
         with open(f"/proc/{server.pid}/stat") as f:
@@ -375,7 +377,7 @@ def zk_monitor(conn: Connection) -> dict[str, int]:
 
     try:
         text = embedded.four_letter(
-            conn.store.hosts.split(",")[0].split("/")[0], "mntr", timeout=5.0
+            testing.context(conn).store.hosts.split(",")[0].split("/")[0], "mntr", timeout=5.0
         )
     except LeasekitError:
         return {}

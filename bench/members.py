@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 import leasekit as lk
+from leasekit import testing
 
 if TYPE_CHECKING:
     from leasekit.connection import Connection
@@ -193,12 +194,13 @@ class AssignmentWatch:
     with the ``perf_counter`` time it was seen."""
 
     def __init__(self, conn: Connection, group: str) -> None:
+        ctx = testing.context(conn)
         from leasekit.zk import Node
         from leasekit.zk.formats import AssignmentRecord
 
         self._lock = threading.Condition()
         self.seen: list[tuple[float, AssignmentRecord]] = []
-        path = conn.paths.group_assignment(group)
+        path = ctx.paths.group_assignment(group)
 
         def changed(data: bytes | None, stat: Any) -> None:
             if data is None or stat is None:
@@ -209,7 +211,7 @@ class AssignmentWatch:
                     self.seen.append((time.perf_counter(), record))
                 self._lock.notify_all()
 
-        self._watch = conn.store.watch(path, changed)
+        self._watch = ctx.store.watch(path, changed)
 
     def latest(self) -> AssignmentRecord | None:
         with self._lock:

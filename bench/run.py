@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from leasekit.durations import human_duration
+
 from . import REGISTRY, load
 from .common import Benchmark, Outcome, bench_spark, log, machine_info
 
@@ -36,7 +38,7 @@ the same knowledge (exact file lists, schemas, the Spark settings leasekit uses)
 .venv/bin/python -m bench.run B1 --runs 7
 .venv/bin/python -m bench.run B7 --quick    # small data, a smoke test (writes B7.quick.json)
 .venv/bin/python -m bench.run B2            # ZooKeeper only: no SparkSession, 9 runs by default
-.venv/bin/python -m bench.run B3            # ZooKeeper only, 5 runs (the byte figures are deterministic)
+.venv/bin/python -m bench.run B3            # ZooKeeper only, 5 runs (byte figures: deterministic)
 ```
 
 Every benchmark gets its own temporary warehouse, a fresh namespace, the embedded ZooKeeper
@@ -85,7 +87,7 @@ within a few percent of its target.
   (jute.maxbuffer; one transaction is refused with a dropped connection), so the baseline
   is the fewest transactions that fit: 2 of about 764 KB, pipelined (both sent, then both
   awaited). Each run uses a fresh lease id (dropped untimed afterwards) and a fresh leaf
-  name (deleted untimed). Round trips are `conn.store.round_trips` deltas around
+  name (deleted untimed). Round trips are the store's `round_trips` deltas around
   acquire_latest (a pipelined batch or a transaction counts once); ≤ 1 per 1,000 pins is
   checked at full size only (at the quick size, 2,000 buckets, the fixed reads dominate).
   The results file breaks acquire_latest's time down by ZooKeeper call. 9 runs by
@@ -255,7 +257,7 @@ def _table_row(r: dict[str, Any]) -> str:
             f" [{runs['n']} runs: {runs['min']:.3f}–{runs['max']:.3f}, "
             f"IQR {runs['q1']:.3f}–{runs['q3']:.3f}]"
         )
-    details = [f"{k[:-2]} {_seconds(r[k])}" for k in ("leasekit_s", "baseline_s") if k in r]
+    details = [f"{k[:-2]} {human_duration(r[k])}" for k in ("leasekit_s", "baseline_s") if k in r]
     if r.get("cpu_ratio") is not None:
         details.append(f"CPU ratio {r['cpu_ratio']:.3f}")
     if r.get("note"):
@@ -283,10 +285,6 @@ def _table_row(r: dict[str, Any]) -> str:
         ).replace("\n", " ")
         + " |"
     )
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.2f} s" if value >= 1 else f"{value * 1000:.0f} ms"
 
 
 def _parameters(r: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import ownership
-from .errors import CorruptMetadataError, PermissionDeniedError
+from .errors import CorruptMetadataError, IllegalStateError, PermissionDeniedError
 from .properties import NAMESPACE_SETTINGS, effective
 from .warehouse import Warehouse
 from .zk import Create, Node, ServerClock, Stat, TxnConflict, ZkStore
@@ -226,6 +226,36 @@ class Context:
             raise self._settings_corrupt(exc, node.stat.version) from None
         self._remember_settings(stored, node.stat.version)
         return stored, node.stat.version
+
+    def update_settings(self, changes: dict[str, Any], *, replace: bool) -> dict[str, Any]:
+        """Store ``changes`` over the stored settings (all of them with ``replace``) by
+        compare-and-set, retried on a concurrent change; returns the new effective settings.
+
+        Raises:
+            CorruptMetadataError: the stored settings cannot be read (without ``replace``).
+            IllegalStateError: the write failed for another reason than a concurrent change.
+        """
+        path = self.paths.settings
+        while True:
+            if replace:
+                node = self.store.get(path)
+                if node is None:
+                    self.ensure_namespace()
+                    continue
+                version, merged = node.stat.version, changes
+            else:
+                stored, version = self.stored_settings()
+                merged = {**stored, **changes}
+                if merged == stored:
+                    return effective(stored, NAMESPACE_SETTINGS)
+            try:
+                stat = self.store.set(path, SettingsRecord(merged).encode(), version)
+            except TxnConflict as exc:
+                if exc.reason not in ("version", "nonode"):  # nonode: recreated on re-read
+                    raise IllegalStateError(f"cannot update settings at {path}: {exc}") from None
+                continue
+            self._remember_settings(merged, stat.version)
+            return effective(merged, NAMESPACE_SETTINGS)
 
     def settings(self) -> dict[str, Any]:
         """Namespace-wide settings (defaults filled in; durations as ``timedelta``).

@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .durations import format_duration, parse_duration
+from .durations import human_duration, parse_duration
 from .errors import (
     CorruptMetadataError,
     IllegalStateError,
@@ -29,6 +29,7 @@ from .table import finish_drop
 from .tables.catalog import pending_drops
 
 if TYPE_CHECKING:
+    from .connection import Connection
     from .context import Context
 
 __all__ = ["run", "run_once", "check_interval"]
@@ -58,62 +59,85 @@ def check_interval(interval: Any) -> timedelta:
     return value
 
 
-def run_once(conn: Context) -> RetentionReport:
+def run_once(conn: Connection) -> RetentionReport:
     """One pass without election: finish pending table drops, then ``run_retention``
     (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode.
 
     Arguments:
-        conn: the connection (or its context) to run the pass on.
+        conn: the connection to run the pass on.
 
     Returns:
         The retention report, with the errors of unfinished table drops first.
 
     Raises:
-        LeadershipLostError: inside ``conn.store.fenced`` (as a janitor runs it), when the
-            election znode is gone; nothing more is written or deleted then.
+        CorruptMetadataError: the namespace settings or a table's metadata cannot be read.
+        PermissionDeniedError: this connection's credentials may not write the namespace.
+        WarehouseOwnedError: another metadata store owns the warehouse directory.
+    """
+    from .connection import context_of
+
+    return _pass(context_of(conn))
+
+
+def _pass(ctx: Context) -> RetentionReport:
+    """``run_once`` on a context; inside ``ctx.store.fenced`` (as a janitor runs it) it raises
+    ``LeadershipLostError`` when the election znode is gone, writing and deleting nothing more.
     """
     started = time.monotonic()
     errors: list[str] = []
-    for table_id in pending_drops(conn):
+    for table_id in pending_drops(ctx):
         try:
-            finish_drop(conn, table_id)
+            finish_drop(ctx, table_id)
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
             errors.append(f"dropped table {table_id}: {exc}")
-    report = run_retention(conn)
+    report = run_retention(ctx)
     if errors:
         report = dataclasses.replace(report, errors=errors + report.errors)
     for error in report.errors:
         log.warning("janitor pass skipped: %s", error)
     log.info(
-        "janitor pass: deleted %d items, freed %d bytes, %d errors in %.3fs",
+        "janitor pass: deleted %d items, freed %d bytes, %d errors in %s",
         len(report.deleted),
         report.freed_bytes,
         len(report.errors),
-        time.monotonic() - started,
+        human_duration(time.monotonic() - started),
     )
     return report
 
 
-def run(conn: Context, interval: Any = "30s", stop_event: threading.Event | None = None) -> None:
+def run(conn: Connection, interval: Any = "30s", stop_event: threading.Event | None = None) -> None:
     """Join the janitor election and, while leader, do a pass every ``interval``.
 
     Blocks until ``stop_event`` is set (a leader finishes its current pass first) or the
     connection is closed. A pass never raises: errors are logged and the next pass retries.
+
+    Arguments:
+        conn: the connection whose namespace the janitor looks after.
+        interval: the time between passes (a duration).
+        stop_event: set it to stop the janitor; ``None`` runs until the connection closes.
+
+    Returns:
+        None, once stopped.
+
+    Raises:
+        InvalidDurationError: a bad ``interval``, before anything starts.
     """
+    from .connection import context_of
+
     seconds = check_interval(interval).total_seconds()
-    Janitor(conn, seconds, stop_event or threading.Event()).run()
+    Janitor(context_of(conn), seconds, stop_event or threading.Event()).run()
 
 
 class Janitor:
-    """One janitor on one connection; ``run`` blocks (see ``leasekit.janitor.run``)."""
+    """One janitor on one context; ``run`` blocks (see ``leasekit.janitor.run``)."""
 
-    def __init__(self, conn: Context, interval: float, stop: threading.Event) -> None:
-        self.conn = conn
+    def __init__(self, ctx: Context, interval: float, stop: threading.Event) -> None:
+        self.ctx = ctx
         self.interval = interval
         self.stop = stop
-        self.path = f"{conn.paths.janitor}/election"
+        self.path = f"{ctx.paths.janitor}/election"
         self._lost = threading.Event()
         self._connected = threading.Event()
         self._connected.set()
@@ -136,7 +160,7 @@ class Janitor:
 
     def run(self) -> None:
         try:
-            remove_listener = self.conn.store.add_state_listener(self._on_state)
+            remove_listener = self.ctx.store.add_state_listener(self._on_state)
         except IllegalStateError as exc:
             log.warning("janitor not started: %s", exc)
             return
@@ -145,7 +169,7 @@ class Janitor:
         try:
             while not self.stop.is_set():
                 try:
-                    self._election = self.conn.store.election(self.path, self.conn.owner)
+                    self._election = self.ctx.store.election(self.path, self.ctx.owner)
                 except IllegalStateError as exc:  # the connection was closed
                     log.warning("janitor stops: %s", exc)
                     return
@@ -164,15 +188,15 @@ class Janitor:
     def _lead(self) -> None:
         log.info(
             "janitor %s leads at %s (interval %s)",
-            self.conn.owner,
+            self.ctx.owner,
             self.path,
-            format_duration(timedelta(seconds=self.interval)),
+            human_duration(self.interval),
         )
         while not self.stop.is_set():
             if self._lost.is_set():
                 log.warning(
                     "janitor %s lost its ZooKeeper session; joining the election again",
-                    self.conn.owner,
+                    self.ctx.owner,
                 )
                 return
             if not self._connected.is_set():  # suspended: maybe no longer leader; wait
@@ -181,7 +205,7 @@ class Janitor:
             if not self._pass():
                 return
             self._sleep(self.interval)
-        log.info("janitor %s stops", self.conn.owner)
+        log.info("janitor %s stops", self.ctx.owner)
 
     def _sleep(self, seconds: float) -> None:
         """Wait for the next pass; wakes at once on stop and within a poll on a lost session."""
@@ -199,12 +223,12 @@ class Janitor:
         try:
             if fence is None:
                 raise LeadershipLostError("the election znode is unknown")
-            with self.conn.store.fenced(fence):
-                run_once(self.conn)
+            with self.ctx.store.fenced(fence):
+                _pass(self.ctx)
         except LeadershipLostError as exc:
             log.warning(
                 "janitor %s lost the election during a pass; joining it again: %s",
-                self.conn.owner,
+                self.ctx.owner,
                 exc,
             )
             return False

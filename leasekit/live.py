@@ -8,13 +8,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
+from .connection import context_of as _context_of
 from .consumers import group_admin
 from .consumers import offsets as _stored
 from .consumers.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError
 from .structs import MemberInfo, TableBucket
-from .testing import context as _context_of
 from .zk.watches import Dispatcher
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ __all__ = [
     "STALE_AFTER",
     "freshness",
     "server_time_estimate",
-    "warehouse_location",
     "GroupBoard",
     "group_board",
     "total_lag_over_time",
@@ -285,18 +284,6 @@ def server_time_estimate(conn: Connection) -> int | None:
         Epoch milliseconds, or None before the connection first read the clock.
     """
     return _context_of(conn).server_clock.estimate_ms()
-
-
-def warehouse_location(conn: Connection) -> str:
-    """The warehouse of ``conn`` as its URI or path, for display.
-
-    Arguments:
-        conn: the Connection.
-
-    Returns:
-        The warehouse location.
-    """
-    return _context_of(conn).warehouse.location
 
 
 # -- a consumer group's board -----------------------------------------------------------------

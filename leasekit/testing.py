@@ -25,7 +25,9 @@ __all__ = ["context", "ShiftedClock", "seed_empty_snapshots", "seed_history"]
 
 def context(conn: Connection) -> Context:
     """The context behind ``conn``: its ZooKeeper store, paths, warehouse and clocks."""
-    return conn._context
+    from .connection import context_of
+
+    return context_of(conn)
 
 
 class ShiftedClock:

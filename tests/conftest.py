@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 import leasekit as lk
-from leasekit import embedded
+from leasekit import embedded, testing
 
 
 @pytest.fixture(scope="session")
@@ -40,9 +40,16 @@ def warehouse(tmp_path):
 
 
 @pytest.fixture
-def conn(zookeeper, warehouse, namespace):
-    """A connection on a fresh namespace and warehouse."""
-    with lk.connect(zookeeper, warehouse, namespace=namespace) as connection:
+def clock():
+    """The expiry clock of ``conn``: the ZooKeeper clock until a test moves it ahead with
+    ``clock.advance(...)`` to make leases expire or files age without waiting."""
+    return testing.ShiftedClock()
+
+
+@pytest.fixture
+def conn(zookeeper, warehouse, namespace, clock):
+    """A connection on a fresh namespace and warehouse, deciding expiry by ``clock``."""
+    with lk.connect(zookeeper, warehouse, namespace=namespace, clock=clock) as connection:
         yield connection
 
 

@@ -11,7 +11,8 @@ consumes ``orders`` and writes what happens to an event file, one line each, flu
 After each batch it commits the positions it reached (at least once: records are written
 before their commit), after sleeping ``--pause`` seconds when asked to.
 
-    python tests/group_member.py ZOOKEEPER WAREHOUSE NAMESPACE EVENTS [--session-timeout S] [--pause S]
+    python tests/group_member.py ZOOKEEPER WAREHOUSE NAMESPACE EVENTS
+        [--session-timeout S] [--pause S]
 """
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.testing import seed_empty_snapshots as seed_empty_snapshots
 
 
 class Recorder(lk.BucketRebalanceListener):
-    """A rebalance listener that records its calls, in order, as ("revoked" | "assigned", buckets)."""
+    """A rebalance listener that records its calls, in order, as ("revoked" | "assigned",
+    buckets)."""
 
     def __init__(self):
         self.calls = []
@@ -27,14 +29,16 @@ class Recorder(lk.BucketRebalanceListener):
 
 def namespace_tree(conn) -> dict[str, bytes]:
     """Every znode of the connection's namespace with its data (the clock excluded)."""
-    paths = [p for p in conn.store.descendants(conn.paths.root) if p != conn.paths.clock]
-    nodes = conn.store.get_many(paths)
+    ctx = testing.context(conn)
+    paths = [p for p in ctx.store.descendants(ctx.paths.root) if p != ctx.paths.clock]
+    nodes = ctx.store.get_many(paths)
     return {p: n.data for p, n in zip(paths, nodes) if n is not None}
 
 
 def warehouse_files(conn) -> set[str]:
     """Every data file of the connection's namespace (warehouse-relative paths)."""
-    return {e.path for e in conn.warehouse.list(conn.tables_dir)}
+    ctx = testing.context(conn)
+    return {e.path for e in ctx.warehouse.list(ctx.tables_dir)}
 
 
 def read_log(table, since: dict[int, int] | None = None) -> dict[int, list[dict]]:
@@ -63,14 +67,15 @@ def pin_znodes(
 ) -> dict[int, int]:
     """{bucket: snapshot_id} of every pin znode the lease has under the table's snapshots
     (only under ``snapshot_ids``, when given, to keep checks of 100,000 buckets quick)."""
-    paths, tid = conn.paths, table.table_id
+    ctx = testing.context(conn)
+    paths, tid = ctx.paths, table.table_id
     if snapshot_ids is None:
         buckets = list(range(table.num_buckets))
-        snaps = conn.store.children_many([paths.snapshots(tid, b) for b in buckets])
+        snaps = ctx.store.children_many([paths.snapshots(tid, b) for b in buckets])
         candidates = [(b, int(s)) for b, names in zip(buckets, snaps) for s in (names or [])]
     else:
         candidates = sorted(snapshot_ids.items())
-    kids = conn.store.children_many([paths.snapshot(tid, b, s) for b, s in candidates])
+    kids = ctx.store.children_many([paths.snapshot(tid, b, s) for b, s in candidates])
     return {b: s for (b, s), names in zip(candidates, kids) if names and lease_id in names}
 
 
@@ -103,10 +108,10 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
     from leasekit.log.state import read_states
     from leasekit.snapshots.register import Written, register
 
-    conn = table.context
+    ctx = table.context
     for r in range(rounds):
         table.append([{"id": k, "v": f"r{r}"} for k in range(rows or 8 * table.num_buckets)])
-        with in_flight(conn) as token:
+        with in_flight(ctx) as token:
             rel = f"{table.data_dir}/snapshots/{token}"
             written = {}
             for b, state in enumerate(read_states(table, range(table.num_buckets))):
@@ -116,7 +121,7 @@ def grow(table, rounds: int, rows: int | None = None) -> None:
                         state.end,
                         [path],
                         1,
-                        conn.warehouse.write_parquet(path, pa.table({"id": [b]})),
+                        ctx.warehouse.write_parquet(path, pa.table({"id": [b]})),
                     )
             register(table, written, token)
 

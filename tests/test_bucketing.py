@@ -215,8 +215,9 @@ def test_rows_with_explicit_schema_match(spark):  # W4
     from pyspark.sql import types as T
 
     rows = [
-        (0, "", -1, -(2**63), True, dt.date(1900, 3, 1), dt.datetime(1969, 7, 20, 20, 17, tzinfo=UTC),
-         dt.datetime(1950, 1, 1, 0, 0, 0, 1), b"\x80"),
+        (0, "", -1, -(2**63), True, dt.date(1900, 3, 1),
+         dt.datetime(1969, 7, 20, 20, 17, tzinfo=UTC), dt.datetime(1950, 1, 1, 0, 0, 0, 1),
+         b"\x80"),
         (1, "日本", 2**31 - 1, 2**63 - 1, False, dt.date(2038, 1, 19),
          dt.datetime(2000, 1, 1, tzinfo=UTC), dt.datetime(1970, 1, 1), b""),
         (2, None, None, None, None, None, None, None, None),

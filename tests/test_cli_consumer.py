@@ -9,6 +9,7 @@ from helpers import run_cli as run
 from helpers import run_cli_json as run_json
 
 import leasekit as lk
+from leasekit import testing
 
 TB = lk.TableBucket
 
@@ -131,7 +132,7 @@ def test_describe_shows_generation_leader_owners_and_members(capsys, conn, targe
             (bucket,) = (tb.bucket for tb in c.assignment())
             assert line.split() == [
                 c.member_id,
-                conn.owner,
+                testing.context(conn).owner,
                 "1",
                 f"orders({bucket})",
                 f"orders({bucket})",

@@ -11,7 +11,7 @@ import pytest
 from helpers import run_cli as run
 from helpers import run_cli_json as run_json
 
-from leasekit import TableBucket
+from leasekit import TableBucket, testing
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 
@@ -191,12 +191,13 @@ def test_release_buckets_then_the_whole_table(capsys, target, conn, orders) -> N
 
 
 def test_drop_twice(capsys, target, conn, orders) -> None:
+    ctx = testing.context(conn)
     run_json(capsys, *target, "lease", "acquire", "gone", "--table", "orders")
     code, out, err = run(capsys, *target, "lease", "drop", "gone")
     assert (code, out, err) == (0, "dropped lease gone\n", "")
     assert lease_info(conn, "gone") is None
     assert all(
-        not conn.store.children(conn.paths.snapshot(orders.table_id, tb.bucket, sid))
+        not ctx.store.children(ctx.paths.snapshot(orders.table_id, tb.bucket, sid))
         for tb, sid in orders.latest_snapshots().items()
     )  # L10: pins went too
 

@@ -17,6 +17,7 @@ from helpers import run_cli as run
 from helpers import run_cli_json as run_json
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.zk import SetData
 
 TB = lk.TableBucket
@@ -71,7 +72,8 @@ def test_plan_plain(capsys, target, conn, orders) -> None:
     deletes = len(plan.deletes)
     assert deletes == 2
     assert out.rstrip().splitlines()[-1] == (
-        f"reclaimable {plan.reclaimable_bytes} bytes: {len(plan.items) - deletes} keep, {deletes} delete"
+        f"reclaimable {plan.reclaimable_bytes} bytes: {len(plan.items) - deletes} keep, {deletes} "
+        "delete"
     )
     assert plan.reclaimable_bytes > 0
     assert snapshot_ids(orders) == {(b, s) for b in (0, 1) for s in (1, 2, 3)}  # changes nothing
@@ -101,6 +103,7 @@ def test_plan_json_and_table_scope(capsys, target, conn, orders) -> None:
 
 
 def test_run_dry_run_changes_nothing(capsys, target, conn, orders) -> None:
+    ctx = testing.context(conn)
     plan = conn.retention_plan()
     code, out, err = run(capsys, *target, "retention", "run", "--dry-run")
     assert code == 0, err
@@ -115,11 +118,12 @@ def test_run_dry_run_changes_nothing(capsys, target, conn, orders) -> None:
     assert data["dry_run"] is True and data["errors"] == []
     assert data["freed_bytes"] == plan.reclaimable_bytes
     assert snapshot_ids(orders) == {(b, s) for b in (0, 1) for s in (1, 2, 3)}
-    assert sorted(conn.store.children(conn.paths.leases)) == ["old", "q3"]
+    assert sorted(ctx.store.children(ctx.paths.leases)) == ["old", "q3"]
 
 
 def test_run_deletes_plain_and_json(capsys, target, conn, orders) -> None:
     # R5: the expired lease goes first, so the snapshot it alone pinned goes in the same pass
+    ctx = testing.context(conn)
     freed = conn.retention_plan().reclaimable_bytes
     data = run_json(capsys, *target, "retention", "run")
     assert data["dry_run"] is False and data["errors"] == []
@@ -129,7 +133,7 @@ def test_run_deletes_plain_and_json(capsys, target, conn, orders) -> None:
         ("snapshot", "orders", 1, 1),
     ]
     assert snapshot_ids(orders) == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3)}
-    assert conn.store.children(conn.paths.leases) == ["q3"]
+    assert ctx.store.children(ctx.paths.leases) == ["q3"]
 
     code, out, err = run(capsys, *target, "retention", "run", "--table", "orders")
     assert code == 0, err
@@ -137,8 +141,9 @@ def test_run_deletes_plain_and_json(capsys, target, conn, orders) -> None:
 
 
 def test_corrupt_lease_is_skipped_and_reported(capsys, target, conn, orders) -> None:
-    bad = conn.paths.lease("q3")
-    conn.store.commit([SetData(bad, b"\xc1garbage")])
+    ctx = testing.context(conn)
+    bad = ctx.paths.lease("q3")
+    ctx.store.commit([SetData(bad, b"\xc1garbage")])
     data = run_json(capsys, *target, "retention", "plan")
     assert len(data["skipped"]) == 1 and bad in data["skipped"][0]
     code, out, _ = run(capsys, *target, "retention", "plan")
@@ -159,12 +164,13 @@ def test_janitor_rejects_a_bad_interval(capsys, target) -> None:
 
 LOG_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO leasekit\.janitor: janitor pass: "
-    r"deleted \d+ items, freed \d+ bytes, \d+ errors in \d+\.\d+s$"
+    r"deleted \d+ items, freed \d+ bytes, \d+ errors in (\d+ms|\d+(\.\d)?s|\d+m( \d+s)?)$"
 )
 
 
 def test_janitor_process_reclaims_and_stops_on_signals(target, conn, orders) -> None:
     # L11: the running janitor reclaims the expired lease; SIGTERM and Ctrl-C end it with 0
+    ctx = testing.context(conn)
     command = [sys.executable, "-m", "leasekit.cli", "janitor", "--interval", "1s", *target]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -193,7 +199,7 @@ def test_janitor_process_reclaims_and_stops_on_signals(target, conn, orders) -> 
         err = "".join(lines)
         assert "Traceback" not in err
         assert "janitor pass skipped" not in err
-        assert conn.store.exists(conn.paths.lease("old")) is None
-    election = conn.store.election(f"{conn.paths.janitor}/election", "probe")
+        assert ctx.store.exists(ctx.paths.lease("old")) is None
+    election = ctx.store.election(f"{ctx.paths.janitor}/election", "probe")
     assert election.contenders() == []
     assert snapshot_ids(orders) == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3)}

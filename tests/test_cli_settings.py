@@ -15,7 +15,7 @@ from helpers import run_cli_json as run_json
 from test_connection import GARBAGE, settings_warnings, write_raw
 
 import leasekit as lk
-from leasekit import embedded
+from leasekit import embedded, testing
 
 
 @pytest.fixture
@@ -29,6 +29,7 @@ def no_env(monkeypatch):
 
 def test_settings_show_set_and_reset(capsys, target, conn) -> None:
     # §6.9, §6.1
+    ctx = testing.context(conn)
     code, out, err = run(capsys, *target, "settings", "show")
     assert code == 0, err
     assert [line.split() for line in out.splitlines()] == [
@@ -45,7 +46,7 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
     assert out.startswith(f"updated the settings of namespace {conn.namespace}")
     assert conn.settings()["lease.max-duration"] == timedelta(days=2)
     data = run_json(capsys, *target, "settings", "show")
-    assert data["corrupt"] is None and data["path"] == conn.paths.settings
+    assert data["corrupt"] is None and data["path"] == ctx.paths.settings
     assert data["settings"] == [
         {"setting": "lease.max-duration", "value": "2d", "source": "set"},
         {"setting": "lease.expiry-grace", "value": "30s", "source": "default"},
@@ -62,7 +63,7 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
     assert out.startswith(
         f"reset the settings of namespace {conn.namespace}: every setting has its default"
     )
-    assert conn.stored_settings()[0] == {}
+    assert ctx.stored_settings()[0] == {}
 
 
 @pytest.mark.parametrize(
@@ -76,27 +77,29 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
 )
 def test_settings_set_refuses_bad_values(capsys, target, conn, argv, message) -> None:
     # §6.1: unknown keys or bad values -> one error line, nothing written
-    before = conn.store.get(conn.paths.settings)
+    ctx = testing.context(conn)
+    before = ctx.store.get(ctx.paths.settings)
     code, out, err = run(capsys, *target, "settings", "set", *argv)
     assert (code, out) == (2, "")
     assert err.startswith("leasekit: error: ") and message in err and len(err.splitlines()) == 1
-    assert conn.store.get(conn.paths.settings) == before
+    assert ctx.store.get(ctx.paths.settings) == before
 
 
 def test_settings_reset_repairs_corrupt_settings(capsys, target, conn, zookeeper, caplog) -> None:
     # §9: show says the stored value is corrupt; reset repairs it; connect is clean after
+    ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "2h"})
-    write_raw(zookeeper, conn.paths.settings, GARBAGE)
+    write_raw(zookeeper, ctx.paths.settings, GARBAGE)
     code, out, err = run(capsys, *target, "settings", "show")
     assert code == 2 and "Traceback" not in out + err
-    assert f"namespace settings at {conn.paths.settings} are corrupt" in out
+    assert f"namespace settings at {ctx.paths.settings} are corrupt" in out
     assert "leasekit settings reset" in out
     assert ["orphan.min-age", "1h", "default"] in [line.split() for line in out.splitlines()]
     data = json_of(capsys, *target, "settings", "show")
-    assert conn.paths.settings in data["corrupt"]
+    assert ctx.paths.settings in data["corrupt"]
 
     code, out, err = run(capsys, *target, "retention", "plan")
-    assert code == 2 and "corrupt" in err and conn.paths.settings in err
+    assert code == 2 and "corrupt" in err and ctx.paths.settings in err
 
     code, out, err = run(capsys, *target, "settings", "reset")
     assert code == 0, err
@@ -104,13 +107,13 @@ def test_settings_reset_repairs_corrupt_settings(capsys, target, conn, zookeeper
     with caplog.at_level(logging.WARNING, logger="leasekit"):
         with lk.connect(*target[1:4:2], namespace=conn.namespace) as again:
             assert again.settings()["orphan.min-age"] == timedelta(hours=1)
-    assert settings_warnings(caplog, conn.paths.settings) == []
+    assert settings_warnings(caplog, ctx.paths.settings) == []
     assert run(capsys, *target, "retention", "plan")[0] == 0
 
 
 def test_settings_set_replace_repairs_corrupt_settings(capsys, target, conn, zookeeper) -> None:
     # §9: set without --replace reads the old value and refuses; --replace repairs
-    write_raw(zookeeper, conn.paths.settings, GARBAGE)
+    write_raw(zookeeper, testing.context(conn).paths.settings, GARBAGE)
     code, _, err = run(capsys, *target, "settings", "set", "orphan.min-age=2h")
     assert code == 2 and "settings reset" in err
     code, _, err = run(capsys, *target, "settings", "set", "--replace", "orphan.min-age=2h")

@@ -12,6 +12,7 @@ import msgpack
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.zk import SetData
 
 
@@ -78,7 +79,10 @@ def test_unreachable_zookeeper_is_a_clear_retriable_error(warehouse):
 
 def test_connect_without_address_starts_and_reuses_embedded_server(tmp_path):
     wh = tmp_path / "wh"
-    script = f"import leasekit as lk; c = lk.connect(warehouse={str(wh)!r}); print(c.zookeeper); c.close()"
+    script = (
+        f"import leasekit as lk; c = lk.connect(warehouse={str(wh)!r}); "
+        "print(c.zookeeper); c.close()"
+    )
     try:
         first = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, check=True
@@ -96,14 +100,15 @@ def test_connect_without_address_starts_and_reuses_embedded_server(tmp_path):
 
 
 def test_corrupt_table_metadata_names_the_path(conn):
+    ctx = testing.context(conn)
     table = conn.create_table("t", "id BIGINT", "id")
-    path = conn.paths.table("t")
-    conn.store.commit([SetData(path, b"\xc1garbage")])
+    path = ctx.paths.table("t")
+    ctx.store.commit([SetData(path, b"\xc1garbage")])
     with pytest.raises(lk.CorruptMetadataError) as info:
         conn.table("t")
     assert info.value.path == path
     assert path in str(info.value)
-    conn.store.commit([SetData(path, b"\x81\xa1v\x63")])  # {"v": 99}: an unknown format version
+    ctx.store.commit([SetData(path, b"\x81\xa1v\x63")])  # {"v": 99}: an unknown format version
     with pytest.raises(lk.CorruptMetadataError):
         conn.table("t")
     del table
@@ -155,17 +160,18 @@ def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, names
     from kazoo.security import make_digest_acl
 
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
-        conn.store.client.set_acls(
-            conn.paths.settings, [make_digest_acl("analyst", "s3cret", all=True)]
+        ctx = testing.context(conn)
+        ctx.store.client.set_acls(
+            ctx.paths.settings, [make_digest_acl("analyst", "s3cret", all=True)]
         )
         with pytest.raises(lk.PermissionDeniedError, match="settings"):
-            conn.watch_settings()  # the watch's first read, as connect() makes it
+            ctx.watch_settings()  # the watch's first read, as connect() makes it
         with pytest.raises(lk.PermissionDeniedError, match="settings"):
             lk.connect(zookeeper, warehouse, namespace=namespace)
         with lk.connect(
             zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")
         ) as allowed:
-            assert allowed.cached_settings() == allowed.settings()
+            assert testing.context(allowed).cached_settings() == allowed.settings()
 
 
 def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_auth(
@@ -178,25 +184,27 @@ def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_
 
     auth = ("analyst", "s3cret")
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=auth) as writer:
-        clock = writer.paths.clock
-        writer.store.client.set_acls(
+        ctx = testing.context(writer)
+        clock = ctx.paths.clock
+        ctx.store.client.set_acls(
             clock, [make_digest_acl(*auth, all=True), make_acl("world", "anyone", read=True)]
         )
-        marker = f"{writer.paths.root}/access"  # no namespace-closed marker back then
-        if writer.store.client.exists(marker):
-            writer.store.client.delete(marker)
+        marker = f"{ctx.paths.root}/access"  # no namespace-closed marker back then
+        if ctx.store.client.exists(marker):
+            ctx.store.client.delete(marker)
     with lk.connect(zookeeper, warehouse, namespace=namespace) as reader:
+        ctx = testing.context(reader)
         with pytest.raises(lk.PermissionDeniedError):
             reader.server_time()
         lk.connect(zookeeper, warehouse, namespace=namespace, auth=auth).close()
         assert abs(reader.server_time() - datetime.now(timezone.utc)) < timedelta(seconds=5)
-        acls, _ = reader.store.client.get_acls(clock)
+        acls, _ = ctx.store.client.get_acls(clock)
         world = [a.perms for a in acls if a.id.scheme == "world"]
         assert world == [Permissions.READ | Permissions.WRITE]
         with pytest.raises(NoAuthError):  # the clock takes no children and stays
-            reader.store.client.create(f"{clock}/x")
+            ctx.store.client.create(f"{clock}/x")
         with pytest.raises(NoAuthError):
-            reader.store.client.delete(clock)
+            ctx.store.client.delete(clock)
 
 
 # -- corrupt settings: connect works, retention refuses, repair (§9) ---------------------------
@@ -236,7 +244,7 @@ def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(
     # §9: a corrupt settings znode locks nobody out; retention fails safe meanwhile
     with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
         first.update_settings({"orphan.min-age": "2h"})
-        path = first.paths.settings
+        path = testing.context(first).paths.settings
     write_raw(zookeeper, path, data)
     with caplog.at_level(logging.WARNING, logger="leasekit"):
         conn = lk.connect(zookeeper, warehouse, namespace=namespace)
@@ -256,19 +264,20 @@ def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(
                 call()
             assert info.value.path == path and path in str(info.value)
         conn.lease("q3", "1h")  # leases use the defaults meanwhile
-        assert conn.store.get(path).data == data  # nothing written by the refusals
+        assert testing.context(conn).store.get(path).data == data  # nothing written by the refusals
 
 
 def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplog):
     # §9, §6.1: update_settings(mapping, replace=True) does not read the old value
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
+        ctx = testing.context(conn)
         conn.update_settings({"lease.expiry-grace": "5s"})
-        write_raw(zookeeper, conn.paths.settings, GARBAGE)
+        write_raw(zookeeper, ctx.paths.settings, GARBAGE)
         with pytest.raises(lk.InvalidArgumentError):
             conn.update_settings({"orphan.min-age": "soon"}, replace=True)
         with pytest.raises(lk.InvalidTypeError):
             conn.update_settings({}, replace="yes")
-        assert conn.store.get(conn.paths.settings).data == GARBAGE
+        assert ctx.store.get(ctx.paths.settings).data == GARBAGE
         new = conn.update_settings({"orphan.min-age": "2h"}, replace=True)
         assert new == {
             "lease.max-duration": timedelta(days=7),
@@ -287,11 +296,12 @@ def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplo
 
 def test_janitor_skips_its_passes_while_settings_are_corrupt(conn, zookeeper, caplog):
     # §9: the janitor logs and skips the pass (it never falls back to defaults)
+    ctx = testing.context(conn)
     import threading
 
     from leasekit import janitor
 
-    write_raw(zookeeper, conn.paths.settings, GARBAGE)
+    write_raw(zookeeper, ctx.paths.settings, GARBAGE)
     stop = threading.Event()
     thread = threading.Thread(target=janitor.run, args=(conn, "0.2s", stop), daemon=True)
     with caplog.at_level(logging.WARNING, logger="leasekit"):
@@ -299,7 +309,7 @@ def test_janitor_skips_its_passes_while_settings_are_corrupt(conn, zookeeper, ca
         deadline = time.monotonic() + 20
         while not any(
             "janitor pass skipped" in r.getMessage()
-            for r in settings_warnings(caplog, conn.paths.settings)
+            for r in settings_warnings(caplog, ctx.paths.settings)
         ):
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)

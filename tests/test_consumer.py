@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.log.segments import list_segments
 
 TB = lk.TableBucket
@@ -243,12 +244,13 @@ def test_segment_deleted_under_a_consumer_follows_the_reset_policy(conn, policy)
 
 def test_polls_without_new_records_make_no_zookeeper_calls(conn, orders):
     # §6.5: new records are noticed through watches, not by polling ZooKeeper in a loop
+    ctx = testing.context(conn)
     with conn.consumer("orders", auto_offset_reset="earliest") as c:
         c.poll()
-        before = conn.store.round_trips
+        before = ctx.store.round_trips
         for _ in range(5):
             assert c.poll(timeout="0.05s") == {}
-        assert conn.store.round_trips == before
+        assert ctx.store.round_trips == before
         orders.append([{"id": 900, "v": "n"}])
         assert _ids(c.poll(timeout="5s")) == [900]
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.consumers.group_admin import DESCRIBE_COLUMNS, RESET_COLUMNS
 from leasekit.zk import Delete
 
@@ -137,18 +138,19 @@ def test_delete_offsets_and_group(conn, orders):
 def test_a_subscribed_group_consumer_is_a_live_member(conn, orders):
     # §6.6, C13: describe names the member owning each bucket; a reset or delete is refused
     # while it lives; it leaves on close
+    ctx = testing.context(conn)
     consumer = conn.consumer("orders", group_id="live", auto_offset_reset="earliest")
     consumer.poll()
     consumer.commit()
     members = conn.group_members("live")
     assert [m.member_id for m in members] == [consumer.member_id]
     assert (
-        members[0].buckets == {TB("orders", b) for b in range(3)} and members[0].host == conn.owner
+        members[0].buckets == {TB("orders", b) for b in range(3)} and members[0].host == ctx.owner
     )
     frame = conn.describe_group("live")
     assert (
         frame["consumer_id"].tolist() == [consumer.member_id] * 3
-        and frame["host"].tolist() == [conn.owner] * 3
+        and frame["host"].tolist() == [ctx.owner] * 3
     )
     assert conn.consumer_groups() == ["live"]
     with pytest.raises(lk.GroupNotEmptyError):
@@ -233,7 +235,7 @@ def test_members_describe_and_status_show_who_owns_each_bucket_now(conn, four, p
     )  # C9: each once
     assert (ma.assigned, mb.assigned) == (mine_a, mine_b)
     assert ma.generation == mb.generation == a.generation == b.generation >= 1
-    assert ma.leader and not mb.leader and ma.host == mb.host == conn.owner
+    assert ma.leader and not mb.leader and ma.host == mb.host == testing.context(conn).owner
 
     frame = conn.describe_group("g")
     assert (
@@ -275,17 +277,18 @@ def test_an_owner_znode_naming_a_member_that_is_gone_is_not_ownership(conn, four
     # §6.6 rule 3, C12: a member whose session ended (its znode gone) owns nothing, though its
     # owner znodes still name it; with no live member, no bucket is owned and none is reported
     # unowned in GroupStatus (nothing is subscribed)
+    ctx = testing.context(conn)
     a, b = pair(four, enable_auto_commit=False)  # nothing to commit when they close
     a.commit()
     b.commit()
-    conn.store.commit([Delete(conn.paths.member("g", b.member_id))])  # as when its session expires
+    ctx.store.commit([Delete(ctx.paths.member("g", b.member_id))])  # as when its session expires
     frame = conn.describe_group("g")
     assert _owner_column(frame) == {
         tb: a.member_id if tb in a.assignment() else None for tb in four.buckets
     }
     assert [m.member_id for m in conn.group_members("g")] == [a.member_id]
     assert conn.group_status("g").unowned == b.assignment()
-    conn.store.commit([Delete(conn.paths.member("g", a.member_id))])
+    ctx.store.commit([Delete(ctx.paths.member("g", a.member_id))])
     assert _owner_column(conn.describe_group("g")) == dict.fromkeys(four.buckets)
     assert conn.group_members("g") == [] and conn.group_status("g").unowned == frozenset()
     assert conn.describe_group("g").attrs["leader"] is None
@@ -301,10 +304,11 @@ def test_admin_reads_refuse_bad_group_ids(conn, group):
 
 def test_admin_reads_take_few_round_trips(conn, four, pair):
     # §5 (ZooKeeper is not a log): a group is read in pipelined batches, not znode by znode
+    ctx = testing.context(conn)
     a, b = pair(four)
     # members, owners, offsets and the assignment listed, then read; bucket states with the clock;
     # describe also lists and reads the log segments of the table for time lag
     for call, most in ((conn.group_members, 2), (conn.group_status, 3), (conn.describe_group, 5)):
-        before = conn.store.round_trips
+        before = ctx.store.round_trips
         call("g")
-        assert conn.store.round_trips - before <= most, call.__name__
+        assert ctx.store.round_trips - before <= most, call.__name__

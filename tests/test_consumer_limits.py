@@ -13,6 +13,7 @@ import pytest
 from helpers import run_cli
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.durations import MAX_DURATION
 from leasekit.zk import SetData
 from leasekit.zk.formats import Commit, OffsetRecord
@@ -150,14 +151,15 @@ def test_reset_offsets_clamps_to_the_log_and_shows_it_in_the_plan(
 
 
 def _store_offset(conn, orders, offset):
+    ctx = testing.context(conn)
     tb = TB("orders", 0)
     consumer = conn.consumer(group_id="g")
     consumer.assign([tb])
     consumer.commit({tb: 1})
     consumer.close()
-    path = conn.paths.offset("g", orders.table_id, 0)
-    record = OffsetRecord(offset, "", "orders", (Commit(conn.server_time_ms(), offset, 10),))
-    conn.store.commit([SetData(path, record.encode())])
+    path = ctx.paths.offset("g", orders.table_id, 0)
+    record = OffsetRecord(offset, "", "orders", (Commit(ctx.server_time_ms(), offset, 10),))
+    ctx.store.commit([SetData(path, record.encode())])
     return path
 
 

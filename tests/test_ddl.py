@@ -78,7 +78,8 @@ def test_parse_example_schema():
 def test_modifiers_in_any_order_and_comment_escapes():
     schema = parse_ddl(
         "a INT COMMENT 'first' NOT NULL, b STRING NOT NULL COMMENT 'it''s', "
-        "c INT COMMENT 'tab\\there \\'q\\' \\\\ \\u00e9', d INT COMMENT \"dq \"\"x\"\"\", e INT COMMENT ''"
+        "c INT COMMENT 'tab\\there \\'q\\' \\\\ \\u00e9', d INT COMMENT \"dq \"\"x\"\"\", e INT "
+        "COMMENT ''"
     )
     assert [f.nullable for f in schema] == [False, False, True, True, True]
     assert schema.field("a").metadata == {b"comment": b"first"}

@@ -10,6 +10,7 @@ import pytest
 from helpers import namespace_tree
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.durations import parse_duration, to_ms
 from leasekit.validate import check_id
 
@@ -19,14 +20,15 @@ TRAILING = ["q3\n", "orders\n", "a.b\n", "x\n\n"]
 @pytest.mark.parametrize("value", TRAILING)
 def test_lease_ids_with_a_trailing_newline_are_refused_before_any_zookeeper_call(conn, value):
     # L1
-    before = conn.store.round_trips
+    ctx = testing.context(conn)
+    before = ctx.store.round_trips
     with pytest.raises(lk.InvalidLeaseIdError):
         conn.lease(value)
     with pytest.raises(lk.InvalidLeaseIdError):
         conn.acquire_kv_snapshot_lease(value, {}, "1h")
     with pytest.raises(lk.InvalidLeaseIdError):
         conn.drop_kv_snapshot_lease(value)
-    assert conn.store.round_trips == before
+    assert ctx.store.round_trips == before
 
 
 @pytest.mark.parametrize("value", TRAILING)
@@ -42,7 +44,8 @@ def test_group_like_ids_with_a_trailing_newline_are_refused(value):
 @pytest.mark.parametrize("value", TRAILING)
 def test_table_names_with_a_trailing_newline_are_refused_before_any_zookeeper_call(conn, value):
     # L1 (the table name rule, DESIGN 4)
-    before = conn.store.round_trips
+    ctx = testing.context(conn)
+    before = ctx.store.round_trips
     for call in (
         lambda: conn.create_table(value, "id BIGINT", "id"),
         lambda: conn.table(value),
@@ -51,7 +54,7 @@ def test_table_names_with_a_trailing_newline_are_refused_before_any_zookeeper_ca
     ):
         with pytest.raises(lk.InvalidArgumentError, match="invalid table name"):
             call()
-    assert conn.store.round_trips == before
+    assert ctx.store.round_trips == before
     assert conn.tables() == []
 
 

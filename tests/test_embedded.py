@@ -19,7 +19,10 @@ from leasekit import embedded
 from leasekit.errors import InvalidArgumentError, JavaNotFoundError, ZooKeeperUnavailableError
 
 REPO = Path(__file__).resolve().parents[1]
-STARTER = "import sys; from leasekit.embedded.server import ensure_running; print(ensure_running(sys.argv[1]))"
+STARTER = (
+    "import sys; from leasekit.embedded.server import ensure_running; "
+    "print(ensure_running(sys.argv[1]))"
+)
 
 
 def _server_pids(root: Path) -> list[int]:

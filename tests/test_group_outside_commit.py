@@ -11,6 +11,7 @@ import time
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 
 TB = lk.TableBucket
 
@@ -62,12 +63,13 @@ def test_a_member_joining_between_the_read_and_the_write_refuses_the_commit(
 ):
     # §6.5 inside the transaction: the outsider reads an empty group, then a member joins and
     # is assigned the bucket before the outsider's transaction runs: that transaction fails
+    ctx = testing.context(conn)
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
         joiner = other.consumer(
             "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
         )
         out = outsider(conn, enable_auto_commit=False)
-        real = conn.store.commit
+        real = ctx.store.commit
         joined = []
 
         def commit(ops):
@@ -79,7 +81,7 @@ def test_a_member_joining_between_the_read_and_the_write_refuses_the_commit(
                     joiner.poll(timeout="0.1s")
             return real(ops)
 
-        monkeypatch.setattr(conn.store, "commit", commit)
+        monkeypatch.setattr(ctx.store, "commit", commit)
         with pytest.raises(lk.GroupNotEmptyError):
             out.commit({TB("orders", 0): 7})
         monkeypatch.undo()
@@ -92,13 +94,14 @@ def test_reset_offsets_is_fenced_inside_its_transaction_too(
     conn, orders, zookeeper, warehouse, namespace, monkeypatch
 ):
     # C13: the reset's check of the group's members holds up to its write
+    ctx = testing.context(conn)
     with outsider(conn, enable_auto_commit=False) as out:
         out.commit({TB("orders", 0): 10})
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
         joiner = other.consumer(
             "orders", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
         )
-        real = conn.store.commit
+        real = ctx.store.commit
 
         def commit(ops):
             if any("/offsets/" in op.path for op in ops) and not joiner.assignment():
@@ -108,7 +111,7 @@ def test_reset_offsets_is_fenced_inside_its_transaction_too(
                     joiner.poll(timeout="0.1s")
             return real(ops)
 
-        monkeypatch.setattr(conn.store, "commit", commit)
+        monkeypatch.setattr(ctx.store, "commit", commit)
         with pytest.raises(lk.GroupNotEmptyError):
             conn.reset_offsets("g", to="earliest", dry_run=False)
         monkeypatch.undo()

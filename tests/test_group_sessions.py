@@ -11,6 +11,7 @@ import pytest
 from helpers import Recorder, TcpProxy
 
 import leasekit as lk
+from leasekit import testing
 
 TB = lk.TableBucket
 
@@ -201,6 +202,7 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(conn, o
 def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders):
     # C11, §9: with auto-commit, a member no longer in the group (its znode gone, as after a
     # session expiry) rejoins instead of raising, from poll and from close alike
+    ctx = testing.context(conn)
     from leasekit.zk import Delete
 
     a = conn.consumer(
@@ -208,7 +210,7 @@ def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders
     )
     poll_until([a], lambda: a.assignment() == set(orders.buckets))
     first = a.member_id
-    conn.store.commit([Delete(conn.paths.member("g", first))])
+    ctx.store.commit([Delete(ctx.paths.member("g", first))])
     time.sleep(0.2)
     poll_until(
         [a], lambda: a.member_id not in (None, first) and a.assignment() == set(orders.buckets)
@@ -224,6 +226,6 @@ def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders
             b.position(tb) == e for tb, e in orders.end_offsets().items() if tb in b.assignment()
         ),
     )
-    conn.store.commit([Delete(conn.paths.member("g", b.member_id))])
+    ctx.store.commit([Delete(ctx.paths.member("g", b.member_id))])
     b.close()  # its closing commit is refused: nothing raised, nothing written
     a.close()

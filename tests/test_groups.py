@@ -9,6 +9,7 @@ import time
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.zk import Delete
 
 TB = lk.TableBucket
@@ -93,11 +94,12 @@ def test_members_split_the_buckets_and_only_moving_buckets_are_revoked(conn, ord
 
 def test_a_commit_from_a_member_no_longer_in_the_group_is_refused(conn, orders):
     # C11: membership is checked inside the commit's transaction; nothing is written
+    ctx = testing.context(conn)
     a = member(conn)
     a.poll()
     tb = TB("orders", 0)
     a.commit({tb: 5})
-    conn.store.commit([Delete(conn.paths.member("g", a.member_id))])  # as when its session expires
+    ctx.store.commit([Delete(ctx.paths.member("g", a.member_id))])  # as when its session expires
     with pytest.raises(lk.CommitFailedError):
         a.commit({tb: 7})
     assert a.committed(tb) == 5
@@ -107,11 +109,12 @@ def test_a_commit_from_a_member_no_longer_in_the_group_is_refused(conn, orders):
 def test_a_fenced_commit_is_refused_even_when_the_offsets_are_already_stored(conn, orders):
     # C11: a member that lost its buckets has its commit refused even when the new owner has
     # stored the very same offsets already (nothing would be written: the fence still holds)
+    ctx = testing.context(conn)
     a = member(conn)
     a.poll()
     tb = TB("orders", 0)
     a.commit({tb: 5})
-    conn.store.commit([Delete(conn.paths.member("g", a.member_id))])  # as when its session expires
+    ctx.store.commit([Delete(ctx.paths.member("g", a.member_id))])  # as when its session expires
     conn.reset_offsets("g", to=7, buckets=[tb], dry_run=False)  # no live member left: allowed
     with pytest.raises(lk.CommitFailedError):
         a.commit({tb: 7})
@@ -122,18 +125,19 @@ def test_when_the_leader_leaves_the_next_oldest_member_assigns(conn, orders):
     # C14: one member at a time computes the assignment (the oldest); when it leaves, the next
     # oldest takes over and publishes the next generation naming itself as leader; C9 exact
     # coverage, balanced within 1
+    ctx = testing.context(conn)
     a, b, c = member(conn), member(conn), member(conn)
     poll_all([a], lambda: a.assignment() == set(orders.buckets))
     poll_all([a, b, c], lambda: sorted(len(x.assignment()) for x in (a, b, c)) == [1, 1, 2])
-    record = conn.store.get(conn.paths.group_assignment("g"))
+    record = ctx.store.get(ctx.paths.group_assignment("g"))
     from leasekit.zk.formats import AssignmentRecord
 
-    first = AssignmentRecord.decode(record, conn.paths.group_assignment("g"))
+    first = AssignmentRecord.decode(record, ctx.paths.group_assignment("g"))
     assert first.leader == a.member_id
     a.close()
     poll_all([b, c], lambda: len(b.assignment()) == len(c.assignment()) == 2)
     now = AssignmentRecord.decode(
-        conn.store.get(conn.paths.group_assignment("g")), conn.paths.group_assignment("g")
+        ctx.store.get(ctx.paths.group_assignment("g")), ctx.paths.group_assignment("g")
     )
     assert now.leader == b.member_id and now.generation > first.generation
     assert b.generation == c.generation == now.generation

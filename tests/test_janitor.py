@@ -17,7 +17,7 @@ import pytest
 from helpers import grow, wait_for, warehouse_files
 
 import leasekit as lk
-from leasekit import janitor
+from leasekit import janitor, testing
 from leasekit.zk import Create, Delete, SetData
 from leasekit.zk.formats import DroppedTable
 
@@ -104,6 +104,7 @@ def test_expired_lease_reclaimed_within_one_interval_real_clock(
 ) -> None:
     # L11 on the ZooKeeper clock: never before expires_at + grace, within one interval after;
     # eagerly: the snapshot only the lease kept goes in the same pass (R5), no new snapshot needed.
+    ctx = testing.context(conn)
     conn.update_settings({"lease.expiry-grace": "1s"})
     table = conn.create_table(
         "t", SCHEMA, "id", buckets=1, properties={"kv.snapshot.num-retained": 1}
@@ -113,13 +114,13 @@ def test_expired_lease_reclaimed_within_one_interval_real_clock(
         conn.lease("short", "1s").acquire({TB("t", 0): 1}).expires_at.timestamp() * 1000
     )
     deadline, interval_ms, slack_ms = expires_ms + 1000, 300, 500
-    path = conn.paths.lease("short")
+    path = ctx.paths.lease("short")
     start_janitor(conn, "300ms")
     observations = 0
     while True:
-        t0 = conn.server_time_ms()
-        present = conn.store.exists(path) is not None
-        t1 = conn.server_time_ms()
+        t0 = ctx.server_time_ms()
+        present = ctx.store.exists(path) is not None
+        t1 = ctx.server_time_ms()
         observations += 1
         if present:
             assert t0 <= deadline + interval_ms + slack_ms, "not reclaimed within one interval"
@@ -136,23 +137,24 @@ def test_expired_lease_reclaimed_within_one_interval_real_clock(
         2,
         "the pass's summary",
     )
-    assert conn.store.children(conn.paths.snapshot(table.table_id, 0, 2)) == []  # no pin left
+    assert ctx.store.children(ctx.paths.snapshot(table.table_id, 0, 2)) == []  # no pin left
 
 
-def test_expiry_follows_the_injected_clock(conn, start_janitor, caplog) -> None:
-    # L11 with conn.clock: the janitor on the same connection sees the shifted time.
+def test_expiry_follows_the_injected_clock(conn, clock, start_janitor, caplog) -> None:
+    # L11 with connect(clock=...): the janitor on the same connection sees the shifted time.
+    ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
     grow(table, 1)
     conn.lease("q3", "1h").acquire_latest("t")
     start_janitor(conn, "100ms")
     wait_for(lambda: len(passes(caplog)) >= 2, 5, "two passes")
-    conn.clock = lambda ms: ms + HOUR_MS + 29_000  # expired, still within the 30s grace
+    clock.advance(timedelta(milliseconds=HOUR_MS + 29_000))  # expired, still within the 30s grace
     seen = len(passes(caplog))
     wait_for(lambda: len(passes(caplog)) >= seen + 3, 5, "three more passes")
     assert [i.lease_id for i in conn.leases()] == ["q3"]
-    conn.clock = lambda ms: ms + HOUR_MS + 31_000
+    clock.advance(2)  # an hour and 31 s ahead: past the grace
     seen = len(passes(caplog))
-    wait_for(lambda: conn.store.exists(conn.paths.lease("q3")) is None, 5, "the lease to go")
+    wait_for(lambda: ctx.store.exists(ctx.paths.lease("q3")) is None, 5, "the lease to go")
     assert len(passes(caplog)) <= seen + 2  # the pass under way, at most one more
     assert conn.leases() == []
 
@@ -165,7 +167,9 @@ def test_one_janitor_acts_at_a_time_and_a_standby_takes_over(
     start_janitor(first, "100ms", name="janitor-a")
     wait_for(lambda: passes(caplog, "janitor-a"), 5, "the first janitor to lead")
     start_janitor(second, "100ms", name="janitor-b")
-    election = first.store.election(f"{first.paths.janitor}/election", "probe")
+    election = testing.context(first).store.election(
+        f"{testing.context(first).paths.janitor}/election", "probe"
+    )
     wait_for(lambda: len(election.contenders()) == 2, 5, "two contenders")
     time.sleep(1.0)
     assert len(passes(caplog, "janitor-a")) >= 5
@@ -182,9 +186,9 @@ def test_one_janitor_acts_at_a_time_and_a_standby_takes_over(
     time.sleep(0.5)
     assert len(passes(caplog, "janitor-a")) == done_a  # the old leader does no more passes
     assert len(passes(caplog, "janitor-b")) >= 3
-    assert second.store.election(f"{second.paths.janitor}/election", "probe").contenders() == [
-        second.owner
-    ]
+    assert testing.context(second).store.election(
+        f"{testing.context(second).paths.janitor}/election", "probe"
+    ).contenders() == [testing.context(second).owner]
 
 
 def test_stop_returns_promptly_for_standby_and_leader(connect, start_janitor, caplog) -> None:
@@ -193,7 +197,9 @@ def test_stop_returns_promptly_for_standby_and_leader(connect, start_janitor, ca
     stop_a, thread_a = start_janitor(leader, "1h", name="janitor-a")
     wait_for(lambda: passes(caplog, "janitor-a"), 5, "the first janitor to lead")
     stop_b, thread_b = start_janitor(standby, "1h", name="janitor-b")
-    election = leader.store.election(f"{leader.paths.janitor}/election", "probe")
+    election = testing.context(leader).store.election(
+        f"{testing.context(leader).paths.janitor}/election", "probe"
+    )
     wait_for(lambda: len(election.contenders()) == 2, 5, "two contenders")
     for stop, thread in ((stop_b, thread_b), (stop_a, thread_a)):
         started = time.monotonic()
@@ -205,23 +211,24 @@ def test_stop_returns_promptly_for_standby_and_leader(connect, start_janitor, ca
     assert len(passes(caplog, "janitor-a")) == 1  # interval 1h: one pass, then the stop
 
 
-def test_corrupt_lease_is_logged_and_skipped(conn, start_janitor, caplog) -> None:
+def test_corrupt_lease_is_logged_and_skipped(conn, clock, start_janitor, caplog) -> None:
     # Section 9: garbage in a lease znode is CorruptMetadataError naming the path; the janitor
     # skips it, keeps what it pins and still reclaims the other expired lease.
+    ctx = testing.context(conn)
     table = conn.create_table(
         "t", SCHEMA, "id", buckets=1, properties={"kv.snapshot.num-retained": 1}
     )
     grow(table, 3)
     conn.lease("good", "1h").acquire({TB("t", 0): 1})
     conn.lease("bad", "1h").acquire({TB("t", 0): 2})
-    bad = conn.paths.lease("bad")
-    conn.store.commit([SetData(bad, b"\xc1garbage")])
+    bad = ctx.paths.lease("bad")
+    ctx.store.commit([SetData(bad, b"\xc1garbage")])
     with pytest.raises(lk.CorruptMetadataError) as info:
         conn.lease("bad").info()
     assert info.value.path == bad
-    conn.clock = lambda ms: ms + 2 * HOUR_MS
+    clock.advance(timedelta(milliseconds=2 * HOUR_MS))
     start_janitor(conn, "100ms")
-    wait_for(lambda: conn.store.exists(conn.paths.lease("good")) is None, 5, "the good lease to go")
+    wait_for(lambda: ctx.store.exists(ctx.paths.lease("good")) is None, 5, "the good lease to go")
     wait_for(lambda: len(passes(caplog)) >= 2, 5, "a second pass")
     warnings = [
         r.getMessage()
@@ -229,7 +236,7 @@ def test_corrupt_lease_is_logged_and_skipped(conn, start_janitor, caplog) -> Non
         if r.name == "leasekit.janitor" and r.levelno == logging.WARNING
     ]
     assert any(bad in w and "decode" in w for w in warnings)
-    assert conn.store.get(bad).data == b"\xc1garbage"  # left untouched
+    assert ctx.store.get(bad).data == b"\xc1garbage"  # left untouched
     assert snapshot_ids(table) == {
         0: [2, 3]
     }  # 1 went with "good"; 2 is held by the unreadable lease
@@ -242,21 +249,22 @@ def test_corrupt_lease_is_logged_and_skipped(conn, start_janitor, caplog) -> Non
 
 def test_pass_finishes_a_half_done_table_drop(conn, caplog) -> None:
     # A dropper that died after its first step (table znode gone, drop marker written).
+    ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
     grow(table, 2)
     assert warehouse_files(conn)
-    node = conn.store.get(conn.paths.table("t"))
+    node = ctx.store.get(ctx.paths.table("t"))
     marker = DroppedTable("t", table.data_dir).encode()
-    conn.store.commit(
+    ctx.store.commit(
         [
-            Delete(conn.paths.table("t"), node.stat.version),
-            Create(conn.paths.dropped_table(table.table_id), marker),
+            Delete(ctx.paths.table("t"), node.stat.version),
+            Create(ctx.paths.dropped_table(table.table_id), marker),
         ]
     )
     report = janitor.run_once(conn)
     assert report.errors == [] and not report.dry_run
-    assert conn.store.children(conn.paths.dropped) == []
-    assert conn.store.exists(conn.paths.table_data(table.table_id)) is None
+    assert ctx.store.children(ctx.paths.dropped) == []
+    assert ctx.store.exists(ctx.paths.table_data(table.table_id)) is None
     assert warehouse_files(conn) == set()
     assert len(passes(caplog)) == 1
 
@@ -264,15 +272,16 @@ def test_pass_finishes_a_half_done_table_drop(conn, caplog) -> None:
 def test_a_pass_whose_election_znode_is_gone_deletes_nothing(conn) -> None:
     # §9 Fencing: the leader's election znode goes (as with its session); the pass it runs
     # next writes nothing and deletes no file: not a half-done drop, snapshot, segment or orphan
+    ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "0s"})
     dropped = conn.create_table("t", SCHEMA, "id", buckets=2)
     grow(dropped, 2)
-    node = conn.store.get(conn.paths.table("t"))
-    conn.store.commit(
+    node = ctx.store.get(ctx.paths.table("t"))
+    ctx.store.commit(
         [
-            Delete(conn.paths.table("t"), node.stat.version),
+            Delete(ctx.paths.table("t"), node.stat.version),
             Create(
-                conn.paths.dropped_table(dropped.table_id),
+                ctx.paths.dropped_table(dropped.table_id),
                 DroppedTable("t", dropped.data_dir).encode(),
             ),
         ]
@@ -285,21 +294,21 @@ def test_a_pass_whose_election_znode_is_gone_deletes_nothing(conn) -> None:
         properties={"kv.snapshot.num-retained": 1, "log.retention": "0s"},
     )
     grow(table, 3)
-    conn.warehouse.write_parquet(f"{table.data_dir}/stray/part-0.parquet", pa.table({"id": [1]}))
+    ctx.warehouse.write_parquet(f"{table.data_dir}/stray/part-0.parquet", pa.table({"id": [1]}))
     assert len(conn.retention_plan().deletes) > 5
-    files, tree = warehouse_files(conn), conn.store.descendants(conn.paths.root)
-    election = conn.store.election(f"{conn.paths.janitor}/election", "test")
+    files, tree = warehouse_files(conn), ctx.store.descendants(ctx.paths.root)
+    election = ctx.store.election(f"{ctx.paths.janitor}/election", "test")
 
     def lead() -> None:
         fence = election.leader_path()
         assert fence is not None
-        conn.store.commit([Delete(fence)])
-        with conn.store.fenced(fence), pytest.raises(lk.LeadershipLostError):
+        ctx.store.commit([Delete(fence)])
+        with ctx.store.fenced(fence), pytest.raises(lk.LeadershipLostError):
             janitor.run_once(conn)
 
     election.run(lead)
     assert warehouse_files(conn) == files
-    assert [p for p in conn.store.descendants(conn.paths.root) if "/janitor" not in p] == tree
+    assert [p for p in ctx.store.descendants(ctx.paths.root) if "/janitor" not in p] == tree
     assert janitor.run_once(conn).deleted  # unfenced (a user's pass), the same pass deletes
 
 
@@ -317,6 +326,7 @@ def test_janitor_killed_mid_pass_next_one_finishes(
 ) -> None:
     # R7: kill -9 during a pass with much to delete; a new janitor takes over once the dead
     # one's session ends and leaves exactly what a clean run leaves.
+    ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "0s", "lease.expiry-grace": "0s"})
     table = conn.create_table(
         "big",
@@ -344,10 +354,10 @@ def test_janitor_killed_mid_pass_next_one_finishes(
         [sys.executable, "-c", KILLABLE, zookeeper, warehouse, namespace], env=env
     )
     try:
-        snap_dirs = [conn.paths.snapshots(table.table_id, b) for b in range(32)]
+        snap_dirs = [ctx.paths.snapshots(table.table_id, b) for b in range(32)]
 
         def count() -> int:
-            return sum(len(k or []) for k in conn.store.children_many(snap_dirs))
+            return sum(len(k or []) for k in ctx.store.children_many(snap_dirs))
 
         wait_for(
             lambda: proc.poll() is not None or count() < before - 40,
@@ -381,8 +391,8 @@ def test_janitor_killed_mid_pass_next_one_finishes(
         oldest = min(kept_snaps[b])
         assert begin[TB("big", b)] == snaps[(b, oldest)].log_offset > 0
     assert [i.lease_id for i in conn.leases()] == ["keeper"]
-    assert conn.store.children(conn.paths.leases) == ["keeper"]
-    pins = conn.store.children_many([conn.paths.snapshot(table.table_id, b, s) for b, s in snaps])
+    assert ctx.store.children(ctx.paths.leases) == ["keeper"]
+    pins = ctx.store.children_many([ctx.paths.snapshot(table.table_id, b, s) for b, s in snaps])
     assert sorted(p for kids in pins for p in kids) == ["keeper"] * 4
     referenced = {os.path.relpath(f, warehouse) for s in table.snapshots() for f in s.files}
     referenced |= {

@@ -35,7 +35,7 @@ import json, os, sys
 import leasekit as lk
 with lk.connect(namespace={namespace!r}) as c:
     print(json.dumps({{"prefix": sys.prefix, "cwd": os.getcwd(), "zookeeper": c.zookeeper,
-                      "warehouse": c.warehouse.location, "tables": c.tables()}}))
+                      "warehouse": c.warehouse, "tables": c.tables()}}))
 """
 
 
@@ -271,7 +271,7 @@ def test_lab_serves_the_notebooks_and_its_kernel_reaches_the_named_zookeeper(
         "--zookeeper",
         zookeeper,
         "--warehouse",
-        conn.warehouse.location,
+        conn.warehouse,
         "lab",
         "--namespace",
         namespace,
@@ -296,7 +296,7 @@ def test_lab_serves_the_notebooks_and_its_kernel_reaches_the_named_zookeeper(
         ln.split(None, 1) for ln in lab.output[:-1] if not ln.startswith("notebooks connect")
     )
     assert fields["notebooks"] == str(notebooks) and fields["zookeeper"] == zookeeper
-    assert fields["embedded"] == "false" and fields["warehouse"] == conn.warehouse.location
+    assert fields["embedded"] == "false" and fields["warehouse"] == conn.warehouse
     assert f"notebooks connect with lk.connect(namespace={namespace!r})" in lab.output
     lab.wait_answering(f"http://127.0.0.1:{port}", deadline)
 
@@ -313,7 +313,7 @@ def test_lab_serves_the_notebooks_and_its_kernel_reaches_the_named_zookeeper(
     # ZooKeeper or warehouse argument opens the store the command was given
     seen = json.loads(lab.run_in_kernel("hello.ipynb", KERNEL_CODE.format(namespace=namespace)))
     assert seen["prefix"] == sys.prefix
-    assert seen["zookeeper"] == zookeeper and seen["warehouse"] == conn.warehouse.location
+    assert seen["zookeeper"] == zookeeper and seen["warehouse"] == conn.warehouse
     assert seen["tables"] == ["orders"] and seen["cwd"] == str(notebooks)
     with pytest.raises(urllib.error.HTTPError) as denied:  # the token is required
         urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents", timeout=5)

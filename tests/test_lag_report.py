@@ -14,7 +14,6 @@ import pytest
 from papermill.exceptions import PapermillExecutionError
 
 import leasekit as lk
-from leasekit.live import warehouse_location
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "consumer_lag_report.ipynb"
 TB = lk.TableBucket
@@ -43,7 +42,7 @@ def _run(tmp_path: Path, conn, **parameters):
     out = tmp_path / "lag_report_out.ipynb"
     params = {
         "zookeeper": conn.zookeeper,
-        "warehouse": warehouse_location(conn),
+        "warehouse": conn.warehouse,
         "namespace": conn.namespace,
         "group_id": GROUP,
         "max_lag": 10,

@@ -8,6 +8,7 @@ import uuid
 from helpers import seed_empty_snapshots
 
 import leasekit as lk
+from leasekit import testing
 
 
 def test_acquire_with_longest_namespace_lease_id_and_acls(zookeeper, warehouse):
@@ -16,7 +17,7 @@ def test_acquire_with_longest_namespace_lease_id_and_acls(zookeeper, warehouse):
     lease_id = "L" * 128
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("analyst", "s3cret")) as conn:
         table = conn.create_table("t", "id BIGINT", "id", buckets=5_000)
-        seed_empty_snapshots(conn, table)
+        seed_empty_snapshots(testing.context(conn), table)
         result = conn.lease(lease_id, "1h").acquire_latest("t")
         assert len(result.acquired) == 5_000 and result.unavailable == {}
         assert conn.drop_kv_snapshot_lease(lease_id) is True

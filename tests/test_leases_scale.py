@@ -13,6 +13,7 @@ import time
 from helpers import pin_znodes, seed_empty_snapshots
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.errors import IllegalStateError, SnapshotNotFoundError
 from leasekit.leases.upkeep import pins_of
 from leasekit.snapshots.catalog import delete_snapshot, get_snapshots
@@ -23,25 +24,28 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(
     conn, zookeeper, warehouse, namespace
 ):
     # L14
+    ctx = testing.context(conn)
     table = conn.create_table("wide", "id BIGINT", "id", buckets=100_000)
-    seed_empty_snapshots(conn, table)
+    seed_empty_snapshots(ctx, table)
 
     # A client dies after its third acquire transaction: pins and lease arrays still agree.
     script = textwrap.dedent(f"""
         import os, leasekit as lk
+        from leasekit import testing
         conn = lk.connect({zookeeper!r}, {warehouse!r}, namespace={namespace!r})
-        real, done = conn.store.commit, []
+        ctx = testing.context(conn)
+        real, done = ctx.store.commit, []
         def commit(ops):
             result = real(ops)
             done.append(1)
             if len(done) == 3:
                 os._exit(9)
             return result
-        conn.store.commit = commit
+        ctx.store.commit = commit
         conn.lease("crashed", "1h").acquire_latest("wide")
     """)
     assert subprocess.run([sys.executable, "-c", script]).returncode == 9
-    recorded = {tb.bucket: sid for tb, sid in pins_of(conn, "crashed").items()}
+    recorded = {tb.bucket: sid for tb, sid in pins_of(ctx, "crashed").items()}
     assert 0 < len(recorded) < 100_000
     every = {b: 1 for b in range(100_000)}
     assert pin_znodes(conn, table, "crashed", every) == recorded
@@ -56,10 +60,10 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(
     assert pin_znodes(conn, table, "big", every) == every
     sizes = [
         len(n.data)
-        for n in conn.store.get_many(
+        for n in ctx.store.get_many(
             [
-                f"{conn.paths.lease_pins('big')}/{name}"
-                for name in conn.store.children(conn.paths.lease_pins("big"))
+                f"{ctx.paths.lease_pins('big')}/{name}"
+                for name in ctx.store.children(ctx.paths.lease_pins("big"))
             ]
         )
     ]
@@ -144,7 +148,7 @@ def test_100000_pin_leases_acquired_and_dropped_again_and_again(conn):
     # L14: every acquire of 100,000 pins sends ~1 MB transactions that ZooKeeper keeps on its
     # heap (its last 500 transactions); the embedded server must hold them, cycle after cycle.
     table = conn.create_table("wide", "id BIGINT", "id", buckets=100_000)
-    seed_empty_snapshots(conn, table)
+    seed_empty_snapshots(testing.context(conn), table)
     for cycle in range(6):
         lease = conn.lease(f"cycle-{cycle}", "1h")
         assert len(lease.acquire_latest("wide").acquired) == 100_000

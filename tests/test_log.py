@@ -15,6 +15,7 @@ import pytest
 from helpers import read_log, warehouse_files
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.log.segments import list_segments
 
 
@@ -116,7 +117,7 @@ def test_writer_dying_before_commit_leaves_only_orphan_files(conn, zookeeper, wa
     orphans = warehouse_files(conn) - before_files
     assert orphans, "the dead writer's files should be on disk"
     referenced = {s.file for segs in list_segments(table, range(2)).values() for s in segs}
-    assert not {conn.warehouse.uri(o) for o in orphans} & referenced
+    assert not {testing.context(conn).warehouse.uri(o) for o in orphans} & referenced
     # the next append carries on with no gap
     table.append([{"id": 2}])
     assert sum(table.end_offsets().values()) == 2
@@ -134,12 +135,13 @@ def test_every_committed_segment_file_is_complete(conn):
 
 def test_timestamp_is_zookeeper_commit_time_and_never_decreases(conn):
     # W3
+    ctx = testing.context(conn)
     table = conn.create_table("t", "id BIGINT", "id", buckets=1)
     windows = []
     for b in range(6):
-        before = conn.server_time_ms()
+        before = ctx.server_time_ms()
         table.append([{"id": b}])
-        after = conn.server_time_ms()
+        after = ctx.server_time_ms()
         windows.append((before, after))
         time.sleep(0.01)
     segs = list_segments(table, [0])[0]
@@ -152,6 +154,7 @@ def test_timestamp_is_zookeeper_commit_time_and_never_decreases(conn):
 
 def test_timestamp_floor_survives_a_backwards_clock(conn):
     # W3: a state written "later" with an older mtime cannot pull timestamps back
+    ctx = testing.context(conn)
     table = conn.create_table("t", "id BIGINT", "id", buckets=1)
     table.append([{"id": 1}])
     from leasekit.log.state import read_states
@@ -159,10 +162,10 @@ def test_timestamp_floor_survives_a_backwards_clock(conn):
 
     state = read_states(table, [0])[0]
     future = state.stat.mtime_ms + 3_600_000
-    conn.store.commit(
+    ctx.store.commit(
         [
             SetData(
-                conn.paths.bucket(table.table_id, 0),
+                ctx.paths.bucket(table.table_id, 0),
                 state.encode(ts_floor=future),
                 state.stat.version,
             )

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.log import reader as lkreader
 from leasekit.log.segments import ROW_GROUP_RECORDS, list_segments
 
@@ -59,9 +60,10 @@ def test_segment_files_have_row_groups_a_read_can_skip(table):
 
 def test_a_segment_deleted_under_the_reader_is_reported(conn, table):
     # §6.5: a segment deleted by retention gives SegmentGone (the consumer applies its reset policy)
+    ctx = testing.context(conn)
     segments = list_segments(table, [0])[0]
     reader = lkreader.SegmentReader(table)
-    conn.warehouse.delete_files([conn.warehouse.relative(segments[0].file)])
+    ctx.warehouse.delete_files([ctx.warehouse.relative(segments[0].file)])
     with pytest.raises(lkreader.SegmentGone, match="deleted"):
         reader.read(segments[0], 0, 10)
     assert isinstance(lkreader.SegmentGone("x"), lk.IllegalStateError)

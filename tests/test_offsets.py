@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.consumers import offsets
 from leasekit.zk.formats import HISTORY
 
@@ -23,52 +24,61 @@ def orders(conn):
 def test_commit_then_fetch_with_metadata_time_and_log_end(conn, orders):
     # C2: the committed offset is the next one to consume, with its metadata; before any
     # commit there is none
+    ctx = testing.context(conn)
     tables = {"orders": orders}
-    assert offsets.fetch(conn, "g", tables, [TB("orders", 0)]) == {}
+    assert offsets.fetch(ctx, "g", tables, [TB("orders", 0)]) == {}
     ends = orders.end_offsets()
-    before = conn.now_ms()
+    before = ctx.now_ms()
     offsets.commit(
-        conn, "g", {TB("orders", 0): lk.OffsetAndMetadata(3, "batch 7"), TB("orders", 1): 0}, tables
+        ctx,
+        "g",
+        {TB("orders", 0): lk.OffsetAndMetadata(3, "batch 7"), TB("orders", 1): 0},
+        tables,
     )
-    got = offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)])
+    got = offsets.fetch(ctx, "g", tables, [TB("orders", b) for b in range(4)])
     assert {tb: (r.offset, r.metadata) for tb, r in got.items()} == {
         TB("orders", 0): (3, "batch 7"),
         TB("orders", 1): (0, ""),
     }
     record = got[TB("orders", 0)]
-    assert before <= record.commit_ms <= conn.now_ms()
+    assert before <= record.commit_ms <= ctx.now_ms()
     assert record.history[-1].log_end == ends[TB("orders", 0)]
     assert record.table == "orders"
-    assert set(offsets.fetch_group(conn, "g")) == {(orders.table_id, 0), (orders.table_id, 1)}
+    assert set(offsets.fetch_group(ctx, "g")) == {
+        (orders.table_id, 0),
+        (orders.table_id, 1),
+    }
 
 
 def test_unchanged_offsets_are_not_written(conn, orders):
     # C3, §5: a commit that changes nothing writes nothing; a changed one writes only itself
+    ctx = testing.context(conn)
     tables = {"orders": orders}
-    offsets.commit(conn, "g", {TB("orders", b): 5 for b in range(4)}, tables)
+    offsets.commit(ctx, "g", {TB("orders", b): 5 for b in range(4)}, tables)
     versions = {
         tb: r.stat.version
-        for tb, r in offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)]).items()
+        for tb, r in offsets.fetch(ctx, "g", tables, [TB("orders", b) for b in range(4)]).items()
     }
-    assert offsets.commit(conn, "g", {TB("orders", b): 5 for b in range(4)}, tables) == {}
-    written = offsets.commit(conn, "g", {TB("orders", 0): 6, TB("orders", 1): 5}, tables)
+    assert offsets.commit(ctx, "g", {TB("orders", b): 5 for b in range(4)}, tables) == {}
+    written = offsets.commit(ctx, "g", {TB("orders", 0): 6, TB("orders", 1): 5}, tables)
     assert set(written) == {TB("orders", 0)}
     after = {
         tb: r.stat.version
-        for tb, r in offsets.fetch(conn, "g", tables, [TB("orders", b) for b in range(4)]).items()
+        for tb, r in offsets.fetch(ctx, "g", tables, [TB("orders", b) for b in range(4)]).items()
     }
     assert after == {**versions, TB("orders", 0): versions[TB("orders", 0)] + 1}
 
 
 def test_history_keeps_the_last_commits_with_the_log_end_at_each(conn, orders):
     # §6.6: the lag-health window is the last 10 commits, each with its time and log end
+    ctx = testing.context(conn)
     tables = {"orders": orders}
     tb = TB("orders", 2)
     for offset in range(HISTORY + 3):
         if offset == 5:
             orders.append([{"id": i, "v": "y"} for i in range(40)])
-        offsets.commit(conn, "g", {tb: offset}, tables)
-    record = offsets.fetch(conn, "g", tables, [tb])[tb]
+        offsets.commit(ctx, "g", {tb: offset}, tables)
+    record = offsets.fetch(ctx, "g", tables, [tb])[tb]
     assert [c.offset for c in record.history] == list(range(3, HISTORY + 3))
     assert [c.time_ms for c in record.history] == sorted(c.time_ms for c in record.history)
     ends = [c.log_end for c in record.history]
@@ -77,25 +87,30 @@ def test_history_keeps_the_last_commits_with_the_log_end_at_each(conn, orders):
 
 def test_a_thousand_offsets_in_two_round_trips(conn):
     # B4, C3: read (offsets, log ends, clock) pipelined, then one transaction
+    ctx = testing.context(conn)
     table = conn.create_table("wide", "id BIGINT", "id", buckets=1000)
     tables = {"wide": table}
-    before = conn.store.round_trips
-    offsets.commit(conn, "g", {TB("wide", b): 1 for b in range(1000)}, tables)
-    assert conn.store.round_trips - before <= 2
-    before = conn.store.round_trips
-    offsets.commit(conn, "g", {TB("wide", b): 1 for b in range(1000)}, tables)
-    assert conn.store.round_trips - before == 1  # the read; nothing written
+    before = ctx.store.round_trips
+    offsets.commit(ctx, "g", {TB("wide", b): 1 for b in range(1000)}, tables)
+    assert ctx.store.round_trips - before <= 2
+    before = ctx.store.round_trips
+    offsets.commit(ctx, "g", {TB("wide", b): 1 for b in range(1000)}, tables)
+    assert ctx.store.round_trips - before == 1  # the read; nothing written
 
 
 def test_commits_beyond_one_transaction_write_every_offset_whole(conn):
     # §5: 1,000 offsets with 4 KB metadata each (4 MB) go in several transactions
+    ctx = testing.context(conn)
     table = conn.create_table("wide", "id BIGINT", "id", buckets=1000)
     tables = {"wide": table}
     metadata = "m" * offsets.MAX_METADATA_BYTES
     offsets.commit(
-        conn, "g", {TB("wide", b): lk.OffsetAndMetadata(b, metadata) for b in range(1000)}, tables
+        ctx,
+        "g",
+        {TB("wide", b): lk.OffsetAndMetadata(b, metadata) for b in range(1000)},
+        tables,
     )
-    got = offsets.fetch(conn, "g", tables, [TB("wide", b) for b in range(1000)])
+    got = offsets.fetch(ctx, "g", tables, [TB("wide", b) for b in range(1000)])
     assert {tb: (r.offset, r.metadata) for tb, r in got.items()} == {
         TB("wide", b): (b, metadata) for b in range(1000)
     }

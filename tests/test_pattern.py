@@ -9,6 +9,7 @@ import pytest
 from helpers import Recorder
 
 import leasekit as lk
+from leasekit import testing
 
 TB = lk.TableBucket
 
@@ -84,6 +85,7 @@ def test_a_dropped_table_is_no_offset_out_of_range(conn):
 def test_a_dropped_listed_table_is_not_read_or_waited_on(conn):
     # C17 with C5: a consumer without a group keeps a listed table's buckets after the drop,
     # but neither resets them nor spins on them: a poll waits its timeout quietly
+    ctx = testing.context(conn)
     table = day(conn, 1)
     c = conn.consumer("day_1", auto_offset_reset="none")
     for tb in table.buckets:
@@ -91,9 +93,9 @@ def test_a_dropped_listed_table_is_not_read_or_waited_on(conn):
     got = poll_until([c], lambda: len(got) == 10, got=(got := []))
     conn.drop_table("day_1")
     c.poll(timeout="0.5s")
-    before, started = conn.store.round_trips, time.monotonic()
+    before, started = ctx.store.round_trips, time.monotonic()
     assert c.poll(timeout="1s") == {}
-    assert time.monotonic() - started >= 0.9 and conn.store.round_trips - before <= 2
+    assert time.monotonic() - started >= 0.9 and ctx.store.round_trips - before <= 2
     c.close()
 
 
@@ -187,17 +189,18 @@ def test_a_dropped_table_leaves_the_group_assignment_and_its_commit_is_refused(c
 def test_a_commit_for_a_dropped_table_is_refused_before_the_consumer_notices(conn):
     # C17: the commit's transaction checks the table is still the one named: a bucket assigned
     # by hand whose table was dropped has its commit refused and nothing is stored
+    ctx = testing.context(conn)
     table = day(conn, 1)
     c = conn.consumer(group_id="g", auto_offset_reset="earliest")
     c.assign(list(table.buckets))
     c.poll(timeout="1s")
     c.commit({TB("day_1", 0): 2})
-    offsets_before = sorted(conn.store.children(conn.paths.group_offsets("g")))
+    offsets_before = sorted(ctx.store.children(ctx.paths.group_offsets("g")))
     conn.drop_table("day_1")
     with pytest.raises(lk.TableNotFoundError, match="day_1' was dropped"):
         c.commit({TB("day_1", 0): 4})
     c.commit()  # the positions: a dropped table's are left out, nothing raised
-    assert sorted(conn.store.children(conn.paths.group_offsets("g"))) == offsets_before
+    assert sorted(ctx.store.children(ctx.paths.group_offsets("g"))) == offsets_before
     c.close()  # auto-commit on close: nothing raised either
 
 

@@ -12,6 +12,7 @@ from helpers import grow, namespace_tree, warehouse_files
 
 import leasekit as lk
 from leasekit import spark as lks
+from leasekit import testing
 
 TB = lk.TableBucket
 
@@ -163,10 +164,11 @@ def test_respect_consumers_says_no_group_has_committed(conn, spark):
 
 def test_orphans_respect_min_age_and_never_touch_referenced_files(conn, spark):
     # R4
+    ctx = testing.context(conn)
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2)
     _history(table, spark, 1)
     referenced = {f for s in table.snapshots() for f in s.files}
-    conn.warehouse.write_parquet(
+    ctx.warehouse.write_parquet(
         f"{table.data_dir}/log/0/dead-writer.parquet", pa.table({"id": [1]})
     )
     plan = conn.retention_plan()
@@ -174,7 +176,7 @@ def test_orphans_respect_min_age_and_never_touch_referenced_files(conn, spark):
     assert [i.action for i in orphans] == ["keep"]
     assert "orphan.min-age 1h" in orphans[0].reason
     assert orphans[0].table_bucket == TB("t", 0)
-    assert orphans[0].item_id == conn.warehouse.uri(f"{table.data_dir}/log/0/dead-writer.parquet")
+    assert orphans[0].item_id == ctx.warehouse.uri(f"{table.data_dir}/log/0/dead-writer.parquet")
     conn.update_settings({"orphan.min-age": "0s"})
     report = conn.run_retention()
     assert [i.kind for i in report.deleted] == ["orphan"]
@@ -190,7 +192,11 @@ def test_namespaces_sharing_a_warehouse_never_take_each_others_files_for_orphans
     with lk.connect(zookeeper, warehouse, namespace=f"{conn.namespace}-other") as other:
         theirs = other.create_table("t", "id BIGINT", "id", buckets=2)
         theirs.append([{"id": i} for i in range(10)])
-        files = {f for f in warehouse_files(other) if f.startswith(f"{other.tables_dir}/")}
+        files = {
+            f
+            for f in warehouse_files(other)
+            if f.startswith(f"{testing.context(other).tables_dir}/")
+        }
         assert files
         mine = conn.create_table("t", "id BIGINT", "id", buckets=2)
         mine.append([{"id": i} for i in range(10)])
@@ -204,12 +210,12 @@ def test_namespaces_sharing_a_warehouse_never_take_each_others_files_for_orphans
             )  # still readable
 
 
-def test_one_pass_expires_leases_first(conn, spark):
+def test_one_pass_expires_leases_first(conn, clock, spark):
     # R5: the expired lease's snapshots are reclaimed in the same pass
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1)
     _history(table, spark, 3)
     conn.acquire_kv_snapshot_lease("old", {TB("t", 0): 1}, "1h")
-    conn.clock = lambda ms: ms + 3_600_000 + 31_000
+    clock.advance(3_600 + 31)
     plan = conn.retention_plan()
     assert _actions(plan, "lease")[(None, "old")][0] == "delete"
     assert "lease expired at" in _actions(plan, "lease")[(None, "old")][1]
@@ -221,13 +227,13 @@ def test_one_pass_expires_leases_first(conn, spark):
     assert [s.snapshot_id for s in table.snapshots(0)] == [2, 3]
 
 
-def test_lease_within_grace_is_kept_with_reason(conn):
+def test_lease_within_grace_is_kept_with_reason(conn, clock):
     # R6, L11
     conn.acquire_kv_snapshot_lease("q3", {}, "1h")
-    conn.clock = lambda ms: ms + 3_600_000 + 10_000
+    clock.advance(3_600 + 10)
     item = _actions(conn.retention_plan(), "lease")[(None, "q3")]
     assert item[0] == "keep" and "reclaimed after the 30s grace" in item[1]
-    conn.clock = lambda ms: ms
+    clock.advance(-(3_600 + 10))  # back to the ZooKeeper clock
     assert _actions(conn.retention_plan(), "lease")[(None, "q3")][1].startswith("valid until")
 
 
@@ -304,7 +310,7 @@ def test_refused_deletion_keeps_the_segments_it_needs(conn, spark):
     original = reclaim.plan
     reclaim.plan = plan_then_pin
     try:
-        report = run_retention(conn)
+        report = run_retention(testing.context(conn))
     finally:
         reclaim.plan = original
     assert any("snapshot 1" in e and "pinned by lease" in e for e in report.errors)

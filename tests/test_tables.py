@@ -10,6 +10,7 @@ import pytest
 from helpers import namespace_tree, warehouse_files
 
 import leasekit as lk
+from leasekit import testing
 
 
 def test_create_describe_list_drop(conn):
@@ -43,7 +44,8 @@ def test_create_describe_list_drop(conn):
     with pytest.raises(lk.TableNotFoundError):
         conn.table("orders")
     assert not any(
-        p.startswith(f"{conn.tables_dir}/orders/{table.table_id}") for p in warehouse_files(conn)
+        p.startswith(f"{testing.context(conn).tables_dir}/orders/{table.table_id}")
+        for p in warehouse_files(conn)
     )
 
 
@@ -202,34 +204,37 @@ def test_bucket_arguments(conn):
 @pytest.mark.parametrize("parent", ["tables", "data"])
 def test_create_table_in_a_namespace_missing_a_znode_says_so(conn, parent):
     # DESIGN 6.10: a failed transaction surfaces as a documented error naming the cause
+    ctx = testing.context(conn)
     from leasekit.zk import Delete
 
-    conn.store.commit([Delete(getattr(conn.paths, parent))])
+    ctx.store.commit([Delete(getattr(ctx.paths, parent))])
     with pytest.raises(
-        lk.IllegalStateError, match=f"{getattr(conn.paths, parent)} is missing from namespace"
+        lk.IllegalStateError, match=f"{getattr(ctx.paths, parent)} is missing from namespace"
     ):
         conn.create_table("t", "id BIGINT", "id")
-    with lk.connect(conn.zookeeper, conn.warehouse.location, namespace=conn.namespace):
+    with lk.connect(conn.zookeeper, conn.warehouse, namespace=conn.namespace):
         pass  # connecting again recreates the namespace's znodes
     assert conn.create_table("t", "id BIGINT", "id").name == "t"
 
 
-def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(conn):
+def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(conn, clock):
     # DESIGN 6.10: the failed drop names the missing znode and leaves the table in place
     from leasekit.tables.fence import STALE_MARK_MS
     from leasekit.zk import Delete
 
+    ctx = testing.context(conn)
+
     table = conn.create_table("t", "id BIGINT", "id", buckets=2)
-    conn.store.commit([Delete(conn.paths.dropped)])
+    ctx.store.commit([Delete(ctx.paths.dropped)])
     with pytest.raises(
-        lk.IllegalStateError, match=f"{conn.paths.dropped} is missing from namespace"
+        lk.IllegalStateError, match=f"{ctx.paths.dropped} is missing from namespace"
     ):
         conn.drop_table("t")
     assert conn.table("t") == table
-    with lk.connect(conn.zookeeper, conn.warehouse.location, namespace=conn.namespace):
+    with lk.connect(conn.zookeeper, conn.warehouse, namespace=conn.namespace):
         pass  # connecting again recreates the namespace's znodes
-    conn.clock = lambda ms: (
-        ms + STALE_MARK_MS + 1000
+    clock.advance(
+        timedelta(milliseconds=STALE_MARK_MS + 1000)
     )  # the failed drop's fence is taken over once stale
     conn.drop_table("t")
     assert conn.tables() == []
@@ -237,10 +242,11 @@ def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(c
 
 def test_a_failed_transaction_is_an_illegal_state_error(conn):
     # DESIGN 6.10: the ZooKeeper layer's conflict error, if a caller missed it, is still documented
+    ctx = testing.context(conn)
     from leasekit.zk import Delete
 
     with pytest.raises(lk.IllegalStateError):
-        conn.store.commit([Delete(conn.paths.table("nope"))])
+        ctx.store.commit([Delete(ctx.paths.table("nope"))])
 
 
 def _pinned_tables(conn) -> dict[str, set[str]]:
@@ -251,6 +257,7 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
     # §6.2 drop_table(force=True), L9: the leases' pins of the table go, a WARNING names those
     # leases; a lease left with no pins stays valid; a table re-created under the same name
     # is to them a table they never pinned
+    ctx = testing.context(conn)
     import logging
 
     from leasekit import janitor
@@ -258,8 +265,8 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
 
     orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
     other = conn.create_table("other", "id BIGINT, v STRING", "id", buckets=1)
-    seed_empty_snapshots(conn, orders, snapshot_id=5)
-    seed_empty_snapshots(conn, other)
+    seed_empty_snapshots(ctx, orders, snapshot_id=5)
+    seed_empty_snapshots(ctx, other)
     q3, both = conn.lease("q3", "1h"), conn.lease("both", "1h")
     bystander = conn.lease("bystander", "1h")
     q3.acquire_latest("orders")
@@ -278,7 +285,7 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
     q3.renew()
 
     again = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
-    seed_empty_snapshots(conn, again)
+    seed_empty_snapshots(ctx, again)
     assert q3.info().pins == {}
     result = q3.acquire_latest("orders")
     assert result.acquired == {lk.TableBucket("orders", 0): 1, lk.TableBucket("orders", 1): 1}
@@ -291,28 +298,29 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
 def test_a_forced_drop_finished_by_the_janitor_also_removes_the_pins(conn, spark):
     # §6.2, R7, L12: a drop interrupted after its commit and finished by a janitor pass leaves
     # no pin of the dropped table in any lease; the notebook run again reads the new table
+    ctx = testing.context(conn)
     from leasekit import janitor
     from leasekit.testing import seed_empty_snapshots
     from leasekit.zk import Create, Delete
     from leasekit.zk.formats import DroppedTable
 
     orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
-    seed_empty_snapshots(conn, orders, snapshot_id=5)
+    seed_empty_snapshots(ctx, orders, snapshot_id=5)
     lease = conn.lease("q3", "1h")
     lease.acquire_latest("orders")
-    node = conn.store.get(conn.paths.table("orders"))  # the drop's commit, then its dropper died
-    conn.store.commit(
+    node = ctx.store.get(ctx.paths.table("orders"))  # the drop's commit, then its dropper died
+    ctx.store.commit(
         [
-            Delete(conn.paths.table("orders"), node.stat.version),
+            Delete(ctx.paths.table("orders"), node.stat.version),
             Create(
-                conn.paths.dropped_table(orders.table_id),
+                ctx.paths.dropped_table(orders.table_id),
                 DroppedTable("orders", orders.data_dir).encode(),
             ),
         ]
     )
     janitor.run_once(conn)
     assert lease.info().pins == {}
-    assert conn.store.children(conn.paths.lease_pins("q3")) == []
+    assert ctx.store.children(ctx.paths.lease_pins("q3")) == []
 
     again = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
     again.append([{"id": i, "v": "new"} for i in range(6)])

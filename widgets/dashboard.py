@@ -7,8 +7,6 @@ from typing import Any
 
 import ipywidgets as w
 
-from leasekit.live import warehouse_location
-
 from .base import esc
 from .consumers import ConsumerPanel
 from .leases import LeasePanel
@@ -33,7 +31,7 @@ class Dashboard(w.VBox):
         self.header = w.HTML(
             f"<b>leasekit</b> · namespace <code>{esc(conn.namespace)}</code> · ZooKeeper "
             f"<code>{esc(conn.zookeeper)}</code> · warehouse "
-            f"<code>{esc(warehouse_location(conn))}</code>"
+            f"<code>{esc(conn.warehouse)}</code>"
         )
         self.header.add_class("leasekit-header")
         self.leases = LeasePanel(conn, auto_refresh=auto_refresh)

@@ -127,39 +127,37 @@ def duration_arg(text: str) -> Any:
     return text
 
 
-_INT64 = 2**63
+_INT64_MAX = 2**63 - 1
 
 
-def _whole(text: str, what: str) -> int:
+def _whole(text: str, what: str, minimum: int, maximum: int) -> int:
+    """``text`` as a whole number in ``[minimum, maximum]``, or argparse's error naming
+    ``what``."""
+    from ..errors import InvalidArgumentError
+    from ..validate import check_int
+
     try:
-        return int(text.strip().replace("_", ""))
+        value = int(text.strip().replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{what} must be a whole number, got {text[:40]!r}"
         ) from None
+    try:
+        return check_int(value, what, minimum=minimum, maximum=maximum)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def offset_arg(text: str) -> int:
     """A log offset: a whole number in [0, 2**63)."""
-    value = _whole(text, "offset")
-    if not 0 <= value < _INT64:
-        raise argparse.ArgumentTypeError(f"offset must be between 0 and 2**63-1, got {text[:40]}")
-    return value
+    return _whole(text, "offset", 0, _INT64_MAX)
 
 
 def shift_arg(text: str) -> int:
     """An offset shift: a whole number in (-2**63, 2**63)."""
-    value = _whole(text, "shift")
-    if not -_INT64 < value < _INT64:
-        raise argparse.ArgumentTypeError(
-            f"shift must be between -(2**63-1) and 2**63-1, got {text[:40]}"
-        )
-    return value
+    return _whole(text, "shift", -_INT64_MAX, _INT64_MAX)
 
 
 def bucket_arg(text: str) -> int:
     """A bucket number: a whole number in [0, 2**63)."""
-    value = _whole(text, "bucket")
-    if not 0 <= value < _INT64:
-        raise argparse.ArgumentTypeError(f"bucket must be between 0 and 2**63-1, got {text[:40]}")
-    return value
+    return _whole(text, "bucket", 0, _INT64_MAX)

@@ -64,7 +64,6 @@ def run(
             settle.
     """
     from .. import spark as lks
-    from ..testing import context
     from . import demo_report, demo_scenario
 
     check_int(rows, "rows", minimum=1)
@@ -80,7 +79,7 @@ def run(
     if not all(checks.values()):
         raise IllegalStateError(demo_scenario.failure(outcome, checks))
     elapsed = time.perf_counter() - started
-    warehouse = context(conn).warehouse.location
+    warehouse = conn.warehouse
     figures = demo_report.result(conn, outcome, elapsed, warehouse)
     out(demo_report.render(conn, outcome, figures, checks, elapsed))
     return figures

@@ -64,13 +64,15 @@ def _plan(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
+    from ..connection import context_of
     from ..retention.apply import run_retention
 
     with (
         connect(args, read_only=args.dry_run) as conn,
         tqdm(desc="retention", unit="item", disable=None, leave=False) as bar,
     ):
-        report = run_retention(conn, args.table, dry_run=args.dry_run, progress=bar.update)
+        ctx = context_of(conn)
+        report = run_retention(ctx, args.table, dry_run=args.dry_run, progress=bar.update)
     data = {
         "dry_run": report.dry_run,
         "deleted": [_item_row(i) for i in report.deleted],

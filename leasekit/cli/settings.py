@@ -32,9 +32,11 @@ def _parse_pair(text: str) -> tuple[str, str]:
 def _report(
     conn: Connection, settings: dict[str, Any], stored: dict[str, Any], corrupt: str | None
 ) -> dict[str, Any]:
+    from ..connection import context_of
+
     return {
         "namespace": conn.namespace,
-        "path": conn.paths.settings,
+        "path": context_of(conn).paths.settings,
         "settings": [
             {"setting": key, "value": value, "source": "set" if key in stored else "default"}
             for key, value in settings.items()
@@ -58,11 +60,12 @@ def _render(head: str | None) -> Any:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from ..connection import context_of
     from ..properties import NAMESPACE_SETTINGS, effective
 
     with connect(args, read_only=True) as conn:
         try:
-            stored, _ = conn.stored_settings()
+            stored, _ = context_of(conn).stored_settings()
             corrupt = None
         except CorruptMetadataError as exc:
             stored, corrupt = {}, str(exc)
@@ -72,6 +75,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _set(args: argparse.Namespace) -> int:
+    from ..connection import context_of
     from ..properties import NAMESPACE_SETTINGS
 
     mapping: dict[str, Any] = {}
@@ -84,7 +88,7 @@ def _set(args: argparse.Namespace) -> int:
         mapping[key] = duration_arg(value) if is_duration else value
     with connect(args) as conn:
         settings = conn.update_settings(mapping, replace=args.replace)
-        stored = mapping if args.replace else conn.stored_settings()[0]
+        stored = mapping if args.replace else context_of(conn).stored_settings()[0]
         data = _report(conn, settings, stored, None)
     head = f"{'replaced' if args.replace else 'updated'} the settings of namespace {args.namespace}"
     emit(args, data, _render(head))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import leasekit as lk
-from leasekit import embedded
+from leasekit import embedded, testing
 
 CLIENT_TIMEOUT = "30s"
 """Session timeout of every client here: long enough to ride out a ZooKeeper restart."""
@@ -75,7 +75,7 @@ class OwnZooKeeper:
         assert address == self.address, f"restarted on {address}, clients know {self.address}"
         deadline = time.monotonic() + RECONNECT_WITHIN
         for connection in wait_for:
-            while not connection.store.connected:
+            while not testing.context(connection).store.connected:
                 assert time.monotonic() < deadline, f"{connection} did not reconnect"
                 time.sleep(0.05)
         return address

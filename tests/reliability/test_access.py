@@ -15,6 +15,7 @@ import pytest
 from helpers import namespace_tree, seed_empty_snapshots
 
 import leasekit as lk
+from leasekit import testing
 
 TB = lk.TableBucket
 WRITER = ("writer", "s3cret")
@@ -23,22 +24,23 @@ WRITER = ("writer", "s3cret")
 def stock(writer: lk.Connection) -> None:
     """A table with records and snapshots, a lease pinning it, a group with offsets, an old
     orphan file, and orphan.min-age 0: what a stray retention pass would delete."""
+    ctx = testing.context(writer)
     table = writer.create_table("t", "id BIGINT, v STRING", "id", buckets=2)
-    seed_empty_snapshots(writer, table)
+    seed_empty_snapshots(ctx, table)
     table.append([{"id": i, "v": "x"} for i in range(10)])
     writer.lease("w1", "1h").acquire_latest("t")
     with writer.consumer(group_id="g", enable_auto_commit=False) as consumer:
         consumer.assign([TB("t", 0), TB("t", 1)])
         consumer.commit({TB("t", 0): 1, TB("t", 1): 1})
     writer.update_settings({"orphan.min-age": 0})
-    orphan = os.path.join(writer.warehouse.location, writer.tables_dir, "t", "stray.parquet")
+    orphan = os.path.join(writer.warehouse, ctx.tables_dir, "t", "stray.parquet")
     with open(orphan, "wb") as f:
         f.write(b"x")
     os.utime(orphan, (time.time() - 7200, time.time() - 7200))
 
 
 def files_of(conn: lk.Connection) -> set[str]:
-    return {e.path for e in conn.warehouse.list(conn.namespace)}
+    return {e.path for e in testing.context(conn).warehouse.list(conn.namespace)}
 
 
 def check_reader(writer: lk.Connection, reader: lk.Connection) -> None:
@@ -95,12 +97,13 @@ def check_reader(writer: lk.Connection, reader: lk.Connection) -> None:
 def open_znodes(conn: lk.Connection) -> list[str]:
     """Znodes of the namespace that a client without credentials may change: world may do more
     than READ (READ|WRITE on the clock)."""
+    ctx = testing.context(conn)
     from kazoo.security import Permissions
 
     found = []
-    for path in conn.store.descendants(conn.paths.root):
-        acls, _ = conn.store.client.get_acls(path)
-        allowed = Permissions.READ | (Permissions.WRITE if path == conn.paths.clock else 0)
+    for path in ctx.store.descendants(ctx.paths.root):
+        acls, _ = ctx.store.client.get_acls(path)
+        allowed = Permissions.READ | (Permissions.WRITE if path == ctx.paths.clock else 0)
         world = [a.perms for a in acls if (a.id.scheme, a.id.id) == ("world", "anyone")]
         if any(perms & ~allowed for perms in world):
             found.append(path)
@@ -128,13 +131,14 @@ def test_namespace_first_opened_without_auth_is_closed_by_a_writer_with_auth(
 ):
     # §9 Access, §6.1: a namespace created open is closed as a whole by the first writer with auth
     with lk.connect(zookeeper, warehouse, namespace=namespace) as analyst:
+        ctx = testing.context(analyst)
         analyst.create_table("early", "id BIGINT", "id").append([{"id": 1}])
         with lk.connect(zookeeper, warehouse, namespace=namespace, auth=WRITER) as writer:
             writer.drop_table("early")
             stock(writer)
             # the analyst's connection, opened before the namespace was closed, is refused too
             with pytest.raises(lk.PermissionDeniedError):
-                analyst.store.delete_tree(analyst.paths.table("t"))
+                ctx.store.delete_tree(ctx.paths.table("t"))
             with pytest.raises(lk.PermissionDeniedError):
                 analyst.update_settings({"orphan.min-age": "3h"})
             check_reader(writer, analyst)
@@ -149,6 +153,7 @@ def test_closing_leaves_nothing_open_while_a_stranger_keeps_creating(
     # §6.1: closing is complete even while an unauthenticated client keeps creating znodes (a
     # create racing an ACL change can land after it: rounds give that window chances to open)
     with lk.connect(zookeeper, warehouse, namespace=namespace) as stranger:
+        ctx = testing.context(stranger)
         stranger.create_table("t", "id BIGINT", "id", buckets=3).append(
             [{"id": i} for i in range(30)]
         )
@@ -159,16 +164,16 @@ def test_closing_leaves_nothing_open_while_a_stranger_keeps_creating(
             from leasekit.zk import Create
 
             parents = [
-                stranger.paths.root,
-                stranger.paths.tables,
-                stranger.paths.leases,
-                stranger.paths.groups,
+                ctx.paths.root,
+                ctx.paths.tables,
+                ctx.paths.leases,
+                ctx.paths.groups,
             ]
             while not stop.is_set():
                 for parent in parents:
                     path = f"{parent}/x{uuid.uuid4().hex[:8]}"
                     try:
-                        stranger.store.commit([Create(path, b"")])
+                        ctx.store.commit([Create(path, b"")])
                         created.append(path)
                     except lk.PermissionDeniedError:
                         pass

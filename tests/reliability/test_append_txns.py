@@ -14,6 +14,7 @@ import pytest
 from helpers import read_log
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.log import append as lklog
 from leasekit.tables.bucketing import bucket_ids
 from leasekit.zk import Delete, TxnConflict
@@ -91,12 +92,13 @@ def test_partial_append_names_what_committed_and_retry_completes(conn, monkeypat
 
 def test_wide_append_fits_one_transaction(conn):
     # Byte-sized groups: 300 buckets (more than the old fixed 200 per transaction) in one.
+    ctx = testing.context(conn)
     table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=300)
     by_bucket = _keys_by_bucket(table, 5000)
-    before = conn.store.round_trips
+    before = ctx.store.round_trips
     ranges = table.append([{"id": keys[0], "v": "x"} for keys in by_bucket.values()])
     assert len(ranges) == 300
-    commits = conn.store.round_trips - before
+    commits = ctx.store.round_trips - before
     assert commits <= 4, commits  # marker create, one read of the states, one commit, marker delete
 
 
@@ -118,13 +120,14 @@ def test_interrupted_wide_appends_never_duplicate(
     rng = random.Random(7)
 
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
+        ctx = testing.context(other)
 
         def kill_markers() -> None:
             while not stop.is_set():
                 time.sleep(rng.uniform(0.05, 0.8))
-                for name in other.store.children(other.paths.writes) or []:
+                for name in ctx.store.children(ctx.paths.writes) or []:
                     try:
-                        other.store.commit([Delete(other.paths.write(name))])
+                        ctx.store.commit([Delete(ctx.paths.write(name))])
                         killed["markers"] += 1
                     except TxnConflict:
                         pass  # the write ended first

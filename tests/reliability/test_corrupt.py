@@ -10,6 +10,7 @@ import pytest
 from helpers import namespace_tree, warehouse_files
 
 import leasekit as lk
+from leasekit import testing
 
 TB = lk.TableBucket
 
@@ -27,8 +28,9 @@ TABLE_GARBAGE = [pytest.param(data, id=name) for name, data in GARBAGE.items()]
 
 
 def _corrupt(conn, path: str, data: bytes) -> None:
-    assert conn.store.exists(path) is not None
-    conn.store.set(path, data)
+    ctx = testing.context(conn)
+    assert ctx.store.exists(path) is not None
+    ctx.store.set(path, data)
 
 
 def _names_path(exc_info, path: str) -> None:
@@ -57,9 +59,10 @@ def orders(conn, spark):
 def test_garbage_lease_znode_raises_naming_the_path(conn, garbage):
     # §5: decoding garbage raises CorruptMetadataError naming the path (leases(), info,
     # renew, acquire); nothing is silently recreated over it (L8)
+    ctx = testing.context(conn)
     conn.acquire_kv_snapshot_lease("sane", {}, "1h")
     conn.acquire_kv_snapshot_lease("bad", {}, "1h")
-    path = conn.paths.lease("bad")
+    path = ctx.paths.lease("bad")
     _corrupt(conn, path, garbage)
     calls = [
         conn.leases,
@@ -71,7 +74,7 @@ def test_garbage_lease_znode_raises_naming_the_path(conn, garbage):
         with pytest.raises(lk.CorruptMetadataError) as exc_info:
             call()
         _names_path(exc_info, path)
-    assert conn.store.get(path).data == garbage
+    assert ctx.store.get(path).data == garbage
     assert conn.lease("sane").info().lease_id == "sane"
 
 
@@ -80,30 +83,32 @@ def test_garbage_lease_znode_raises_naming_the_path(conn, garbage):
     [GARBAGE["not-msgpack"], GARBAGE["missing-fields"]],
     ids=["not-msgpack", "missing-fields"],
 )
-def test_expire_leases_skips_a_corrupt_lease_and_reclaims_the_others(conn, garbage):
+def test_expire_leases_skips_a_corrupt_lease_and_reclaims_the_others(conn, clock, garbage):
     # L11, §9: expiry skips the unreadable lease and still reclaims the expired ones
+    ctx = testing.context(conn)
     conn.update_settings({"lease.expiry-grace": "30s"})
     for lease_id in ("a-old", "bad", "z-old"):
         conn.acquire_kv_snapshot_lease(lease_id, {}, "1m")
     conn.acquire_kv_snapshot_lease("keeper", {}, "2h")
-    _corrupt(conn, conn.paths.lease("bad"), garbage)
-    conn.clock = lambda ms: ms + 60_000 + 31_000
+    _corrupt(conn, ctx.paths.lease("bad"), garbage)
+    clock.advance(60 + 31)
     assert sorted(conn.expire_leases()) == ["a-old", "z-old"]
-    assert conn.store.get(conn.paths.lease("bad")).data == garbage
-    assert conn.store.exists(conn.paths.lease("keeper")) is not None
+    assert ctx.store.get(ctx.paths.lease("bad")).data == garbage
+    assert ctx.store.exists(ctx.paths.lease("keeper")) is not None
 
 
-def test_retention_skips_a_corrupt_lease_and_still_reclaims_the_rest(conn, orders):
+def test_retention_skips_a_corrupt_lease_and_still_reclaims_the_rest(conn, clock, orders):
     # R5, R6, L11, R2, §9: the plan names the corrupt lease in ``skipped`` and plans
     # everything else; the pass reclaims the other expired lease and what it alone pinned,
     # and keeps the snapshot the unreadable lease pins
+    ctx = testing.context(conn)
     conn.update_settings({"lease.expiry-grace": "30s"})
     conn.acquire_kv_snapshot_lease("bad", {TB("orders", 0): 1}, "1m")
     conn.acquire_kv_snapshot_lease("old", {TB("orders", 1): 1}, "1m")
     conn.acquire_kv_snapshot_lease("keeper", {TB("orders", 2): 1}, "2h")
-    bad_path = conn.paths.lease("bad")
+    bad_path = ctx.paths.lease("bad")
     _corrupt(conn, bad_path, GARBAGE["not-msgpack"])
-    conn.clock = lambda ms: ms + 60_000 + 31_000  # "bad" and "old" would both be expired
+    clock.advance(60 + 31)  # "bad" and "old" would both be expired
 
     before = namespace_tree(conn)
     plan = conn.retention_plan()
@@ -132,8 +137,8 @@ def test_retention_skips_a_corrupt_lease_and_still_reclaims_the_rest(conn, order
         for i in report.deleted
     }
     assert deleted == {("lease", None, "old"), ("snapshot", 1, 1), ("snapshot", 3, 1)}
-    assert conn.store.get(bad_path).data == GARBAGE["not-msgpack"]
-    assert conn.store.exists(conn.paths.lease("old")) is None
+    assert ctx.store.get(bad_path).data == GARBAGE["not-msgpack"]
+    assert ctx.store.exists(ctx.paths.lease("old")) is None
     remaining = {(s.table_bucket.bucket, s.snapshot_id) for s in orders.snapshots()}
     assert remaining == {(0, 1), (0, 2), (1, 2), (2, 1), (2, 2), (3, 2)}
     for snap in orders.snapshots():  # R2: nothing that still has a pin lost a file
@@ -145,7 +150,7 @@ def test_garbage_table_znode_raises_naming_the_path(conn, garbage):
     # §5: conn.table() of a corrupt table znode raises CorruptMetadataError naming the path
     conn.create_table("sane", "id BIGINT", "id", buckets=2)
     conn.create_table("bad", "id BIGINT", "id", buckets=2)
-    path = conn.paths.table("bad")
+    path = testing.context(conn).paths.table("bad")
     _corrupt(conn, path, garbage)
     with pytest.raises(lk.CorruptMetadataError) as exc_info:
         conn.table("bad")
@@ -160,24 +165,25 @@ def test_garbage_table_znode_raises_naming_the_path(conn, garbage):
 def test_retention_skips_a_corrupt_table_and_never_deletes_its_files(conn, garbage):
     # R4, R6, §9: the corrupt table is skipped by name; its files are never taken for
     # orphans, even with orphan.min-age 0s; the other table is planned and reclaimed
+    ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "0s"})
     sane = conn.create_table("sane", "id BIGINT", "id", buckets=2)
     bad = conn.create_table("bad", "id BIGINT", "id", buckets=2)
     sane.append([{"id": i} for i in range(10)])
     bad.append([{"id": i} for i in range(10)])
     stray = f"{sane.data_dir}/log/0/stray.parquet"  # an unreferenced file of the sane table
-    conn.warehouse.write_parquet(stray, bad.schema.empty_table())
-    bad_files = {f for f in warehouse_files(conn) if f.startswith(f"{conn.tables_dir}/{bad.name}/")}
-    path = conn.paths.table("bad")
+    ctx.warehouse.write_parquet(stray, bad.schema.empty_table())
+    bad_files = {f for f in warehouse_files(conn) if f.startswith(f"{ctx.tables_dir}/{bad.name}/")}
+    path = ctx.paths.table("bad")
     _corrupt(conn, path, garbage)
 
     plan = conn.retention_plan()
     assert len(plan.skipped) == 1 and path in plan.skipped[0]
     orphans = {i.item_id for i in plan.items if i.kind == "orphan"}
-    assert orphans == {conn.warehouse.uri(stray)}
+    assert orphans == {ctx.warehouse.uri(stray)}
     assert {i.table_bucket.table for i in plan.items if i.kind == "segment"} == {"sane"}
     report = conn.run_retention()
-    assert {i.item_id for i in report.deleted} == {conn.warehouse.uri(stray)}
+    assert {i.item_id for i in report.deleted} == {ctx.warehouse.uri(stray)}
     assert bad_files <= warehouse_files(conn)
 
 
@@ -188,6 +194,7 @@ def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(
     # R4, R6, §9: a snapshot or bucket znode that cannot be read, or a child that is no
     # snapshot id, is named in ``skipped``; the files it may reference are kept even with
     # orphan.min-age 0s, and the other buckets are planned and reclaimed as usual
+    ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "0s"})
     newest = [
         f
@@ -196,14 +203,14 @@ def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(
         for f in s.files
     ]
     if damage == "garbage-snapshot":
-        path = conn.paths.snapshot(orders.table_id, 0, 2)
+        path = ctx.paths.snapshot(orders.table_id, 0, 2)
         _corrupt(conn, path, GARBAGE["not-msgpack"])
     elif damage == "garbage-bucket":
-        path = conn.paths.bucket(orders.table_id, 0)
+        path = ctx.paths.bucket(orders.table_id, 0)
         _corrupt(conn, path, GARBAGE["missing-fields"])
     else:
-        path = f"{conn.paths.snapshots(orders.table_id, 0)}/not-a-snapshot"
-        conn.store.ensure_path(path)
+        path = f"{ctx.paths.snapshots(orders.table_id, 0)}/not-a-snapshot"
+        ctx.store.ensure_path(path)
 
     plan = conn.retention_plan()
     assert len(plan.skipped) == 1 and path in plan.skipped[0]

@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from helpers import seed_empty_snapshots
 
 import leasekit as lk
+from leasekit import testing
 
 SCHEMA = "id BIGINT, v STRING"
 ROUND_SECONDS = 6.0
@@ -46,7 +48,8 @@ def _race(conns, name: str, lease_ids: list[str]) -> tuple[object, list[object]]
 
 
 def _lease_arrays_on(conn, lease_id: str, table_id: str) -> list[str]:
-    names = conn.store.children(conn.paths.lease_pins(lease_id)) or []
+    ctx = testing.context(conn)
+    names = ctx.store.children(ctx.paths.lease_pins(lease_id)) or []
     return [n for n in names if n.startswith(f"{table_id}.")]
 
 
@@ -54,6 +57,7 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
     conn, zookeeper, warehouse, namespace
 ):
     # DESIGN §9 races: drop_table racing acquire refuses the drop or fails the acquire (L3)
+    ctx = testing.context(conn)
     others = [lk.connect(zookeeper, warehouse, namespace=namespace) for _ in range(2)]
     conns = [conn, *others]
     counts = {"refused": 0, "dropped": 0, "acquire failed": 0}
@@ -63,7 +67,7 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
         while time.monotonic() < deadline:
             name = f"t{rounds}"
             table = conn.create_table(name, SCHEMA, "id", buckets=4)
-            seed_empty_snapshots(conn, table)
+            seed_empty_snapshots(ctx, table)
             lease_ids = [f"r{rounds}-{k}" for k in range(ACQUIRERS)]
             dropped, acquired = _race(conns, name, lease_ids)
             for lid, result in zip(lease_ids, acquired):
@@ -80,8 +84,8 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
                     assert isinstance(result, lk.AcquireResult), f"{lid}: {result!r}"
                     assert conn.lease(lid).info().pins == result.acquired
                     for tb, sid in result.acquired.items():
-                        pin = conn.paths.pin(table.table_id, tb.bucket, sid, lid)
-                        assert conn.store.exists(pin) is not None, f"{pin} is gone"
+                        pin = ctx.paths.pin(table.table_id, tb.bucket, sid, lid)
+                        assert ctx.store.exists(pin) is not None, f"{pin} is gone"
                 for lid in lease_ids:
                     conn.drop_kv_snapshot_lease(lid)
                 conn.drop_table(name)
@@ -91,13 +95,13 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
                 with pytest.raises(lk.TableNotFoundError):
                     conn.table(name)
                 assert (
-                    conn.store.exists(conn.paths.table_data(table.table_id)) is None
+                    ctx.store.exists(ctx.paths.table_data(table.table_id)) is None
                 )  # no pin znode left
                 for lid in lease_ids:
                     arrays = _lease_arrays_on(conn, lid, table.table_id)
                     pins = (
                         {tb: s for tb, s in conn.lease(lid).info().pins.items() if tb.table == name}
-                        if conn.store.exists(conn.paths.lease(lid))
+                        if ctx.store.exists(ctx.paths.lease(lid))
                         else {}
                     )
                     assert not arrays and not pins, (
@@ -114,35 +118,38 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
 
 def test_refused_drop_leaves_the_table_open_to_acquires(conn):
     # DESIGN §9 races, L3: a drop refused because of a pin does not fence the table afterwards
+    ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
-    seed_empty_snapshots(conn, table)
+    seed_empty_snapshots(ctx, table)
     conn.lease("a", "1h").acquire_latest("t")
     with pytest.raises(lk.IllegalStateError, match="pinned by lease"):
         conn.drop_table("t")
-    before = conn.store.round_trips
+    before = ctx.store.round_trips
     result = conn.lease("b", "1h").acquire_latest("t")
     assert result.acquired == {lk.TableBucket("t", b): 1 for b in range(2)}
-    assert conn.store.round_trips - before <= 4  # no waiting on a leftover fence
+    assert ctx.store.round_trips - before <= 4  # no waiting on a leftover fence
 
 
-def test_fence_of_a_dropper_that_died_before_deciding_is_cleared(conn):
+def test_fence_of_a_dropper_that_died_before_deciding_is_cleared(conn, clock):
     # DESIGN §9 races: a dropper killed after marking the table does not block acquires for good
+    ctx = testing.context(conn)
     from leasekit.tables import fence as drop_fence
 
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
-    seed_empty_snapshots(conn, table)
-    node = conn.store.get(conn.paths.table_data(table.table_id))
-    drop_fence.mark(conn, table.table_id, node.stat.version)  # ... and the dropper died here
-    conn.clock = lambda ms: ms + drop_fence.STALE_MARK_MS + 1000
+    seed_empty_snapshots(ctx, table)
+    node = ctx.store.get(ctx.paths.table_data(table.table_id))
+    drop_fence.mark(ctx, table.table_id, node.stat.version)  # ... and the dropper died here
+    clock.advance(timedelta(milliseconds=drop_fence.STALE_MARK_MS + 1000))
     result = conn.lease("a", "1h").acquire_latest("t")
     assert result.acquired == {lk.TableBucket("t", b): 1 for b in range(2)}
     with pytest.raises(lk.IllegalStateError, match=r"pinned by lease\(s\) a"):
         conn.drop_table("t")
 
 
-def test_dropper_that_died_after_committing_keeps_acquires_out(conn):
+def test_dropper_that_died_after_committing_keeps_acquires_out(conn, clock):
     # DESIGN §9 races: between the drop's commit and its data removal (the janitor finishes it),
     # an acquire fails with TableNotFoundError, however old the fence
+    ctx = testing.context(conn)
     from leasekit import janitor
     from leasekit.leases.lease import acquire_latest
     from leasekit.tables import fence as drop_fence
@@ -150,21 +157,21 @@ def test_dropper_that_died_after_committing_keeps_acquires_out(conn):
     from leasekit.zk.formats import DroppedTable
 
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
-    seed_empty_snapshots(conn, table)
-    data = conn.paths.table_data(table.table_id)
-    marked = drop_fence.mark(conn, table.table_id, conn.store.get(data).stat.version)
-    conn.store.commit(
+    seed_empty_snapshots(ctx, table)
+    data = ctx.paths.table_data(table.table_id)
+    marked = drop_fence.mark(ctx, table.table_id, ctx.store.get(data).stat.version)
+    ctx.store.commit(
         [
             Check(data, marked),
-            Delete(conn.paths.table("t")),
+            Delete(ctx.paths.table("t")),
             Create(
-                conn.paths.dropped_table(table.table_id), DroppedTable("t", table.data_dir).encode()
+                ctx.paths.dropped_table(table.table_id), DroppedTable("t", table.data_dir).encode()
             ),
         ]
     )
-    conn.clock = lambda ms: ms + drop_fence.STALE_MARK_MS + 1000
+    clock.advance(timedelta(milliseconds=drop_fence.STALE_MARK_MS + 1000))
     with pytest.raises(lk.TableNotFoundError):
-        acquire_latest(conn, "a", [table], 3_600_000)  # a handle loaded before the drop
-    assert conn.store.exists(conn.paths.lease("a")) is None
+        acquire_latest(ctx, "a", [table], 3_600_000)  # a handle loaded before the drop
+    assert ctx.store.exists(ctx.paths.lease("a")) is None
     janitor.run_once(conn)
-    assert conn.store.exists(data) is None and conn.store.children(conn.paths.dropped) == []
+    assert ctx.store.exists(data) is None and ctx.store.children(ctx.paths.dropped) == []

@@ -18,7 +18,7 @@ import pyarrow as pa
 from helpers import grow, wait_for, warehouse_files
 
 import leasekit as lk
-from leasekit import janitor
+from leasekit import janitor, testing
 from leasekit.log.segments import list_segments
 from leasekit.retention import apply
 
@@ -50,11 +50,12 @@ def _reacquire_nightly(conn) -> None:
 
 
 def _state(conn, table) -> tuple:
+    ctx = testing.context(conn)
     snaps = sorted((s.table_bucket.bucket, s.snapshot_id) for s in table.snapshots())
     segs = sorted(
         (b, s.base_offset) for b, ss in list_segments(table, range(2)).items() for s in ss
     )
-    pins = conn.store.children(conn.paths.snapshot(table.table_id, 0, 1))
+    pins = ctx.store.children(ctx.paths.snapshot(table.table_id, 0, 1))
     return snaps, segs, pins, sorted(warehouse_files(conn))
 
 
@@ -62,6 +63,7 @@ def test_lease_dropped_and_reacquired_between_plan_and_apply_survives(conn, monk
     # §9 Fencing, R2, L8: the plan saw the expired ``nightly``; before the pass applies it the
     # user drops it and acquires ``nightly`` again (same id, same record version): the new
     # lease survives the pass, with its pin and its snapshot's files.
+    ctx = testing.context(conn)
     table = _expired_nightly(conn)
     real = apply.plan
     planned = []
@@ -82,7 +84,7 @@ def test_lease_dropped_and_reacquired_between_plan_and_apply_survives(conn, monk
     assert "nightly" in infos and infos["nightly"].pins == {TB("t", 0): 1}
     assert infos["nightly"].duration.total_seconds() == 3600
     assert 1 in [s.snapshot_id for s in table.snapshots(0)]
-    assert conn.store.children(conn.paths.snapshot(table.table_id, 0, 1)) == ["nightly"]
+    assert ctx.store.children(ctx.paths.snapshot(table.table_id, 0, 1)) == ["nightly"]
     assert all(os.path.exists(f) for f in pinned.files)  # R2
     # the next pass, with a fresh plan, keeps it too
     monkeypatch.setattr(apply, "plan", real)
@@ -112,7 +114,9 @@ def test_lease_replaced_during_its_own_removal_survives(conn, monkeypatch):
     report = conn.run_retention()
     assert replaced and "nightly" not in {i.item_id for i in report.deleted if i.kind == "lease"}
     assert {i.lease_id: i.pins for i in conn.leases()} == {"nightly": {TB("t", 0): 1}}
-    assert conn.store.children(conn.paths.snapshot(table.table_id, 0, 1)) == ["nightly"]
+    assert testing.context(conn).store.children(
+        testing.context(conn).paths.snapshot(table.table_id, 0, 1)
+    ) == ["nightly"]
     assert all(os.path.exists(f) for f in pinned.files)  # R2
 
 
@@ -121,10 +125,12 @@ import logging, os, signal, sys, time
 import leasekit as lk
 from leasekit import janitor
 from leasekit.retention import apply
+from leasekit import testing
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
 zookeeper, warehouse, namespace = sys.argv[1:4]
 conn = lk.connect(zookeeper, warehouse, namespace=namespace, timeout="2s")
+store = testing.context(conn).store
 real = apply.plan
 calls = []
 
@@ -132,16 +138,16 @@ def plan_then_pause(meta):
     result = real(meta)
     if not calls:
         calls.append(1)
-        session = conn.store.client.client_id
+        session = store.client.client_id
         print("planned", len(result.deletes), flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
         # resumed past its session: wait until the client runs on a new session, so that
         # nothing but a fence stops this stale plan's writes
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (
-                not conn.store.connected or conn.store.client.client_id == session):
+                not store.connected or store.client.client_id == session):
             time.sleep(0.05)
-        print("applying on a new session", conn.store.client.client_id != session, flush=True)
+        print("applying on a new session", store.client.client_id != session, flush=True)
     return result
 
 apply.plan = plan_then_pause
@@ -170,7 +176,7 @@ def test_janitor_paused_past_its_session_deletes_nothing(
     caplog.set_level(logging.INFO, logger="leasekit.janitor")
     table = _expired_nightly(conn)
     stray = f"{table.data_dir}/stray/part-0.parquet"
-    conn.warehouse.write_parquet(stray, pa.table({"id": [1]}))
+    testing.context(conn).warehouse.write_parquet(stray, pa.table({"id": [1]}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     err_path = tmp_path / "stale.err"
     with open(err_path, "w") as err:

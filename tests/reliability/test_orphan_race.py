@@ -11,6 +11,7 @@ import traceback
 import pyarrow as pa
 from helpers import grow
 
+from leasekit import testing
 from leasekit.log.segments import list_segments
 
 TABLES = 6
@@ -66,7 +67,7 @@ def test_orphan_cleanup_never_deletes_committed_files(conn):
             table = rng.choice(tables)
             dice = rng.random()
             if dice < 0.05:  # a writer that died before its commit: a true orphan (R4)
-                conn.warehouse.write_parquet(
+                testing.context(conn).warehouse.write_parquet(
                     f"{table.data_dir}/log/0/dead-{rng.getrandbits(64):x}.parquet",
                     pa.table({"id": [1]}),
                 )

@@ -11,17 +11,19 @@ import os
 import pytest
 
 import leasekit as lk
+from leasekit import testing
+from leasekit.context import Context
 from leasekit.ownership import MARKER
 from leasekit.zk import ZkStore
 
 
 def marker(conn: lk.Connection) -> dict[str, str]:
-    with open(os.path.join(conn.warehouse.location, conn.namespace, MARKER)) as f:
+    with open(os.path.join(conn.warehouse, conn.namespace, MARKER)) as f:
         return json.load(f)
 
 
 def data_files(conn: lk.Connection) -> dict[str, int]:
-    return {e.path: e.size for e in conn.warehouse.list(conn.namespace)}
+    return {e.path: e.size for e in testing.context(conn).warehouse.list(conn.namespace)}
 
 
 def stock(conn: lk.Connection) -> None:
@@ -52,7 +54,7 @@ def test_fresh_namespace_directory_gets_the_marker(conn, namespace):
     # §9 Ownership: the first connection records the namespace's identity and, for people,
     # where its metadata lives; retention never takes the marker for an orphan
     owner = marker(conn)
-    assert owner["identity"] == conn.identity and len(owner["identity"]) == 32
+    assert owner["identity"] == testing.context(conn).identity and len(owner["identity"]) == 32
     assert owner["zookeeper"] == conn.zookeeper and owner["namespace"] == namespace
     conn.update_settings({"orphan.min-age": 0})
     conn.create_table("t", "id BIGINT", "id").append([{"id": 1}])
@@ -65,10 +67,10 @@ def test_existing_warehouse_without_marker_is_adopted(zookeeper, warehouse, name
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
         stock(conn)
         files = data_files(conn)
-        identity = conn.identity
+        identity = testing.context(conn).identity
     os.remove(os.path.join(warehouse, namespace, MARKER))
     with lk.connect(zookeeper, warehouse, namespace=namespace) as again:
-        assert marker(again)["identity"] == identity == again.identity
+        assert marker(again)["identity"] == identity == testing.context(again).identity
         assert data_files(again) == files
         assert sum(again.table("t").end_offsets().values()) == 20
 
@@ -78,15 +80,16 @@ def test_namespace_recreated_in_zookeeper_does_not_own_the_old_files(
 ):
     # §9 Ownership: a namespace dropped from ZooKeeper and created again is another instance
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
+        ctx = testing.context(conn)
         stock(conn)
         files = data_files(conn)
-        conn.store.delete_tree(conn.paths.root)
+        ctx.store.delete_tree(ctx.paths.root)
     with pytest.raises(lk.WarehouseOwnedError, match="remove"):
         lk.connect(zookeeper, warehouse, namespace=namespace)
     assert data_files_at(warehouse, namespace) == files
     os.remove(os.path.join(warehouse, namespace, MARKER))  # what the message says to do
     with lk.connect(zookeeper, warehouse, namespace=namespace) as adopted:
-        assert marker(adopted)["identity"] == adopted.identity
+        assert marker(adopted)["identity"] == testing.context(adopted).identity
 
 
 def data_files_at(warehouse: str, namespace: str) -> dict[str, int]:
@@ -102,12 +105,13 @@ def test_pyarrow_file_system_warehouse_is_owned_too(zookeeper, own_zk, namespace
     # §9 Ownership on a warehouse addressed by a pyarrow URI (pyarrow's in-memory "mock" file
     # system, shared here by two stores the way one object store would be)
     with lk.connect(zookeeper, "mock:///wh", namespace=namespace) as first:
+        ctx = testing.context(first)
         first.create_table("t", "id BIGINT", "id").append([{"id": 1}])
-        owner = json.loads(first.warehouse.read_small(f"{namespace}/{MARKER}"))
-        assert owner["identity"] == first.identity
+        owner = json.loads(ctx.warehouse.read_small(f"{namespace}/{MARKER}"))
+        assert owner["identity"] == ctx.identity
         store = ZkStore(own_zk.address)
         store.open()
-        second = lk.Connection(store, first.warehouse, namespace)
+        second = Context(store, ctx.warehouse, namespace)
         try:
             second.ensure_namespace()
             with pytest.raises(lk.WarehouseOwnedError):

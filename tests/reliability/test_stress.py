@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.leases import upkeep as lease_upkeep
 from leasekit.log.segments import list_segments
 from leasekit.snapshots.catalog import list_snapshots, read_latest
@@ -212,7 +213,7 @@ class Stress:
 
     def _lost(self, conn, slot: OwnLease, what: str, exc: Exception) -> None:
         """An own lease raised not-found/expired: legitimate only once its time was up."""
-        now = conn.server_time_ms()
+        now = testing.context(conn).server_time_ms()
         limit = slot.expires_ms + (GRACE_MS if isinstance(exc, lk.LeaseNotFoundError) else 0)
         if slot.exists and now <= limit:
             self.violation(
@@ -247,7 +248,8 @@ class Stress:
                     for tb, sid in wanted.items():
                         if sid >= 1000 and tb not in result.unavailable:
                             self.violation(
-                                f"acquire of {slot.lease_id}: missing snapshot {tb} {sid} not unavailable"
+                                f"acquire of {slot.lease_id}: missing snapshot {tb} {sid} not "
+                                "unavailable"
                             )
                     self.counts.add("unavailable", len(result.unavailable))
                 slot.note(f"acquire -> {result}")
@@ -378,7 +380,7 @@ class Stress:
                 time.sleep(0.1)
 
     def _check_pins(self, conn, tables) -> None:
-        now = conn.server_time_ms()
+        now = testing.context(conn).server_time_ms()
         live = [i for i in conn.leases() if _ms(i.expires_at) >= now]
         stored = {
             (s.table_bucket, s.snapshot_id): s
@@ -399,9 +401,10 @@ class Stress:
 
     def _confirm(self, conn, seen: lk.LeaseInfo, tb: TB, sid: int, problem: str) -> None:
         """A violation only if the same lease still pins it and is still unexpired."""
-        now = conn.server_time_ms()
+        ctx = testing.context(conn)
+        now = ctx.server_time_ms()
         try:
-            again = lease_upkeep.info(conn, seen.lease_id)
+            again = lease_upkeep.info(ctx, seen.lease_id)
         except lk.LeaseNotFoundError:
             return
         if (
@@ -487,7 +490,7 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
                 problems.append(f"{tb} snapshot {sid} vanished without retention deleting it")
             elif sid >= latest.get(tb.bucket, 0):
                 problems.append(f"{tb} snapshot {sid} (the newest) was deleted")
-    now = conn.server_time_ms()
+    now = testing.context(conn).server_time_ms()
     stored_leases = {i.lease_id: i for i in conn.leases()}
     for slot in (s for slots in stress.slots for s in slots):
         if not slot.exists:
@@ -510,8 +513,9 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
 def metadata_consistency(conn) -> list[str]:
     """No orphan pin, lease or snapshot metadata: pins and lease pin arrays agree both ways,
     every lease record decodes and is live, every snapshot's and segment's files exist."""
+    ctx = testing.context(conn)
     problems = []
-    store, paths = conn.store, conn.paths
+    store, paths = ctx.store, ctx.paths
     lease_ids = store.children(paths.leases) or []
     arrays: dict[str, dict[tuple[str, int], int]] = {}
     for lease_id in lease_ids:
@@ -540,7 +544,8 @@ def metadata_consistency(conn) -> list[str]:
                     arrays[lease_id][(table_id, bucket)] = sid
                     if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
                         problems.append(
-                            f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin"
+                            f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a "
+                            "pin"
                         )
     for name in TABLES:
         table = conn.table(name)
@@ -562,7 +567,7 @@ def metadata_consistency(conn) -> list[str]:
             for sid in ids:
                 snap_path = paths.snapshot(tid, bucket, sid)
                 files = SnapshotRecord.decode(store.get(snap_path).data, snap_path).files
-                if not all(os.path.exists(conn.warehouse.uri(f)) for f in files):
+                if not all(os.path.exists(ctx.warehouse.uri(f)) for f in files):
                     problems.append(
                         f"orphan snapshot metadata: {name}/{bucket} snapshot {sid} lost files"
                     )
@@ -634,29 +639,34 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
     stress.violations += metadata_consistency(conn)
 
     # the end: drop every remaining lease, one more retention pass
-    for lease_id in conn.store.children(conn.paths.leases) or []:
+    ctx = testing.context(conn)
+    for lease_id in ctx.store.children(ctx.paths.leases) or []:
         conn.drop_kv_snapshot_lease(lease_id)
     report = conn.run_retention()
     assert not report.errors, report.errors
     final = metadata_consistency(conn)
-    assert not conn.store.children(conn.paths.leases)
+    assert not ctx.store.children(ctx.paths.leases)
     for name in TABLES:  # R1: with no pins left, only the newest snapshot of a bucket stays
         snapshots = conn.table(name).snapshots()
         assert sorted(s.table_bucket.bucket for s in snapshots) == list(range(BUCKETS))
         for snap in snapshots:
-            assert not conn.store.children(
-                conn.paths.snapshot(
+            assert not testing.context(conn).store.children(
+                testing.context(conn).paths.snapshot(
                     conn.table(name).table_id, snap.table_bucket.bucket, snap.snapshot_id
                 )
             )
 
     c = stress.counts
     summary = (
-        f"STRESS SUMMARY {seconds:g}s x {WORKERS} workers: acquires={c['acquires']} renews={c['renews']} "
+        f"STRESS SUMMARY {seconds:g}s x {WORKERS} workers: acquires={c['acquires']} "
+        f"renews={c['renews']} "
         f"releases={c['releases']} drops={c['drops']} appends={c['appends']} (rows={c['rows']}) "
-        f"snapshots={c['snapshots']} (calls={c['snapshot calls']}) retention passes={c['retention passes']} "
-        f"deleted items={c['deleted items']} (snapshots={c['deleted snapshots']} segments={c['deleted segments']} "
-        f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired leases={c['expired leases']} "
+        f"snapshots={c['snapshots']} (calls={c['snapshot calls']}) retention "
+        f"passes={c['retention passes']} "
+        f"deleted items={c['deleted items']} (snapshots={c['deleted snapshots']} "
+        f"segments={c['deleted segments']} "
+        f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired "
+        f"leases={c['expired leases']} "
         f"invariant checks={c['invariant checks']} (pins={c['pins checked']}) "
         f"violations={len(stress.violations) + len(final)} zookeeper kills={len(downtimes)} "
         f"(down {', '.join(f'{d:.1f}s' for d in downtimes)}) zookeeper errors ridden out="

@@ -15,6 +15,7 @@ import pytest
 from helpers import read_log, warehouse_files
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.log.segments import list_segments
 
 CHILD = textwrap.dedent("""
@@ -82,7 +83,7 @@ def test_killed_writer_leaves_no_offset_gap(
     assert events.end_offsets() == before_ends
     assert events.beginning_offsets() == before_begins
     referenced = {s.file for segs in list_segments(events, range(4)).values() for s in segs}
-    assert not {conn.warehouse.uri(f) for f in written} & referenced
+    assert not {testing.context(conn).warehouse.uri(f) for f in written} & referenced
     assert all(r["v"] == "first" for rows in read_log(events).values() for r in rows)
 
     # the next append continues densely where the committed log ended
@@ -103,7 +104,7 @@ def test_killed_writers_orphans_are_removed_after_min_age(
     # W2, R4: the dead writer's files are orphans; retention keeps them while younger than
     # orphan.min-age (they may be a write in progress) and deletes them after
     written = _kill_writer_before_commit(zookeeper, warehouse, namespace, tmp_path)
-    orphans = {conn.warehouse.uri(f) for f in written}
+    orphans = {testing.context(conn).warehouse.uri(f) for f in written}
     committed = warehouse_files(conn) - set(written)
     assert all(os.path.exists(uri) for uri in orphans)
 
@@ -169,6 +170,7 @@ def test_writer_stalled_past_orphan_min_age_keeps_its_files(conn, events, monkey
 def test_writer_whose_marker_is_gone_cannot_commit(conn, events, monkeypatch):
     # W2, R4: once a writer's marker is gone (its ZooKeeper session ended), its files may be
     # swept as orphans, so its commit must be refused and nothing acknowledged
+    ctx = testing.context(conn)
     import leasekit.log.append as log
     from leasekit.zk import Delete
 
@@ -178,7 +180,7 @@ def test_writer_whose_marker_is_gone_cannot_commit(conn, events, monkeypatch):
     swept = []
 
     def session_lost(table, files, token, **kwargs):
-        conn.store.commit([Delete(conn.paths.write(token))])  # as if the session had expired
+        ctx.store.commit([Delete(ctx.paths.write(token))])  # as if the session had expired
         time.sleep(1.2)
         swept.extend(i.item_id for i in conn.run_retention().deleted if i.kind == "orphan")
         return commit(table, files, token, **kwargs)

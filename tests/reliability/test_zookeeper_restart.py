@@ -81,7 +81,7 @@ def test_acknowledged_metadata_survives_kill_and_restart(own_zk, connect, state)
 
     # a second client sees the same
     with lk.connect(
-        own_zk.address, conn.warehouse.location, namespace=conn.namespace, timeout="30s"
+        own_zk.address, conn.warehouse, namespace=conn.namespace, timeout="30s"
     ) as other:
         assert {i.lease_id: i for i in other.leases()} == leases_before
         assert other.table("orders").end_offsets() == ends

@@ -20,6 +20,7 @@ from datetime import datetime
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.log.markers import in_flight
 from leasekit.log.segments import list_segments
 from leasekit.log.state import read_states
@@ -59,7 +60,7 @@ def test_connect_string_names_every_server(ensemble, ensemble_connect):
 def test_leases_on_the_ensemble(ensemble, ensemble_connect):
     conn = ensemble_connect()
     table = conn.create_table("orders", "id BIGINT", "id", buckets=4)
-    seed_empty_snapshots(conn, table)
+    seed_empty_snapshots(testing.context(conn), table)
     lease = conn.lease("q3", "1h")
     acquired = lease.acquire_latest("orders")
     assert acquired.acquired == {tb: 1 for tb in table.buckets} and not acquired.unavailable
@@ -69,9 +70,7 @@ def test_leases_on_the_ensemble(ensemble, ensemble_connect):
     assert lease.info().pins == {tb: 1 for tb in table.buckets if tb.bucket != 0}
     # every server holds the lease: a client of one server alone reads it
     for address in ensemble.addresses:
-        with lk.connect(
-            address, conn.warehouse.location, namespace=conn.namespace, timeout="10s"
-        ) as one:
+        with lk.connect(address, conn.warehouse, namespace=conn.namespace, timeout="10s") as one:
             _eventually(lambda one=one: [i.lease_id for i in one.leases()] == ["q3"])
             assert one.lease("q3").info().pins == lease.info().pins
     assert lease.drop() is True
@@ -133,7 +132,9 @@ def test_consumer_group_on_the_ensemble(ensemble_connect):
 def test_retention_on_the_ensemble(ensemble_connect):
     conn = ensemble_connect()
     table = conn.create_table("t", "id BIGINT", "id", buckets=2)
-    seed_history(conn, table, snapshots=4, segments=4, rows_per_segment=10, file_bytes=16)
+    seed_history(
+        testing.context(conn), table, snapshots=4, segments=4, rows_per_segment=10, file_bytes=16
+    )
     conn.lease("report", "1h").acquire({TB("t", 0): 1})
     plan = conn.retention_plan("t")
     snaps = {(i.table_bucket.bucket, i.item_id): i for i in plan.items if i.kind == "snapshot"}
@@ -175,7 +176,7 @@ TABLE_PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "2s"}
 def snapshot_without_spark(table) -> dict[TB, lk.Snapshot]:
     """Register a snapshot of every advanced bucket with a small placeholder file (what a
     Spark compaction registers, minus Spark: retention lists and deletes it, nothing reads it)."""
-    conn = table.context
+    ctx = table.context
     states = read_states(table, range(table.num_buckets))
     advanced = {
         b: s.end
@@ -184,11 +185,11 @@ def snapshot_without_spark(table) -> dict[TB, lk.Snapshot]:
     }
     if not advanced:
         return {}
-    with in_flight(conn) as token:
+    with in_flight(ctx) as token:
         written = {}
         for bucket, end in advanced.items():
             rel = f"{table.data_dir}/snapshots/{token}/_bucket={bucket}/part-0.parquet"
-            path = conn.warehouse.uri(rel)
+            path = ctx.warehouse.uri(rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(b"\0" * 64)
@@ -328,7 +329,7 @@ class FailoverStress:
                     self.violations.append(f"drop of {slot.lease_id} found no lease")
                 slot.abandon()
         except (lk.LeaseNotFoundError, lk.LeaseExpiredError) as exc:
-            if conn.server_time_ms() <= slot.expires_ms + GRACE_MS:
+            if testing.context(conn).server_time_ms() <= slot.expires_ms + GRACE_MS:
                 self.violations.append(
                     f"{kind} of {slot.lease_id} acknowledged until {slot.expires_ms}: {exc!r}"
                 )
@@ -344,7 +345,7 @@ class FailoverStress:
     def worker(self, index: int) -> None:
         rng = random.Random(2000 + index)
         conn = self.connect()
-        session = conn.store.client.client_id[0]
+        session = testing.context(conn).store.client.client_id[0]
         tables = {name: conn.table(name) for name in TABLES}
         consumer = conn.consumer(group_id=f"g{index}", enable_auto_commit=False)
         consumer.assign(list(tables["orders"].buckets))
@@ -374,7 +375,7 @@ class FailoverStress:
             time.sleep(rng.uniform(0.0, 0.01))
         consumer.close()
         with self.lock:
-            self.sessions.append((session, conn.store.client.client_id[0]))
+            self.sessions.append((session, testing.context(conn).store.client.client_id[0]))
 
     def checker(self) -> None:
         """Every pin of an unexpired lease names a snapshot whose files all exist."""
@@ -382,7 +383,7 @@ class FailoverStress:
         tables = {name: conn.table(name) for name in TABLES}
         while not self.stop.is_set():
             try:
-                now = conn.server_time_ms()
+                now = testing.context(conn).server_time_ms()
                 live = [i for i in conn.leases() if _ms(i.expires_at) >= now]
                 stored = {
                     (s.table_bucket, s.snapshot_id): s
@@ -414,7 +415,7 @@ class FailoverStress:
 
     def _confirm(self, conn, seen: lk.LeaseInfo, tb: TB, sid: int, problem: str) -> None:
         """A violation only if the lease still pins it, unexpired, now (not released since)."""
-        now = conn.server_time_ms()
+        now = testing.context(conn).server_time_ms()
         try:
             again = conn.lease(seen.lease_id).info()
         except lk.LeaseNotFoundError:
@@ -449,7 +450,7 @@ class FailoverStress:
                     elif r.start >= begins[tb] and not {r.start, r.end} <= bounds:
                         lost.append(f"{tb}: acknowledged {r} is not stored as segments")
         stored = {i.lease_id: i for i in conn.leases()}
-        now = conn.server_time_ms()
+        now = testing.context(conn).server_time_ms()
         for slot in (s for slots in self.slots for s in slots if s.exists):
             self.count("leases checked")
             info = stored.get(slot.lease_id)
@@ -471,7 +472,8 @@ class FailoverStress:
                     )
                     if value not in allowed:
                         lost.append(
-                            f"group g{worker} {tb}: committed {value}, acknowledged {mine.acked.get(tb)}"
+                            f"group g{worker} {tb}: committed {value}, acknowledged "
+                            f"{mine.acked.get(tb)}"
                         )
         return lost
 
@@ -529,16 +531,23 @@ def test_leader_kill_during_stress(ensemble, ensemble_connect, ensemble_seconds,
     )
     failover = max((t for t in stress.first_after_kill if t is not None), default=float("nan"))
     summary = (
-        f"ENSEMBLE STRESS SUMMARY {seconds:g}s x {WORKERS} workers on 3 servers: writes acknowledged="
-        f"{acknowledged} (appends={c['appends']} commits={c['commits']} bucket snapshots={c['snapshots']} "
-        f"lease acquires={c['lease acquires']} renews={c['lease renews']} releases={c['lease releases']} "
+        f"ENSEMBLE STRESS SUMMARY {seconds:g}s x {WORKERS} workers on 3 servers: writes "
+        "acknowledged="
+        f"{acknowledged} (appends={c['appends']} commits={c['commits']} bucket "
+        f"snapshots={c['snapshots']} "
+        f"lease acquires={c['lease acquires']} renews={c['lease renews']} "
+        f"releases={c['lease releases']} "
         f"drops={c['lease drops']}) lost={len(lost)} (checked append ranges={c['appends checked']} "
-        f"leases={c['leases checked']} offsets={c['offsets checked']}) retention passes={c['retention passes']} "
+        f"leases={c['leases checked']} offsets={c['offsets checked']}) retention "
+        f"passes={c['retention passes']} "
         f"(deleted snapshots={c['deleted snapshots']} segments={c['deleted segments']}) "
         f"pins checked={c['pins checked']} pins on deleted files={c['pins on deleted files']} "
-        f"errors ridden out={c['errors ridden out']} failover: election {election:.2f}s, every worker writing "
-        f"again after {failover:.2f}s, killed server rejoined after {rejoined:.1f}s; ops after the kill per "
-        f"worker={stress.after_kill} sessions kept={sum(a == b for a, b in stress.sessions)}/{len(stress.sessions)}"
+        f"errors ridden out={c['errors ridden out']} failover: election {election:.2f}s, every "
+        "worker writing "
+        f"again after {failover:.2f}s, killed server rejoined after {rejoined:.1f}s; ops after the "
+        "kill per "
+        f"worker={stress.after_kill} sessions "
+        f"kept={sum(a == b for a, b in stress.sessions)}/{len(stress.sessions)}"
     )
     with capsys.disabled():
         print("\n" + summary)

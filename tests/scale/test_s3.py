@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pytest
 
 import leasekit as lk
+from leasekit import testing
 from leasekit.log.markers import in_flight
 from leasekit.snapshots.register import Written, register
 
@@ -148,7 +149,8 @@ def s3(tmp_path_factory):
         while True:
             if proc.poll() is not None:
                 pytest.fail(
-                    f"weed server exited ({proc.returncode}): {(base / 'weed.log').read_text()[-2000:]}"
+                    f"weed server exited ({proc.returncode}): "
+                    f"{(base / 'weed.log').read_text()[-2000:]}"
                 )
             try:
                 admin.create_dir(BUCKET)
@@ -156,7 +158,8 @@ def s3(tmp_path_factory):
             except OSError:
                 if time.monotonic() > deadline:
                     pytest.fail(
-                        f"S3 did not answer on {endpoint}: {(base / 'weed.log').read_text()[-2000:]}"
+                        f"S3 did not answer on {endpoint}: "
+                        f"{(base / 'weed.log').read_text()[-2000:]}"
                     )
                 time.sleep(0.5)
         with pytest.MonkeyPatch.context() as mp:
@@ -212,9 +215,10 @@ def _read_all(conn, table) -> dict[int, pa.Table]:
 def _snapshot(conn, table) -> dict[TB, lk.Snapshot]:
     """Take a snapshot of every bucket without Spark: last write wins per key over the log,
     one Parquet file per bucket written through the warehouse, registered like Spark's."""
-    wh = conn.warehouse
+    ctx = testing.context(conn)
+    wh = ctx.warehouse
     written: dict[int, Written] = {}
-    with in_flight(conn) as token:
+    with in_flight(ctx) as token:
         for bucket, records in _read_all(conn, table).items():
             if records is None:
                 continue
@@ -239,11 +243,11 @@ def _snapshot(conn, table) -> dict[TB, lk.Snapshot]:
 
 
 def _rel(conn, uri: str) -> str:
-    return f"{conn.namespace}/{conn.warehouse.relative(uri)}"
+    return f"{conn.namespace}/{testing.context(conn).warehouse.relative(uri)}"
 
 
 def test_appends_write_segments_to_s3_and_a_consumer_reads_them_back(conn, bucket):
-    assert conn.warehouse.location == f"s3://{BUCKET}/{conn.namespace}"
+    assert conn.warehouse == f"s3://{BUCKET}/{conn.namespace}"
     table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
     first = table.append([{"id": i, "v": f"a{i}"} for i in range(40)])
     written = [
@@ -255,7 +259,7 @@ def test_appends_write_segments_to_s3_and_a_consumer_reads_them_back(conn, bucke
     assert len(segments) == sum(
         r.end > r.start for ranges in written for r in ranges.values()
     )  # one per bucket touched
-    assert {e.path for e in conn.warehouse.list(table.data_dir)} == {
+    assert {e.path for e in testing.context(conn).warehouse.list(table.data_dir)} == {
         s.split("/", 1)[1] for s in segments
     }
     got = _read_all(conn, table)
@@ -279,6 +283,7 @@ def test_appends_write_segments_to_s3_and_a_consumer_reads_them_back(conn, bucke
 
 
 def test_snapshots_leases_and_retention_on_s3(conn, bucket):
+    ctx = testing.context(conn)
     table = conn.create_table(
         "t",
         "id BIGINT, v STRING",
@@ -311,7 +316,7 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
     plan = conn.retention_plan()
     orphans = [i for i in plan.items if i.kind == "orphan"]
     assert [(i.item_id, i.action, i.size_bytes) for i in orphans] == [
-        (conn.warehouse.uri(orphan), "keep", 13)
+        (ctx.warehouse.uri(orphan), "keep", 13)
     ]
     assert "orphan.min-age 1h" in orphans[0].reason
     snapshot_actions = {
@@ -348,7 +353,7 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
     # §9 Ownership: the owner marker lies beside tables/, and retention keeps it
     marker = f"{conn.namespace}/{conn.namespace}/_leasekit_owner.json"  # warehouse s3://bucket/<ns>
     assert marker in stored
-    assert {e.path for e in conn.warehouse.list(conn.tables_dir)} == {
+    assert {e.path for e in ctx.warehouse.list(ctx.tables_dir)} == {
         s.split("/", 1)[1] for s in stored - {marker}
     }
 
@@ -372,13 +377,15 @@ def test_endpoint_in_the_uri_query_string(s3, zookeeper, namespace, bucket, monk
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     uri = f"s3://{BUCKET}/{namespace}?endpoint_override={s3}&scheme=http"
     with lk.connect(zookeeper, warehouse=uri, namespace=namespace) as conn:
-        assert conn.warehouse.location == f"s3://{BUCKET}/{namespace}" and s3 not in repr(conn)
+        assert conn.warehouse == f"s3://{BUCKET}/{namespace}" and s3 not in repr(conn)
         table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1)
         table.append([{"id": i, "v": str(i)} for i in range(5)])
         assert _read_all(conn, table)[0].column("v").to_pylist() == [str(i) for i in range(5)]
         (snap,) = _snapshot(conn, table).values()
         assert snap.files[0].startswith(f"s3://{BUCKET}/{namespace}/{table.data_dir}/snapshots/")
-        assert conn.warehouse.to_spark(snap.files[0]).startswith(
-            f"s3a://{BUCKET}/{namespace}/{namespace}/tables/"
+        assert (
+            testing.context(conn)
+            .warehouse.to_spark(snap.files[0])
+            .startswith(f"s3a://{BUCKET}/{namespace}/{namespace}/tables/")
         )
         assert _rel(conn, snap.files[0]) in _objects(bucket, namespace)
