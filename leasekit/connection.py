@@ -32,7 +32,7 @@ from .structs import (
 from .tables import catalog as _tables
 from .validate import check_id, check_namespace
 from .warehouse import Warehouse
-from .zk import TxnConflict, ZkStore, to_datetime
+from .zk import ConflictReason, TxnConflict, ZkStore, to_datetime
 from .zk.formats import SettingsRecord
 
 if TYPE_CHECKING:
@@ -215,8 +215,8 @@ class Connection:
                 stat = self._context.store.set(path, SettingsRecord(merged).encode(), version)
             except TxnConflict as exc:
                 if exc.reason not in (
-                    "version",
-                    "nonode",
+                    ConflictReason.VERSION,
+                    ConflictReason.NONODE,
                 ):  # nonode: deleted meanwhile, recreated on re-read
                     raise IllegalStateError(f"cannot update settings at {path}: {exc}") from None
                 continue

@@ -25,6 +25,7 @@ from ..validate import check_id
 from ..zk import (
     MAX_REQUEST_BYTES,
     MAX_TXN_OPS,
+    ConflictReason,
     Create,
     Delete,
     Node,
@@ -268,9 +269,11 @@ def _resolve(
 ) -> None:
     """Adjust the work after a failed acquire transaction; the caller re-reads and retries."""
     paths = ctx.paths
-    if exc.index == 0 and exc.reason == "nonode":
+    if exc.index == 0 and exc.reason == ConflictReason.NONODE:
         raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while acquiring")
-    if not (isinstance(exc.op, Create) and exc.reason == "nonode" and exc.index in pin_ops):
+    if not (
+        isinstance(exc.op, Create) and exc.reason == ConflictReason.NONODE and exc.index in pin_ops
+    ):
         return  # a concurrent change to the lease or a pin: re-read and rebuild
     # One pinned snapshot is gone; find every missing one of this batch in one pipelined read.
     by_id = {t.name: t for t in tables.values()}
@@ -316,7 +319,7 @@ def renew_at(ctx: Context, lease_id: str, duration_ms: int | None) -> tuple[int,
                 path, record.renewed(duration, ctx.owner).encode(), record.stat.version
             )
         except TxnConflict as exc:
-            if exc.reason == "nonode":
+            if exc.reason == ConflictReason.NONODE:
                 raise LeaseExpiredError(
                     f"lease {lease_id!r} was dropped or expired while renewing"
                 ) from None

@@ -12,7 +12,18 @@ from ..durations import to_ms
 from ..errors import CorruptMetadataError, LeaseNotFoundError
 from ..structs import LeaseInfo, TableBucket
 from ..validate import check_id
-from ..zk import MAX_TXN_OPS, Check, Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
+from ..zk import (
+    MAX_TXN_OPS,
+    Check,
+    ConflictReason,
+    Delete,
+    Node,
+    Op,
+    SetData,
+    TxnConflict,
+    chunk_ops,
+    to_datetime,
+)
 from ..zk.formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from ..zk.paths import CHUNK
 
@@ -106,7 +117,7 @@ def release(ctx: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[in
             try:
                 ctx.store.commit_retrying(build, what=f"release from lease {lease_id}")
             except TxnConflict as exc:
-                if exc.reason != "nonode":
+                if exc.reason != ConflictReason.NONODE:
                     raise
                 forget_missing_pins(ctx, lease_id)
                 ctx.store.commit_retrying(build, what=f"release from lease {lease_id}")
@@ -214,9 +225,9 @@ def remove(
             store.commit([*guard, Delete(paths.lease_pins(lease_id)), Delete(rec_path), bump])
             return True
         except TxnConflict as exc:
-            if exc.op.path == rec_path and exc.reason == "nonode":
+            if exc.op.path == rec_path and exc.reason == ConflictReason.NONODE:
                 return False
-            if exc.reason == "nonode" and "/pins/" not in exc.op.path:
+            if exc.reason == ConflictReason.NONODE and "/pins/" not in exc.op.path:
                 forget_missing_pins(ctx, lease_id)  # a pin went with a force-dropped table
 
 

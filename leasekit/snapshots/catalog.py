@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..errors import IllegalStateError, SnapshotNotFoundError
 from ..structs import Snapshot, TableBucket
 from ..warehouse import contained
-from ..zk import Delete, Node, TxnConflict, to_datetime
+from ..zk import ConflictReason, Delete, Node, TxnConflict, to_datetime
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
 from ..zk.paths import CHUNK
 
@@ -126,12 +126,12 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
     try:
         ctx.store.commit([Delete(path, node.stat.version)])
     except TxnConflict as exc:
-        if exc.reason == "notempty":
+        if exc.reason == ConflictReason.NOTEMPTY:
             holders = ctx.store.children(path) or []
             raise IllegalStateError(
                 f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) {', '.join(holders)}"
             ) from None
-        if exc.reason == "nonode":
+        if exc.reason == ConflictReason.NONODE:
             raise SnapshotNotFoundError(
                 f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}"
             ) from None

@@ -14,7 +14,7 @@ from ..log.state import read_states
 from ..spark.frames import bucket_of_path, files_frame, kv_state, log_frame
 from ..spark.session import micros_timestamps, session, spark_errors
 from ..structs import Snapshot, TableBucket
-from ..zk import Create, Op, SetData, Stat, TxnConflict, to_datetime
+from ..zk import ConflictReason, Create, Op, SetData, Stat, TxnConflict, to_datetime
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
 from ..zk.paths import CHUNK
 from .catalog import get_snapshots
@@ -147,7 +147,7 @@ def register(
         except TxnConflict as exc:
             if lost(ctx, exc, token):
                 raise lost_error(token) from None
-            if exc.reason == "nonode":
+            if exc.reason == ConflictReason.NONODE:
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
             raise IllegalStateError(f"cannot register snapshots of {table.name!r}: {exc}") from None
         stats = iter(r for r in results if isinstance(r, Stat))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .clock import ServerClock
 from .codec import MAX_VALUE_BYTES as MAX_VALUE_BYTES
 from .codec import to_datetime as to_datetime
-from .errors import translated
+from .errors import ConflictReason, translated
 from .ops import MAX_REQUEST_BYTES as MAX_REQUEST_BYTES
 from .ops import MAX_TXN_BYTES as MAX_TXN_BYTES
 from .ops import MAX_TXN_OPS as MAX_TXN_OPS
@@ -31,6 +31,7 @@ __all__ = [
     "Delete",
     "Check",
     "TxnConflict",
+    "ConflictReason",
     "chunk_ops",
     "op_size",
     "GetData",

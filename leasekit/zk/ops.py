@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from ..errors import IllegalStateError
+from .errors import ConflictReason
 
 MAX_TXN_BYTES = 512 * 1024
 MAX_REQUEST_BYTES = 1_000_000
@@ -81,11 +82,11 @@ Op = Create | SetData | Delete | Check
 
 
 class TxnConflict(IllegalStateError):
-    """A transaction failed on one op; ``reason`` is "nonode", "exists", "version" or "notempty".
+    """A transaction failed on op ``index`` (``op``) for ``reason``, a ``ConflictReason``.
 
     Callers translate it into a meaningful error; one that escapes is still an IllegalStateError."""
 
-    def __init__(self, index: int, op: Op, reason: str) -> None:
+    def __init__(self, index: int, op: Op, reason: ConflictReason) -> None:
         super().__init__(f"transaction op {index} ({type(op).__name__} {op.path}) failed: {reason}")
         self.index = index
         self.op = op

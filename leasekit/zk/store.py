@@ -25,7 +25,7 @@ from ..errors import (
 )
 from .acl import Access, protect
 from .election import Election
-from .errors import conflict_reason, translated
+from .errors import ConflictReason, conflict_reason, translated
 from .ops import (
     MAX_REQUEST_BYTES,
     Check,
@@ -368,7 +368,9 @@ class ZkStore:
                 if reason is None:
                     with translated(f"transaction op {ops[index].path}"):
                         raise result
-                raise TxnConflict(index - (fence is not None), ops[index], reason or "unknown")
+                raise TxnConflict(
+                    index - (fence is not None), ops[index], reason or ConflictReason.UNKNOWN
+                )
         return [stat_of(r) if hasattr(r, "mtime") else r for r in results]
 
     def commit_chunked(self, ops: Sequence[Op]) -> None:
@@ -393,7 +395,7 @@ class ZkStore:
             try:
                 return self.commit(ops)
             except TxnConflict as exc:
-                if exc.reason not in ("version", "exists"):
+                if exc.reason not in (ConflictReason.VERSION, ConflictReason.EXISTS):
                     raise
                 time.sleep(random.uniform(0, delay))
                 delay = min(delay * 2, 0.2)
@@ -410,7 +412,7 @@ class ZkStore:
                 self.commit_chunked(ops)
                 return
             except TxnConflict as exc:
-                if exc.reason not in ("nonode", "notempty"):
+                if exc.reason not in (ConflictReason.NONODE, ConflictReason.NOTEMPTY):
                     raise
 
     def descendants(self, path: str) -> list[str] | None:
