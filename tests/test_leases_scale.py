@@ -14,7 +14,7 @@ from helpers import pin_znodes, seed_empty_snapshots
 
 import leasekit as lk
 from leasekit.errors import IllegalStateError, SnapshotNotFoundError
-from leasekit.leases.upkeep import pins_of
+from leasekit.leases.pins import pins_of
 from leasekit.snapshots.catalog import delete_snapshot, get_snapshots
 from leasekit.zk import MAX_VALUE_BYTES
 

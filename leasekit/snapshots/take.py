@@ -15,8 +15,8 @@ from ..spark.frames import bucket_of_path, files_frame, kv_state, log_frame
 from ..spark.session import micros_timestamps, session, spark_errors
 from ..structs import Snapshot, TableBucket
 from ..zk import ConflictReason, Create, Op, SetData, Stat, TxnConflict, to_datetime
+from ..zk.chunked import ChunkArray, group_by_chunk
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
-from ..zk.paths import CHUNK
 from .catalog import get_snapshots
 
 if TYPE_CHECKING:
@@ -98,10 +98,7 @@ def register(
     paths, tid = ctx.paths, table.table_id
     out: dict[TableBucket, Snapshot] = {}
     stale: list[str] = []
-    by_chunk: dict[int, list[int]] = {}
-    for bucket in sorted(written):
-        by_chunk.setdefault(bucket // CHUNK, []).append(bucket)
-    for chunk, group in by_chunk.items():
+    for chunk, group in group_by_chunk(written).items():
         chosen: dict[int, int] = {}
 
         def build(
@@ -111,10 +108,9 @@ def register(
             summary_path = paths.latest_chunk(tid, chunk)
             nodes = ctx.store.get_many([*(paths.bucket(tid, b) for b in group), summary_path])
             summary = nodes[-1]
-            array = (
-                list(LatestChunk.decode(summary.data, summary_path).ids)
-                if summary is not None
-                else []
+            array = ChunkArray(
+                chunk,
+                LatestChunk.decode(summary.data, summary_path).ids if summary is not None else [],
             )
             ops: list[Op] = [guard(ctx, token)]
             for bucket, node in zip(group, nodes[:-1]):
@@ -129,12 +125,10 @@ def register(
                 ops.append(Create(paths.snapshot(tid, bucket, sid), value))
                 ops.append(_advance(paths.bucket(tid, bucket), state, sid, w.log_offset))
                 chosen[bucket] = sid
-                array.extend([0] * (bucket % CHUNK + 1 - len(array)))
-                array[bucket % CHUNK] = sid
             if not chosen:
                 return []
             if chosen:
-                value = LatestChunk(array).encode()
+                value = LatestChunk(array.updated(chosen).ids).encode()
                 ops.append(
                     SetData(summary_path, value, summary.stat.version)
                     if summary is not None

@@ -25,7 +25,7 @@ from ..errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from ..leases.upkeep import forget_table, leases_pinning
+from ..leases.pins import forget_table, leases_pinning
 from ..properties import TABLE_PROPERTIES, parse_properties
 from ..validate import check_table_name
 from ..warehouse import contained

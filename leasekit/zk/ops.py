@@ -10,9 +10,9 @@ from ..errors import IllegalStateError
 from .errors import ConflictReason
 
 MAX_TXN_BYTES = 512 * 1024
+"""Largest transaction of leasekit's batched writes (``chunk_ops``)."""
 MAX_REQUEST_BYTES = 1_000_000
 """ZooKeeper refuses requests over jute.maxbuffer (1 MiB by default); stay clear of it."""
-"""Largest transaction we send; ZooKeeper's request limit (jute.maxbuffer) is 1 MB."""
 MAX_TXN_OPS = 5000
 
 
@@ -98,11 +98,12 @@ ACL_ALLOWANCE = 160
 password hash) serializes to about 60 bytes, the open ACL to about 25."""
 
 
-def op_size(op: Op) -> int:
-    """A safe upper bound of the bytes ``op`` takes in a serialized multi request."""
+def op_size(op: Op, create_extra: int = ACL_ALLOWANCE) -> int:
+    """A safe upper bound of the bytes ``op`` takes in a serialized multi request;
+    ``create_extra`` bounds a create's bytes besides its path and data (its ACL and flags)."""
     size = 16 + len(op.path.encode())  # multi header, path length prefix, version or flags
     if isinstance(op, Create):
-        return size + len(op.data) + ACL_ALLOWANCE
+        return size + len(op.data) + create_extra
     if isinstance(op, SetData):
         return size + len(op.data) + 8
     return size + 8

@@ -10,8 +10,6 @@ __all__ = ["Paths"]
 
 SEGMENT_DIGITS = 20
 SNAPSHOT_DIGITS = 10
-CHUNK = 1000
-"""Buckets per chunk of per-bucket arrays (latest snapshots of a table, pins of a lease)."""
 
 
 class Paths:
@@ -124,7 +122,7 @@ class Paths:
         return f"{self.lease(lease_id)}/pins"
 
     def lease_chunk(self, lease_id: str, table_id: str, chunk: int) -> str:
-        """The lease's pinned snapshot ids for buckets [chunk*CHUNK, (chunk+1)*CHUNK) of a table."""
+        """The lease's pinned snapshot ids of one chunk of a table's buckets (see ``chunked``)."""
         return f"{self.lease_pins(lease_id)}/{table_id}.{chunk}"
 
     @staticmethod
