@@ -326,7 +326,8 @@ def test_release_is_idempotent_and_keeps_the_lease(conn, orders):
 
 
 def test_release_ignores_bucket_numbers_the_table_does_not_have(conn, orders):
-    # L9: buckets the lease does not pin are ignored, bucket numbers the table does not have included
+    # L9: buckets the lease does not pin are ignored, bucket numbers the table does not have
+    # included
     lease = conn.lease("q3", "1h")
     lease.acquire(both(orders, 2))
     lease.release([TB("orders", 7), TB("orders", -1), TB("orders", 0)])

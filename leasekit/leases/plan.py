@@ -105,11 +105,12 @@ def _array_ops(
     new ids (None when it does not change)."""
     pin, tid = ctx.paths.pin, ch.table_id
     array = ch.array
+    pinned = array.present(wanted)
     ops: list[Op] = []
     pins: dict[int, tuple[TableBucket, int]] = {}
     changed: dict[int, int] = {}
     for bucket, sid in sorted(wanted.items()):
-        current = array.get(bucket)
+        current = pinned.get(bucket, 0)
         if current == sid:
             continue
         pins[first + len(ops)] = (TableBucket(table, bucket), sid)

@@ -90,7 +90,7 @@ def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[
     out = {}
     for (c, group), p, node in zip(groups.items(), chunk_paths, nodes):
         array = ChunkArray(c, LatestChunk.decode(node.data, p).ids if node is not None else [])
-        out.update({b: sid for b in group if (sid := array.get(b)) > 0})
+        out.update(array.present(group))
     return out
 
 

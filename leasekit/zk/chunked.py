@@ -58,6 +58,19 @@ class ChunkArray(NamedTuple):
             raise ValueError(f"bucket {bucket} is not in chunk {self.chunk}")
         return self.ids[i] if i < len(self.ids) else 0
 
+    def present(self, buckets: Iterable[int]) -> dict[int, int]:
+        """The value of each of ``buckets`` (all of this chunk) that has one."""
+        first, ids = self.chunk * CHUNK, self.ids
+        size = len(ids)
+        out = {}
+        for bucket in buckets:
+            i = bucket - first
+            if not 0 <= i < CHUNK:
+                raise ValueError(f"bucket {bucket} is not in chunk {self.chunk}")
+            if i < size and ids[i] > 0:
+                out[bucket] = ids[i]
+        return out
+
     def updated(self, values: Mapping[int, int]) -> ChunkArray:
         """A copy with the values of these buckets (all of this chunk) replaced."""
         ids = list(self.ids)

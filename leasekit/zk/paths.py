@@ -67,7 +67,8 @@ class Paths:
         return f"{self.bucket(table_id, bucket)}/snapshots"
 
     def snapshot(self, table_id: str, bucket: int, snapshot_id: int) -> str:
-        return f"{self.snapshots(table_id, bucket)}/{snapshot_id:0{SNAPSHOT_DIGITS}d}"
+        # the layout of ``snapshots`` spelled out: acquire builds one path per pin
+        return f"{self.data}/{table_id}/{bucket}/snapshots/{snapshot_id:0{SNAPSHOT_DIGITS}d}"
 
     def latest(self, table_id: str) -> str:
         """Parent of the table's latest-snapshot arrays, one child per chunk of buckets."""
@@ -78,7 +79,8 @@ class Paths:
 
     def pin(self, table_id: str, bucket: int, snapshot_id: int, lease_id: str) -> str:
         """A lease's pin: a child of the snapshot's znode, so neither can outlive the other."""
-        return f"{self.snapshot(table_id, bucket, snapshot_id)}/{lease_id}"
+        data = self.data  # the layout of ``snapshot`` spelled out: acquire builds one per pin
+        return f"{data}/{table_id}/{bucket}/snapshots/{snapshot_id:0{SNAPSHOT_DIGITS}d}/{lease_id}"
 
     def group(self, group_id: str) -> str:
         """A consumer group: its members, assignment, bucket owners and committed offsets."""
@@ -127,7 +129,8 @@ class Paths:
 
     @staticmethod
     def parse_lease_chunk(name: str) -> tuple[str, int]:
-        """(table_id, chunk) of the name of a lease's pin-array znode; ValueError if it is not one."""
+        """(table_id, chunk) of the name of a lease's pin-array znode; ValueError if it is not
+        one."""
         return _table_and_number(name)
 
     def write(self, token: str) -> str:
