@@ -61,9 +61,13 @@ JUTE_MAXBUFFER = 0xFFFFF
 REQUEST_HEADER = 8  # xid and op type, before the transaction body
 
 # Where acquire_latest spends its time (exclusive seconds per label); the rest is Python
-# (validation, building ops and results) and glue.
+# (validation, building results) and glue. A transaction is sent, the next one planned while
+# ZooKeeper works on it, then its answer awaited.
 PROFILE = {
     "zk_transactions": "leasekit.zk:ZkStore.commit",
+    "zk_send_transactions": "leasekit.zk:ZkStore.submit",
+    "zk_await_transactions": "leasekit.zk.txn:Pending.result",
+    "plan_transactions": "leasekit.leases.acquire:plan_batch",
     "zk_read_with_clock": "leasekit.zk:ZkStore.read_with_clock",
     "zk_get_many": "leasekit.zk:ZkStore.get_many",
     "zk_get": "leasekit.zk:ZkStore.get",
@@ -224,7 +228,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     with temp_warehouse("B2") as conn:
         table = conn.create_table(TABLE, ORDERS_DDL, "id", buckets=n)
         log(f"B2: seeding an empty snapshot for each of {n:,} buckets")
-        seed_s, _ = timed(lambda: seed_empty_snapshots(conn, table, p["snapshot_id"]))
+        seed_s, _ = timed(lambda: seed_empty_snapshots(context(conn), table, p["snapshot_id"]))
         bare = BareCreates(conn, n, p["snapshot_id"])
         log(
             f"B2: seeded in {seed_s:.1f}s; baseline needs {bare.transactions} transaction(s) of "

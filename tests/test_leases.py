@@ -12,8 +12,23 @@ from helpers import namespace_tree
 import leasekit as lk
 from leasekit import spark as lks
 from leasekit.snapshots.catalog import delete_snapshot
+from leasekit.testing import ShiftedClock, context
 
 TB = lk.TableBucket
+HOUR = 3600.0
+
+
+@pytest.fixture
+def clock():
+    """The connection's clock, which expiry tests move ahead of ZooKeeper's (L8, L11)."""
+    return ShiftedClock()
+
+
+@pytest.fixture
+def conn(zookeeper, warehouse, namespace, clock):
+    """A connection on a fresh namespace and warehouse, on ``clock``."""
+    with lk.connect(zookeeper, warehouse, namespace=namespace, clock=clock) as connection:
+        yield connection
 
 
 @pytest.fixture
@@ -39,7 +54,7 @@ BAD_IDS = ["", ".", "..", "a/b", "x" * 129, "with space", "ünïcode", "a\nb", "
 @pytest.mark.parametrize("lease_id", BAD_IDS)
 def test_invalid_lease_ids_fail_before_any_zookeeper_call(conn, lease_id):
     # L1
-    before = conn.store.round_trips
+    before = context(conn).store.round_trips
     calls = [
         lambda: conn.lease(lease_id),
         lambda: conn.acquire_kv_snapshot_lease(lease_id, {}, "1h"),
@@ -50,7 +65,7 @@ def test_invalid_lease_ids_fail_before_any_zookeeper_call(conn, lease_id):
     for call in calls:
         with pytest.raises(lk.InvalidLeaseIdError):
             call()
-    assert conn.store.round_trips == before
+    assert context(conn).store.round_trips == before
 
 
 @pytest.mark.parametrize("lease_id", [None, 7, b"bytes"])
@@ -74,10 +89,10 @@ def test_valid_lease_id_edge_cases(conn):
 )
 def test_invalid_durations(conn, duration):
     # L2
-    before = conn.store.round_trips
+    before = context(conn).store.round_trips
     with pytest.raises(lk.InvalidDurationError):
         conn.lease("x", duration)
-    assert conn.store.round_trips == before
+    assert context(conn).store.round_trips == before
     with pytest.raises(lk.InvalidDurationError):
         conn.acquire_kv_snapshot_lease("x", {}, duration)
     with pytest.raises(lk.InvalidDurationError):
@@ -91,7 +106,7 @@ def test_max_duration_is_a_namespace_setting(conn, zookeeper, warehouse, namespa
         admin.update_settings({"lease.max-duration": "1h"})
     deadline = time.monotonic() + 5
     while (
-        conn.cached_settings()["lease.max-duration"] != timedelta(hours=1)
+        context(conn).cached_settings()["lease.max-duration"] != timedelta(hours=1)
         and time.monotonic() < deadline
     ):
         time.sleep(0.05)
@@ -217,7 +232,7 @@ def test_expiry_is_zookeeper_time_of_acquire_plus_duration(conn, orders):
     assert info.expires_at == info.renewed_at + timedelta(minutes=10) == result.expires_at
     assert abs(info.renewed_at - conn.server_time()) < timedelta(seconds=5)
     assert info.created_at == info.renewed_at
-    assert info.owner == conn.owner
+    assert info.owner == context(conn).owner
 
 
 def test_renew_only_extends(conn, orders):
@@ -248,10 +263,10 @@ def test_lease_expires_on_the_real_zookeeper_clock(conn, orders, spark):
         lease.acquire({TB("orders", 0): 2})
 
 
-def test_expired_lease_with_injected_clock(conn, orders):
+def test_expired_lease_with_injected_clock(conn, orders, clock):
     # L8: renew or acquire of an expired lease fails; nothing is recreated
     conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
-    conn.clock = lambda ms: ms + 3_600_000 + 1_000
+    clock.advance(HOUR + 1)
     with pytest.raises(lk.LeaseExpiredError):
         conn.renew_kv_snapshot_lease("q3", "1h")
     with pytest.raises(lk.LeaseExpiredError):
@@ -276,15 +291,15 @@ def test_first_acquire_creates_the_lease(conn, orders):
     assert conn.leases()[0].pins == {}
 
 
-def test_expire_respects_grace_and_reclaims_eagerly(conn, orders):
+def test_expire_respects_grace_and_reclaims_eagerly(conn, orders, clock):
     # L11 (injected clock): not before expires_at + grace, then pins go at once
     conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
     conn.update_settings({"lease.expiry-grace": "30s"})
-    conn.clock = lambda ms: ms + 3_600_000 + 29_000
+    clock.advance(HOUR + 29)
     assert conn.expire_leases() == []
     with pytest.raises(lk.IllegalStateError):
         delete_snapshot(orders, 0, 1)
-    conn.clock = lambda ms: ms + 3_600_000 + 31_000
+    clock.advance(2)  # 31 s past the expiry
     assert conn.expire_leases() == ["q3"]
     assert conn.leases() == []
     delete_snapshot(orders, 0, 1)  # no new snapshot needed: the pin went with the lease
@@ -300,12 +315,12 @@ def test_expire_on_the_real_clock(conn, orders):
     delete_snapshot(orders, 0, 1)
 
 
-def test_renew_racing_expiry_wins_or_fails_cleanly(conn, orders):
+def test_renew_racing_expiry_wins_or_fails_cleanly(conn, orders, clock):
     # L11: the reclaim is a compare-and-set on the lease's version
     conn.acquire_kv_snapshot_lease("q3", {TB("orders", 0): 1}, "1h")
-    conn.clock = lambda ms: ms + 3_600_000 + 31_000
+    clock.advance(HOUR + 31)
     assert conn.expire_leases() == ["q3"]
-    conn.clock = lambda ms: ms
+    clock.advance(-(HOUR + 31))
     with pytest.raises(lk.LeaseNotFoundError):
         conn.renew_kv_snapshot_lease("q3", "1h")
 

@@ -16,6 +16,7 @@ import leasekit as lk
 from leasekit.errors import IllegalStateError, SnapshotNotFoundError
 from leasekit.leases.pins import pins_of
 from leasekit.snapshots.catalog import delete_snapshot, get_snapshots
+from leasekit.testing import context
 from leasekit.zk import MAX_VALUE_BYTES
 
 
@@ -26,22 +27,24 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(
     table = conn.create_table("wide", "id BIGINT", "id", buckets=100_000)
     seed_empty_snapshots(conn, table)
 
-    # A client dies after its third acquire transaction: pins and lease arrays still agree.
+    # A client dies once its third acquire transaction committed (the fourth may be planned):
+    # pins and lease arrays still agree.
     script = textwrap.dedent(f"""
         import os, leasekit as lk
+        from leasekit.zk.txn import Pending
         conn = lk.connect({zookeeper!r}, {warehouse!r}, namespace={namespace!r})
-        real, done = conn.store.commit, []
-        def commit(ops):
-            result = real(ops)
+        real, done = Pending.result, []
+        def result(self):
+            out = real(self)
             done.append(1)
             if len(done) == 3:
                 os._exit(9)
-            return result
-        conn.store.commit = commit
+            return out
+        Pending.result = result
         conn.lease("crashed", "1h").acquire_latest("wide")
     """)
     assert subprocess.run([sys.executable, "-c", script]).returncode == 9
-    recorded = {tb.bucket: sid for tb, sid in pins_of(conn, "crashed").items()}
+    recorded = {tb.bucket: sid for tb, sid in pins_of(context(conn), "crashed").items()}
     assert 0 < len(recorded) < 100_000
     every = {b: 1 for b in range(100_000)}
     assert pin_znodes(conn, table, "crashed", every) == recorded
@@ -56,10 +59,10 @@ def test_lease_with_100000_pins_and_a_client_killed_mid_acquire(
     assert pin_znodes(conn, table, "big", every) == every
     sizes = [
         len(n.data)
-        for n in conn.store.get_many(
+        for n in context(conn).store.get_many(
             [
-                f"{conn.paths.lease_pins('big')}/{name}"
-                for name in conn.store.children(conn.paths.lease_pins("big"))
+                f"{context(conn).paths.lease_pins('big')}/{name}"
+                for name in context(conn).store.children(context(conn).paths.lease_pins("big"))
             ]
         )
     ]

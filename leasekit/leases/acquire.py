@@ -34,7 +34,7 @@ from ..zk import (
 )
 from ..zk.chunked import chunk_of, group_by_chunk
 from ..zk.formats import LIVE, LeaseRecord, PinChunk
-from .plan import Key, State, applied, plan_batch
+from .plan import Batch, Key, Pin, State, applied, lease_ops, plan_batch
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -122,23 +122,31 @@ def acquire_at(
     unavailable: dict[TableBucket, int] = {}
     pending = sorted(work)
     state: State | None = None
+    ahead: Batch | None = None
     expires_ms = committed_ms = 0
     while pending or not committed_ms:
         if state is None:
-            state = _read(ctx, lease_id, tables, pending)
-        batch = plan_batch(ctx, lease_id, state, pending, work, tables, duration_ms)
+            state, ahead = _read(ctx, lease_id, tables, pending), None
+        head = lease_ops(ctx, lease_id, state, duration_ms)
+        if ahead is None:
+            ahead = plan_batch(ctx, lease_id, state.chunks, pending, work, tables, head)
+        batch, sent = ahead, ctx.store.submit(head + ahead.ops)
+        done = set(batch.keys)
+        pending = [k for k in pending if k not in done]
+        # Plan the next transaction while ZooKeeper works; it is sent only once this one
+        # committed, with the lease's ops of the state after it.
+        ahead = plan_batch(ctx, lease_id, state.chunks, pending, work, tables, head)
         try:
-            results = ctx.store.commit(batch.ops)
+            results = sent.result()
         except TxnConflict as exc:
-            _resolve(ctx, exc, batch.pins, work, tables, lease_id, unavailable, latest)
-            state = None
+            pins = {len(head) + i: pin for i, pin in batch.pins.items()}
+            _resolve(ctx, exc, pins, work, tables, lease_id, unavailable, latest)
+            state, pending = None, sorted({*pending, *batch.keys})
             continue
         state, committed_ms, expires_ms = applied(ctx, state, batch, results, duration_ms)
         for key in batch.keys:
             name = tables[key[0]].name
             acquired.update({TableBucket(name, b): sid for b, sid in work[key].items()})
-        done = set(batch.keys)
-        pending = [k for k in pending if k not in done]
     return AcquireResult(acquired, unavailable, to_datetime(expires_ms)), committed_ms
 
 
@@ -208,7 +216,7 @@ def _check_live(
 def _resolve(
     ctx: Context,
     exc: TxnConflict,
-    pin_ops: dict[int, tuple[TableBucket, int]],
+    pin_ops: dict[int, Pin],
     work: dict[Key, dict[int, int]],
     tables: dict[str, TableInfo],
     lease_id: str,
@@ -216,25 +224,23 @@ def _resolve(
     latest: bool,
 ) -> None:
     """Adjust the work after a failed acquire transaction; the caller re-reads and retries."""
-    paths = ctx.paths
     if exc.index == 0 and exc.reason == ConflictReason.NONODE:
         raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while acquiring")
     missing_pin = isinstance(exc.op, Create) and exc.reason == ConflictReason.NONODE
     if not (missing_pin and exc.index in pin_ops):
         return  # a concurrent change to the lease or a pin: re-read and rebuild
     # One pinned snapshot is gone; find every missing one of this batch in one pipelined read.
-    by_id = {t.name: t for t in tables.values()}
     targets = list(pin_ops.values())
-    snap_paths = [paths.snapshot(by_id[tb.table].table_id, tb.bucket, sid) for tb, sid in targets]
-    present = ctx.store.get_many(snap_paths)
-    missing = [(tb, sid) for (tb, sid), node in zip(targets, present) if node is None]
+    present = ctx.store.get_many([ctx.paths.snapshot(*target) for target in targets])
     retry: dict[TableInfo, list[int]] = {}
-    for tb, sid in missing:
-        table = by_id[tb.table]
-        _wanted(work, table, tb.bucket).pop(tb.bucket, None)
-        unavailable[tb] = sid
+    for (tid, bucket, sid), node in zip(targets, present):
+        if node is not None:
+            continue
+        table = tables[tid]
+        _wanted(work, table, bucket).pop(bucket, None)
+        unavailable[TableBucket(table.name, bucket)] = sid
         if latest:
-            retry.setdefault(table, []).append(tb.bucket)
+            retry.setdefault(table, []).append(bucket)
     for table, buckets in retry.items():
         for bucket, sid in read_latest(table, buckets).items():
             tb = TableBucket(table.name, bucket)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..structs import TableBucket
 from ..tables import fence
 from ..zk import MAX_REQUEST_BYTES, MAX_TXN_OPS, Create, Delete, Op, SetData, Stat
 from ..zk.formats import LIVE, LeaseRecord, PinChunk
@@ -15,7 +14,16 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["Key", "State", "Batch", "plan_batch", "applied", "ACQUIRE_TXN_BYTES"]
+__all__ = [
+    "Key",
+    "Pin",
+    "State",
+    "Batch",
+    "lease_ops",
+    "plan_batch",
+    "applied",
+    "ACQUIRE_TXN_BYTES",
+]
 
 ACQUIRE_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
 """Acquire transactions may fill most of a request: ``op_size`` already bounds each op from
@@ -25,6 +33,8 @@ ACQUIRE_TXN_OPS = 2 * MAX_TXN_OPS
 
 Key = tuple[str, int]
 """A pin array: (table id, chunk)."""
+Pin = tuple[str, int, int]
+"""A pin: (table id, bucket, snapshot id)."""
 
 
 class State(NamedTuple):
@@ -37,19 +47,20 @@ class State(NamedTuple):
 
 
 class Batch(NamedTuple):
-    """One transaction: the lease record's ops, the fence checks, then whole pin arrays each
-    with the creates (and deletes, for moved pins) of their pins."""
+    """The pins of one transaction: whole pin arrays, each with the creates (and deletes, for
+    moved pins) of its pins, then its own write. Sent after the lease's ops (``lease_ops``):
+    indices here count from the first op after them."""
 
     ops: list[Op]
     keys: list[Key]
     """The pin arrays the transaction brings up to date."""
-    pins: dict[int, tuple[TableBucket, int]]
+    pins: dict[int, Pin]
     """The pin each pin create of ``ops`` (by index) makes."""
     arrays: dict[Key, tuple[int, list[int]]]
     """Index in ``ops`` of the write of each changed pin array, with its new ids."""
 
 
-def _lease_ops(ctx: Context, lease_id: str, state: State, duration_ms: int) -> list[Op]:
+def lease_ops(ctx: Context, lease_id: str, state: State, duration_ms: int) -> list[Op]:
     """The ops that write the lease record (creating it and its pins parent on first use) and
     check the fences: the first ops of every transaction of an acquire."""
     paths, record = ctx.paths, state.record
@@ -70,57 +81,53 @@ def _lease_ops(ctx: Context, lease_id: str, state: State, duration_ms: int) -> l
 def plan_batch(
     ctx: Context,
     lease_id: str,
-    state: State,
+    chunks: dict[Key, PinChunk],
     pending: list[Key],
     work: dict[Key, dict[int, int]],
     tables: dict[str, TableInfo],
-    duration_ms: int,
+    head: list[Op],
 ) -> Batch:
-    """The next transaction: the lease's ops, then as many pending pin arrays (in order) with
-    their pins as fit one ZooKeeper request; at least one."""
-    size_of = ctx.store.op_size
-    batch = Batch(_lease_ops(ctx, lease_id, state, duration_ms), [], {}, {})
-    size = sum(map(size_of, batch.ops))
+    """The pins of the next transaction: as many pending pin arrays (in order) as fit one
+    ZooKeeper request after the lease's ops ``head``; at least one."""
+    size_of = ctx.store.ops_size
+    batch = Batch([], [], {}, {})
+    size = size_of(head)
     for key in pending:
-        ch = state.chunks[key]
         first = len(batch.ops)
-        ops, pins, ids = _array_ops(ctx, lease_id, ch, tables[key[0]].name, work[key], first)
-        grown = size + sum(map(size_of, ops))
-        if batch.keys and (grown > ACQUIRE_TXN_BYTES or first + len(ops) > ACQUIRE_TXN_OPS):
+        ops, pins, ids = _array_ops(ctx, lease_id, chunks[key], tables[key[0]].name, work[key])
+        grown = size + size_of(ops)
+        ops_count = len(head) + first + len(ops)
+        if batch.keys and (grown > ACQUIRE_TXN_BYTES or ops_count > ACQUIRE_TXN_OPS):
             break
         size = grown
         batch.keys.append(key)
         batch.ops.extend(ops)
-        batch.pins.update(pins)
+        batch.pins.update({first + i: pin for i, pin in pins.items()})
         if ids is not None:
             batch.arrays[key] = (len(batch.ops) - 1, ids)
     return batch
 
 
 def _array_ops(
-    ctx: Context, lease_id: str, ch: PinChunk, table: str, wanted: dict[int, int], first: int
-) -> tuple[list[Op], dict[int, tuple[TableBucket, int]], list[int] | None]:
+    ctx: Context, lease_id: str, ch: PinChunk, table: str, wanted: dict[int, int]
+) -> tuple[list[Op], dict[int, Pin], list[int] | None]:
     """One pin array's ops: a create per new pin (and a delete of the pin it moves), then the
-    array's write; the pin each create makes (by index, counted from ``first``); the array's
-    new ids (None when it does not change)."""
+    array's write; the pin each create makes (by its index in the ops); the array's new ids
+    (None when it does not change)."""
     pin, tid = ctx.paths.pin, ch.table_id
-    array = ch.array
-    pinned = array.present(wanted)
+    pinned = ch.array.present(wanted)
+    changed = {b: sid for b, sid in sorted(wanted.items()) if pinned.get(b, 0) != sid}
+    if not changed:
+        return [], {}, None
     ops: list[Op] = []
-    pins: dict[int, tuple[TableBucket, int]] = {}
-    changed: dict[int, int] = {}
-    for bucket, sid in sorted(wanted.items()):
-        current = pinned.get(bucket, 0)
-        if current == sid:
-            continue
-        pins[first + len(ops)] = (TableBucket(table, bucket), sid)
+    pins: dict[int, Pin] = {}
+    for bucket, sid in changed.items():
+        pins[len(ops)] = (tid, bucket, sid)
         ops.append(Create(pin(tid, bucket, sid, lease_id)))
+        current = pinned.get(bucket)
         if current:
             ops.append(Delete(pin(tid, bucket, current, lease_id)))
-        changed[bucket] = sid
-    if not changed:
-        return ops, pins, None
-    ids = array.updated(changed).ids
+    ids = ch.array.updated(changed).ids
     path = ctx.paths.lease_chunk(lease_id, tid, ch.chunk)
     value = ch._replace(table=table, ids=ids).encode()
     ops.append(Create(path, value) if ch.stat is None else SetData(path, value, ch.stat.version))
@@ -130,8 +137,8 @@ def _array_ops(
 def applied(
     ctx: Context, state: State, batch: Batch, results: list[Any], duration_ms: int
 ) -> tuple[State, int, int]:
-    """The state after ``batch`` committed, with the commit's ZooKeeper time and the lease's
-    expiry (ms)."""
+    """The state after ``batch`` committed after the lease's ops (``results``: of both), with
+    the commit's ZooKeeper time and the lease's expiry (ms)."""
     old = state.record
     stat = results[0 if old is not None else 1]  # the lease record's SetData
     if not isinstance(stat, Stat):  # pragma: no cover - a SetData always answers a Stat
@@ -139,8 +146,9 @@ def applied(
     floor = old.expires_ms if old is not None else 0
     expires_ms = max(floor, stat.mtime_ms + duration_ms)
     chunks = dict(state.chunks)
+    offset = len(results) - len(batch.ops)  # the lease's ops came first
     for key, (index, ids) in batch.arrays.items():
-        result = results[index]
+        result = results[offset + index]
         version = result.version if isinstance(result, Stat) else 0
         ch = chunks[key]
         chunks[key] = ch._replace(ids=ids, stat=(ch.stat or stat)._replace(version=version))

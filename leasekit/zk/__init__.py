@@ -10,7 +10,19 @@ from .errors import ConflictReason, translated
 from .ops import MAX_REQUEST_BYTES as MAX_REQUEST_BYTES
 from .ops import MAX_TXN_BYTES as MAX_TXN_BYTES
 from .ops import MAX_TXN_OPS as MAX_TXN_OPS
-from .ops import Check, Create, Delete, Node, Op, SetData, Stat, TxnConflict, chunk_ops, op_size
+from .ops import (
+    Check,
+    Create,
+    Delete,
+    Node,
+    Op,
+    SetData,
+    Stat,
+    TxnConflict,
+    chunk_ops,
+    op_size,
+    ops_size,
+)
 from .reads import READS_PER_REQUEST, GetChildren, GetData, ReadResult
 from .store import MAX_SESSION_TIMEOUT as MAX_SESSION_TIMEOUT
 from .store import ZkStore
@@ -34,6 +46,7 @@ __all__ = [
     "ConflictReason",
     "chunk_ops",
     "op_size",
+    "ops_size",
     "GetData",
     "GetChildren",
     "ReadResult",

@@ -3,6 +3,7 @@ pins): which chunk holds a bucket, and one chunk's values addressed by bucket nu
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
 from typing import NamedTuple
 
@@ -24,9 +25,14 @@ def chunks_for(num_buckets: int) -> range:
 
 def group_by_chunk(buckets: Iterable[int]) -> dict[int, list[int]]:
     """``buckets`` grouped by the chunk that holds them: chunks and buckets ascending."""
+    ordered = sorted(set(buckets))
     out: dict[int, list[int]] = {}
-    for bucket in sorted(set(buckets)):
-        out.setdefault(bucket // CHUNK, []).append(bucket)
+    start = 0
+    while start < len(ordered):
+        chunk = ordered[start] // CHUNK
+        end = bisect_left(ordered, (chunk + 1) * CHUNK, start)
+        out[chunk] = ordered[start:end]
+        start = end
     return out
 
 

@@ -30,12 +30,12 @@ from .ops import (
     Stat,
     TxnConflict,
     chunk_ops,
-    op_size,
+    ops_size,
     stat_of,
 )
 from .reads import GetChildren, GetData, Read, Reader, ReadResult, value_of
 from .session import MAX_SESSION_TIMEOUT, MAX_TIMEOUT, start_client
-from .txn import acl_bytes, outcome, send
+from .txn import Pending, acl_bytes, send
 from .watches import Dispatcher, Watch, watch_children, watch_data
 from .watchset import Recorder, Recording, WatchSet
 
@@ -254,12 +254,13 @@ class ZkStore:
         transaction is idempotent and how to check whether it committed. Inside ``fenced``
         the transaction also checks the fence first, else ``LeadershipLostError``.
         """
-        if not ops:
-            return []
+        return self.submit(ops).result() if ops else []
+
+    def submit(self, ops: Sequence[Op]) -> Pending:
+        """Send ``ops`` as one transaction (as ``commit``) without waiting for its answer;
+        ``result()`` of the returned ``Pending`` waits and gives what ``commit`` gives."""
         fence = getattr(self._fence, "path", None)
-        if fence is not None:
-            return self._commit([Check(fence, -1), *ops], fence)[1:]
-        return self._commit(ops, None)
+        return self._submit(list(ops) if fence is None else [Check(fence, -1), *ops], fence)
 
     @contextlib.contextmanager
     def fenced(self, path: str) -> Iterator[None]:
@@ -278,23 +279,21 @@ class ZkStore:
         on this thread's fence; ``LeadershipLostError`` if it is gone, nothing without a fence."""
         fence = getattr(self._fence, "path", None)
         if fence is not None:
-            self._commit([Check(fence, -1)], fence)
+            self._submit([Check(fence, -1)], fence).result()
 
-    def op_size(self, op: Op) -> int:
-        """A safe upper bound of the bytes ``op`` takes in a transaction of this store."""
-        return op_size(op, self.create_extra)
+    def ops_size(self, ops: Sequence[Op]) -> int:
+        """A safe upper bound of the bytes ``ops`` take in a transaction of this store."""
+        return ops_size(ops, self.create_extra)
 
-    def _commit(self, ops: Sequence[Op], fence: str | None) -> list[Any]:
-        extra = self.create_extra
-        size = sum(op_size(op, extra) for op in ops)
+    def _submit(self, ops: list[Op], fence: str | None) -> Pending:
+        size = ops_size(ops, self.create_extra)
         if size > MAX_REQUEST_BYTES:
             raise MetadataTooLargeError(
                 f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit"
             )
         self.round_trips += 1
         with translated(f"transaction of {len(ops)} ops"):
-            results = send(self.client, ops, self._acl).get()
-        return outcome(ops, results, fence)
+            return Pending(ops, send(self.client, ops, self._acl), fence)
 
     def commit_chunked(self, ops: Sequence[Op]) -> None:
         """Run ``ops`` in as few transactions as ZooKeeper's limits allow (not atomic overall)."""

@@ -16,7 +16,7 @@ from ..errors import LeadershipLostError
 from .errors import ConflictReason, conflict_reason, translated
 from .ops import Create, Delete, Op, SetData, TxnConflict, stat_of
 
-__all__ = ["Multi", "send", "outcome", "acl_bytes"]
+__all__ = ["Multi", "Pending", "send", "outcome", "acl_bytes"]
 
 _HEAD = struct.Struct("!iBi")
 """Header of each op of a multi request: op type, done flag, error."""
@@ -97,3 +97,24 @@ def outcome(ops: Sequence[Op], results: list[Any], fence: str | None) -> list[An
                 index - (fence is not None), ops[index], reason or ConflictReason.UNKNOWN
             )
     return [stat_of(r) if hasattr(r, "mtime") else r for r in results]
+
+
+class Pending:
+    """A transaction sent and not yet answered; ``result()`` waits for ZooKeeper's answer."""
+
+    def __init__(self, ops: list[Op], answer: Any, fence: str | None) -> None:
+        self._ops, self._answer, self._fence = ops, answer, fence
+
+    def result(self) -> list[Any]:
+        """The transaction's results (see ``outcome``), without the fence check's.
+
+        Raises:
+            TxnConflict: an op failed; nothing was written.
+            LeadershipLostError: the fence is gone; nothing was written.
+            ZooKeeperUnavailableError: the connection was lost: the transaction may or may not
+                have committed.
+        """
+        with translated(f"transaction of {len(self._ops)} ops"):
+            results = self._answer.get()
+        out = outcome(self._ops, results, self._fence)
+        return out if self._fence is None else out[1:]
