@@ -25,7 +25,7 @@ from ..snapshots.catalog import get_snapshots
 from ..structs import AcquireResult, LeaseInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
-from ..validate import check_id, check_int
+from ..validate import check_bool, check_id, check_int
 from ..zk import to_datetime
 from . import acquire, pins, upkeep
 
@@ -60,7 +60,24 @@ def _ms(when: datetime) -> int:
 
 
 class KvSnapshotLease:
-    """A lease that pins KV snapshots so retention cannot delete them while they are read."""
+    """A lease that pins KV snapshots so retention cannot delete them while they are read.
+
+    Made by ``Connection.lease``; no I/O until the first call. Used as a context manager it
+    renews itself every duration/3 inside the block (with ``keepalive``) and drops the lease
+    on exit (with ``drop_on_exit``).
+
+    Arguments:
+        ctx: the connection's context.
+        lease_id: the lease's id; None makes a new unique one.
+        duration: how long each acquire or renew keeps the lease ("1h", a timedelta, seconds).
+        keepalive: renew in the background inside a ``with`` block.
+        drop_on_exit: drop the lease when the ``with`` block ends.
+
+    Raises:
+        InvalidLeaseIdError: ``lease_id`` does not follow the id rule (L1).
+        InvalidDurationError: ``duration`` is not > 0 and <= ``lease.max-duration`` (L2).
+        InvalidTypeError: ``keepalive`` or ``drop_on_exit`` is not a bool.
+    """
 
     def __init__(
         self,
@@ -76,10 +93,8 @@ class KvSnapshotLease:
             check_id(lease_id) if lease_id is not None else f"lease-{uuid.uuid4().hex[:16]}"
         )
         self._duration_ms = acquire.lease_duration_ms(ctx, duration)
-        if not isinstance(keepalive, bool) or not isinstance(drop_on_exit, bool):
-            raise InvalidTypeError("keepalive and drop_on_exit must be bools")
-        self.keepalive = keepalive
-        self.drop_on_exit = drop_on_exit
+        self.keepalive = check_bool(keepalive, "keepalive")
+        self.drop_on_exit = check_bool(drop_on_exit, "drop_on_exit")
         self._expires_ms: int | None = None
         self._seen: tuple[int, float] | None = None  # (server ms, monotonic s) at the last call
         self._failure: LeasekitError | None = None
@@ -273,6 +288,7 @@ class KvSnapshotLease:
     # -- keepalive ------------------------------------------------------------------------
 
     def __enter__(self) -> KvSnapshotLease:
+        """Start the keepalive (with ``keepalive``); the lease itself."""
         if self.keepalive:
             self._stop.clear()
             self._thread = threading.Thread(
@@ -282,6 +298,8 @@ class KvSnapshotLease:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Stop the keepalive and, with ``drop_on_exit``, drop the lease; a failed drop is
+        raised unless the block is ending with an error of its own (then it is logged)."""
         self._stop_keepalive()
         if self.drop_on_exit:
             try:

@@ -1,5 +1,6 @@
 """The ZooKeeper layer, the only package that imports kazoo: the session, paths, the codec and
-one typed format per znode kind, transactions, pipelined reads, the clock, watches, elections."""
+one typed format per znode kind, per-bucket arrays stored in chunks, transactions and their
+conflict reasons, pipelined reads, the clock, watches, elections."""
 
 from __future__ import annotations
 
