@@ -11,7 +11,8 @@ import pytest
 
 import leasekit as lk
 from leasekit.testing import context
-from leasekit.zk import Create, Delete, GetChildren, GetData, SetData
+from leasekit.zk import ConflictReason, Create, Delete, GetChildren, GetData, SetData, TxnConflict
+from leasekit.zk.chunked import CHUNK, ChunkArray, chunks_for, group_by_chunk
 from leasekit.zk.clock import ServerClock
 from leasekit.zk.formats import (
     AssignmentRecord,
@@ -122,6 +123,31 @@ def test_lease_record_keeps_every_earlier_expiry_as_its_floor():
     assert stored.expires_ms == 62_000
     shorter = stored.renewed(1_000, "b")
     assert shorter.floor_ms == 62_000 and shorter.owner == "b" and shorter.stat is None
+
+
+def test_chunked_arrays_address_values_by_bucket():
+    # per-bucket arrays (latest snapshots, pins) are stored as chunks of CHUNK buckets
+    assert group_by_chunk([CHUNK + 1, 3, CHUNK, 3]) == {0: [3], 1: [CHUNK, CHUNK + 1]}
+    assert list(chunks_for(2 * CHUNK + 1)) == [0, 1, 2] and list(chunks_for(0)) == []
+    array = ChunkArray(1, [0, 7])  # trailing buckets without a value may be absent
+    assert array.get(CHUNK + 1) == 7 and array.get(CHUNK) == 0 and array.get(2 * CHUNK - 1) == 0
+    assert array.present([CHUNK, CHUNK + 1]) == {CHUNK + 1: 7}
+    assert array.updated({CHUNK + 3: 9}).ids == [0, 7, 0, 9] and array.ids == [0, 7]
+    assert list(array.items()) == [(CHUNK + 1, 7)]
+    with pytest.raises(ValueError):
+        array.get(3)
+    filled = ChunkArray.filled(CHUNK + 2, 5)
+    assert [(a.chunk, len(a.ids), set(a.ids)) for a in filled] == [(0, CHUNK, {5}), (1, 2, {5})]
+    pins = PinChunk.decode(Node(PinChunk("t", 1, "orders", [0, 4]).encode(), STAT), "/p", "t", 1)
+    assert dict(pins.array.items()) == {CHUNK + 1: 4}
+
+
+def test_conflict_reasons_are_an_enum_that_compares_as_its_value(conn):
+    path = f"{context(conn).paths.root}/r"
+    with pytest.raises(TxnConflict) as info:
+        context(conn).store.commit([SetData(path, b"x", 0)])
+    assert info.value.reason is ConflictReason.NONODE and info.value.reason == "nonode"
+    assert "failed: nonode" in str(info.value)
 
 
 # -- pipelined reads --------------------------------------------------------------------------
