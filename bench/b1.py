@@ -69,7 +69,7 @@ SPARK_DEFAULT_LISTING_THRESHOLD = 32
 PROFILE = {
     "load_table": "leasekit.tables.catalog:load_table",
     "zk_lease_validity": "leasekit.leases.acquire:validity",
-    "zk_pins_of": "leasekit.leases.upkeep:pins_of",
+    "zk_pins_of": "leasekit.leases.pins:pins_of",
     "zk_get_snapshots": "leasekit.snapshots.catalog:get_snapshots",
     "plan_files_frame": "leasekit.spark.frames:files_frame",
 }

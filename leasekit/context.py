@@ -15,7 +15,7 @@ from . import ownership
 from .errors import CorruptMetadataError, IllegalStateError, PermissionDeniedError
 from .properties import NAMESPACE_SETTINGS, effective
 from .warehouse import Warehouse
-from .zk import Create, Node, ServerClock, Stat, TxnConflict, ZkStore
+from .zk import ConflictReason, Create, Node, ServerClock, Stat, TxnConflict, ZkStore
 from .zk.formats import AccessRecord, IdentityRecord, SettingsRecord
 from .zk.paths import Paths
 
@@ -119,7 +119,7 @@ class Context:
             try:
                 self.store.commit([Create(path, IdentityRecord(uuid.uuid4().hex).encode())])
             except TxnConflict as exc:
-                if exc.reason != "exists":
+                if exc.reason != ConflictReason.EXISTS:
                     raise
             except PermissionDeniedError:
                 return None  # a reader of a namespace created before identities: nothing to own
@@ -251,7 +251,10 @@ class Context:
             try:
                 stat = self.store.set(path, SettingsRecord(merged).encode(), version)
             except TxnConflict as exc:
-                if exc.reason not in ("version", "nonode"):  # nonode: recreated on re-read
+                if exc.reason not in (
+                    ConflictReason.VERSION,
+                    ConflictReason.NONODE,
+                ):  # nonode: recreated on re-read
                     raise IllegalStateError(f"cannot update settings at {path}: {exc}") from None
                 continue
             self._remember_settings(merged, stat.version)

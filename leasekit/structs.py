@@ -157,7 +157,8 @@ class AcquireResult(NamedTuple):
     acquired: dict[TableBucket, int]
     """Buckets now pinned by the lease, with the pinned snapshot id."""
     unavailable: dict[TableBucket, int]
-    """Requested buckets not pinned: the snapshot was missing or being deleted (-1: the bucket had none)."""
+    """Requested buckets not pinned: the snapshot was missing or being deleted (-1: the bucket
+    had none)."""
     expires_at: datetime
     """The lease's expiry after this acquire (ZooKeeper clock, UTC)."""
 

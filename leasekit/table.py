@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import IllegalStateError
-from .leases.upkeep import forget_table, leases_pinning
+from .leases.pins import forget_table, leases_pinning
 from .log.append import append
 from .log.state import read_states
 from .snapshots.catalog import list_snapshots, read_latest

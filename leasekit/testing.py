@@ -12,8 +12,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .zk import Create, Op
+from .zk.chunked import ChunkArray
 from .zk.formats import BucketState, LatestChunk, SegmentRecord, SnapshotRecord
-from .zk.paths import CHUNK
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -56,13 +56,9 @@ class ShiftedClock:
 
 
 def _latest_arrays(ctx: Context, table: TableInfo, snapshot_id: int) -> list[Op]:
-    n, tid = table.num_buckets, table.table_id
     return [
-        Create(
-            ctx.paths.latest_chunk(tid, c // CHUNK),
-            LatestChunk([snapshot_id] * min(CHUNK, n - c)).encode(),
-        )
-        for c in range(0, n, CHUNK)
+        Create(ctx.paths.latest_chunk(table.table_id, a.chunk), LatestChunk(a.ids).encode())
+        for a in ChunkArray.filled(table.num_buckets, snapshot_id)
     ]
 
 

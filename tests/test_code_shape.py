@@ -97,7 +97,6 @@ def _reaches_inside(source: str, where: str) -> list[str]:
     return out
 
 
-@pytest.mark.xfail(strict=False, reason="callers still moving")
 def test_nothing_outside_the_library_reaches_into_a_connection():
     # house style 13: tests get the inside from leasekit.testing.context(conn), never conn.store
     found = [

@@ -187,7 +187,7 @@ def test_acquire_latest_pins_newest_and_reports_buckets_without_snapshot(conn, s
 def test_acquire_latest_retries_when_the_latest_disappears(conn, orders, spark, monkeypatch):
     # L6: between reading the latest ids and pinning, a newer snapshot arrives and the one
     # just read is deleted; acquire_latest must pin the newer one instead.
-    import leasekit.leases.lease as handle
+    import leasekit.leases.acquire as handle
 
     real = handle.read_latest
     calls = []

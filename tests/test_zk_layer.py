@@ -10,7 +10,9 @@ import msgpack
 import pytest
 
 import leasekit as lk
-from leasekit.zk import Create, Delete, GetChildren, GetData, SetData
+from leasekit.testing import context
+from leasekit.zk import ConflictReason, Create, Delete, GetChildren, GetData, SetData, TxnConflict
+from leasekit.zk.chunked import CHUNK, ChunkArray, chunks_for, group_by_chunk
 from leasekit.zk.clock import ServerClock
 from leasekit.zk.formats import (
     AssignmentRecord,
@@ -123,13 +125,40 @@ def test_lease_record_keeps_every_earlier_expiry_as_its_floor():
     assert shorter.floor_ms == 62_000 and shorter.owner == "b" and shorter.stat is None
 
 
+def test_chunked_arrays_address_values_by_bucket():
+    # per-bucket arrays (latest snapshots, pins) are stored as chunks of CHUNK buckets
+    assert group_by_chunk([CHUNK + 1, 3, CHUNK, 3]) == {0: [3], 1: [CHUNK, CHUNK + 1]}
+    assert list(chunks_for(2 * CHUNK + 1)) == [0, 1, 2] and list(chunks_for(0)) == []
+    array = ChunkArray(1, [0, 7])  # trailing buckets without a value may be absent
+    assert array.get(CHUNK + 1) == 7 and array.get(CHUNK) == 0 and array.get(2 * CHUNK - 1) == 0
+    assert array.present([CHUNK, CHUNK + 1]) == {CHUNK + 1: 7}
+    assert array.updated({CHUNK + 3: 9}).ids == [0, 7, 0, 9] and array.ids == [0, 7]
+    assert list(array.items()) == [(CHUNK + 1, 7)]
+    with pytest.raises(ValueError):
+        array.get(3)
+    filled = ChunkArray.filled(CHUNK + 2, 5)
+    assert [(a.chunk, len(a.ids), set(a.ids)) for a in filled] == [(0, CHUNK, {5}), (1, 2, {5})]
+    pins = PinChunk.decode(Node(PinChunk("t", 1, "orders", [0, 4]).encode(), STAT), "/p", "t", 1)
+    assert dict(pins.array.items()) == {CHUNK + 1: 4}
+
+
+def test_conflict_reasons_are_an_enum_that_compares_as_its_value(conn):
+    path = f"{context(conn).paths.root}/r"
+    with pytest.raises(TxnConflict) as info:
+        context(conn).store.commit([SetData(path, b"x", 0)])
+    assert info.value.reason is ConflictReason.NONODE and info.value.reason == "nonode"
+    assert "failed: nonode" in str(info.value)
+
+
 # -- pipelined reads --------------------------------------------------------------------------
 
 
 def test_read_many_mixes_kinds_and_gives_each_read_its_own_result(conn):
-    root = f"{conn.paths.root}/r"
-    conn.store.commit([Create(root, b"top"), Create(f"{root}/a", b"1"), Create(f"{root}/b", b"2")])
-    results = conn.store.read_many(
+    root = f"{context(conn).paths.root}/r"
+    context(conn).store.commit(
+        [Create(root, b"top"), Create(f"{root}/a", b"1"), Create(f"{root}/b", b"2")]
+    )
+    results = context(conn).store.read_many(
         [
             GetData(f"{root}/a"),
             GetChildren(root),
@@ -150,30 +179,32 @@ def test_a_refused_read_fails_alone(zookeeper, warehouse, namespace, conn):
     from kazoo.security import make_digest_acl
 
     with lk.connect(zookeeper, warehouse, namespace=f"{namespace}x", auth=("alice", "pw")) as alice:
-        secret = f"{alice.paths.root}/secret"
-        alice.store.client.create(
+        secret = f"{context(alice).paths.root}/secret"
+        context(alice).store.client.create(
             secret, b"s", acl=[make_digest_acl("alice", "pw", all=True)]
         )  # no world read
-        public = f"{conn.paths.root}/public"
-        conn.store.commit([Create(public, b"p")])
-        results = conn.store.read_many([GetData(secret), GetData(public), GetChildren(secret)])
+        public = f"{context(conn).paths.root}/public"
+        context(conn).store.commit([Create(public, b"p")])
+        results = context(conn).store.read_many(
+            [GetData(secret), GetData(public), GetChildren(secret)]
+        )
         assert isinstance(results[0].error, lk.PermissionDeniedError) and results[0].value is None
         assert results[1].value.data == b"p" and results[1].error is None
         assert isinstance(results[2].error, lk.PermissionDeniedError)
         with pytest.raises(lk.PermissionDeniedError):
-            conn.store.get_many([public, secret])
+            context(conn).store.get_many([public, secret])
 
 
 def test_reads_over_many_batches_keep_their_order(conn):
-    root = f"{conn.paths.root}/many"
-    conn.store.commit_chunked(
+    root = f"{context(conn).paths.root}/many"
+    context(conn).store.commit_chunked(
         [Create(root)] + [Create(f"{root}/{i:05d}", str(i).encode()) for i in range(1200)]
     )
     paths = [f"{root}/{i:05d}" for i in range(1200)]
-    before = conn.store.round_trips
-    nodes = conn.store.get_many(paths)
+    before = context(conn).store.round_trips
+    nodes = context(conn).store.get_many(paths)
     assert (
-        conn.store.round_trips - before == 1
+        context(conn).store.round_trips - before == 1
     )  # three multiRead requests, one pipelined round trip
     assert [n.data for n in nodes] == [str(i).encode() for i in range(1200)]
 
@@ -182,39 +213,41 @@ def test_reads_over_many_batches_keep_their_order(conn):
 
 
 def test_data_watch_runs_off_kazoos_thread_sees_changes_and_stops_when_removed(conn):
-    path = f"{conn.paths.root}/w"
+    path = f"{context(conn).paths.root}/w"
     seen: list[bytes | None] = []
     threads: set[str] = set()
 
     def callback(data, stat):
         threads.add(threading.current_thread().name)
-        conn.store.get(conn.paths.root)  # a ZooKeeper call from the callback does not deadlock
+        context(conn).store.get(
+            context(conn).paths.root
+        )  # a ZooKeeper call from the callback does not deadlock
         seen.append(data)
 
-    watch = conn.store.watch(path, callback)
+    watch = context(conn).store.watch(path, callback)
     wait_for(lambda: seen == [None])  # absent at first
-    conn.store.commit([Create(path, b"1")])
+    context(conn).store.commit([Create(path, b"1")])
     wait_for(lambda: seen[-1:] == [b"1"])
-    conn.store.set(path, b"2")
+    context(conn).store.set(path, b"2")
     wait_for(lambda: seen[-1:] == [b"2"])
-    conn.store.commit([Delete(path)])
+    context(conn).store.commit([Delete(path)])
     wait_for(lambda: seen[-1:] == [None])
     watch.remove()
     assert not watch.active
-    conn.store.commit([Create(path, b"3")])
+    context(conn).store.commit([Create(path, b"3")])
     time.sleep(0.5)
     assert b"3" not in seen
     assert threads == {"leasekit-watches"}
 
 
 def test_debounced_watch_delivers_a_burst_once_with_the_newest_value(conn):
-    path = f"{conn.paths.root}/d"
-    conn.store.commit([Create(path, b"0")])
+    path = f"{context(conn).paths.root}/d"
+    context(conn).store.commit([Create(path, b"0")])
     seen: list[bytes] = []
-    watch = conn.store.watch(path, lambda data, stat: seen.append(data), debounce=0.5)
+    watch = context(conn).store.watch(path, lambda data, stat: seen.append(data), debounce=0.5)
     wait_for(lambda: seen == [b"0"])
     for i in range(1, 21):
-        conn.store.set(path, str(i).encode())
+        context(conn).store.set(path, str(i).encode())
     wait_for(lambda: seen[-1:] == [b"20"], 5)
     time.sleep(0.7)
     assert len(seen) <= 3  # 20 changes, a few deliveries
@@ -222,20 +255,20 @@ def test_debounced_watch_delivers_a_burst_once_with_the_newest_value(conn):
 
 
 def test_children_watch_follows_children_and_ends_on_delete(conn):
-    path = f"{conn.paths.root}/c"
-    conn.store.commit([Create(path)])
+    path = f"{context(conn).paths.root}/c"
+    context(conn).store.commit([Create(path)])
     seen: list[list[str] | None] = []
-    watch = conn.store.watch_children(path, seen.append)
+    watch = context(conn).store.watch_children(path, seen.append)
     wait_for(lambda: seen == [[]])
-    conn.store.commit([Create(f"{path}/b"), Create(f"{path}/a")])
+    context(conn).store.commit([Create(f"{path}/b"), Create(f"{path}/a")])
     wait_for(lambda: seen[-1:] == [["a", "b"]])
-    conn.store.commit([Delete(f"{path}/a")])
+    context(conn).store.commit([Delete(f"{path}/a")])
     wait_for(lambda: seen[-1:] == [["b"]])
-    conn.store.commit(
+    context(conn).store.commit(
         [Delete(f"{path}/b"), Create(f"{path}/b")]
     )  # the same names, another child (C17)
     wait_for(lambda: seen[-2:] == [["b"], ["b"]])
-    conn.store.commit([Delete(f"{path}/b"), Delete(path)])
+    context(conn).store.commit([Delete(f"{path}/b"), Delete(path)])
     wait_for(lambda: seen[-1:] == [None])
     assert not watch.active
 
@@ -243,33 +276,35 @@ def test_children_watch_follows_children_and_ends_on_delete(conn):
 def test_a_watch_set_hears_every_change_of_what_was_read_until_closed(conn):
     # what a panel relies on: watch exactly the znodes a reading touched, each re-armed as it
     # fires, znodes missing when read included (their creation is heard), none left on close
-    root = conn.paths.root
+    root = context(conn).paths.root
     data, kids, missing = f"{root}/d", f"{root}/k", f"{root}/later"
-    conn.store.commit([Create(data, b"1"), Create(kids)])
-    with conn.store.recording() as seen:
-        conn.store.read_many([GetData(data), GetChildren(kids)])
-        conn.store.children(missing)
+    context(conn).store.commit([Create(data, b"1"), Create(kids)])
+    with context(conn).store.recording() as seen:
+        context(conn).store.read_many([GetData(data), GetChildren(kids)])
+        context(conn).store.children(missing)
     assert seen.data == {data} and seen.children == {kids, missing}
     heard: list[str | None] = []
-    watches = conn.store.watch_set(heard.append)
+    watches = context(conn).store.watch_set(heard.append)
     assert watches.update(seen.data, seen.children)  # new paths: the caller reads once more
     wait_for(lambda: watches.registered() == 3)
-    conn.store.set(data, b"2")
+    context(conn).store.set(data, b"2")
     wait_for(lambda: heard == [data])
-    conn.store.set(data, b"3")  # re-armed after it fired
+    context(conn).store.set(data, b"3")  # re-armed after it fired
     wait_for(lambda: heard == [data, data])
-    conn.store.commit([Create(f"{kids}/x")])
+    context(conn).store.commit([Create(f"{kids}/x")])
     wait_for(lambda: heard[-1:] == [kids])
-    conn.store.commit([Create(missing)])  # its creation...
+    context(conn).store.commit([Create(missing)])  # its creation...
     wait_for(lambda: heard[-1:] == [missing])
-    conn.store.commit([Create(f"{missing}/y")])  # ...then, watched as a parent now, its children
+    context(conn).store.commit(
+        [Create(f"{missing}/y")]
+    )  # ...then, watched as a parent now, its children
     wait_for(lambda: heard.count(missing) == 2)
     assert not watches.update(seen.data, seen.children)  # nothing new
     watches.close()
     assert watches.registered() == 0
     count = len(heard)
-    conn.store.set(data, b"4")
-    conn.store.commit([Create(f"{kids}/z")])
+    context(conn).store.set(data, b"4")
+    context(conn).store.commit([Create(f"{kids}/z")])
     time.sleep(0.5)
     assert len(heard) == count
 
@@ -278,7 +313,7 @@ def test_watch_on_a_closed_connection_is_a_typed_error(zookeeper, warehouse, nam
     other = lk.connect(zookeeper, warehouse, namespace=namespace)
     other.close()
     with pytest.raises(lk.IllegalStateError):
-        other.store.watch(other.paths.settings, lambda data, stat: None)
+        context(other).store.watch(context(other).paths.settings, lambda data, stat: None)
 
 
 # -- the server clock -----------------------------------------------------------------------------
@@ -287,13 +322,13 @@ def test_watch_on_a_closed_connection_is_a_typed_error(zookeeper, warehouse, nam
 def test_server_time_does_not_write_on_every_read(conn):
     # section 5 (write load): the clock znode is written at most every few seconds for display
     conn.server_time()
-    version = conn.store.get(conn.paths.clock).stat.version
+    version = context(conn).store.get(context(conn).paths.clock).stat.version
     times = [conn.server_time() for _ in range(50)]
-    assert conn.store.get(conn.paths.clock).stat.version == version
+    assert context(conn).store.get(context(conn).paths.clock).stat.version == version
     assert times == sorted(times)
     # L7/L11: a decision reads the ZooKeeper clock itself, with a write
     decided = conn.now_ms()
-    assert conn.store.get(conn.paths.clock).stat.version == version + 1
+    assert context(conn).store.get(context(conn).paths.clock).stat.version == version + 1
     assert abs(decided - conn.server_time_ms()) < 1_000
 
 
@@ -314,25 +349,31 @@ def test_clock_estimate_refreshes_after_max_age():
 def test_settings_watch_keeps_other_clients_current(zookeeper, warehouse, namespace, conn):
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
         conn.update_settings({"lease.max-duration": "2h"})
-        wait_for(lambda: other.cached_settings()["lease.max-duration"].total_seconds() == 7200)
+        wait_for(
+            lambda: context(other).cached_settings()["lease.max-duration"].total_seconds() == 7200
+        )
 
 
 def test_set_on_a_changed_version_is_a_conflict(conn):
-    path = f"{conn.paths.root}/v"
-    conn.store.commit([Create(path, b"a")])
-    conn.store.set(path, b"b", 0)
+    path = f"{context(conn).paths.root}/v"
+    context(conn).store.commit([Create(path, b"a")])
+    context(conn).store.set(path, b"b", 0)
     with pytest.raises(lk.LeasekitError):
-        conn.store.commit([SetData(path, b"c", 0)])
+        context(conn).store.commit([SetData(path, b"c", 0)])
 
 
 def test_a_sequential_create_returns_the_numbered_path(conn):
     # section 5: group members are sequential ephemeral znodes (their order elects the leader)
-    parent = conn.paths.root + "/seq"
-    conn.store.ensure_path(parent)
-    (first,) = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
-    (second,) = conn.store.commit([Create(parent + "/m-", b"", ephemeral=True, sequence=True)])
+    parent = context(conn).paths.root + "/seq"
+    context(conn).store.ensure_path(parent)
+    (first,) = context(conn).store.commit(
+        [Create(parent + "/m-", b"", ephemeral=True, sequence=True)]
+    )
+    (second,) = context(conn).store.commit(
+        [Create(parent + "/m-", b"", ephemeral=True, sequence=True)]
+    )
     assert first.startswith(parent + "/m-") and len(first.rsplit("-", 1)[1]) == 10
-    assert second > first and sorted(conn.store.children(parent)) == [
+    assert second > first and sorted(context(conn).store.children(parent)) == [
         first.rsplit("/", 1)[1],
         second.rsplit("/", 1)[1],
     ]

@@ -34,6 +34,7 @@ from ..zk import (
     MAX_TXN_BYTES,
     MAX_TXN_OPS,
     Check,
+    ConflictReason,
     Create,
     Op,
     SetData,
@@ -208,9 +209,11 @@ def commit(
                 ) from None
             pending = {tb: o for tb, o in pending.items() if tb.table not in exc.names}
         except TxnConflict as exc:
-            if exc.reason not in ("version", "exists", "nonode") or any(
-                op == exc.op for op in fence
-            ):
+            if exc.reason not in (
+                ConflictReason.VERSION,
+                ConflictReason.EXISTS,
+                ConflictReason.NONODE,
+            ) or any(op == exc.op for op in fence):
                 raise
             for tb in written:
                 pending.pop(tb, None)

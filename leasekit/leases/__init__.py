@@ -1,2 +1,3 @@
-"""KV snapshot leases: the lease store in ZooKeeper (acquire, renew, release, drop, expire)
-and the ``KvSnapshotLease`` handle with keepalive and pinned Spark reads."""
+"""KV snapshot leases: the lease store in ZooKeeper (``acquire`` with its planner ``plan``,
+``pins``, ``upkeep``: release, drop, expire) and the ``KvSnapshotLease`` handle (``lease``) with
+keepalive and pinned Spark reads."""

@@ -1,11 +1,12 @@
-"""The lease store's writes that pin: acquire and renew, and the validity check of reads (a pin
-is a child znode of the pinned snapshot's znode, so pinning and deleting exclude each other)."""
+"""The lease store's writes that pin: acquire (read, plan transactions, apply them), acquire of
+the latest snapshots, renew, and the validity check of reads (a pin is a child znode of the
+pinned snapshot's znode, so pinning and deleting exclude each other)."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,36 +19,30 @@ from ..errors import (
     LeaseNotFoundError,
     TableNotFoundError,
 )
+from ..snapshots.catalog import read_latest
 from ..structs import AcquireResult, TableBucket
 from ..tables import fence
 from ..tables.catalog import load_table
-from ..validate import check_id
+from ..tables.info import TableInfo
+from ..validate import check_id, check_int
 from ..zk import (
-    MAX_REQUEST_BYTES,
-    MAX_TXN_OPS,
+    ConflictReason,
     Create,
-    Delete,
     Node,
-    Op,
-    SetData,
-    Stat,
     TxnConflict,
-    op_size,
     to_datetime,
 )
+from ..zk.chunked import chunk_of, group_by_chunk
 from ..zk.formats import LIVE, LeaseRecord, PinChunk
-from ..zk.paths import CHUNK
+from .plan import Batch, Key, Pin, State, applied, lease_ops, plan_batch
 
 if TYPE_CHECKING:
     from ..context import Context
-    from ..tables.info import TableInfo
-
-ACQUIRE_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
-"""Acquire transactions may fill most of a request: ``op_size`` already bounds each op from above."""
 
 __all__ = [
     "acquire",
     "acquire_at",
+    "acquire_latest",
     "renew",
     "renew_at",
     "validity",
@@ -77,11 +72,26 @@ def acquire(
     lease_id: str,
     wanted: Mapping[TableInfo, Mapping[int, int]],
     duration_ms: int,
-    *,
-    refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None = None,
 ) -> AcquireResult:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_at``)."""
-    return acquire_at(ctx, lease_id, wanted, duration_ms, refresh=refresh)[0]
+    return acquire_at(ctx, lease_id, wanted, duration_ms)[0]
+
+
+def acquire_latest(
+    ctx: Context, lease_id: str, tables: Any, duration_ms: int
+) -> tuple[AcquireResult, int]:
+    """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms).
+    A bucket whose newest snapshot goes while pinning is looked up again."""
+    wanted: dict[TableInfo, dict[int, int]] = {}
+    missing: dict[TableBucket, int] = {}
+    for table in table_list(ctx, tables):
+        latest = read_latest(table)
+        wanted[table] = latest
+        missing.update(
+            {TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest}
+        )
+    result, committed_ms = acquire_at(ctx, lease_id, wanted, duration_ms, latest=True)
+    return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
 
 
 def acquire_at(
@@ -90,133 +100,80 @@ def acquire_at(
     wanted: Mapping[TableInfo, Mapping[int, int]],
     duration_ms: int,
     *,
-    refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None = None,
+    latest: bool = False,
 ) -> tuple[AcquireResult, int]:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8);
     also returns the ZooKeeper time of the last commit.
 
-    One pipelined read, then transactions of up to MAX_TXN_OPS ops, each carrying the pins of
-    whole chunks together with those chunks' arrays and the lease record (whose mtime becomes
+    One pipelined read, then transactions as large as ZooKeeper takes, each carrying the pins
+    of whole pin arrays together with those arrays and the lease record (whose mtime becomes
     the acquire time). A snapshot that is missing, or deleted while we pin, is reported
-    unavailable; with ``refresh`` (acquire_latest) its bucket is looked up again (L6).
+    unavailable; with ``latest`` (acquire_latest) its bucket's newest snapshot is looked up
+    again (L6).
     """
     check_id(lease_id)
-    paths, store = ctx.paths, ctx.store
-    rec_path = paths.lease(lease_id)
     tables = {t.table_id: t for t in wanted}
-    work: dict[tuple[str, int], dict[int, int]] = {}
-    for table, buckets in wanted.items():
-        for bucket, sid in buckets.items():
-            work.setdefault((table.table_id, bucket // CHUNK), {})[bucket] = sid
+    work: dict[Key, dict[int, int]] = {
+        (table.table_id, chunk): {b: buckets[b] for b in group}
+        for table, buckets in wanted.items()
+        for chunk, group in group_by_chunk(buckets).items()
+    }
     acquired: dict[TableBucket, int] = {}
     unavailable: dict[TableBucket, int] = {}
     pending = sorted(work)
+    state: State | None = None
+    ahead: Batch | None = None
     expires_ms = committed_ms = 0
-    stale = True
-    record: LeaseRecord | None = None
-    chunks: dict[tuple[str, int], PinChunk] = {}
-    fences: dict[str, int] = {}
-    first = True
-    wait = 0.005
-    while pending or first:
-        if stale:
-            tids = sorted({tid for tid, _ in pending})
-            fence_paths = [
-                p for tid in tids for p in (paths.table_data(tid), paths.dropped_table(tid))
-            ]
-            chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
-            now, nodes = ctx.read_with_clock([rec_path, *fence_paths, *chunk_paths])
-            record = _check_live(ctx, nodes[0], rec_path, now, creating=True)
-            fenced = _fences(
-                ctx, [tables[tid] for tid in tids], nodes[1 : 1 + len(fence_paths)], now
-            )
-            if fenced is None:  # a drop is deciding: it may be refused, or the table goes
-                time.sleep(random.uniform(0, wait))
-                wait = min(wait * 2, 0.1)
-                continue
-            fences = fenced
-            chunks = {
-                key: PinChunk.empty(key[0], key[1], tables[key[0]].name)
-                if n is None
-                else PinChunk.decode(n, p, key[0], key[1])
-                for key, p, n in zip(pending, chunk_paths, nodes[1 + len(fence_paths) :])
-            }
-            stale = False
-        if record is None:  # the SetData gives the new record's stat: its mtime is the acquire time
-            value = LeaseRecord(duration_ms, 0, ctx.owner, LIVE).encode()
-            ops: list[Op] = [
-                Create(rec_path, value),
-                SetData(rec_path, value, 0),
-                Create(paths.lease_pins(lease_id)),
-            ]
-        else:
-            ops = [
-                SetData(
-                    rec_path, record.renewed(duration_ms, ctx.owner).encode(), record.stat.version
-                )
-            ]
-        ops += [fence.fence_check(ctx, tid, version) for tid, version in fences.items()]
-        pin_ops: dict[int, tuple[TableBucket, int]] = {}
-        chunk_ops_at: dict[tuple[str, int], tuple[int, list[int]]] = {}
-        batch: list[tuple[str, int]] = []
-        txn_bytes = sum(op_size(op) for op in ops)
-        for key in pending:
-            ch, table = chunks[key], tables[key[0]]
-            ids = list(ch.ids)
-            new_ops: list[Op] = []
-            new_pins: dict[int, tuple[TableBucket, int]] = {}
-            for bucket, sid in sorted(work[key].items()):
-                current = ids[bucket % CHUNK]
-                if current == sid:
-                    continue
-                new_pins[len(ops) + len(new_ops)] = (TableBucket(table.name, bucket), sid)
-                new_ops.append(Create(paths.pin(key[0], bucket, sid, lease_id)))
-                if current:
-                    new_ops.append(Delete(paths.pin(key[0], bucket, current, lease_id)))
-                ids[bucket % CHUNK] = sid
-            new_bytes = sum(op_size(op) for op in new_ops) + 2 * CHUNK * 8
-            if batch and (
-                len(ops) + len(new_ops) + 1 > MAX_TXN_OPS
-                or txn_bytes + new_bytes > ACQUIRE_TXN_BYTES
-            ):
-                break
-            txn_bytes += new_bytes
-            batch.append(key)
-            if ids != ch.ids:
-                chunk_path = paths.lease_chunk(lease_id, key[0], key[1])
-                value = ch._replace(table=table.name, ids=ids).encode()
-                new_ops.append(
-                    Create(chunk_path, value)
-                    if ch.stat is None
-                    else SetData(chunk_path, value, ch.stat.version)
-                )
-                chunk_ops_at[key] = (len(ops) + len(new_ops) - 1, ids)
-            ops += new_ops
-            pin_ops.update(new_pins)
+    while pending or not committed_ms:
+        if state is None:
+            state, ahead = _read(ctx, lease_id, tables, pending), None
+        head = lease_ops(ctx, lease_id, state, duration_ms)
+        if ahead is None:
+            ahead = plan_batch(ctx, lease_id, state.chunks, pending, work, tables, head)
+        batch, sent = ahead, ctx.store.submit(head + ahead.ops)
+        done = set(batch.keys)
+        pending = [k for k in pending if k not in done]
+        # Plan the next transaction while ZooKeeper works; it is sent only once this one
+        # committed, with the lease's ops of the state after it.
+        ahead = plan_batch(ctx, lease_id, state.chunks, pending, work, tables, head)
         try:
-            results = store.commit(ops)
+            results = sent.result()
         except TxnConflict as exc:
-            _resolve(ctx, exc, pin_ops, work, tables, lease_id, unavailable, refresh)
-            stale = True
+            pins = {len(head) + i: pin for i, pin in batch.pins.items()}
+            _resolve(ctx, exc, pins, work, tables, lease_id, unavailable, latest)
+            state, pending = None, sorted({*pending, *batch.keys})
             continue
-        first = False
-        stat = next(r for r in results if isinstance(r, Stat))
-        committed_ms = stat.mtime_ms
-        expires_ms = max(record.expires_ms if record else 0, stat.mtime_ms + duration_ms)
-        record = LeaseRecord(duration_ms, record.expires_ms if record else 0, ctx.owner, LIVE, stat)
-        for key in batch:
-            if key in chunk_ops_at:
-                index, ids = chunk_ops_at[key]
-                version = results[index].version if isinstance(results[index], Stat) else 0
-                old = chunks[key]
-                chunks[key] = old._replace(
-                    ids=ids, stat=(old.stat or stat)._replace(version=version)
-                )
-            table = tables[key[0]]
-            for bucket, sid in work[key].items():
-                acquired[TableBucket(table.name, bucket)] = sid
-        pending = [k for k in pending if k not in batch]
+        state, committed_ms, expires_ms = applied(ctx, state, batch, results, duration_ms)
+        for key in batch.keys:
+            name = tables[key[0]].name
+            acquired.update({TableBucket(name, b): sid for b, sid in work[key].items()})
     return AcquireResult(acquired, unavailable, to_datetime(expires_ms)), committed_ms
+
+
+def _read(ctx: Context, lease_id: str, tables: dict[str, TableInfo], pending: list[Key]) -> State:
+    """The lease record, the tables' fences and the pending pin arrays, in one pipelined read
+    (again, after a short back-off, while a drop of one of the tables is deciding)."""
+    paths = ctx.paths
+    rec_path = paths.lease(lease_id)
+    tids = sorted({tid for tid, _ in pending})
+    fence_paths = [p for tid in tids for p in (paths.table_data(tid), paths.dropped_table(tid))]
+    chunk_paths = [paths.lease_chunk(lease_id, tid, c) for tid, c in pending]
+    wait = 0.005
+    while True:
+        now, nodes = ctx.read_with_clock([rec_path, *fence_paths, *chunk_paths])
+        record = _check_live(ctx, nodes[0], rec_path, now, creating=True)
+        fenced = _fences(ctx, [tables[t] for t in tids], nodes[1 : 1 + len(fence_paths)], now)
+        if fenced is not None:
+            break
+        time.sleep(random.uniform(0, wait))  # a drop is deciding: it may be refused, or not
+        wait = min(wait * 2, 0.1)
+    chunks = {
+        key: PinChunk.empty(key[0], key[1], tables[key[0]].name)
+        if n is None
+        else PinChunk.decode(n, p, key[0], key[1])
+        for key, p, n in zip(pending, chunk_paths, nodes[1 + len(fence_paths) :])
+    }
+    return State(record, fenced, chunks)
 
 
 def _fences(
@@ -259,38 +216,51 @@ def _check_live(
 def _resolve(
     ctx: Context,
     exc: TxnConflict,
-    pin_ops: dict[int, tuple[TableBucket, int]],
-    work: dict[tuple[str, int], dict[int, int]],
+    pin_ops: dict[int, Pin],
+    work: dict[Key, dict[int, int]],
     tables: dict[str, TableInfo],
     lease_id: str,
     unavailable: dict[TableBucket, int],
-    refresh: Callable[[TableInfo, list[int]], dict[int, int]] | None,
+    latest: bool,
 ) -> None:
     """Adjust the work after a failed acquire transaction; the caller re-reads and retries."""
-    paths = ctx.paths
-    if exc.index == 0 and exc.reason == "nonode":
+    if exc.index == 0 and exc.reason == ConflictReason.NONODE:
         raise LeaseExpiredError(f"lease {lease_id!r} was dropped or expired while acquiring")
-    if not (isinstance(exc.op, Create) and exc.reason == "nonode" and exc.index in pin_ops):
+    missing_pin = isinstance(exc.op, Create) and exc.reason == ConflictReason.NONODE
+    if not (missing_pin and exc.index in pin_ops):
         return  # a concurrent change to the lease or a pin: re-read and rebuild
     # One pinned snapshot is gone; find every missing one of this batch in one pipelined read.
-    by_id = {t.name: t for t in tables.values()}
     targets = list(pin_ops.values())
-    snap_paths = [paths.snapshot(by_id[tb.table].table_id, tb.bucket, sid) for tb, sid in targets]
-    present = ctx.store.get_many(snap_paths)
-    missing = [(tb, sid) for (tb, sid), node in zip(targets, present) if node is None]
+    present = ctx.store.get_many([ctx.paths.snapshot(*target) for target in targets])
     retry: dict[TableInfo, list[int]] = {}
-    for tb, sid in missing:
-        table = by_id[tb.table]
-        work[(table.table_id, tb.bucket // CHUNK)].pop(tb.bucket, None)
-        unavailable[tb] = sid
-        if refresh is not None:
-            retry.setdefault(table, []).append(tb.bucket)
+    for (tid, bucket, sid), node in zip(targets, present):
+        if node is not None:
+            continue
+        table = tables[tid]
+        _wanted(work, table, bucket).pop(bucket, None)
+        unavailable[TableBucket(table.name, bucket)] = sid
+        if latest:
+            retry.setdefault(table, []).append(bucket)
     for table, buckets in retry.items():
-        for bucket, sid in refresh(table, buckets).items():
+        for bucket, sid in read_latest(table, buckets).items():
             tb = TableBucket(table.name, bucket)
             if sid != unavailable.get(tb):
                 unavailable.pop(tb, None)
-                work[(table.table_id, bucket // CHUNK)][bucket] = sid
+                _wanted(work, table, bucket)[bucket] = sid
+
+
+def _wanted(work: dict[Key, dict[int, int]], table: TableInfo, bucket: int) -> dict[int, int]:
+    """The wanted snapshot ids of the pin array of ``table`` that holds ``bucket``."""
+    return work[(table.table_id, chunk_of(bucket))]
+
+
+def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
+    """Tables named by a name, a Table, or an iterable of those."""
+    if isinstance(tables, (str, TableInfo)):
+        tables = [tables]
+    if not isinstance(tables, Iterable):
+        raise InvalidTypeError("tables must be a table name or an iterable of table names")
+    return [load_table(ctx, t) for t in tables]
 
 
 # -- renew and validity -----------------------------------------------------------------
@@ -316,7 +286,7 @@ def renew_at(ctx: Context, lease_id: str, duration_ms: int | None) -> tuple[int,
                 path, record.renewed(duration, ctx.owner).encode(), record.stat.version
             )
         except TxnConflict as exc:
-            if exc.reason == "nonode":
+            if exc.reason == ConflictReason.NONODE:
                 raise LeaseExpiredError(
                     f"lease {lease_id!r} was dropped or expired while renewing"
                 ) from None
@@ -347,8 +317,7 @@ def check_snapshot_ids(ctx: Context, snapshot_ids: object) -> dict[TableInfo, di
             raise InvalidTypeError(
                 f"snapshot_ids keys must be TableBucket, not {type(tb).__name__}"
             )
-        if isinstance(sid, bool) or not isinstance(sid, int):
-            raise InvalidTypeError(f"snapshot id for {tb} must be an int, not {type(sid).__name__}")
+        sid = check_int(sid, f"snapshot id for {tb}")
         if sid < 1:
             raise InvalidArgumentError(f"snapshot ids start at 1, got {sid} for {tb}")
         by_name.setdefault(tb.table, {})[tb.bucket] = sid

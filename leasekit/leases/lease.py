@@ -21,13 +21,13 @@ from ..errors import (
     NotPinnedError,
     ZooKeeperUnavailableError,
 )
-from ..snapshots.catalog import get_snapshots, read_latest
+from ..snapshots.catalog import get_snapshots
 from ..structs import AcquireResult, LeaseInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
-from ..validate import check_id
+from ..validate import check_bool, check_id, check_int
 from ..zk import to_datetime
-from . import acquire, upkeep
+from . import acquire, pins, upkeep
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -46,8 +46,7 @@ def group_buckets(ctx: Context, buckets: Iterable[TableBucket]) -> dict[TableInf
     for tb in buckets:
         if not isinstance(tb, TableBucket):
             raise InvalidTypeError(f"buckets must be TableBucket values, not {type(tb).__name__}")
-        if isinstance(tb.bucket, bool) or not isinstance(tb.bucket, int):
-            raise InvalidTypeError(f"bucket of {tb} must be an int, not {type(tb.bucket).__name__}")
+        check_int(tb.bucket, f"bucket of {tb}")
         by_name.setdefault(tb.table, []).append(tb.bucket)
     out: dict[TableInfo, list[int]] = {}
     for name, numbers in by_name.items():
@@ -56,43 +55,29 @@ def group_buckets(ctx: Context, buckets: Iterable[TableBucket]) -> dict[TableInf
     return out
 
 
-def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
-    """Tables named by a name, a Table, or an iterable of those."""
-    if isinstance(tables, (str, TableInfo)):
-        tables = [tables]
-    if not isinstance(tables, Iterable):
-        raise InvalidTypeError("tables must be a table name or an iterable of table names")
-    return [load_table(ctx, t) for t in tables]
-
-
-def acquire_latest(
-    ctx: Context, lease_id: str, tables: Any, duration_ms: int
-) -> tuple[AcquireResult, int]:
-    """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms)."""
-    wanted: dict[TableInfo, dict[int, int]] = {}
-    missing: dict[TableBucket, int] = {}
-    for table in table_list(ctx, tables):
-        latest = read_latest(table)
-        wanted[table] = latest
-        missing.update(
-            {TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest}
-        )
-    result, committed_ms = acquire.acquire_at(
-        ctx,
-        lease_id,
-        wanted,
-        duration_ms,
-        refresh=lambda table, buckets: read_latest(table, buckets),
-    )
-    return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
-
-
 def _ms(when: datetime) -> int:
     return round(when.timestamp() * 1000)
 
 
 class KvSnapshotLease:
-    """A lease that pins KV snapshots so retention cannot delete them while they are read."""
+    """A lease that pins KV snapshots so retention cannot delete them while they are read.
+
+    Made by ``Connection.lease``; no I/O until the first call. Used as a context manager it
+    renews itself every duration/3 inside the block (with ``keepalive``) and drops the lease
+    on exit (with ``drop_on_exit``).
+
+    Arguments:
+        ctx: the connection's context.
+        lease_id: the lease's id; None makes a new unique one.
+        duration: how long each acquire or renew keeps the lease ("1h", a timedelta, seconds).
+        keepalive: renew in the background inside a ``with`` block.
+        drop_on_exit: drop the lease when the ``with`` block ends.
+
+    Raises:
+        InvalidLeaseIdError: ``lease_id`` does not follow the id rule (L1).
+        InvalidDurationError: ``duration`` is not > 0 and <= ``lease.max-duration`` (L2).
+        InvalidTypeError: ``keepalive`` or ``drop_on_exit`` is not a bool.
+    """
 
     def __init__(
         self,
@@ -108,10 +93,8 @@ class KvSnapshotLease:
             check_id(lease_id) if lease_id is not None else f"lease-{uuid.uuid4().hex[:16]}"
         )
         self._duration_ms = acquire.lease_duration_ms(ctx, duration)
-        if not isinstance(keepalive, bool) or not isinstance(drop_on_exit, bool):
-            raise InvalidTypeError("keepalive and drop_on_exit must be bools")
-        self.keepalive = keepalive
-        self.drop_on_exit = drop_on_exit
+        self.keepalive = check_bool(keepalive, "keepalive")
+        self.drop_on_exit = check_bool(drop_on_exit, "drop_on_exit")
         self._expires_ms: int | None = None
         self._seen: tuple[int, float] | None = None  # (server ms, monotonic s) at the last call
         self._failure: LeasekitError | None = None
@@ -152,7 +135,23 @@ class KvSnapshotLease:
     # -- operations -----------------------------------------------------------------------
 
     def acquire(self, snapshot_ids: Mapping[TableBucket, int]) -> AcquireResult:
-        """Pin these snapshots (moving earlier pins of the same buckets); creates the lease."""
+        """Pin these snapshots, moving earlier pins of the same buckets; the first call creates
+        the lease, each call extends it to at least now + its duration.
+
+        Arguments:
+            snapshot_ids: the snapshot id to pin for each bucket.
+
+        Returns:
+            What was pinned, the snapshots that do not exist (``unavailable``) and the expiry.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: ``snapshot_ids`` is not a mapping of
+                ``TableBucket`` to snapshot ids >= 1.
+            TableNotFoundError: a table does not exist or was dropped while pinning.
+            BucketNotFoundError: a bucket number the table does not have.
+            LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
         self._check()
         wanted = acquire.check_snapshot_ids(self._ctx, snapshot_ids)
         result, committed_ms = acquire.acquire_at(
@@ -162,14 +161,45 @@ class KvSnapshotLease:
         return result
 
     def acquire_latest(self, tables: str | Iterable[str]) -> AcquireResult:
-        """Pin the newest snapshot of every bucket of ``tables``."""
+        """Pin the newest snapshot of every bucket of ``tables``, like ``acquire``; a bucket
+        whose newest snapshot is deleted meanwhile gets the one after it.
+
+        Arguments:
+            tables: a table name or an iterable of table names.
+
+        Returns:
+            What was pinned; buckets without any snapshot are ``unavailable`` with id -1.
+
+        Raises:
+            InvalidTypeError: ``tables`` is not a name or an iterable of names.
+            InvalidArgumentError: a name is not a valid table name.
+            TableNotFoundError: a table does not exist or was dropped while pinning.
+            LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
         self._check()
-        result, committed_ms = acquire_latest(self._ctx, self.lease_id, tables, self._duration_ms)
+        result, committed_ms = acquire.acquire_latest(
+            self._ctx, self.lease_id, tables, self._duration_ms
+        )
         self._note(_ms(result.expires_at), committed_ms)
         return result
 
     def renew(self, duration: Any = None) -> datetime:
-        """Extend the lease to at least now + duration (default: its duration); the new expiry."""
+        """Extend the lease to at least now + ``duration``; never shortens it (L7).
+
+        Arguments:
+            duration: a duration ("1h", a timedelta, seconds); None keeps the lease's
+                duration. A new one becomes the lease's duration for later renewals.
+
+        Returns:
+            The new expiry.
+
+        Raises:
+            InvalidDurationError: ``duration`` is not > 0 and <= ``lease.max-duration``.
+            LeaseNotFoundError: the lease was never acquired.
+            LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
         self._check()
         duration_ms = None if duration is None else acquire.lease_duration_ms(self._ctx, duration)
         if duration_ms is not None:
@@ -177,23 +207,64 @@ class KvSnapshotLease:
         return to_datetime(self._note(*acquire.renew_at(self._ctx, self.lease_id, duration_ms)))
 
     def release(self, buckets: Iterable[TableBucket]) -> None:
-        """Unpin these buckets (idempotent)."""
+        """Unpin these buckets; buckets the lease does not pin are ignored (idempotent, L9).
+
+        Arguments:
+            buckets: the buckets to unpin.
+
+        Raises:
+            InvalidTypeError: ``buckets`` is not an iterable of ``TableBucket``.
+            TableNotFoundError: a table does not exist.
+            LeaseNotFoundError: the lease does not exist.
+            LeaseExpiredError: the handle's keepalive failed.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
         self._check()
         upkeep.release(self._ctx, self.lease_id, group_buckets(self._ctx, buckets))
 
     def drop(self) -> bool:
-        """Remove the lease and its pins; False if it did not exist."""
+        """Stop the keepalive and remove the lease with all its pins (L10).
+
+        Returns:
+            True if the lease was removed; False if it did not exist.
+
+        Raises:
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
         self._stop_keepalive()
         dropped = upkeep.drop(self._ctx, self.lease_id)
         self._dropped = True
         return dropped
 
     def info(self) -> LeaseInfo:
-        """The lease as stored in ZooKeeper."""
+        """The lease as stored in ZooKeeper.
+
+        Returns:
+            Its pins, duration, creation, renewal and expiry times, and owner.
+
+        Raises:
+            LeaseNotFoundError: the lease does not exist (never acquired, dropped, reclaimed).
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
         return upkeep.info(self._ctx, self.lease_id)
 
     def read(self, spark: Any, table: str | TableInfo, *, allow_partial: bool = False) -> Any:
-        """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12)."""
+        """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12).
+
+        Arguments:
+            spark: the SparkSession to read with.
+            table: a table name (or Table).
+            allow_partial: read only the pinned buckets when some are not pinned.
+
+        Returns:
+            A DataFrame of the table's columns.
+
+        Raises:
+            TableNotFoundError: the table does not exist.
+            NotPinnedError: some buckets are not pinned and ``allow_partial`` is False.
+            LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
         from ..spark.frames import files_frame
         from ..spark.session import session, spark_errors
 
@@ -201,21 +272,23 @@ class KvSnapshotLease:
         spark = session(spark)
         table = load_table(self._ctx, table)
         acquire.validity(self._ctx, self.lease_id)
-        pins = upkeep.pins_of(self._ctx, self.lease_id, table)
-        unpinned = [b for b in range(table.num_buckets) if TableBucket(table.name, b) not in pins]
+        pinned = pins.pins_of(self._ctx, self.lease_id, table)
+        unpinned = [b for b in range(table.num_buckets) if TableBucket(table.name, b) not in pinned]
         if unpinned and not allow_partial:
             shown = ", ".join(map(str, unpinned[:10])) + (" ..." if len(unpinned) > 10 else "")
             raise NotPinnedError(
-                f"lease {self.lease_id!r} does not pin {len(unpinned)} of {table.num_buckets} buckets of "
-                f"{table.name!r} (buckets {shown}); acquire them or pass allow_partial=True"
+                f"lease {self.lease_id!r} does not pin {len(unpinned)} of {table.num_buckets} "
+                f"buckets of {table.name!r} (buckets {shown}); acquire them or pass "
+                "allow_partial=True"
             )
-        snaps = get_snapshots(table, {tb.bucket: sid for tb, sid in pins.items()})
+        snaps = get_snapshots(table, {tb.bucket: sid for tb, sid in pinned.items()})
         with spark_errors(f"read {table.name} through lease {self.lease_id}"):
             return files_frame(spark, table, [f for s in snaps for f in s.files])
 
     # -- keepalive ------------------------------------------------------------------------
 
     def __enter__(self) -> KvSnapshotLease:
+        """Start the keepalive (with ``keepalive``); the lease itself."""
         if self.keepalive:
             self._stop.clear()
             self._thread = threading.Thread(
@@ -225,6 +298,8 @@ class KvSnapshotLease:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Stop the keepalive and, with ``drop_on_exit``, drop the lease; a failed drop is
+        raised unless the block is ending with an error of its own (then it is logged)."""
         self._stop_keepalive()
         if self.drop_on_exit:
             try:

@@ -10,28 +10,29 @@ from typing import TYPE_CHECKING
 
 from ..durations import to_ms
 from ..errors import CorruptMetadataError, LeaseNotFoundError
-from ..structs import LeaseInfo, TableBucket
+from ..structs import LeaseInfo
 from ..validate import check_id
-from ..zk import MAX_TXN_OPS, Check, Delete, Node, Op, SetData, TxnConflict, chunk_ops, to_datetime
-from ..zk.formats import DROPPING, LIVE, LeaseRecord, PinChunk
-from ..zk.paths import CHUNK
+from ..zk import (
+    MAX_TXN_OPS,
+    Check,
+    ConflictReason,
+    Delete,
+    Node,
+    Op,
+    SetData,
+    TxnConflict,
+    chunk_ops,
+    to_datetime,
+)
+from ..zk.chunked import group_by_chunk
+from ..zk.formats import DROPPING, LIVE, LeaseRecord
+from .pins import forget_missing_pins, pin_deletes, pins_of, read_pin_chunks, unpin_ops
 
 if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = [
-    "release",
-    "drop",
-    "remove",
-    "expire",
-    "info",
-    "list_leases",
-    "pins_of",
-    "leases_pinning",
-    "forget_table",
-    "read_pin_chunks",
-]
+__all__ = ["release", "drop", "remove", "expire", "info", "list_leases"]
 
 
 log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases API's logger name
@@ -40,100 +41,27 @@ log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases 
 # -- release, drop, expire ---------------------------------------------------------------
 
 
-def read_pin_chunks(ctx: Context, lease_id: str) -> list[tuple[str, PinChunk]]:
-    """Every pin array of the lease, with its path."""
-    names = ctx.store.children(ctx.paths.lease_pins(lease_id)) or []
-    chunk_paths = [f"{ctx.paths.lease_pins(lease_id)}/{n}" for n in names]
-    out = []
-    for name, path, node in zip(names, chunk_paths, ctx.store.get_many(chunk_paths)):
-        if node is None:
-            continue
-        table_id, chunk = ctx.paths.parse_lease_chunk(name)
-        out.append((path, PinChunk.decode(node, path, table_id, chunk)))
-    return out
-
-
-def pins_of(ctx: Context, lease_id: str, table: TableInfo | None = None) -> dict[TableBucket, int]:
-    """The lease's pins (of one table, if given)."""
-    out: dict[TableBucket, int] = {}
-    for _, ch in read_pin_chunks(ctx, lease_id):
-        if table is not None and ch.table_id != table.table_id:
-            continue
-        for i, sid in enumerate(ch.ids):
-            if sid:
-                out[TableBucket(ch.table, ch.chunk * CHUNK + i)] = sid
-    return out
-
-
 def release(ctx: Context, lease_id: str, buckets: Mapping[TableInfo, Iterable[int]]) -> None:
     """Unpin these buckets; idempotent, buckets the lease does not pin are ignored (L9)."""
     check_id(lease_id)
-    paths = ctx.paths
-    if ctx.store.exists(paths.lease(lease_id)) is None:
+    if ctx.store.exists(ctx.paths.lease(lease_id)) is None:
         raise LeaseNotFoundError(f"lease {lease_id!r} does not exist")
+    what = f"release from lease {lease_id}"
     for table, wanted in buckets.items():
-        by_chunk: dict[int, set[int]] = {}
-        for b in wanted:
-            by_chunk.setdefault(b // CHUNK, set()).add(b)
-        for chunk, members in sorted(by_chunk.items()):
-            path = paths.lease_chunk(lease_id, table.table_id, chunk)
+        for chunk, members in group_by_chunk(wanted).items():
 
             def build(
-                path: str = path,
-                chunk: int = chunk,
-                members: set[int] = members,
-                table: TableInfo = table,
+                table: TableInfo = table, chunk: int = chunk, members: list[int] = members
             ) -> list[Op]:
-                node = ctx.store.get(path)
-                if node is None:
-                    return []
-                ch = PinChunk.decode(node, path, table.table_id, chunk)
-                ids = list(ch.ids)
-                ops: list[Op] = []
-                for b in sorted(members):
-                    if ids[b % CHUNK]:
-                        ops.append(Delete(paths.pin(table.table_id, b, ids[b % CHUNK], lease_id)))
-                        ids[b % CHUNK] = 0
-                if not ops:
-                    return []
-                ops.append(
-                    SetData(path, ch._replace(ids=ids).encode(), node.stat.version)
-                    if any(ids)
-                    else Delete(path, node.stat.version)
-                )
-                return ops
+                return unpin_ops(ctx, lease_id, table, chunk, members)
 
             try:
-                ctx.store.commit_retrying(build, what=f"release from lease {lease_id}")
+                ctx.store.commit_retrying(build, what=what)
             except TxnConflict as exc:
-                if exc.reason != "nonode":
+                if exc.reason != ConflictReason.NONODE:
                     raise
                 forget_missing_pins(ctx, lease_id)
-                ctx.store.commit_retrying(build, what=f"release from lease {lease_id}")
-
-
-def forget_missing_pins(ctx: Context, lease_id: str) -> None:
-    """Clear array entries whose pin znode is gone (its table was force-dropped)."""
-    for path, ch in read_pin_chunks(ctx, lease_id):
-        targets = [(i, sid) for i, sid in enumerate(ch.ids) if sid]
-        nodes = ctx.store.get_many(
-            [ctx.paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id) for i, sid in targets]
-        )
-        ids = list(ch.ids)
-        for (i, _), node in zip(targets, nodes):
-            if node is None:
-                ids[i] = 0
-        if ids != ch.ids and ch.stat is not None:
-            try:
-                ctx.store.commit(
-                    [
-                        SetData(path, ch._replace(ids=ids).encode(), ch.stat.version)
-                        if any(ids)
-                        else Delete(path, ch.stat.version)
-                    ]
-                )
-            except TxnConflict:
-                pass
+                ctx.store.commit_retrying(build, what=what)
 
 
 def drop(ctx: Context, lease_id: str) -> bool:
@@ -164,60 +92,53 @@ def remove(
     Small leases go in one transaction. Large ones are first marked as dropping (invisible
     to users, still protecting their snapshots), then emptied chunk by chunk.
     """
-    paths, store = ctx.paths, ctx.store
-    rec_path = paths.lease(lease_id)
-    bump = SetData(paths.leases, b"", -1)
+    rec_path = ctx.paths.lease(lease_id)
     while True:
         guard: list[Op] = []
         if created is not None:
-            parent = store.exists(paths.leases)  # read before the lease: see above
-            guard = [] if parent is None else [Check(paths.leases, parent.version)]
-        node = store.get(rec_path)
-        if node is None:
+            parent = ctx.store.exists(ctx.paths.leases)  # read before the lease: see above
+            guard = [] if parent is None else [Check(ctx.paths.leases, parent.version)]
+        node = ctx.store.get(rec_path)
+        if node is None or not _expected(node, rec_path, created, version):
             return False
-        current = node.stat.version
-        if created is not None and node.stat.czxid != created:
-            return False  # another lease under the same id
-        if (
-            version is not None
-            and current != version
-            and LeaseRecord.decode(node, rec_path).state == LIVE
-        ):
-            return False  # renewed since
-        chunks = read_pin_chunks(ctx, lease_id)
-        pin_ops: list[Op] = []
-        for path, ch in chunks:
-            pin_ops += [
-                Delete(paths.pin(ch.table_id, ch.chunk * CHUNK + i, sid, lease_id))
-                for i, sid in enumerate(ch.ids)
-                if sid
-            ]
-            pin_ops.append(Delete(path, ch.stat.version if ch.stat else -1))
         try:
-            if len(pin_ops) + 4 <= MAX_TXN_OPS:
-                store.commit(
-                    [
-                        *guard,
-                        *pin_ops,
-                        Delete(paths.lease_pins(lease_id)),
-                        Delete(rec_path, current),
-                        bump,
-                    ]
-                )
-                return True
-            record = LeaseRecord.decode(node, rec_path)
-            if record.state == LIVE:
-                dropping = record.renewed(record.duration_ms, record.owner, DROPPING)
-                store.commit([*guard, SetData(rec_path, dropping.encode(), current)])
-            for batch in chunk_ops(pin_ops, max_ops=MAX_TXN_OPS - 2):
-                store.commit([*guard, *batch])
-            store.commit([*guard, Delete(paths.lease_pins(lease_id)), Delete(rec_path), bump])
+            _delete(ctx, lease_id, node, guard)
             return True
         except TxnConflict as exc:
-            if exc.op.path == rec_path and exc.reason == "nonode":
+            if exc.op.path == rec_path and exc.reason == ConflictReason.NONODE:
                 return False
-            if exc.reason == "nonode" and "/pins/" not in exc.op.path:
+            if exc.reason == ConflictReason.NONODE and "/pins/" not in exc.op.path:
                 forget_missing_pins(ctx, lease_id)  # a pin went with a force-dropped table
+
+
+def _expected(node: Node, path: str, created: int | None, version: int | None) -> bool:
+    """Whether the lease read is the one ``remove`` was asked to remove."""
+    if created is not None and node.stat.czxid != created:
+        return False  # another lease under the same id
+    renewed = version is not None and node.stat.version != version
+    return not (renewed and LeaseRecord.decode(node, path).state == LIVE)
+
+
+def _delete(ctx: Context, lease_id: str, node: Node, guard: list[Op]) -> None:
+    """Delete the lease read as ``node`` with its pins, ``guard`` in every transaction."""
+    paths, store = ctx.paths, ctx.store
+    rec_path = paths.lease(lease_id)
+    bump = SetData(paths.leases, b"", -1)
+    pin_ops: list[Op] = []
+    for path, ch in read_pin_chunks(ctx, lease_id):
+        pin_ops += pin_deletes(ctx, lease_id, ch)
+        pin_ops.append(Delete(path, ch.stat.version if ch.stat else -1))
+    if len(pin_ops) + 4 <= MAX_TXN_OPS:
+        tail = [Delete(paths.lease_pins(lease_id)), Delete(rec_path, node.stat.version), bump]
+        store.commit([*guard, *pin_ops, *tail])
+        return
+    record = LeaseRecord.decode(node, rec_path)
+    if record.state == LIVE:
+        dropping = record.renewed(record.duration_ms, record.owner, DROPPING)
+        store.commit([*guard, SetData(rec_path, dropping.encode(), node.stat.version)])
+    for batch in chunk_ops(pin_ops, max_ops=MAX_TXN_OPS - 2):
+        store.commit([*guard, *batch])
+    store.commit([*guard, Delete(paths.lease_pins(lease_id)), Delete(rec_path), bump])
 
 
 def expire(ctx: Context) -> list[str]:
@@ -282,46 +203,3 @@ def list_leases(ctx: Context) -> list[LeaseInfo]:
             if item is not None:
                 out.append(item)
     return out
-
-
-def leases_pinning(ctx: Context, table_id: str) -> list[str]:
-    """Ids of live, unexpired leases that pin any bucket of the table."""
-    ids = ctx.store.children(ctx.paths.leases) or []
-    kids = ctx.store.children_many([ctx.paths.lease_pins(i) for i in ids])
-    candidates = [
-        i
-        for i, names in zip(ids, kids)
-        if names and any(ctx.paths.parse_lease_chunk(n)[0] == table_id for n in names)
-    ]
-    paths = [ctx.paths.lease(i) for i in candidates]
-    now, nodes = ctx.read_with_clock(paths)
-    out = []
-    for lease_id, path, node in zip(candidates, paths, nodes):
-        if node is None:
-            continue
-        record = LeaseRecord.decode(node, path)
-        if record.state == LIVE and ctx.clock(now) <= record.expires_ms:
-            out.append(lease_id)
-    return out
-
-
-def forget_table(ctx: Context, table_id: str) -> list[str]:
-    """Remove a dropped table's pin arrays from every lease (its pin znodes go with its data);
-    returns the ids of the leases whose arrays were removed. The leases stay, maybe empty."""
-    ids = ctx.store.children(ctx.paths.leases) or []
-    kids = ctx.store.children_many([ctx.paths.lease_pins(i) for i in ids])
-    ops = [
-        (i, Delete(f"{ctx.paths.lease_pins(i)}/{n}"))
-        for i, names in zip(ids, kids)
-        for n in (names or [])
-        if ctx.paths.parse_lease_chunk(n)[0] == table_id
-    ]
-    forgotten: list[str] = []
-    for lease_id, op in ops:
-        try:
-            ctx.store.commit([op])
-        except TxnConflict:
-            continue  # the lease went away meanwhile
-        if lease_id not in forgotten:
-            forgotten.append(lease_id)
-    return forgotten

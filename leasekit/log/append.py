@@ -25,7 +25,16 @@ from ..errors import (
 from ..structs import OffsetRange, TableBucket
 from ..tables import schema as schemas
 from ..tables.bucketing import bucket_ids
-from ..zk import MAX_REQUEST_BYTES, MAX_TXN_OPS, Create, Op, SetData, TxnConflict, op_size
+from ..zk import (
+    MAX_REQUEST_BYTES,
+    MAX_TXN_OPS,
+    ConflictReason,
+    Create,
+    Op,
+    SetData,
+    TxnConflict,
+    op_size,
+)
 from ..zk.formats import BucketState, SegmentRecord
 from .markers import guard, in_flight, lost, lost_error
 from .segments import OP_COLUMN, ROW_GROUP_RECORDS, log_schema
@@ -271,7 +280,7 @@ def _commit_group(
         except TxnConflict as exc:
             if lost(ctx, exc, token):
                 raise lost_error(token) from None
-            if exc.reason == "nonode":
+            if exc.reason == ConflictReason.NONODE:
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
             raise
         except ZooKeeperUnavailableError:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import IllegalStateError, LeasekitError
-from ..zk import Check, Create, Delete, TxnConflict
+from ..zk import Check, ConflictReason, Create, Delete, TxnConflict
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -41,7 +41,7 @@ def guard(ctx: Context, token: str) -> Check:
 
 def lost(ctx: Context, exc: TxnConflict, token: str) -> bool:
     """Whether a failed commit failed on the write's marker."""
-    return exc.reason == "nonode" and exc.op.path == ctx.paths.write(token)
+    return exc.reason == ConflictReason.NONODE and exc.op.path == ctx.paths.write(token)
 
 
 def lost_error(token: str) -> IllegalStateError:

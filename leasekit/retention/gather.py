@@ -21,7 +21,6 @@ from ..zk.formats import (
     OffsetRecord,
     PinChunk,
 )
-from ..zk.paths import CHUNK
 from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced
 
@@ -217,9 +216,8 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
                 else f"lease pins at {path} are unreadable"
             )
             continue
-        for i, sid in enumerate(pin_chunk.ids):
-            if sid:
-                pins[lease_id][(table_id, chunk * CHUNK + i, sid)] = None
+        for bucket, sid in pin_chunk.array.items():
+            pins[lease_id][(table_id, bucket, sid)] = None
     out = []
     for lease_id, node in zip(ids, records):
         if node is None:

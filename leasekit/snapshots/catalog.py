@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from ..errors import IllegalStateError, SnapshotNotFoundError
 from ..structs import Snapshot, TableBucket
 from ..warehouse import contained
-from ..zk import Delete, Node, TxnConflict, to_datetime
+from ..zk import ConflictReason, Delete, Node, TxnConflict, to_datetime
+from ..zk.chunked import ChunkArray, group_by_chunk
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
-from ..zk.paths import CHUNK
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
@@ -85,18 +85,13 @@ def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[
     chunk)."""
     paths, tid = table.context.paths, table.table_id
     wanted = range(table.num_buckets) if buckets is None else sorted(set(buckets))
-    chunks = sorted({b // CHUNK for b in wanted})
-    chunk_paths = [paths.latest_chunk(tid, c) for c in chunks]
-    arrays = {
-        c: LatestChunk.decode(node.data, p).ids if node is not None else []
-        for c, p, node in zip(chunks, chunk_paths, table.context.store.get_many(chunk_paths))
-    }
+    groups = group_by_chunk(wanted)
+    chunk_paths = [paths.latest_chunk(tid, c) for c in groups]
+    nodes = table.context.store.get_many(chunk_paths)
     out = {}
-    for b in wanted:
-        array = arrays[b // CHUNK]
-        i = b % CHUNK
-        if i < len(array) and array[i] > 0:
-            out[b] = array[i]
+    for (c, group), p, node in zip(groups.items(), chunk_paths, nodes):
+        array = ChunkArray(c, LatestChunk.decode(node.data, p).ids if node is not None else [])
+        out.update(array.present(group))
     return out
 
 
@@ -127,13 +122,13 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
     try:
         ctx.store.commit([Delete(path, node.stat.version)])
     except TxnConflict as exc:
-        if exc.reason == "notempty":
+        if exc.reason == ConflictReason.NOTEMPTY:
             holders = ctx.store.children(path) or []
             raise IllegalStateError(
                 f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) "
                 f"{', '.join(holders)}"
             ) from None
-        if exc.reason == "nonode":
+        if exc.reason == ConflictReason.NONODE:
             raise SnapshotNotFoundError(
                 f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}"
             ) from None

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..errors import IllegalStateError, TableNotFoundError
 from ..log.markers import guard, lost, lost_error
 from ..structs import Snapshot, TableBucket
-from ..zk import Create, Op, SetData, Stat, TxnConflict, to_datetime
+from ..zk import ConflictReason, Create, Op, SetData, Stat, TxnConflict, to_datetime
+from ..zk.chunked import ChunkArray, group_by_chunk
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
-from ..zk.paths import CHUNK
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
@@ -57,10 +57,7 @@ def register(
     ctx = table.context
     out: dict[TableBucket, Snapshot] = {}
     stale: list[str] = []
-    by_chunk: dict[int, list[int]] = {}
-    for bucket in sorted(written):
-        by_chunk.setdefault(bucket // CHUNK, []).append(bucket)
-    for chunk, group in by_chunk.items():
+    for chunk, group in group_by_chunk(written).items():
         chosen: dict[int, int] = {}
 
         def build(
@@ -73,7 +70,7 @@ def register(
         except TxnConflict as exc:
             if lost(ctx, exc, token):
                 raise lost_error(token) from None
-            if exc.reason == "nonode":
+            if exc.reason == ConflictReason.NONODE:
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
             raise IllegalStateError(f"cannot register snapshots of {table.name!r}: {exc}") from None
         stats = iter(r for r in results if isinstance(r, Stat))
@@ -102,7 +99,9 @@ def _chunk_ops(
     summary_path = paths.latest_chunk(tid, chunk)
     nodes = ctx.store.get_many([*(paths.bucket(tid, b) for b in group), summary_path])
     summary = nodes[-1]
-    array = list(LatestChunk.decode(summary.data, summary_path).ids) if summary is not None else []
+    array = ChunkArray(
+        chunk, LatestChunk.decode(summary.data, summary_path).ids if summary is not None else []
+    )
     ops: list[Op] = [guard(ctx, token)]
     for bucket, node in zip(group, nodes[:-1]):
         if node is None:
@@ -116,11 +115,9 @@ def _chunk_ops(
         ops.append(Create(paths.snapshot(tid, bucket, sid), value))
         ops.append(_advance(paths.bucket(tid, bucket), state, sid, w.log_offset))
         chosen[bucket] = sid
-        array.extend([0] * (bucket % CHUNK + 1 - len(array)))
-        array[bucket % CHUNK] = sid
     if not chosen:
         return []
-    value = LatestChunk(array).encode()
+    value = LatestChunk(array.updated(chosen).ids).encode()
     ops.append(
         SetData(summary_path, value, summary.stat.version)
         if summary is not None

@@ -25,7 +25,7 @@ from ..errors import (
 from ..properties import TABLE_PROPERTIES, parse_properties
 from ..validate import check_int, check_table_name
 from ..warehouse import contained
-from ..zk import Check, Create, Delete, TxnConflict
+from ..zk import Check, ConflictReason, Create, Delete, TxnConflict
 from ..zk.formats import DroppedTable, TableRecord
 from . import fence
 from . import schema as schemas
@@ -98,7 +98,7 @@ def create_table(
             ]
         )
     except TxnConflict as exc:
-        if exc.reason == "exists":
+        if exc.reason == ConflictReason.EXISTS:
             raise TableExistsError(f"table {name!r} exists already") from None
         raise _namespace_incomplete(ctx, f"create table {name!r}", exc) from None
     return load_table(ctx, name)

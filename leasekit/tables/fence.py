@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import IllegalStateError
-from ..zk import Check, Create, Delete, Node, SetData, TxnConflict
+from ..zk import Check, ConflictReason, Create, Delete, Node, SetData, TxnConflict
 from ..zk.formats import DropMark
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def unmark(ctx: Context, table_id: str, version: int) -> bool:
             [Create(marker), Delete(marker), SetData(ctx.paths.table_data(table_id), b"", version)]
         )
     except TxnConflict as exc:
-        if exc.index == 0 and exc.reason == "nonode":
+        if exc.index == 0 and exc.reason == ConflictReason.NONODE:
             raise IllegalStateError(
                 f"cannot clear the drop fence of table {table_id}: {ctx.paths.dropped} is missing "
                 f"from namespace {ctx.namespace!r}; connect again to recreate the namespace's "

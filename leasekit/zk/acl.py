@@ -17,9 +17,10 @@ from kazoo.security import (
 )
 
 from ..errors import PermissionDeniedError
+from .errors import translated
 from .reads import GetChildren, Reader
 
-__all__ = ["Access", "world_perms", "protect"]
+__all__ = ["Access", "world_perms", "protect", "write_refusal"]
 
 WORLD = Id("world", "anyone")
 BATCH = 2000
@@ -211,3 +212,19 @@ def protect(
     except kx.NodeExistsError:
         pass
     return None
+
+
+def write_refusal(
+    client: KazooClient, access: Access, auth: tuple[str, str] | None, path: str
+) -> str | None:
+    """Why ``access`` may not create or delete children of ``path`` (its ACL refuses these
+    credentials, ``auth``), or None if it may; computed from the ACL, nothing written."""
+    with translated(f"read the ACL of {path}"):
+        try:
+            acls, _ = client.retry(client.get_acls, path)
+        except kx.NoNodeError:
+            return None
+    if access.allowed(acls) & access.WRITES == access.WRITES:
+        return None
+    who = "without credentials" if auth is None else f"as {auth[0]!r}"
+    return f"ZooKeeper's ACL of {path} does not let this connection ({who}) write there"

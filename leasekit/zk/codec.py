@@ -1,6 +1,6 @@
 """The msgpack codec of the ZooKeeper layer: every stored value carries its format version
 under key "v"; values over MAX_VALUE_BYTES are refused; ZooKeeper times become datetimes.
-Only ``formats`` calls it: each kind of znode has its own record type and version there."""
+Only the format modules call it: each kind of znode has its own record type and version."""
 
 from __future__ import annotations
 

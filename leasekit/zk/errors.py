@@ -1,10 +1,11 @@
 """Error translation of the ZooKeeper layer: kazoo's exceptions become ``leasekit.errors``, and
-a failed transaction op becomes a ``TxnConflict`` reason ("nonode", "exists", ...)."""
+a failed transaction op becomes a ``ConflictReason`` of a ``TxnConflict``."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from enum import Enum
 
 from kazoo import exceptions as kx
 from kazoo.handlers.threading import KazooTimeoutError
@@ -18,13 +19,32 @@ from ..errors import (
     ZooKeeperUnavailableError,
 )
 
-__all__ = ["translated", "translate", "conflict_reason"]
+__all__ = ["ConflictReason", "translated", "translate", "conflict_reason"]
 
-_CONFLICTS: dict[type[BaseException], str] = {
-    kx.NoNodeError: "nonode",
-    kx.NodeExistsError: "exists",
-    kx.BadVersionError: "version",
-    kx.NotEmptyError: "notempty",
+
+class ConflictReason(str, Enum):
+    """Why one op of a transaction failed (a str, so it still compares equal to its value)."""
+
+    NONODE = "nonode"
+    """The znode (or, for a create, its parent) does not exist."""
+    EXISTS = "exists"
+    """A create found the znode already there."""
+    VERSION = "version"
+    """The znode's version is not the one the op expected."""
+    NOTEMPTY = "notempty"
+    """A delete found children under the znode."""
+    UNKNOWN = "unknown"
+    """The server named no reason (kazoo gave no error for the failed op)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_CONFLICTS: dict[type[BaseException], ConflictReason] = {
+    kx.NoNodeError: ConflictReason.NONODE,
+    kx.NodeExistsError: ConflictReason.EXISTS,
+    kx.BadVersionError: ConflictReason.VERSION,
+    kx.NotEmptyError: ConflictReason.NOTEMPTY,
 }
 
 _UNAVAILABLE = (
@@ -62,6 +82,6 @@ def translated(what: str = "ZooKeeper call") -> Iterator[None]:
         raise translate(exc, what) from None
 
 
-def conflict_reason(exc: BaseException) -> str | None:
-    """ "nonode", "exists", "version" or "notempty" for a failed transaction op, else None."""
+def conflict_reason(exc: BaseException) -> ConflictReason | None:
+    """The reason a transaction op failed with ``exc``; None for other errors."""
     return next((r for cls, r in _CONFLICTS.items() if isinstance(exc, cls)), None)

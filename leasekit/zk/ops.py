@@ -7,11 +7,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from ..errors import IllegalStateError
+from .errors import ConflictReason
 
 MAX_TXN_BYTES = 512 * 1024
+"""Largest transaction of leasekit's batched writes (``chunk_ops``)."""
 MAX_REQUEST_BYTES = 1_000_000
 """ZooKeeper refuses requests over jute.maxbuffer (1 MiB by default); stay clear of it."""
-"""Largest transaction we send; ZooKeeper's request limit (jute.maxbuffer) is 1 MB."""
 MAX_TXN_OPS = 5000
 
 
@@ -81,11 +82,11 @@ Op = Create | SetData | Delete | Check
 
 
 class TxnConflict(IllegalStateError):
-    """A transaction failed on one op; ``reason`` is "nonode", "exists", "version" or "notempty".
+    """A transaction failed on op ``index`` (``op``) for ``reason``, a ``ConflictReason``.
 
     Callers translate it into a meaningful error; one that escapes is still an IllegalStateError."""
 
-    def __init__(self, index: int, op: Op, reason: str) -> None:
+    def __init__(self, index: int, op: Op, reason: ConflictReason) -> None:
         super().__init__(f"transaction op {index} ({type(op).__name__} {op.path}) failed: {reason}")
         self.index = index
         self.op = op
@@ -97,14 +98,30 @@ ACL_ALLOWANCE = 160
 password hash) serializes to about 60 bytes, the open ACL to about 25."""
 
 
-def op_size(op: Op) -> int:
-    """A safe upper bound of the bytes ``op`` takes in a serialized multi request."""
+def op_size(op: Op, create_extra: int = ACL_ALLOWANCE) -> int:
+    """A safe upper bound of the bytes ``op`` takes in a serialized multi request;
+    ``create_extra`` bounds a create's bytes besides its path and data (its ACL and flags)."""
     size = 16 + len(op.path.encode())  # multi header, path length prefix, version or flags
     if isinstance(op, Create):
-        return size + len(op.data) + ACL_ALLOWANCE
+        return size + len(op.data) + create_extra
     if isinstance(op, SetData):
         return size + len(op.data) + 8
     return size + 8
+
+
+def ops_size(ops: Iterable[Op], create_extra: int = ACL_ALLOWANCE) -> int:
+    """The sum of ``op_size`` of ``ops``, in one loop (acquire sizes tens of thousands)."""
+    total = 0
+    for op in ops:
+        kind = type(op)
+        total += 16 + len(op.path.encode())
+        if kind is Create:
+            total += len(op.data) + create_extra
+        elif kind is SetData:
+            total += len(op.data) + 8
+        else:
+            total += 8
+    return total
 
 
 def chunk_ops(

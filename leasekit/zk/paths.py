@@ -10,8 +10,6 @@ __all__ = ["Paths"]
 
 SEGMENT_DIGITS = 20
 SNAPSHOT_DIGITS = 10
-CHUNK = 1000
-"""Buckets per chunk of per-bucket arrays (latest snapshots of a table, pins of a lease)."""
 
 
 class Paths:
@@ -69,7 +67,8 @@ class Paths:
         return f"{self.bucket(table_id, bucket)}/snapshots"
 
     def snapshot(self, table_id: str, bucket: int, snapshot_id: int) -> str:
-        return f"{self.snapshots(table_id, bucket)}/{snapshot_id:0{SNAPSHOT_DIGITS}d}"
+        # the layout of ``snapshots`` spelled out: acquire builds one path per pin
+        return f"{self.data}/{table_id}/{bucket}/snapshots/{snapshot_id:0{SNAPSHOT_DIGITS}d}"
 
     def latest(self, table_id: str) -> str:
         """Parent of the table's latest-snapshot arrays, one child per chunk of buckets."""
@@ -80,7 +79,8 @@ class Paths:
 
     def pin(self, table_id: str, bucket: int, snapshot_id: int, lease_id: str) -> str:
         """A lease's pin: a child of the snapshot's znode, so neither can outlive the other."""
-        return f"{self.snapshot(table_id, bucket, snapshot_id)}/{lease_id}"
+        data = self.data  # the layout of ``snapshot`` spelled out: acquire builds one per pin
+        return f"{data}/{table_id}/{bucket}/snapshots/{snapshot_id:0{SNAPSHOT_DIGITS}d}/{lease_id}"
 
     def group(self, group_id: str) -> str:
         """A consumer group: its members, assignment, bucket owners and committed offsets."""
@@ -124,12 +124,13 @@ class Paths:
         return f"{self.lease(lease_id)}/pins"
 
     def lease_chunk(self, lease_id: str, table_id: str, chunk: int) -> str:
-        """The lease's pinned snapshot ids for buckets [chunk*CHUNK, (chunk+1)*CHUNK) of a table."""
+        """The lease's pinned snapshot ids of one chunk of a table's buckets (see ``chunked``)."""
         return f"{self.lease_pins(lease_id)}/{table_id}.{chunk}"
 
     @staticmethod
     def parse_lease_chunk(name: str) -> tuple[str, int]:
-        """(table_id, chunk) of the name of a lease's pin-array znode; ValueError if it is not one."""
+        """(table_id, chunk) of the name of a lease's pin-array znode; ValueError if it is not
+        one."""
         return _table_and_number(name)
 
     def write(self, token: str) -> str:

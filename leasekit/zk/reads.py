@@ -23,6 +23,7 @@ __all__ = [
     "Reader",
     "READS_PER_REQUEST",
     "MultiRead",
+    "value_of",
 ]
 
 READS_PER_REQUEST = 500
@@ -185,3 +186,10 @@ def _result(op_type: int, item: Any) -> ReadResult:
         data, stat = item
         return ReadResult(Node(data or b"", stat_of(stat)))
     return ReadResult(sorted(item))
+
+
+def value_of(result: ReadResult) -> Any:
+    """The value of a read's result; its error if the read failed."""
+    if result.error is not None:
+        raise result.error
+    return result.value

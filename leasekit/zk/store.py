@@ -14,22 +14,15 @@ from typing import Any, TypeVar
 
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import OPEN_ACL_UNSAFE
 
-from ..errors import (
-    IllegalStateError,
-    LeadershipLostError,
-    MetadataTooLargeError,
-    PermissionDeniedError,
-    ZooKeeperUnavailableError,
-)
-from .acl import Access, protect
+from ..errors import IllegalStateError, MetadataTooLargeError
+from .acl import Access, protect, write_refusal
 from .election import Election
-from .errors import conflict_reason, translated
+from .errors import ConflictReason, translated
 from .ops import (
     MAX_REQUEST_BYTES,
     Check,
-    Create,
     Delete,
     Node,
     Op,
@@ -37,34 +30,21 @@ from .ops import (
     Stat,
     TxnConflict,
     chunk_ops,
-    op_size,
+    ops_size,
     stat_of,
 )
-from .reads import GetChildren, GetData, Read, Reader, ReadResult
+from .reads import GetChildren, GetData, Read, Reader, ReadResult, value_of
+from .session import MAX_SESSION_TIMEOUT, MAX_TIMEOUT, start_client
+from .txn import Pending, acl_bytes, send
 from .watches import Dispatcher, Watch, watch_children, watch_data
-from .watchset import Recorder, WatchSet
+from .watchset import Recorder, Recording, WatchSet
 
-__all__ = ["ZkStore"]
+__all__ = ["ZkStore", "MAX_SESSION_TIMEOUT"]
 
-log = logging.getLogger(
-    __package__
-)  # "leasekit.zk": the layer logs (and passes to kazoo) one logger
+# "leasekit.zk": the layer logs (and passes to kazoo) one logger
+log = logging.getLogger(__package__)
 
 T = TypeVar("T")
-
-
-def _value(result: ReadResult) -> Any:
-    if result.error is not None:
-        raise result.error
-    return result.value
-
-
-MAX_TIMEOUT = 365 * 86400.0
-"""Seconds: a longer timeout waits this long (thread waits refuse much longer ones)."""
-
-MAX_SESSION_TIMEOUT = (2**31 - 1) / 1000
-"""Seconds: the protocol sends the session timeout as int32 milliseconds (a longer one would
-stop kazoo from connecting at all); servers grant far less anyway."""
 
 
 class ZkStore:
@@ -90,50 +70,26 @@ class ZkStore:
         self._auth = auth
         self.access = Access(auth)
         """The ACLs this store gives what it creates, and what its user may do."""
+        self._acl = acl_bytes(self.access.acl or OPEN_ACL_UNSAFE)
+        self.create_extra = 8 + len(self._acl)
+        """Bytes of a create of this store besides its path and data (its ACL, flags)."""
         self._client: KazooClient | None = None
         self.round_trips = 0
         """Request batches sent and awaited (a pipelined batch counts once)."""
         self._reader = Reader(lambda: self.client, self.timeout)
         self._dispatcher = Dispatcher()
-        self._recording = threading.local()
+        self._recording = Recording()
+        self._noted = self._recording.note
         self._fence = threading.local()
 
     # -- session --------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Connect; ``ZooKeeperUnavailableError`` if no server answers within the timeout."""
-        auth_data = None if self._auth is None else [("digest", "{}:{}".format(*self._auth))]
-        retry = {
-            "max_tries": -1,
-            "delay": 0.05,
-            "backoff": 2,
-            "max_delay": 1.0,
-            "ignore_expire": True,
-        }
-        client = KazooClient(
-            hosts=self.hosts,
-            timeout=self.session_timeout,
-            auth_data=auth_data,
-            default_acl=self.access.acl,
-            connection_retry=dict(retry),
-            command_retry=dict(retry, deadline=self.timeout),
-            logger=log,
+        """Connect; ``ZooKeeperUnavailableError`` if no server answers within the timeout, and
+        ``PermissionDeniedError`` if it rejects the credentials."""
+        self._client = start_client(
+            self.hosts, self.session_timeout, self.timeout, self._auth, self.access.acl, log
         )
-        try:
-            client.start(timeout=self.timeout)
-        except KazooTimeoutError:
-            client.stop()
-            client.close()
-            raise ZooKeeperUnavailableError(
-                f"cannot reach ZooKeeper at {self.hosts} within {self.timeout:g}s"
-            ) from None
-        except kx.AuthFailedError:
-            client.stop()
-            client.close()
-            raise PermissionDeniedError(
-                f"ZooKeeper at {self.hosts} rejected the credentials"
-            ) from None
-        self._client = client
 
     def sibling(self, timeout: float) -> ZkStore:
         """A new, unopened store for a session of its own on the same ensemble with the same
@@ -174,25 +130,10 @@ class ZkStore:
 
     # -- reads ----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[Recorder]:
+    def recording(self) -> contextlib.AbstractContextManager[Recorder]:
         """Note the znodes this thread reads through the store inside the block (for a view
         that watches what it showed, with ``watch_set``)."""
-        outer = getattr(self._recording, "recorder", None)
-        recorder = self._recording.recorder = Recorder()
-        try:
-            yield recorder
-        finally:
-            self._recording.recorder = outer
-            if outer is not None:
-                outer.data |= recorder.data
-                outer.children |= recorder.children
-
-    def _noted(self, data: Sequence[str] = (), children: Sequence[str] = ()) -> None:
-        recorder = getattr(self._recording, "recorder", None)
-        if recorder is not None:
-            recorder.data.update(data)
-            recorder.children.update(children)
+        return self._recording.scope()
 
     def get(self, path: str) -> Node | None:
         """The znode at ``path``, or None if it does not exist."""
@@ -220,7 +161,7 @@ class ZkStore:
         missing znode gives value None, a refused read its error, and the batch goes on."""
         if not reads:
             return []
-        if getattr(self._recording, "recorder", None) is not None:
+        if self._recording.active:
             self._noted(
                 [r.path for r in reads if isinstance(r, GetData)],
                 [r.path for r in reads if isinstance(r, GetChildren)],
@@ -231,11 +172,11 @@ class ZkStore:
 
     def get_many(self, paths: Sequence[str]) -> list[Node | None]:
         """Read many znodes in pipelined multiRead batches; None where a znode is missing."""
-        return [_value(r) for r in self.read_many([GetData(p) for p in paths])]
+        return [value_of(r) for r in self.read_many([GetData(p) for p in paths])]
 
     def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
         """Sorted children of many znodes in pipelined multiRead batches; None where missing."""
-        return [_value(r) for r in self.read_many([GetChildren(p) for p in paths])]
+        return [value_of(r) for r in self.read_many([GetChildren(p) for p in paths])]
 
     def read_with_clock(
         self, clock_path: str, paths: Sequence[str]
@@ -250,7 +191,7 @@ class ZkStore:
             clock = self.client.set_async(clock_path, b"")
             pending = self._reader.send([GetData(p) for p in paths])
             now = clock.get(timeout=self.timeout).mtime
-            return now, [_value(r) for r in self._reader.collect(pending)]
+            return now, [value_of(r) for r in self._reader.collect(pending)]
 
         return self._pipelined(attempt, f"read the clock and {len(paths)} znodes")
 
@@ -313,12 +254,13 @@ class ZkStore:
         transaction is idempotent and how to check whether it committed. Inside ``fenced``
         the transaction also checks the fence first, else ``LeadershipLostError``.
         """
-        if not ops:
-            return []
+        return self.submit(ops).result() if ops else []
+
+    def submit(self, ops: Sequence[Op]) -> Pending:
+        """Send ``ops`` as one transaction (as ``commit``) without waiting for its answer;
+        ``result()`` of the returned ``Pending`` waits and gives what ``commit`` gives."""
         fence = getattr(self._fence, "path", None)
-        if fence is not None:
-            return self._commit([Check(fence, -1), *ops], fence)[1:]
-        return self._commit(ops, None)
+        return self._submit(list(ops) if fence is None else [Check(fence, -1), *ops], fence)
 
     @contextlib.contextmanager
     def fenced(self, path: str) -> Iterator[None]:
@@ -337,39 +279,21 @@ class ZkStore:
         on this thread's fence; ``LeadershipLostError`` if it is gone, nothing without a fence."""
         fence = getattr(self._fence, "path", None)
         if fence is not None:
-            self._commit([Check(fence, -1)], fence)
+            self._submit([Check(fence, -1)], fence).result()
 
-    def _commit(self, ops: Sequence[Op], fence: str | None) -> list[Any]:
-        size = sum(op_size(op) for op in ops)
+    def ops_size(self, ops: Sequence[Op]) -> int:
+        """A safe upper bound of the bytes ``ops`` take in a transaction of this store."""
+        return ops_size(ops, self.create_extra)
+
+    def _submit(self, ops: list[Op], fence: str | None) -> Pending:
+        size = ops_size(ops, self.create_extra)
         if size > MAX_REQUEST_BYTES:
             raise MetadataTooLargeError(
                 f"transaction of {size} bytes exceeds ZooKeeper's 1 MB limit"
             )
         self.round_trips += 1
         with translated(f"transaction of {len(ops)} ops"):
-            txn = self.client.transaction()
-            for op in ops:
-                if isinstance(op, Create):
-                    txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
-                elif isinstance(op, SetData):
-                    txn.set_data(op.path, op.data, version=op.version)
-                elif isinstance(op, Delete):
-                    txn.delete(op.path, version=op.version)
-                else:
-                    txn.check(op.path, op.version)
-            results = txn.commit()
-        for index, result in enumerate(results):
-            if isinstance(result, BaseException) and not isinstance(result, kx.RolledBackError):
-                reason = conflict_reason(result)
-                if fence is not None and index == 0 and reason is not None:
-                    raise LeadershipLostError(
-                        f"no longer the leader ({fence} is gone): transaction refused"
-                    )
-                if reason is None:
-                    with translated(f"transaction op {ops[index].path}"):
-                        raise result
-                raise TxnConflict(index - (fence is not None), ops[index], reason or "unknown")
-        return [stat_of(r) if hasattr(r, "mtime") else r for r in results]
+            return Pending(ops, send(self.client, ops, self._acl), fence)
 
     def commit_chunked(self, ops: Sequence[Op]) -> None:
         """Run ``ops`` in as few transactions as ZooKeeper's limits allow (not atomic overall)."""
@@ -393,7 +317,7 @@ class ZkStore:
             try:
                 return self.commit(ops)
             except TxnConflict as exc:
-                if exc.reason not in ("version", "exists"):
+                if exc.reason not in (ConflictReason.VERSION, ConflictReason.EXISTS):
                     raise
                 time.sleep(random.uniform(0, delay))
                 delay = min(delay * 2, 0.2)
@@ -410,7 +334,7 @@ class ZkStore:
                 self.commit_chunked(ops)
                 return
             except TxnConflict as exc:
-                if exc.reason not in ("nonode", "notempty"):
+                if exc.reason not in (ConflictReason.NONODE, ConflictReason.NOTEMPTY):
                     raise
 
     def descendants(self, path: str) -> list[str] | None:
@@ -451,15 +375,7 @@ class ZkStore:
         """Why this store may not create or delete children of ``path`` (its ACL refuses these
         credentials), or None if it may; computed from the ACL, nothing written."""
         self.round_trips += 1
-        with translated(f"read the ACL of {path}"):
-            try:
-                acls, _ = self.client.retry(self.client.get_acls, path)
-            except kx.NoNodeError:
-                return None
-        if self.access.allowed(acls) & self.access.WRITES == self.access.WRITES:
-            return None
-        who = "without credentials" if self._auth is None else f"as {self._auth[0]!r}"
-        return f"ZooKeeper's ACL of {path} does not let this connection ({who}) write there"
+        return write_refusal(self.client, self.access, self._auth, path)
 
     def server_time_ms(self, clock_path: str) -> int:
         """ZooKeeper's clock in epoch ms: the mtime of a write to ``clock_path``."""

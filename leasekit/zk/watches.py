@@ -144,58 +144,77 @@ def watch_children(
     exist or is deleted, which ends the watch. Re-reads after the session reconnects, so no
     change is missed. With ``debounce``, changes within that many seconds of the first one are
     delivered once, newest last."""
-    watch = Watch(path)
-    prior: list[int | None] = [None]
-    """The child version last delivered."""
-    lock = threading.Lock()
+    return _ChildrenWatch(client, dispatcher, path, callback, debounce).start()
 
-    def deliver(children: list[str] | None) -> None:
+
+class _ChildrenWatch:
+    """The state of one ``watch_children``: the child version last delivered, and a lock so
+    that reads (the first one, after events, after reconnects) deliver one at a time."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        dispatcher: Dispatcher,
+        path: str,
+        callback: Callable[[list[str] | None], None],
+        debounce: float,
+    ) -> None:
+        self.client, self.dispatcher, self.path = client, dispatcher, path
+        self.callback, self.debounce = callback, debounce
+        self.watch = Watch(path)
+        self.prior: int | None = None
+        self.lock = threading.Lock()
+
+    def start(self) -> Watch:
+        client, watch = self.client, self.watch
+        client.add_listener(self.on_state)
+        watch._on_remove.append(lambda: client.remove_listener(self.on_state))
+        # Under the lock: a fetch the first read's watch starts delivers after it.
+        with self.lock, translated(f"watch the children of {self.path}"):
+            try:
+                children, stat = client.retry(
+                    client.get_children, self.path, self.on_event, include_data=True
+                )
+            except kx.NoNodeError:
+                children = stat = None
+            if children is None or stat is None:
+                self.deliver(None)
+                watch.remove()
+            else:
+                self.prior = stat.cversion
+                self.deliver(sorted(children))
+        return watch
+
+    def deliver(self, children: list[str] | None) -> None:
         def call() -> None:
-            if watch.active or children is None:  # the end of the znode is always told
-                callback(children)
+            if self.watch.active or children is None:  # the end of the znode is always told
+                self.callback(children)
 
-        dispatcher.submit(watch, call, debounce)
+        self.dispatcher.submit(self.watch, call, self.debounce)
 
-    def on_event(event: Any) -> None:
-        if watch.active and event.type != "NONE":
-            client.handler.spawn(fetch)
+    def on_event(self, event: Any) -> None:
+        if self.watch.active and event.type != "NONE":
+            self.client.handler.spawn(self.fetch)
 
-    def fetch() -> None:
-        with lock:
-            if not watch.active:
+    def on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED and self.watch.active:
+            self.client.handler.spawn(self.fetch)
+
+    def fetch(self) -> None:
+        client = self.client
+        with self.lock:
+            if not self.watch.active:
                 return
             try:
                 children, stat = client.retry(
-                    client.get_children, path, on_event, include_data=True
+                    client.get_children, self.path, self.on_event, include_data=True
                 )
             except kx.NoNodeError:
-                deliver(None)
-                watch.remove()
+                self.deliver(None)
+                self.watch.remove()
                 return
             except (kx.ConnectionLoss, kx.SessionExpiredError, kx.ConnectionClosedError):
                 return  # fetched again once the session is back
-            if stat.cversion != prior[0]:
-                prior[0] = stat.cversion
-                deliver(sorted(children))
-
-    def on_state(state: str) -> None:
-        if state == KazooState.CONNECTED and watch.active:
-            client.handler.spawn(fetch)
-
-    client.add_listener(on_state)
-    watch._on_remove.append(lambda: client.remove_listener(on_state))
-    with (
-        lock,
-        translated(f"watch the children of {path}"),
-    ):  # a fetch the first read's watch starts delivers after it
-        try:
-            children, stat = client.retry(client.get_children, path, on_event, include_data=True)
-        except kx.NoNodeError:
-            children = stat = None
-        if children is None or stat is None:
-            deliver(None)
-            watch.remove()
-        else:
-            prior[0] = stat.cversion
-            deliver(sorted(children))
-    return watch
+            if stat.cversion != self.prior:
+                self.prior = stat.cversion
+                self.deliver(sorted(children))

@@ -4,15 +4,16 @@ fires, so a view that shows them hears of every change without polling."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-__all__ = ["Recorder", "WatchSet"]
+__all__ = ["Recorder", "Recording", "WatchSet"]
 
 
 class Recorder:
@@ -22,6 +23,39 @@ class Recorder:
     def __init__(self) -> None:
         self.data: set[str] = set()
         self.children: set[str] = set()
+
+
+class Recording:
+    """Each thread's current ``Recorder`` of the znodes read through one store (none unless
+    inside ``scope``); nested scopes add what they noted to the enclosing one."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @property
+    def active(self) -> bool:
+        """Whether this thread records now."""
+        return getattr(self._local, "recorder", None) is not None
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[Recorder]:
+        """Record this thread's reads inside the block."""
+        outer = getattr(self._local, "recorder", None)
+        recorder = self._local.recorder = Recorder()
+        try:
+            yield recorder
+        finally:
+            self._local.recorder = outer
+            if outer is not None:
+                outer.data |= recorder.data
+                outer.children |= recorder.children
+
+    def note(self, data: Iterable[str] = (), children: Iterable[str] = ()) -> None:
+        """Note reads of the data of ``data`` and of the children of ``children``."""
+        recorder = getattr(self._local, "recorder", None)
+        if recorder is not None:
+            recorder.data.update(data)
+            recorder.children.update(children)
 
 
 class WatchSet:

@@ -61,7 +61,7 @@ def test_partial_append_names_what_committed_and_retry_completes(conn, monkeypat
     keys = by_bucket[0][:1] + by_bucket[1][:1] + by_bucket[3][:12]
     rows = [{"id": k, "v": f"v{k}"} for k in keys]
     monkeypatch.setattr(lklog, "APPEND_TXN_BYTES", 1)  # every bucket its own transaction
-    monkeypatch.setattr("leasekit.zk.store.MAX_REQUEST_BYTES", 4000)  # 12 segment creates exceed it
+    monkeypatch.setattr("leasekit.zk.store.MAX_REQUEST_BYTES", 2000)  # 12 segment creates exceed it
     with pytest.raises(lk.PartialAppendError) as info:
         table.append(rows) if operation == "upsert" else table.delete([{"id": k} for k in keys])
     exc = info.value

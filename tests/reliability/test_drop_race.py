@@ -151,7 +151,7 @@ def test_dropper_that_died_after_committing_keeps_acquires_out(conn, clock):
     # an acquire fails with TableNotFoundError, however old the fence
     ctx = testing.context(conn)
     from leasekit import janitor
-    from leasekit.leases.lease import acquire_latest
+    from leasekit.leases.acquire import acquire_latest
     from leasekit.tables import fence as drop_fence
     from leasekit.zk import Check, Create, Delete
     from leasekit.zk.formats import DroppedTable

@@ -23,7 +23,7 @@ from leasekit import testing
 from leasekit.leases import upkeep as lease_upkeep
 from leasekit.log.segments import list_segments
 from leasekit.snapshots.catalog import list_snapshots, read_latest
-from leasekit.zk.formats import CHUNK, BucketState, LeaseRecord, PinChunk, SnapshotRecord
+from leasekit.zk.formats import BucketState, LeaseRecord, PinChunk, SnapshotRecord
 
 TB = lk.TableBucket
 
@@ -536,17 +536,13 @@ def metadata_consistency(conn) -> list[str]:
         for name in store.children(paths.lease_pins(lease_id)) or []:
             chunk_path = f"{paths.lease_pins(lease_id)}/{name}"
             table_id, chunk = paths.parse_lease_chunk(name)
-            for i, sid in enumerate(
-                PinChunk.decode(store.get(chunk_path), chunk_path, table_id, chunk).ids
-            ):
-                if sid:
-                    bucket = chunk * CHUNK + i
-                    arrays[lease_id][(table_id, bucket)] = sid
-                    if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
-                        problems.append(
-                            f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a "
-                            "pin"
-                        )
+            pin_chunk = PinChunk.decode(store.get(chunk_path), chunk_path, table_id, chunk)
+            for bucket, sid in pin_chunk.array.items():
+                arrays[lease_id][(table_id, bucket)] = sid
+                if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
+                    problems.append(
+                        f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin"
+                    )
     for name in TABLES:
         table = conn.table(name)
         tid = table.table_id
