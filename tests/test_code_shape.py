@@ -10,8 +10,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ("leasekit", "widgets")
 NOT_TESTS = ("leasekit", "widgets", "bench")
