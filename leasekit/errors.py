@@ -26,6 +26,7 @@ __all__ = [
     "NotPinnedError",
     "IllegalStateError",
     "PartialAppendError",
+    "SessionLostError",
     "IllegalOperationError",
     "CommitFailedError",
     "NoOffsetForBucketError",
@@ -93,6 +94,13 @@ class NotPinnedError(LeasekitError):
 
 class IllegalStateError(LeasekitError):
     """The call is not allowed in the current state."""
+
+
+class SessionLostError(IllegalStateError):
+    """A write lost its ZooKeeper session before it committed (a long outage or pause):
+    nothing of it was committed and its files become orphans; retrying it is safe."""
+
+    retriable = True
 
 
 class PartialAppendError(IllegalStateError):

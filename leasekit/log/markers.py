@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import IllegalStateError, LeasekitError
+from ..errors import LeasekitError, SessionLostError
 from ..zk import Check, ConflictReason, Create, Delete, TxnConflict
 
 if TYPE_CHECKING:
@@ -44,8 +44,8 @@ def lost(ctx: Context, exc: TxnConflict, token: str) -> bool:
     return exc.reason == ConflictReason.NONODE and exc.op.path == ctx.paths.write(token)
 
 
-def lost_error(token: str) -> IllegalStateError:
-    return IllegalStateError(
+def lost_error(token: str) -> SessionLostError:
+    return SessionLostError(
         f"the write {token[:8]} lost its ZooKeeper session before committing; nothing was "
         "committed and its files will be cleaned up as orphans; retry the write"
     )

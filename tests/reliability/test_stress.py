@@ -354,8 +354,9 @@ class Stress:
             op = rng.choices([o for o, _ in ops], [w for _, w in ops])[0]
             try:
                 op(conn, tables, rng)
-            except lk.ZooKeeperUnavailableError:
-                self.counts.add("zookeeper errors ridden out")  # retriable: wait and carry on
+            except (lk.ZooKeeperUnavailableError, lk.SessionLostError):
+                # retriable (a write that lost its session committed nothing): wait, carry on
+                self.counts.add("zookeeper errors ridden out")
                 time.sleep(0.3)
             except Exception:  # every unexpected error fails the test
                 self.failures.append(f"worker {index}: {traceback.format_exc()}")

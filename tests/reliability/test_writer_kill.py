@@ -186,7 +186,7 @@ def test_writer_whose_marker_is_gone_cannot_commit(conn, events, monkeypatch):
         return commit(table, files, token, **kwargs)
 
     monkeypatch.setattr(log, "commit_segments", session_lost)
-    with pytest.raises(lk.IllegalStateError, match="lost its ZooKeeper session"):
+    with pytest.raises(lk.SessionLostError, match="lost its ZooKeeper session"):
         events.append([{"id": i, "v": "late"} for i in range(600, 610)])
     monkeypatch.setattr(log, "commit_segments", commit)
     assert swept, "with the marker gone, the files are orphans"
