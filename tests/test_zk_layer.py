@@ -378,3 +378,44 @@ def test_a_sequential_create_returns_the_numbered_path(conn):
         first.rsplit("/", 1)[1],
         second.rsplit("/", 1)[1],
     ]
+
+
+# -- transactions on the wire -----------------------------------------------------------------
+
+
+def test_transactions_serialize_exactly_as_kazoo_would():
+    # section 2 (atomic metadata writes): leasekit writes its multi requests itself (one pass,
+    # the ACL serialized once); every op kind, flag and chroot must give kazoo's own bytes
+    from kazoo.protocol import serialization as wire
+    from kazoo.security import ACL, Id
+
+    from leasekit.zk import Check
+    from leasekit.zk.txn import Multi, acl_bytes
+
+    acls = [ACL(31, Id("digest", "alice:hash=")), ACL(1, Id("world", "anyone"))]
+    ops = [
+        Check("/ns/leader", -1),
+        Create("/ns/a", b"\x00\xffdata"),
+        Create("/ns/e", b"", ephemeral=True),
+        Create("/ns/s-", b"x" * 300, sequence=True),
+        Create("/ns/es-", b"y", ephemeral=True, sequence=True),
+        SetData("/ns/a", b"new", 7),
+        Delete("/ns/b", 3),
+        Delete("/ns/\u00e9t\u00e9", -1),
+    ]
+    for root in ("", "/chroot"):
+        theirs = []
+        for op in ops:
+            path = root + op.path
+            if isinstance(op, Create):
+                flags = (1 if op.ephemeral else 0) | (2 if op.sequence else 0)
+                theirs.append(wire.Create(path, op.data, acls, flags))
+            elif isinstance(op, SetData):
+                theirs.append(wire.SetData(path, op.data, op.version))
+            elif isinstance(op, Delete):
+                theirs.append(wire.Delete(path, op.version))
+            else:
+                theirs.append(wire.CheckVersion(path, op.version))
+        expected = wire.Transaction(theirs).serialize()
+        assert Multi(tuple(ops), acl_bytes(acls), root).serialize() == expected
+        assert Multi.type == wire.Transaction.type
