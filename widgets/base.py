@@ -261,11 +261,20 @@ class Panel(w.VBox):
         return result
 
     def info(self, text: str) -> None:
-        """Show ``text`` as the panel's message."""
+        """Show ``text`` as the panel's message (HTML-escaped).
+
+        Arguments:
+            text: the message.
+        """
         self.message.value = f'<span class="leasekit-info">{esc(text)}</span>'
 
     def error(self, exc: BaseException, what: str) -> None:
-        """Show ``exc`` as the error of the action ``what``."""
+        """Show ``exc`` as the error of the action ``what``, inside the panel (HTML-escaped).
+
+        Arguments:
+            exc: the error the action raised.
+            what: the action, as the user named it ("Renew", "Drop", ...).
+        """
         self.message.value = (
             f'<span class="leasekit-error leasekit-action-error" style="color:#b00020">'
             f"{esc(what)} failed: {esc(type(exc).__name__)}: {esc(exc)}</span>"
@@ -275,7 +284,11 @@ class Panel(w.VBox):
 
     def close(self) -> None:
         """Stop live refresh: unregister every watch, end the panel's thread, close its
-        widgets."""
+        widgets. Twice is a no-op.
+
+        Raises:
+            Nothing: a ZooKeeper that is gone only means there is no watch left to remove.
+        """
         with self._lock:
             self._closed = True
         self._live.close()  # outside the lock: a refresh it runs may be waiting for it

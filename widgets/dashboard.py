@@ -63,7 +63,11 @@ class Dashboard(w.VBox):
             panel.refresh()
 
     def close(self) -> None:
-        """Close every panel (their watches and threads end) and the dashboard."""
+        """Close every panel (their watches and threads end) and the dashboard.
+
+        Raises:
+            Nothing, as ``Panel.close``.
+        """
         for panel in self.panels:
             panel.close()
         self.tabs.close()

@@ -33,8 +33,7 @@ T = TypeVar("T")
 
 
 class Consumer:
-    """Reads buckets of tables by offset; built by ``Connection.consumer`` (which describes
-    its arguments)."""
+    """Reads buckets of tables by offset; built by ``Connection.consumer`` (see its arguments)."""
 
     def __init__(
         self,
@@ -149,8 +148,7 @@ class Consumer:
             NoOffsetForBucketError, OffsetOutOfRangeError: with ``auto_offset_reset="none"`` (C5).
         """
         self._check_open()
-        wait = timeout_seconds(timeout)
-        limit = self._fetcher.max_poll_records
+        wait, limit = timeout_seconds(timeout), self._fetcher.max_poll_records
         if max_records is not None:
             limit = check_positive_int(max_records, "max_records")
         return self._poll(wait, lambda: self._fetch(limit), {})
@@ -168,7 +166,7 @@ class Consumer:
             As ``poll``.
         """
         self._check_open()
-        wait = math.inf if timeout is None else timeout_seconds(timeout)
+        wait = math.inf if timeout is None else timeout_seconds(timeout)  # None: until one
         return self._poll(wait, self._fetcher.take_one, None)
 
     def __iter__(self) -> Iterator[Record]:
@@ -178,7 +176,7 @@ class Consumer:
             if record is not None:
                 yield record
 
-    def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
+    def _fetch(self, limit: int) -> dict[TableBucket, pa.Table]:  # a seam the benchmarks time
         return self._fetcher.fetch(limit)
 
     def _poll(self, wait: float, take: Callable[[], T], empty: T) -> T:
@@ -377,7 +375,11 @@ class Consumer:
         return None if record is None else record.offset
 
     def close(self) -> None:
-        """Commit the positions (with auto-commit, C8), leave the group, stop; twice: no-op."""
+        """Commit the positions (with auto-commit, C8), leave the group, stop; twice: no-op.
+
+        Raises:
+            ZooKeeperUnavailableError: the final auto-commit failed; the consumer is closed.
+        """
         if self._closed:
             return
         try:

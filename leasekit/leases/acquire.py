@@ -41,10 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "acquire",
-    "acquire_at",
+    "acquire_with_time",
     "acquire_latest",
     "renew",
-    "renew_at",
+    "renew_with_time",
     "validity",
     "lease_duration_ms",
     "check_snapshot_ids",
@@ -73,8 +73,8 @@ def acquire(
     wanted: Mapping[TableInfo, Mapping[int, int]],
     duration_ms: int,
 ) -> AcquireResult:
-    """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_at``)."""
-    return acquire_at(ctx, lease_id, wanted, duration_ms)[0]
+    """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_with_time``)."""
+    return acquire_with_time(ctx, lease_id, wanted, duration_ms)[0]
 
 
 def acquire_latest(
@@ -90,11 +90,11 @@ def acquire_latest(
         missing.update(
             {TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest}
         )
-    result, committed_ms = acquire_at(ctx, lease_id, wanted, duration_ms, latest=True)
+    result, committed_ms = acquire_with_time(ctx, lease_id, wanted, duration_ms, latest=True)
     return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
 
 
-def acquire_at(
+def acquire_with_time(
     ctx: Context,
     lease_id: str,
     wanted: Mapping[TableInfo, Mapping[int, int]],
@@ -268,10 +268,10 @@ def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
 
 def renew(ctx: Context, lease_id: str, duration_ms: int | None) -> int:
     """Extend the lease; returns the new expiry (ms). Only extends, never shortens (L7, L8)."""
-    return renew_at(ctx, lease_id, duration_ms)[0]
+    return renew_with_time(ctx, lease_id, duration_ms)[0]
 
 
-def renew_at(ctx: Context, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
+def renew_with_time(ctx: Context, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
     """``renew``, also returning the ZooKeeper time of the renewal (ms)."""
     check_id(lease_id)
     path = ctx.paths.lease(lease_id)

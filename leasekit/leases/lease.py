@@ -154,7 +154,7 @@ class KvSnapshotLease:
         """
         self._check()
         wanted = acquire.check_snapshot_ids(self._ctx, snapshot_ids)
-        result, committed_ms = acquire.acquire_at(
+        result, committed_ms = acquire.acquire_with_time(
             self._ctx, self.lease_id, wanted, self._duration_ms
         )
         self._note(_ms(result.expires_at), committed_ms)
@@ -204,7 +204,9 @@ class KvSnapshotLease:
         duration_ms = None if duration is None else acquire.lease_duration_ms(self._ctx, duration)
         if duration_ms is not None:
             self._duration_ms = duration_ms
-        return to_datetime(self._note(*acquire.renew_at(self._ctx, self.lease_id, duration_ms)))
+        return to_datetime(
+            self._note(*acquire.renew_with_time(self._ctx, self.lease_id, duration_ms))
+        )
 
     def release(self, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets; buckets the lease does not pin are ignored (idempotent, L9).
@@ -323,7 +325,9 @@ class KvSnapshotLease:
                 continue  # nothing acquired yet: no lease to renew
             while True:
                 try:
-                    self._note(*acquire.renew_at(self._ctx, self.lease_id, self._duration_ms))
+                    self._note(
+                        *acquire.renew_with_time(self._ctx, self.lease_id, self._duration_ms)
+                    )
                     break
                 except ZooKeeperUnavailableError as exc:
                     if not self.alive:
