@@ -322,3 +322,14 @@ def test_import_is_cheap() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_tables_show_durations_as_people_read_them_and_json_exactly():
+    # §6.8: durations read the same everywhere ("4m 40s"); JSON keeps the exact, parseable form
+    from datetime import timedelta
+
+    from leasekit.cli.output import format_table, to_json
+
+    table = format_table([{"bucket": 0, "time_lag": timedelta(seconds=280)}])
+    assert "4m 40s" in table and "280s" not in table
+    assert to_json({"time_lag": timedelta(seconds=280)}) == {"time_lag": "280s"}

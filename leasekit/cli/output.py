@@ -1,6 +1,7 @@
 """How the CLI prints: aligned text tables and fields, or one JSON document with ``--json``.
 
-Datetimes print as ISO 8601 UTC with milliseconds; durations like ``"7d"``.
+Datetimes print as ISO 8601 UTC with milliseconds; durations in tables like everywhere people
+read them (``"4m 40s"``), and in JSON in their exact form (``"280s"``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def _text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, timedelta):
+        from ..durations import human_duration
+
+        return human_duration(value)
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={_text(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
