@@ -96,7 +96,8 @@ def _reaches_inside(source: str, where: str) -> list[str]:
 
 
 def test_nothing_outside_the_library_reaches_into_a_connection():
-    # house style 13: tests get the inside from leasekit.testing.context(conn), never conn.store
+    # house style 13: tests get the inside from leasekit.testing.context(conn), never from the
+    # connection itself
     found = [
         hit
         for folder in CALLERS

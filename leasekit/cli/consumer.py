@@ -11,6 +11,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..consumers import health
+from ..consumers.group_admin import DESCRIBE_COLUMNS
 from ..durations import parse_duration, parse_timestamp
 from ..errors import InvalidArgumentError
 from ..structs import TableBucket
@@ -23,19 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-DESCRIBE = [
-    "group",
-    "table",
-    "bucket",
-    "current_offset",
-    "log_end_offset",
-    "lag",
-    "time_lag",
-    "consumer_id",
-    "host",
-    "last_commit",
-    "status",
-]
 MEMBERS = ["consumer_id", "host", "#buckets", "buckets", "assigned"]
 RESET = ["group", "table", "bucket", "current_offset", "new_offset", "clamped"]
 
@@ -89,7 +77,7 @@ def _describe(args: argparse.Namespace) -> int:
                 f"GROUP {d['group']}: {d['status']}",
                 _state(d, len(d["unowned"])),
                 "",
-                format_table(d["buckets"], DESCRIBE),
+                format_table(d["buckets"], DESCRIBE_COLUMNS),
             ]
         )
 
