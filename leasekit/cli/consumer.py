@@ -11,7 +11,6 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..consumers import health
-from ..consumers.group_admin import DESCRIBE_COLUMNS
 from ..durations import parse_duration, parse_timestamp
 from ..errors import InvalidArgumentError
 from ..structs import TableBucket
@@ -68,6 +67,8 @@ def _describe(args: argparse.Namespace) -> int:
             if r["consumer_id"] is None and leader is not None
         ],
     }
+
+    from ..consumers.group_admin import DESCRIBE_COLUMNS  # loads kazoo: not at CLI import
 
     def render(d: dict[str, Any]) -> str:
         if not d["buckets"] and d["leader"] is None:
