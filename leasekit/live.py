@@ -63,7 +63,7 @@ def _worth_watching(
 ) -> tuple[set[str], set[str]]:
     """Of the znodes read, those whose change ``follow`` says matters (data, children)."""
     if follow == "positions":
-        return {p for p in data if "/log/" not in p}, children
+        return {p for p in data if not paths.is_segment(p)}, children
     if follow == "retention":
         leases = paths.leases + "/"
         return {p for p in data if p.startswith(leases)}, children

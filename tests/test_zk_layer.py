@@ -419,3 +419,18 @@ def test_transactions_serialize_exactly_as_kazoo_would():
         expected = wire.Transaction(theirs).serialize()
         assert Multi(tuple(ops), acl_bytes(acls), root).serialize() == expected
         assert Multi.type == wire.Transaction.type
+
+
+def test_segment_paths_are_told_apart_by_their_place_not_a_substring():
+    # a live view skips segment records (immutable once written) by this test of the layout;
+    # a namespace or table id spelled "log" must not make every znode look like one
+    from leasekit.zk.paths import Paths
+
+    for namespace in ("leasekit", "log"):
+        paths = Paths(namespace)
+        assert paths.is_segment(paths.segment("t1", 3, 42))
+        assert not paths.is_segment(paths.bucket("t1", 3))
+        assert not paths.is_segment(paths.log("t1", 3))
+        assert not paths.is_segment(paths.snapshot("log", 3, 1))
+        assert not paths.is_segment(paths.settings)
+        assert not paths.is_segment(paths.lease("log"))

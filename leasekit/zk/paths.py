@@ -63,6 +63,12 @@ class Paths:
     def segment(self, table_id: str, bucket: int, base_offset: int) -> str:
         return f"{self.log(table_id, bucket)}/{base_offset:0{SEGMENT_DIGITS}d}"
 
+    def is_segment(self, path: str) -> bool:
+        """Whether ``path`` has the form of a log segment record (``segment``)."""
+        prefix = self.data + "/"
+        parts = path[len(prefix) :].split("/") if path.startswith(prefix) else []
+        return len(parts) == 4 and parts[2] == "log"
+
     def snapshots(self, table_id: str, bucket: int) -> str:
         return f"{self.bucket(table_id, bucket)}/snapshots"
 
