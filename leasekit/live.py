@@ -15,6 +15,7 @@ from .consumers.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError
 from .structs import MemberInfo, TableBucket
+from .zk.changes import watch_targets
 from .zk.watches import Dispatcher
 
 if TYPE_CHECKING:
@@ -61,13 +62,15 @@ _FOLLOW = ("all", "positions", "retention")
 def _worth_watching(
     paths: Paths, follow: Follow, data: set[str], children: set[str]
 ) -> tuple[set[str], set[str]]:
-    """Of the znodes read, those whose change ``follow`` says matters (data, children)."""
+    """What to watch (data, children) for the znodes read whose change ``follow`` says matters:
+    their change markers, one per table, group and lease, so the watches grow with those and
+    not with buckets (``zk.changes.watch_targets``)."""
     if follow == "positions":
-        return {p for p in data if not paths.is_segment(p)}, children
-    if follow == "retention":
+        data = {p for p in data if not paths.is_segment(p)}
+    elif follow == "retention":
         leases = paths.leases + "/"
-        return {p for p in data if p.startswith(leases)}, children
-    return data, children
+        data = {p for p in data if p.startswith(leases)}
+    return watch_targets(paths, data, children)
 
 
 class LiveView:

@@ -12,7 +12,7 @@ from ..structs import TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
 from ..validate import check_bool
-from ..zk import Delete
+from ..zk import Delete, touch
 from . import offsets as stored
 from .group_view import (
     GroupView,
@@ -251,5 +251,6 @@ def delete_offsets(ctx: Context, group_id: str, buckets: Iterable[TableBucket]) 
     paths = [ctx.paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in wanted]
     present = [p for p, node in zip(paths, ctx.store.get_many(paths)) if node is not None]
     if present:
-        ctx.store.commit_chunked([Delete(p) for p in present])
+        marker = touch(ctx.paths.group_changes(group_id))
+        ctx.store.commit_chunked([*(Delete(p) for p in present), marker])
     return len(present)

@@ -41,6 +41,7 @@ from ..zk import (
     TxnConflict,
     chunk_ops,
     op_size,
+    touch,
 )
 from ..zk.formats import BucketState, OffsetRecord, TableRecord
 
@@ -278,7 +279,7 @@ def _commit_once(
         if fence:  # C11: a fenced member is refused even when nothing changes
             ctx.store.commit(list(fence))
         return {}
-    _write(ctx, guard, ops, records, written)
+    _write(ctx, guard, ops, records, written, touch(paths.group_changes(group_id)))
     return {tb: record for tb, record in records.values()}
 
 
@@ -288,12 +289,14 @@ def _write(
     ops: list[Op],
     records: Mapping[str, tuple[TableBucket, OffsetRecord]],
     written: dict[TableBucket, OffsetRecord],
+    marker: Op,
 ) -> None:
     """Run ``ops`` in as few transactions as fit ZooKeeper's request limit, each after
-    ``guard``; each offset record written goes into ``written`` as its transaction succeeds."""
-    guard_bytes = sum(op_size(op) for op in guard)
-    for chunk in chunk_ops(ops, MAX_TXN_OPS - len(guard), MAX_TXN_BYTES - guard_bytes):
-        ctx.store.commit([*guard, *chunk])
+    ``guard`` and ending with ``marker`` (the group's change marker); each offset record written
+    goes into ``written`` as its transaction succeeds."""
+    guard_bytes = sum(op_size(op) for op in guard) + op_size(marker)
+    for chunk in chunk_ops(ops, MAX_TXN_OPS - len(guard) - 1, MAX_TXN_BYTES - guard_bytes):
+        ctx.store.commit([*guard, *chunk, marker])
         for op in chunk:
             if op.path in records:
                 tb, record = records[op.path]

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from ..errors import LeasekitError
 from ..structs import TableBucket
-from ..zk import Check, Create, GetChildren, GetData, Node, SetData, TxnConflict
+from ..zk import Check, Create, GetChildren, GetData, Node, SetData, TxnConflict, touch
 from ..zk.formats import OwnerRecord
 
 __all__ = ["claim", "release", "owner_of"]
@@ -78,8 +78,10 @@ def _each(
     if not writes:
         return {}
     keys = list(writes)
+    # the group's change marker (owner znodes are <group>/owners/<table id>.<bucket>)
+    marker = [touch(next(iter(writes.values())).path.rsplit("/", 2)[0])]
     try:
-        results = store.commit([*guard, *writes.values()])
+        results = store.commit([*guard, *writes.values(), *marker])
         return {k: _version(r) for k, r in zip(keys, results[len(guard) :])}
     except TxnConflict as exc:
         if exc.index < len(guard) or len(keys) == 1:
@@ -87,7 +89,7 @@ def _each(
     done = {}
     for key in keys:
         try:
-            done[key] = _version(store.commit([*guard, writes[key]])[len(guard)])
+            done[key] = _version(store.commit([*guard, writes[key], *marker])[len(guard)])
         except TxnConflict:
             continue
     return done

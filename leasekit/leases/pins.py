@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..structs import TableBucket
-from ..zk import Delete, Op, SetData, TxnConflict
+from ..zk import Delete, Op, SetData, TxnConflict, touch
 from ..zk.formats import LIVE, LeaseRecord, PinChunk
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def unpin_ops(
         Delete(ctx.paths.pin(table.table_id, b, sid, lease_id)) for b, sid in pinned.items()
     ]
     ops.append(_array_write(path, ch, ch.array.updated(dict.fromkeys(pinned, 0)).ids))
-    return ops
+    return [*ops, touch(ctx.paths.leases)]  # live views hear of it on the leases' marker
 
 
 def forget_missing_pins(ctx: Context, lease_id: str) -> None:

@@ -34,6 +34,7 @@ from ..zk import (
     SetData,
     TxnConflict,
     op_size,
+    touch,
 )
 from ..zk.formats import BucketState, SegmentRecord
 from .markers import guard, in_flight, lost, lost_error
@@ -172,7 +173,10 @@ def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) ->
 def _groups(table: TableInfo, by_bucket: dict[int, list[SegmentFile]]) -> list[list[int]]:
     """Buckets in order, split into transactions of at most APPEND_TXN_BYTES (a bucket
     whose ops alone exceed it goes alone, and ZooKeeper's limit then refuses it)."""
+    paths = table.context.paths
+    # each transaction also holds the write guard and the table's change marker
     guard_bytes = op_size(guard(table.context, "0" * 32))
+    guard_bytes += op_size(touch(paths.table_changes(table.table_id)))
     groups: list[list[int]] = []
     group: list[int] = []
     size = ops = 0
@@ -183,7 +187,7 @@ def _groups(table: TableInfo, by_bucket: dict[int, list[SegmentFile]]) -> list[l
             groups.append(group)
             group, size, ops = [], 0, 0
         if not group:
-            size, ops = guard_bytes, 1
+            size, ops = guard_bytes, 2
         group.append(bucket)
         size += bucket_bytes
         ops += bucket_ops
@@ -270,7 +274,7 @@ def _commit_group(
                 )
             ops += seg_ops
             planned[TableBucket(table.name, bucket)] = OffsetRange(start, offset)
-        return ops
+        return [*ops, touch(paths.table_changes(tid))]  # live views hear of it (one watch)
 
     deadline = time.monotonic() + ctx.store.timeout * 3
     while True:

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from ..structs import LogSegment, TableBucket
 from ..warehouse import contained
-from ..zk import Delete, Op, SetData
+from ..zk import Delete, Op, SetData, touch
 from ..zk.formats import BucketState, SegmentRecord
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
         ops.append(
             SetData(paths.bucket(tid, bucket), state.encode(begin=begin), state.stat.version)
         )
-        return ops
+        return [*ops, touch(paths.table_changes(tid))]
 
     ctx.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")
     ctx.warehouse.delete_files(f for f, _ in deleted)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..errors import IllegalStateError, SnapshotNotFoundError
 from ..structs import Snapshot, TableBucket
 from ..warehouse import contained
-from ..zk import ConflictReason, Delete, Node, TxnConflict, to_datetime
+from ..zk import ConflictReason, Delete, Node, TxnConflict, to_datetime, touch
 from ..zk.chunked import ChunkArray, group_by_chunk
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
 
@@ -120,7 +120,9 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
             f"snapshot {snapshot_id} is the newest of {snap.table_bucket}; it is never deleted"
         )
     try:
-        ctx.store.commit([Delete(path, node.stat.version)])
+        ctx.store.commit(
+            [Delete(path, node.stat.version), touch(ctx.paths.table_changes(table.table_id))]
+        )
     except TxnConflict as exc:
         if exc.reason == ConflictReason.NOTEMPTY:
             holders = ctx.store.children(path) or []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..errors import IllegalStateError, TableNotFoundError
 from ..log.markers import guard, lost, lost_error
 from ..structs import Snapshot, TableBucket
-from ..zk import ConflictReason, Create, Op, SetData, Stat, TxnConflict, to_datetime
+from ..zk import ConflictReason, Create, Op, SetData, Stat, TxnConflict, to_datetime, touch
 from ..zk.chunked import ChunkArray, group_by_chunk
 from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
 
@@ -123,7 +123,7 @@ def _chunk_ops(
         if summary is not None
         else Create(summary_path, value)
     )
-    return ops
+    return [*ops, touch(paths.table_changes(tid))]  # last: its Stat follows the snapshots'
 
 
 def _snapshot(table: TableInfo, tb: TableBucket, sid: int, w: Written, created: Stat) -> Snapshot:

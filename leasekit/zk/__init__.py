@@ -4,6 +4,7 @@ conflict reasons, pipelined reads, the clock, watches, elections."""
 
 from __future__ import annotations
 
+from .changes import touch
 from .clock import ServerClock
 from .codec import MAX_VALUE_BYTES as MAX_VALUE_BYTES
 from .codec import to_datetime as to_datetime
@@ -54,6 +55,7 @@ __all__ = [
     "ZkStore",
     "Watch",
     "ServerClock",
+    "touch",
     "translated",
     "to_datetime",
 ]

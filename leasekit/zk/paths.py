@@ -88,6 +88,43 @@ class Paths:
         data = self.data  # the layout of ``snapshot`` spelled out: acquire builds one per pin
         return f"{data}/{table_id}/{bucket}/snapshots/{snapshot_id:0{SNAPSHOT_DIGITS}d}/{lease_id}"
 
+    def table_changes(self, table_id: str) -> str:
+        """The table's change marker (the parent of its latest arrays, which every table has):
+        set in every transaction that changes its buckets, log, snapshots or latest arrays."""
+        return self.latest(table_id)
+
+    def group_changes(self, group_id: str) -> str:
+        """The group's change marker (the group's own znode): set in every transaction that
+        changes its offsets or owners; its assignment and members are watched themselves."""
+        return self.group(group_id)
+
+    def marker_of(self, path: str) -> str | None:
+        """The znode to watch for changes of ``path``, when it is not ``path`` itself: the table's
+        or group's change marker, a group's members list or assignment, ``leases`` for a lease's
+        pin arrays (with its record); None where ``path`` is watched as it is.
+
+        Arguments:
+            path: a znode of this namespace.
+
+        Returns:
+            The marker, or None.
+        """
+        for parent in (self.data, self.groups, self.leases):
+            if path.startswith(parent + "/"):
+                parts = path[len(parent) + 1 :].split("/")
+                break
+        else:
+            return None
+        if len(parts) < 2:
+            return None  # a table's data znode (the drop fence), a group, a lease record
+        if parent == self.data:
+            return self.table_changes(parts[0])
+        if parent == self.leases:
+            return self.leases
+        if parts[1] in ("members", "assignment"):
+            return f"{self.group(parts[0])}/{parts[1]}"
+        return self.group_changes(parts[0])
+
     def group(self, group_id: str) -> str:
         """A consumer group: its members, assignment, bucket owners and committed offsets."""
         return f"{self.groups}/{group_id}"
