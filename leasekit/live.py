@@ -3,6 +3,7 @@ per burst of changes, and say how fresh a view is; plus the readings the panels 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -13,7 +14,7 @@ from .consumers import group_admin
 from .consumers import offsets as _stored
 from .consumers.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
 from .structs import MemberInfo, TableBucket
 from .zk.changes import watch_targets
 from .zk.watches import Dispatcher
@@ -29,6 +30,7 @@ __all__ = [
     "Follow",
     "DEBOUNCE",
     "STALE_AFTER",
+    "RETRY_AFTER",
     "freshness",
     "server_time_estimate",
     "GroupBoard",
@@ -50,21 +52,21 @@ STALE_AFTER = 30.0
 """Seconds after which a live view reads again although nothing it watches changed (time lags,
 ages and statuses move with the clock alone)."""
 
+RETRY_AFTER = 2.0
+"""Seconds after a failed read (or the session's loss) when a following view reads again."""
+
 Follow = Literal["all", "positions", "retention"]
-"""Which changes of what a read touched matter: ``"all"``, the data and children of every znode
-read; ``"positions"``, the same but the log's segment records, which never change once written
-(appends show in the bucket znodes and segment lists); ``"retention"``, the children of every
-znode listed (snapshots, segments, leases come and go) and the data of leases only (a renew
-moves an expiry): the other records read are immutable."""
+"""Which changes of what a read touched matter: ``"all"``; ``"positions"``, all but the log's
+segment records (immutable); ``"retention"``, the children of every znode listed and the data of
+leases only. Each is watched through its change marker (``zk.changes``)."""
 _FOLLOW = ("all", "positions", "retention")
 
 
 def _worth_watching(
     paths: Paths, follow: Follow, data: set[str], children: set[str]
 ) -> tuple[set[str], set[str]]:
-    """What to watch (data, children) for the znodes read whose change ``follow`` says matters:
-    their change markers, one per table, group and lease, so the watches grow with those and
-    not with buckets (``zk.changes.watch_targets``)."""
+    """What to watch (data, children): the change markers of the znodes read whose change
+    ``follow`` says matters (``zk.changes``), so watches grow with tables and groups."""
     if follow == "positions":
         data = {p for p in data if not paths.is_segment(p)}
     elif follow == "retention":
@@ -127,8 +129,7 @@ class LiveView:
     # -- reading ----------------------------------------------------------------------------
 
     def read(self, load: Callable[[], T]) -> T:
-        """Run ``load()`` (reads only) noting the znodes it reads; then, while following, watch
-        them. Returns what ``load`` returned.
+        """Run ``load()`` (reads only) noting the znodes it reads; while following, watch them.
 
         Arguments:
             load: reads through the connection and returns what the view shows.
@@ -137,15 +138,19 @@ class LiveView:
             ``load()``'s result; ``refreshed_at`` is now.
 
         Raises:
+            ZooKeeperUnavailableError: the session is down (at once, without waiting for it).
             LeasekitError: what ``load`` raises (``IllegalStateError`` once the connection is
-                closed); while following, ``on_change`` comes again after ``stale_after``.
+                closed); while following, ``on_change`` comes again after ``RETRY_AFTER``.
         """
+        store = self._ctx.store
         try:
-            with self._ctx.store.recording() as seen:
+            if store.client is not None and not store.connected:  # (IllegalStateError if closed)
+                raise ZooKeeperUnavailableError(f"ZooKeeper at {store.hosts} is unreachable")
+            with store.recording() as seen:
                 result = load()
         except Exception:
-            if self.following:  # read again later: the view recovers once ZooKeeper answers
-                self._worker.submit("stale", self._stale, self._stale_after)
+            if self.following:  # read again soon: the view recovers once ZooKeeper answers
+                self._worker.submit("retry", self._stale, min(RETRY_AFTER, self._stale_after))
             raise
         self.refreshed_at = datetime.now(timezone.utc)
         if self.following:
@@ -158,7 +163,6 @@ class LiveView:
                 return
             if self._watches is None:
                 self._watches = self._ctx.store.watch_set(self._changed)
-                self._listen()
             fresh = self._watches.update(
                 *_worth_watching(self._ctx.paths, self._follow, data, children)
             )
@@ -167,15 +171,19 @@ class LiveView:
         self._worker.submit("stale", self._stale, self._stale_after)
 
     def _listen(self) -> None:
-        if self._on_state is None or self._unlisten is not None:
-            return
-        on_state = self._on_state
+        with self._lock:
+            if self._on_state is None or self._unlisten is not None or self._closed:
+                return
+            on_state = self._on_state
 
-        def state(name: str) -> None:  # kazoo's thread: only schedule
-            up = name == "CONNECTED"
-            self._worker.submit(("state", up), lambda: on_state(up))
+            def state(name: str) -> None:  # kazoo's thread: only schedule
+                up = name == "CONNECTED"
+                self._worker.submit("state", lambda: on_state(up))  # the latest state wins
+                if not up:  # keep trying: each failed read schedules the next
+                    self._worker.submit("retry", self._stale, RETRY_AFTER)
 
-        self._unlisten = self._ctx.store.add_state_listener(state)
+            with contextlib.suppress(LeasekitError):  # closed: there is nothing to hear
+                self._unlisten = self._ctx.store.add_state_listener(state)
 
     def _changed(self, path: str | None) -> None:
         """A watched znode changed (on kazoo's thread): schedule one call for the burst."""
@@ -204,6 +212,8 @@ class LiveView:
             if not on:
                 watches, self._watches = self._watches, None
                 unlisten, self._unlisten = self._unlisten, None
+        if on:
+            self._listen()  # also when the first read fails: the view hears the server return
         if on and read_now:
             self._worker.submit("change", self._on_change, 0.0)
         if watches is not None:

@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as w
 import traitlets
 
-from leasekit.errors import LeasekitError
+from leasekit.errors import LeasekitError, ZooKeeperUnavailableError
 from leasekit.live import Follow, LiveView, freshness
 
 __all__ = ["Panel", "esc", "html_table", "button"]
@@ -205,6 +205,10 @@ class Panel(w.VBox):
             self.refresh()
 
     def _session_changed(self, up: bool) -> None:
+        """The session came back (read again at once) or went down (what is shown is stale)."""
+        if up and self.auto_refresh and self._loaded and not self._closed:
+            self.refresh()  # on the view's thread; also re-arms the retries if it fails
+            return
         with self.hold_trait_notifications():
             self.connected = up
             if not up:
@@ -244,9 +248,25 @@ class Panel(w.VBox):
             action: does it; its result goes to ``done``.
             done: the message shown after success (default ``"<what>: done"``).
 
+        While it runs, the panel's enabled buttons are disabled and the message says what runs;
+        when ZooKeeper is unreachable the action is not tried and the message says so at once.
+
         Returns:
             The action's result, None when it failed (the error is shown in the panel).
         """
+        if not self._live.connected:
+            with self.hold_trait_notifications():
+                self.connected = False
+                self.stale = True
+            unreachable = ZooKeeperUnavailableError(
+                "ZooKeeper is unreachable; nothing was changed, try again once it is back"
+            )
+            self.error(unreachable, what)
+            return None
+        busy = [b for b in _descendants(self) if isinstance(b, w.Button) and not b.disabled]
+        for b in busy:
+            b.disabled = True  # sent to the browser at once: no second click meanwhile
+        self.message.value = f'<span class="leasekit-busy">{esc(what)}: running…</span>'
         try:
             result = action()
         except (LeasekitError, ValueError, TypeError) as exc:
@@ -256,6 +276,9 @@ class Panel(w.VBox):
             log.exception("%s failed", what)
             self.error(exc, what)
             return None
+        finally:
+            for b in busy:
+                b.disabled = False  # as before: the panel's own rules apply again after this
         self.refresh()
         self.info(done(result) if done is not None else f"{what}: done")
         return result

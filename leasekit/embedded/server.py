@@ -39,6 +39,9 @@ __all__ = ["MAIN_CLASS", "ServerStatus", "ensure_running", "status", "stop", "ki
 STATE_FORMAT = 1  # bump when server.json changes incompatibly
 
 _START_ATTEMPTS = 3
+LAST_PORT = "last-port"
+"""File of the data dir naming the client port of its last server: a start after a stop takes
+that port again when it is free, so connections open meanwhile reconnect by themselves."""
 
 
 class ServerStatus(NamedTuple):
@@ -72,7 +75,7 @@ def ensure_running(data_dir: str | os.PathLike[str], *, timeout: float = 60.0) -
     deadline = time.monotonic() + timeout
     with _locked(root, deadline):
         state = _read_state(root)
-        preferred = None
+        preferred = _read_last_port(root)  # after a stop: clients know that port (DESIGN §3)
         if state is not None:
             address = _address(state.port)
             if probe(address, root) == "ours":
@@ -126,6 +129,7 @@ def stop(data_dir: str | os.PathLike[str], *, timeout: float = 30.0) -> bool:
                 os.kill(state.pid, signal.SIGTERM)
             if not wait_stopped(state.pid, address, root, deadline):
                 kill_and_wait(state.pid)
+        _write_last_port(root, state.port)  # the next start takes it again when it is free
         (root / "server.json").unlink(missing_ok=True)
         return ours
 
@@ -235,6 +239,21 @@ def _locked(root: Path, deadline: float) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _read_last_port(root: Path) -> int | None:
+    """The client port the last server of ``root`` had (kept by ``stop``), None if unknown."""
+    try:
+        port = int((root / LAST_PORT).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
+
+
+def _write_last_port(root: Path, port: int) -> None:
+    tmp = root / f"{LAST_PORT}.{os.getpid()}.tmp"
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, root / LAST_PORT)
 
 
 def _read_state(root: Path) -> _State | None:
