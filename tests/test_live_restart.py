@@ -108,3 +108,21 @@ def test_embedded_server_keeps_its_port_across_a_stop_unless_it_is_taken(tmp_pat
             assert embedded.ensure_running(root) != address
     finally:
         embedded.stop(root)
+
+
+def test_an_action_disables_the_buttons_and_says_it_runs(conn):
+    # an action shows a busy sign and takes no second click while it runs, then gives them back
+    panel = LeasePanel(conn, auto_refresh=False)
+    panel.refresh()
+    seen = {}
+
+    def action():
+        seen["create"], seen["message"] = panel.create.disabled, panel.message.value
+        return "ok"
+
+    assert not panel.create.disabled and panel.release.disabled
+    assert panel.act("probe", action) == "ok"
+    assert seen["create"] and "probe: running" in seen["message"]
+    assert not panel.create.disabled and panel.release.disabled  # each as it was
+    assert "probe: done" in panel.message.value
+    panel.close()

@@ -9,7 +9,20 @@ from typing import Any, TypeVar
 
 from ..errors import LeasekitError
 from ..structs import TableBucket
-from ..zk import Check, Create, GetChildren, GetData, Node, SetData, TxnConflict, touch
+from ..zk import (
+    MAX_TXN_BYTES,
+    MAX_TXN_OPS,
+    Check,
+    Create,
+    GetChildren,
+    GetData,
+    Node,
+    SetData,
+    TxnConflict,
+    chunk_ops,
+    op_size,
+    touch,
+)
 from ..zk.formats import OwnerRecord
 
 __all__ = ["claim", "release", "owner_of"]
@@ -72,16 +85,32 @@ def owner_of(node: Node | None, path: str) -> str:
 def _each(
     store: Any, writes: Mapping[K, Create | SetData], guard: list[Check] | None = None
 ) -> dict[K, int]:
-    """Run ``writes`` (each after ``guard``) in one transaction, or one by one when some write
-    conflicts (its znode changed meanwhile: that one is skipped); the new version of each done."""
+    """Run ``writes`` (each transaction after ``guard``, ending with the group's change marker)
+    in as few transactions as ZooKeeper's request limit allows; the new version of each done."""
     guard = guard or []
     if not writes:
         return {}
-    keys = list(writes)
     # the group's change marker (owner znodes are <group>/owners/<table id>.<bucket>)
-    marker = [touch(next(iter(writes.values())).path.rsplit("/", 2)[0])]
+    marker = touch(next(iter(writes.values())).path.rsplit("/", 2)[0])
+    keys = list(writes)
+    room = MAX_TXN_BYTES - sum(op_size(op) for op in [*guard, marker])
+    done: dict[K, int] = {}
+    start = 0
+    for chunk in chunk_ops(writes.values(), MAX_TXN_OPS - len(guard) - 1, room):
+        part = keys[start : start + len(chunk)]
+        start += len(chunk)
+        done.update(_each_chunk(store, {k: writes[k] for k in part}, guard, marker))
+    return done
+
+
+def _each_chunk(
+    store: Any, writes: Mapping[K, Create | SetData], guard: list[Check], marker: SetData
+) -> dict[K, int]:
+    """Run ``writes`` in one transaction, or one by one when some write conflicts (its znode
+    changed meanwhile: that one is skipped); the new version of each done."""
+    keys = list(writes)
     try:
-        results = store.commit([*guard, *writes.values(), *marker])
+        results = store.commit([*guard, *writes.values(), marker])
         return {k: _version(r) for k, r in zip(keys, results[len(guard) :])}
     except TxnConflict as exc:
         if exc.index < len(guard) or len(keys) == 1:
@@ -89,7 +118,7 @@ def _each(
     done = {}
     for key in keys:
         try:
-            done[key] = _version(store.commit([*guard, writes[key], *marker])[len(guard)])
+            done[key] = _version(store.commit([*guard, writes[key], marker])[len(guard)])
         except TxnConflict:
             continue
     return done

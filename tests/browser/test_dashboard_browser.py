@@ -103,3 +103,60 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(retention.locator("canvas").first).to_be_visible()
     notebook.screenshot("retention", retention)
     assert notebook.errors() == []
+
+
+def test_dashboard_shows_a_zookeeper_outage_and_recovers(notebook, tmp_path):
+    # DESIGN §3, §6.8 (STYLE 17): a server of this test's own (never the session's), stopped
+    # and started again while the Dashboard is open in the browser
+    from playwright.sync_api import expect
+
+    import leasekit as lk
+    from leasekit import embedded
+    from leasekit.live import STALE_AFTER
+
+    data_dir = tmp_path / "own-zookeeper"
+    address = embedded.ensure_running(data_dir)
+    warehouse = str(tmp_path / "warehouse")
+    try:
+        with lk.connect(address, warehouse, namespace="outage") as conn:
+            conn.acquire_kv_snapshot_lease("before-outage", {}, "2h")
+            expect.set_options(timeout=UPDATE_TIMEOUT_MS)
+            notebook.open(dashboard_cells(address, warehouse, "outage"), "outage.ipynb")
+            notebook.run_all()
+            dashboard = notebook.wait_for_widget(".leasekit-dashboard", RENDER_TIMEOUT_MS)
+            panel = dashboard.locator(".leasekit-lease-panel")
+            status = panel.locator(".leasekit-status")
+            expect(status).to_contain_text("ZooKeeper connected")
+            expect(panel.locator(".leasekit-leases table")).to_contain_text("before-outage")
+
+            assert embedded.stop(data_dir)  # what `leasekit zookeeper stop` does
+            # within one refresh interval: unreachable, and what is shown is marked stale
+            expect(status).to_contain_text("ZooKeeper unreachable", timeout=STALE_AFTER * 1000)
+            expect(status).to_contain_text("stale")
+            expect(panel.locator(".leasekit-leases table")).to_contain_text("before-outage")
+            _keep_in_docs(notebook.screenshot("zookeeper-stopped", panel), "zookeeper-down")
+
+            assert embedded.ensure_running(data_dir) == address  # the same port (DESIGN §3)
+            expect(status).to_contain_text("ZooKeeper connected", timeout=RECOVER_TIMEOUT_MS)
+            expect(status).not_to_contain_text("stale")
+            conn.acquire_kv_snapshot_lease("after-outage", {}, "2h")  # live again, no click
+            expect(panel.locator(".leasekit-leases table")).to_contain_text("after-outage")
+            _keep_in_docs(notebook.screenshot("zookeeper-back", panel), "zookeeper-back")
+            assert notebook.errors() == []
+    finally:
+        embedded.stop(data_dir)
+
+
+RECOVER_TIMEOUT_MS = 40_000
+"""kazoo's reconnect back-off plus ZOOKEEPER-5051 (a client connecting while the server starts
+may wait a session timeout before it tries again)."""
+
+
+def _keep_in_docs(shot, name: str) -> None:
+    """Copy the element screenshot of ``shot`` to ``docs/dashboard-<name>.png``."""
+    import shutil
+    from pathlib import Path
+
+    element = shot.with_name(f"{shot.stem}-element.png")
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    shutil.copyfile(element, docs / f"dashboard-{name}.png")
