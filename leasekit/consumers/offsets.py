@@ -17,7 +17,7 @@ with an empty member list.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -39,7 +39,6 @@ from ..zk import (
     Op,
     SetData,
     TxnConflict,
-    chunk_ops,
     op_size,
     touch,
 )
@@ -291,16 +290,39 @@ def _write(
     written: dict[TableBucket, OffsetRecord],
     marker: Op,
 ) -> None:
-    """Run ``ops`` in as few transactions as fit ZooKeeper's request limit, each after
-    ``guard`` and ending with ``marker`` (the group's change marker); each offset record written
-    goes into ``written`` as its transaction succeeds."""
-    guard_bytes = sum(op_size(op) for op in guard) + op_size(marker)
-    for chunk in chunk_ops(ops, MAX_TXN_OPS - len(guard) - 1, MAX_TXN_BYTES - guard_bytes):
-        ctx.store.commit([*guard, *chunk, marker])
+    """Run ``ops`` in as few transactions as fit ZooKeeper's request limit, each after the
+    ``guard`` checks that concern it (those of its buckets' owners, and every other one) and
+    ending with ``marker`` (the group's change marker); each offset record written goes into
+    ``written`` as its transaction succeeds."""
+    under = f"{marker.path}/owners/"  # the marker is the group's znode
+    owners = {g.path[len(under) :]: g for g in guard if g.path.startswith(under)}
+    common = [g for g in guard if not g.path.startswith(under)]
+    for chunk in _chunks(ops, owners, [*common, marker]):
+        checks = [owners[name] for op in chunk if (name := op.path.rsplit("/", 1)[1]) in owners]
+        ctx.store.commit([*common, *checks, *chunk, marker])
         for op in chunk:
             if op.path in records:
                 tb, record = records[op.path]
                 written[tb] = record
+
+
+def _chunks(ops: list[Op], owners: Mapping[str, Check], fixed: list[Op]) -> Iterator[list[Op]]:
+    """``ops`` in order, in lists whose transaction (with ``fixed`` and the owner checks of
+    their buckets, an offset znode and its owner znode sharing the name ``<table id>.<bucket>``)
+    fits ZooKeeper's limits."""
+    room_ops, room_bytes = MAX_TXN_OPS - len(fixed), MAX_TXN_BYTES - sum(map(op_size, fixed))
+    chunk: list[Op] = []
+    count = size = 0
+    for op in ops:
+        check = owners.get(op.path.rsplit("/", 1)[1])
+        n, b = 1 + (check is not None), op_size(op) + (0 if check is None else op_size(check))
+        if chunk and (count + n > room_ops or size + b > room_bytes):
+            yield chunk
+            chunk, count, size = [], 0, 0
+        chunk.append(op)
+        count, size = count + n, size + b
+    if chunk:
+        yield chunk
 
 
 def _tables_kept(
