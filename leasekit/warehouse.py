@@ -50,6 +50,11 @@ _PATH_PART = re.compile(r"[A-Za-z0-9._=-]+")
 directories with. No URI scheme (``:``), no Hadoop glob (``*?[]{}``), no escape (``\\``, ``%``)."""
 
 
+_NORMAL_PATH = re.compile(r"[A-Za-z0-9_=-][A-Za-z0-9._=-]*(?:/[A-Za-z0-9_=-][A-Za-z0-9._=-]*)*")
+"""A relative path that is normal already (no empty, ``.`` or ``..`` component) and made of
+``_PATH_PART``s: the form every path leasekit writes has, checked at once."""
+
+
 def contained(rel: object, within: str, znode: str) -> str:
     """The warehouse-relative path ``rel`` that the metadata at ``znode`` names, resolved, if
     it lies inside the directory ``within`` (DESIGN §9 Containment).
@@ -70,6 +75,8 @@ def contained(rel: object, within: str, znode: str) -> str:
             URI, holds characters no leasekit path has (globs, escapes, control characters),
             or resolves to a place outside ``within``.
     """
+    if isinstance(rel, str) and _NORMAL_PATH.fullmatch(rel) and rel.startswith(within + "/"):
+        return rel  # the common case, as the general one below would resolve it
     shown = f"{rel!r:.200}"
     if not isinstance(rel, str):
         raise CorruptMetadataError(

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..durations import parse_duration, to_ms
-from ..log.reader import find_segment
+from ..log.segments import segments_at
 from ..structs import GroupStatus, MemberInfo, TableBucket
 from ..zk import to_datetime
 from . import health
@@ -22,7 +22,6 @@ from .group_view import (
     live_members,
     members_of,
     read_group,
-    segments_of,
 )
 
 if TYPE_CHECKING:
@@ -193,14 +192,15 @@ def describe_view(
 
 def _record_times(rows: list[Row]) -> dict[TableBucket, int]:
     """``_timestamp`` of the record at each committed offset below the log end."""
-    behind = [r for r in rows if r.record is not None and r.record.offset < r.end]
-    segments = segments_of(behind)
+    behind: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.record is not None and r.record.offset < r.end:
+            behind.setdefault(r.tb.table, []).append(r)
     out: dict[TableBucket, int] = {}
-    for r in behind:
-        rec = r.record
-        seg = find_segment(segments[r.tb], max(rec.offset, r.begin)) if rec is not None else None
-        if seg is not None:
-            out[r.tb] = seg.timestamp_ms
+    for rs in behind.values():  # one segment read per bucket, not its whole log
+        at = {r.tb.bucket: max(r.record.offset, r.begin) for r in rs if r.record is not None}
+        found = segments_at(rs[0].table, at)
+        out.update((r.tb, found[r.tb.bucket].timestamp_ms) for r in rs if r.tb.bucket in found)
     return out
 
 

@@ -3,7 +3,8 @@ a prefix of them (znodes and the new beginning offset first, files after)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
 __all__ = [
+    "segments_at",
     "OP_COLUMN",
     "ROW_GROUP_RECORDS",
     "log_schema",
@@ -54,15 +56,49 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
     buckets = list(buckets)
     names = store.children_many([paths.log(tid, b) for b in buckets])
     wanted = [(b, int(n)) for b, kids in zip(buckets, names) for n in (kids or [])]
-    seg_paths = [paths.segment(tid, b, base) for b, base in wanted]
-    nodes = store.get_many(seg_paths)
     out: dict[int, list[LogSegment]] = {b: [] for b in buckets}
-    warehouse = table.context.warehouse
-    for (bucket, base), path, node in zip(wanted, seg_paths, nodes):
+    for bucket, segment in _read_segments(table, wanted):
+        out[bucket].append(segment)
+    for segs in out.values():
+        segs.sort(key=lambda s: s.base_offset)
+    return out
+
+
+def segments_at(table: TableInfo, offsets: Mapping[int, int]) -> dict[int, LogSegment]:
+    """The stored segment holding each bucket's offset (``{bucket: offset}``); a bucket whose
+    offset no segment holds is left out. Children are listed, then only those segments read
+    (one per bucket, not the whole log), pipelined."""
+    store, paths, tid = table.context.store, table.context.paths, table.table_id
+    buckets = list(offsets)
+    names = store.children_many([paths.log(tid, b) for b in buckets])
+    wanted: list[tuple[int, int]] = []
+    for bucket, kids in zip(buckets, names):
+        bases = sorted(int(n) for n in kids or [])
+        i = bisect.bisect_right(bases, offsets[bucket]) - 1
+        if i >= 0:
+            wanted.append((bucket, bases[i]))
+    return {
+        bucket: seg
+        for bucket, seg in _read_segments(table, wanted)
+        if seg.base_offset <= offsets[bucket] < seg.end_offset
+    }
+
+
+def _read_segments(
+    table: TableInfo, wanted: list[tuple[int, int]]
+) -> Iterator[tuple[int, LogSegment]]:
+    """The segments of ``wanted`` ((bucket, base offset) pairs) read pipelined, as (bucket,
+    segment); those deleted by retention since they were listed are left out."""
+    paths, tid, warehouse = table.context.paths, table.table_id, table.context.warehouse
+    seg_paths = [paths.segment(tid, b, base) for b, base in wanted]
+    for (bucket, base), path, node in zip(
+        wanted, seg_paths, table.context.store.get_many(seg_paths)
+    ):
         if node is None:
             continue  # deleted by retention between listing and reading
         rec = decode_segment(table, node.data, path)
-        out[bucket].append(
+        yield (
+            bucket,
             LogSegment(
                 TableBucket(table.name, bucket),
                 base,
@@ -70,11 +106,8 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
                 max(node.stat.ctime_ms, rec.ts_floor),
                 rec.size,
                 warehouse.uri(rec.file),
-            )
+            ),
         )
-    for segs in out.values():
-        segs.sort(key=lambda s: s.base_offset)
-    return out
 
 
 def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tuple[list[str], int]:
