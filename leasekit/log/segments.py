@@ -13,6 +13,7 @@ from ..structs import LogSegment, TableBucket
 from ..warehouse import contained
 from ..zk import Delete, Op, SetData, touch
 from ..zk.formats import BucketState, SegmentRecord
+from ..zk.paths import SEGMENT_DIGITS
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
@@ -72,11 +73,10 @@ def segments_at(table: TableInfo, offsets: Mapping[int, int]) -> dict[int, LogSe
     buckets = list(offsets)
     names = store.children_many([paths.log(tid, b) for b in buckets])
     wanted: list[tuple[int, int]] = []
-    for bucket, kids in zip(buckets, names):
-        bases = sorted(int(n) for n in kids or [])
-        i = bisect.bisect_right(bases, offsets[bucket]) - 1
+    for bucket, kids in zip(buckets, names):  # names sorted, of fixed width: as the numbers
+        i = bisect.bisect_right(kids or [], f"{offsets[bucket]:0{SEGMENT_DIGITS}d}") - 1
         if i >= 0:
-            wanted.append((bucket, bases[i]))
+            wanted.append((bucket, int(kids[i])))  # type: ignore[index]
     return {
         bucket: seg
         for bucket, seg in _read_segments(table, wanted)
