@@ -127,3 +127,36 @@ def test_every_change_of_a_table_reaches_an_open_retention_panel(conn, other, sp
 def _polled(consumer, buckets):
     consumer.poll("0.2s")
     return len(consumer.assignment()) == buckets
+
+
+def test_what_a_read_touched_maps_to_few_markers():
+    # the layout behind the watches: ids that spell parts of the layout change nothing
+    from leasekit.zk.changes import watch_targets
+    from leasekit.zk.paths import Paths
+
+    paths = Paths("log")
+    read = [
+        paths.bucket("log", 3),
+        paths.segment("log", 3, 40),
+        paths.snapshot("log", 1, 2),
+        paths.table_data("log"),  # the drop fence: itself
+        paths.offset("owners", "log", 3),
+        paths.owner("owners", "log", 3),
+        paths.member("owners", "m-1"),
+        paths.group_assignment("owners"),
+        paths.lease_chunk("pins", "log", 0),
+        paths.lease("pins"),
+        paths.table("log"),
+    ]
+    listed = [paths.tables, paths.groups, paths.log("log", 3), paths.group_members("owners")]
+    data, children = watch_targets(paths, read, listed)
+    assert data == {
+        paths.table_changes("log"),
+        paths.table_data("log"),
+        paths.group_changes("owners"),
+        paths.group_assignment("owners"),
+        paths.leases,
+        paths.lease("pins"),
+        paths.table("log"),
+    }
+    assert children == {paths.tables, paths.groups, paths.group_members("owners")}
