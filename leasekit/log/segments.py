@@ -65,10 +65,39 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
     return out
 
 
+_FOUND: dict[tuple[str, str], dict[int, LogSegment]] = {}
+"""Per (warehouse, table id), the last segment ``segments_at`` found of each bucket: segment
+records never change once written, and one holding an offset at or above the bucket's beginning
+is not deleted (retention deletes only segments wholly below it), so it is found again without
+a read."""
+_FOUND_TABLES = 64
+
+
 def segments_at(table: TableInfo, offsets: Mapping[int, int]) -> dict[int, LogSegment]:
-    """The stored segment holding each bucket's offset (``{bucket: offset}``); a bucket whose
-    offset no segment holds is left out. Children are listed, then only those segments read
-    (one per bucket, not the whole log), pipelined."""
+    """The stored segment holding each bucket's offset (``{bucket: offset}``, each at or above
+    its bucket's beginning); a bucket whose offset no segment holds is left out. The segment
+    found last for a bucket serves while it holds the offset; for the others, children are
+    listed and only those segments read (one per bucket, not the whole log), pipelined."""
+    key = (table.context.warehouse.location, table.table_id)
+    known = _FOUND.setdefault(key, {})
+    out: dict[int, LogSegment] = {}
+    missing: list[int] = []
+    for bucket, offset in offsets.items():
+        seg = known.get(bucket)
+        if seg is not None and seg.base_offset <= offset < seg.end_offset:
+            out[bucket] = seg
+        else:
+            missing.append(bucket)
+    if missing:
+        found = _look_up(table, {b: offsets[b] for b in missing})
+        known.update(found)
+        out.update(found)
+    while len(_FOUND) > _FOUND_TABLES:
+        _FOUND.pop(next(iter(_FOUND)), None)
+    return out
+
+
+def _look_up(table: TableInfo, offsets: Mapping[int, int]) -> dict[int, LogSegment]:
     store, paths, tid = table.context.store, table.context.paths, table.table_id
     buckets = list(offsets)
     names = store.children_many([paths.log(tid, b) for b in buckets])
