@@ -27,7 +27,7 @@ class GroupReading(NamedTuple):
 
     group: str
     time_ms: int
-    """ZooKeeper time of the reading (epoch ms, through the connection's clock)."""
+    """ZooKeeper time of the reading (epoch ms); time lags and statuses are measured at it."""
     members: tuple[MemberInfo, ...]
     """Live members, oldest (the leader) first."""
     generation: int | None
@@ -94,8 +94,8 @@ def read_all_groups(
     views = read_groups(ctx, sorted(set(ids)), skip_empty=True, skipped=skipped)
     keys = {g: every_bucket(view.described()) for g, view in views.items()}
     unique = sorted({(t.table_id, b) for ks in keys.values() for t, b in ks})
-    now, nodes = ctx.read_with_clock([ctx.paths.bucket(tid, b) for tid, b in unique])
-    now = ctx.clock(now)
+    zk_now, nodes = ctx.read_with_clock([ctx.paths.bucket(tid, b) for tid, b in unique])
+    now = ctx.clock(zk_now)  # lags are measured on the clock that decides ages (tests shift it)
     state = dict(zip(unique, nodes))
     rows = {
         g: bucket_rows(ctx, views[g], ks, [state[t.table_id, b] for t, b in ks])
@@ -108,7 +108,7 @@ def read_all_groups(
         lags = bucket_lags(
             view, rows[group_id], now, times, stop_after_ms=stop_ms, stall_after_ms=stall_ms
         )
-        out.append(_reading(group_id, view, now, lags))
+        out.append(_reading(group_id, view, zk_now, lags))
     return out
 
 
