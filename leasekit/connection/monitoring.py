@@ -50,3 +50,32 @@ class MonitorMethods:
         from ..monitor.lag import lag_history
 
         return lag_history(self._context, group_id, since=since, until=until, by_bucket=by_bucket)
+
+    def group_overview(self) -> pd.DataFrame:
+        """Every consumer group of the namespace now, with its rates, time to catch up and
+        retention risk (M2, M3).
+
+        Returns:
+            One row per group with offsets or live members, by id: ``group``, ``state``
+            ("live" with live members, else "empty"), ``members`` (how many), ``generation``
+            (<NA> before the first), ``tables`` (a list of names), ``total_lag`` (over the
+            committed buckets), ``max_time_lag`` (NaT with none committed), ``status`` (the
+            Burrow status "OK" / "WARN" / "ERR", or "AT_RISK" when ``retention_headroom`` is
+            below ``eta`` or below ``monitor.risk-threshold``), ``consume_rate`` and
+            ``produce_rate`` (records committed and appended per second between the first and
+            last lag history samples of the last ``monitor.rate-window``; NaN with fewer than
+            two), ``eta`` (total_lag / (consume - produce) when that is positive, 0 with no
+            lag, NaT when not catching up or the rates are not known), ``retention_headroom``
+            (the least, over buckets with records not consumed, of the table's log.retention
+            minus the age of the first of them, at least 0; NaT, infinite, where nothing can
+            be lost: no lag, or retention waits for consumers with
+            log.retention.respect-consumers), ``last_commit`` (NaT: none).
+
+        Raises:
+            CorruptMetadataError: the namespace settings or a bucket's metadata cannot be read
+                (groups whose znodes hold garbage are left out and logged).
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
+        from ..monitor.overview import group_overview
+
+        return group_overview(self._context)
