@@ -3,8 +3,7 @@ a prefix of them (znodes and the new beginning offset first, files after)."""
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -13,13 +12,11 @@ from ..structs import LogSegment, TableBucket
 from ..warehouse import contained
 from ..zk import Delete, Op, SetData, touch
 from ..zk.formats import BucketState, SegmentRecord
-from ..zk.paths import SEGMENT_DIGITS
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
 __all__ = [
-    "segments_at",
     "OP_COLUMN",
     "ROW_GROUP_RECORDS",
     "log_schema",
@@ -57,77 +54,15 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
     buckets = list(buckets)
     names = store.children_many([paths.log(tid, b) for b in buckets])
     wanted = [(b, int(n)) for b, kids in zip(buckets, names) for n in (kids or [])]
-    out: dict[int, list[LogSegment]] = {b: [] for b in buckets}
-    for bucket, segment in _read_segments(table, wanted):
-        out[bucket].append(segment)
-    for segs in out.values():
-        segs.sort(key=lambda s: s.base_offset)
-    return out
-
-
-_FOUND: dict[tuple[str, str], dict[int, LogSegment]] = {}
-"""Per (warehouse, table id), the last segment ``segments_at`` found of each bucket: segment
-records never change once written, and one holding an offset at or above the bucket's beginning
-is not deleted (retention deletes only segments wholly below it), so it is found again without
-a read."""
-_FOUND_TABLES = 64
-
-
-def segments_at(table: TableInfo, offsets: Mapping[int, int]) -> dict[int, LogSegment]:
-    """The stored segment holding each bucket's offset (``{bucket: offset}``, each at or above
-    its bucket's beginning); a bucket whose offset no segment holds is left out. The segment
-    found last for a bucket serves while it holds the offset; for the others, children are
-    listed and only those segments read (one per bucket, not the whole log), pipelined."""
-    key = (table.context.warehouse.location, table.table_id)
-    known = _FOUND.setdefault(key, {})
-    out: dict[int, LogSegment] = {}
-    missing: list[int] = []
-    for bucket, offset in offsets.items():
-        seg = known.get(bucket)
-        if seg is not None and seg.base_offset <= offset < seg.end_offset:
-            out[bucket] = seg
-        else:
-            missing.append(bucket)
-    if missing:
-        found = _look_up(table, {b: offsets[b] for b in missing})
-        known.update(found)
-        out.update(found)
-    while len(_FOUND) > _FOUND_TABLES:
-        _FOUND.pop(next(iter(_FOUND)), None)
-    return out
-
-
-def _look_up(table: TableInfo, offsets: Mapping[int, int]) -> dict[int, LogSegment]:
-    store, paths, tid = table.context.store, table.context.paths, table.table_id
-    buckets = list(offsets)
-    names = store.children_many([paths.log(tid, b) for b in buckets])
-    wanted: list[tuple[int, int]] = []
-    for bucket, kids in zip(buckets, names):  # names sorted, of fixed width: as the numbers
-        i = bisect.bisect_right(kids or [], f"{offsets[bucket]:0{SEGMENT_DIGITS}d}") - 1
-        if i >= 0:
-            wanted.append((bucket, int(kids[i])))  # type: ignore[index]
-    return {
-        bucket: seg
-        for bucket, seg in _read_segments(table, wanted)
-        if seg.base_offset <= offsets[bucket] < seg.end_offset
-    }
-
-
-def _read_segments(
-    table: TableInfo, wanted: list[tuple[int, int]]
-) -> Iterator[tuple[int, LogSegment]]:
-    """The segments of ``wanted`` ((bucket, base offset) pairs) read pipelined, as (bucket,
-    segment); those deleted by retention since they were listed are left out."""
-    paths, tid, warehouse = table.context.paths, table.table_id, table.context.warehouse
     seg_paths = [paths.segment(tid, b, base) for b, base in wanted]
-    for (bucket, base), path, node in zip(
-        wanted, seg_paths, table.context.store.get_many(seg_paths)
-    ):
+    nodes = store.get_many(seg_paths)
+    out: dict[int, list[LogSegment]] = {b: [] for b in buckets}
+    warehouse = table.context.warehouse
+    for (bucket, base), path, node in zip(wanted, seg_paths, nodes):
         if node is None:
             continue  # deleted by retention between listing and reading
         rec = decode_segment(table, node.data, path)
-        yield (
-            bucket,
+        out[bucket].append(
             LogSegment(
                 TableBucket(table.name, bucket),
                 base,
@@ -135,8 +70,11 @@ def _read_segments(
                 max(node.stat.ctime_ms, rec.ts_floor),
                 rec.size,
                 warehouse.uri(rec.file),
-            ),
+            )
         )
+    for segs in out.values():
+        segs.sort(key=lambda s: s.base_offset)
+    return out
 
 
 def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tuple[list[str], int]:
