@@ -74,8 +74,10 @@ def test_panel_shows_an_outage_fails_actions_fast_and_recovers_on_the_same_port(
         assert time.monotonic() - started < 1.0
         assert "unreachable" in panel.message.value and "create failed" in panel.message.value
         assert not panel.create.disabled  # not left busy
+        said = panel.status.value
         time.sleep(3)  # the panel keeps trying on its own, and keeps saying it is stale
         assert panel.stale and panel.refreshed_at == shown_at and "unreachable" in panel.last_error
+        assert panel.status.value != said  # the age of what is shown moved on
 
         zookeeper_cli("start", own_warehouse)
         assert embedded.status(os.path.join(own_warehouse, "_zookeeper")).address == address

@@ -195,6 +195,7 @@ class Panel(w.VBox):
             self.connected = self._live.connected
             self.stale = True
         self._show_refresh_error()  # also when the same error comes again
+        self._show_status()  # the age of what is shown grows with each retry
 
     def _follow(self, *, read_now: bool) -> None:
         self._live.follow_changes(True, read_now=read_now)
