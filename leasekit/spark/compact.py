@@ -11,7 +11,7 @@ from ..log.state import read_states
 from ..snapshots.catalog import get_snapshots
 from ..snapshots.register import Written, register
 from ..structs import Snapshot, TableBucket
-from .frames import bucket_of_path, files_frame, kv_state, log_frame
+from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame
 from .session import micros_timestamps, session, spark_errors
 
 if TYPE_CHECKING:
@@ -90,10 +90,11 @@ def _compact(
 
 
 def _written(table: TableInfo, advanced: dict[int, BucketState], rel: str) -> dict[int, Written]:
-    """The files Spark wrote under ``rel``, with their rows and bytes, per advanced bucket."""
+    """The files Spark wrote under ``rel``, with their rows and bytes, per advanced bucket (its
+    side files deleted)."""
     warehouse = table.context.warehouse
     written = {b: Written(s.end, [], 0, 0) for b, s in advanced.items()}
-    for entry in warehouse.list(rel):
+    for entry in data_files(warehouse, rel):
         bucket = bucket_of_path(entry.path)
         if bucket is None or bucket not in written:
             continue
