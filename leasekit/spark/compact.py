@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..log.markers import in_flight
 from ..log.segments import list_segments
 from ..log.state import read_states
+from ..progress import progress
 from ..snapshots.catalog import get_snapshots
 from ..snapshots.register import Written, register
 from ..structs import Snapshot, TableBucket
@@ -37,8 +38,6 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
         TableNotFoundError: the table was dropped meanwhile.
         IllegalStateError: Spark failed, or the files could not be registered.
     """
-    from tqdm.auto import tqdm
-
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
     advanced = {
@@ -48,7 +47,7 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
     }
     if not advanced:
         return {}
-    bar = tqdm(total=3, desc=f"snapshot {table.name}", unit="step", disable=None, leave=False)
+    bar = progress(total=3, desc=f"snapshot {table.name}", unit="step", leave=False)
     try:
         bases = get_snapshots(
             table, {b: s.latest_snapshot for b, s in advanced.items() if s.latest_snapshot}
