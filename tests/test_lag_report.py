@@ -112,14 +112,28 @@ def test_healthy_group_passes_with_ok_verdict_csv_and_plot(tmp_path, conn, order
         assert int(row["log_end_offset"]) == ends[tb]
         assert int(row["lag"]) == ends[tb] - committed[tb]
         assert row["status"] == "OK" and row["group"] == GROUP
-    # lag over time: one text line per commit plus the lag now, and a bqplot Figure
-    history = _stream(nb, "history").splitlines()
-    assert history[0].split() == ["time", "total_lag", "point"]
-    assert [line.split()[-1] for line in history[1:]] == ["commit"] * 3 + ["now"]
-    assert history[-1].split()[-2] == str(sum(ends[tb] - committed[tb] for tb in ends))
-    plot = next(c for c in nb.cells if c.get("id") == "history").outputs[-1]
+    # lag over time: a bqplot Figure on a 24-hour UTC axis, with no point printed above it
+    history = next(c for c in nb.cells if c.get("id") == "history")
+    assert [o.output_type for o in history.outputs] == ["execute_result"]
+    plot = history.outputs[0]
     assert "application/vnd.jupyter.widget-view+json" in plot["data"]
     assert plot["data"]["text/plain"].startswith("Figure(")
+    (time_axis,) = [a for a in _axes(nb) if a["label"] == "time (UTC)"]
+    assert time_axis["tick_format"] in ("%H:%M:%S", "%H:%M", "%Y-%m-%d %H:%M")  # no %I
+    assert time_axis["tick_values"] is not None  # ticks a whole step apart, no label twice
+    # durations read as people read them, never pandas' "0 days 00:00:25.893000"
+    assert "days" not in _stream(nb, "buckets") + _html(nb, "buckets")
+
+
+def _axes(nb) -> list[dict]:
+    """The bqplot axes of the saved widget state."""
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    return [m["state"] for m in state.values() if m["model_name"] == "AxisModel"]
+
+
+def _html(nb, cell_id: str) -> str:
+    cell = next(c for c in nb.cells if c.get("id") == cell_id)
+    return "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
 
 
 def test_lag_over_threshold_fails_the_run_after_verdict_and_csv(tmp_path, conn, orders):
@@ -173,13 +187,25 @@ def test_time_lag_over_threshold_fails_the_run(tmp_path, conn, orders):
     assert f"time lag over 0ms in {len(lagging)} bucket(s) (" in verdict
 
 
-def test_unknown_group_fails_the_run(tmp_path, conn, orders):
-    # a group with no committed offset (a misspelt id) has nothing to judge: it alerts
+def test_unknown_group_fails_the_run_at_once_naming_the_groups(tmp_path, conn, orders):
+    # a group id that is no group of the namespace (a misspelt id) is an error, never "status OK"
     nb, rows, error = _run(tmp_path, conn, group_id="billing-typo")
     assert error is not None and error.ename == "LagAlert"
-    (verdict,) = _verdicts(nb)
-    assert verdict == (
-        "VERDICT: ALERT — group billing-typo, status OK, max lag 0, "
-        "max time lag -: no committed offsets"
+    expected = (
+        f"VERDICT: ALERT — group billing-typo: no such consumer group in namespace "
+        f"{conn.namespace} (its groups: {GROUP})"
     )
-    assert rows == []
+    assert _verdicts(nb) == [expected] and error.evalue == expected
+    assert "status OK" not in "".join(_stream(nb, c.id) for c in nb.cells if c.cell_type == "code")
+    assert rows is None  # it failed before writing a report
+
+
+def test_group_without_commits_fails_the_run(tmp_path, conn, orders):
+    # a group that has live members but never committed has nothing to judge: it alerts
+    with conn.consumer("orders", group_id="newcomer", enable_auto_commit=False) as consumer:
+        consumer.poll("1s")
+        nb, rows, error = _run(tmp_path, conn, group_id="newcomer")
+    assert error is not None and error.ename == "LagAlert"
+    (verdict,) = _verdicts(nb)
+    assert verdict.startswith("VERDICT: ALERT — group newcomer, ")
+    assert verdict.endswith(": no committed offsets")
