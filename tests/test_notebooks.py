@@ -403,3 +403,42 @@ def test_retention_audit_executes_on_one_table(
     report = _text(_cell(nb, "if execute:"))
     assert "older than the newest 2 of bucket, not pinned" in report and "events" in report
     _nothing_left_running(tmp_path)
+
+
+# -- every job notebook, twice, as is ---------------------------------------------------------
+
+_EXAMPLES = {
+    # notebook: (its own namespace, what the first run says it made, a line every run prints)
+    "pinned_read.ipynb": (
+        "pinned-read",
+        "made the example table orders in namespace pinned-read",
+        "dropped lease ",
+    ),
+    "retention_audit.ipynb": (
+        "retention-audit",
+        "made the example table events in namespace retention-audit",
+        "audit only: nothing was changed",
+    ),
+    "consumer_lag_report.ipynb": (
+        "lag-report",
+        "made the example group billing in namespace lag-report",
+        "VERDICT: OK — group billing, status OK, max lag 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EXAMPLES))
+def test_job_notebook_runs_twice_as_is_in_its_own_namespace(name, tmp_path):
+    # Only the warehouse is given: the embedded ZooKeeper, and the notebook's own namespace,
+    # where it makes an example on the first run and reuses it on the second; nothing lands in
+    # the shared default namespace.
+    own, made, every_run = _EXAMPLES[name]
+    with _embedded(tmp_path / "warehouse") as warehouse:
+        outputs = [_all_text(_run(name, tmp_path, warehouse=str(warehouse))) for _ in range(2)]
+        assert made in outputs[0] and made not in outputs[1]
+        assert all(every_run in out for out in outputs)
+        with lk.connect(warehouse=str(warehouse)) as conn:
+            assert conn.tables() == [] and conn.consumer_groups() == []
+        with lk.connect(warehouse=str(warehouse), namespace=own) as conn:
+            assert len(conn.tables()) == 1 and conn.leases() == []
+    _nothing_left_running(tmp_path)
