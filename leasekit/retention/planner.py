@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..durations import human_duration, to_ms
+from ..durations import format_duration, human_duration, to_ms
 from ..structs import RetentionItem, RetentionPlan, TableBucket
 from ..validate import LAG_HISTORY_TABLE
 from ..zk import to_datetime
