@@ -9,10 +9,18 @@ from collections.abc import Iterable
 from .ops import SetData
 from .paths import Paths
 
-__all__ = ["touch", "watch_targets"]
+__all__ = ["Touch", "touch", "watch_targets"]
 
 
-def touch(path: str) -> SetData:
+class Touch(SetData):
+    """A ``SetData`` that marks a change at a marker. When a transaction fails on it alone (it
+    comes last, so every other op succeeded) because the marker is missing, as in data older
+    than markers, the store creates the marker and sends the transaction again."""
+
+    __slots__ = ()
+
+
+def touch(path: str) -> Touch:
     """The op that marks a change at the marker ``path`` (an empty value, any version: it never
     conflicts); put it at the end of the transaction that makes the change.
 
@@ -20,9 +28,9 @@ def touch(path: str) -> SetData:
         path: a marker (``Paths.table_changes`` or ``Paths.group_changes``).
 
     Returns:
-        The ``SetData`` op.
+        The ``Touch`` op.
     """
-    return SetData(path, b"", -1)
+    return Touch(path, b"", -1)
 
 
 def watch_targets(

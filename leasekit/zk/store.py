@@ -18,6 +18,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from ..errors import IllegalStateError, MetadataTooLargeError
 from .acl import Access, protect, write_refusal
+from .changes import Touch
 from .election import Election
 from .errors import ConflictReason, translated
 from .ops import (
@@ -252,9 +253,19 @@ class ZkStore:
         Results are a path per Create, a Stat per SetData and True per Delete/Check.
         A connection loss is not retried here: the caller knows whether the
         transaction is idempotent and how to check whether it committed. Inside ``fenced``
-        the transaction also checks the fence first, else ``LeadershipLostError``.
+        the transaction also checks the fence first, else ``LeadershipLostError``. A change
+        marker missing (``changes.Touch``, data older than markers) is created, and the
+        transaction sent once more.
         """
-        return self.submit(ops).result() if ops else []
+        if not ops:
+            return []
+        try:
+            return self.submit(ops).result()
+        except TxnConflict as exc:
+            if exc.reason != ConflictReason.NONODE or not isinstance(exc.op, Touch):
+                raise
+            self.ensure_path(exc.op.path)  # every other op would have succeeded: only it missed
+        return self.submit(ops).result()
 
     def submit(self, ops: Sequence[Op]) -> Pending:
         """Send ``ops`` as one transaction (as ``commit``) without waiting for its answer;
