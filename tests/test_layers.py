@@ -43,6 +43,8 @@ LAYERS: dict[str, float] = {
     "leasekit.leases": 6.2,
     # L7: retention
     "leasekit.retention": 7,
+    # monitoring: readings of groups, leases and retention, and the metrics of them
+    "leasekit.monitor": 7.5,
     # L8: the table handle, the connection, the janitor, test support and the live views
     "leasekit.janitor": 8,
     "leasekit.table": 8,

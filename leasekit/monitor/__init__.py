@@ -1,0 +1,2 @@
+"""Monitoring: the lease inventory, the Prometheus metrics of groups, leases and retention,
+and what they are read from."""
