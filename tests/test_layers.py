@@ -41,9 +41,8 @@ LAYERS: dict[str, float] = {
     "leasekit.consumers": 6.0,
     "leasekit.spark": 6.1,
     "leasekit.leases": 6.2,
-    # L7: retention
+    # L7: retention, then monitoring (lag history, overviews) above it
     "leasekit.retention": 7,
-    # monitoring: readings of groups, leases and retention, and the metrics of them
     "leasekit.monitor": 7.5,
     # L8: the table handle, the connection, the janitor, test support and the live views
     "leasekit.janitor": 8,

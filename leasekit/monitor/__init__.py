@@ -1,2 +1,2 @@
-"""Monitoring: the lease inventory, the Prometheus metrics of groups, leases and retention,
-and what they are read from."""
+"""Monitoring of a namespace: every consumer group read in one pipelined pass, the lag history
+sampled into an internal table, group overviews with rates, ETA and retention risk."""
