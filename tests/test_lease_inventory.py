@@ -179,3 +179,27 @@ def test_cli_lease_inventory(conn, clock, target, capsys):
     assert row["lease_id"] == "q3" and row["state"] == "active" and row["tables"] == ["t"]
     assert row["pinned_buckets"] == 1 and row["pinned_bytes"] == 0
     assert row["expires_at"].endswith("Z") and isinstance(row["expires_in_ms"], int)
+
+
+def test_keepalive_holder_znode_lives_with_the_keepalive(conn):
+    # M4: the holder znode is there while the keepalive runs, is put back after a renewal
+    # when a new session lost it, and goes when the keepalive stops
+    table = conn.create_table("t", "id BIGINT", "id", buckets=1)
+    ctx = testing.context(conn)
+    seed_empty_snapshots(ctx, table)
+
+    def holders() -> list[str]:
+        return ctx.store.children(ctx.paths.keepalives) or []
+
+    with conn.lease("kept", "3s", keepalive=True) as lease:  # renewed every second
+        lease.acquire({TableBucket("t", 0): 1})
+        (token,) = holders()
+        ctx.store.delete_tree(ctx.paths.keepalive(token))  # as a session expiry would
+        assert holders() == []
+        deadline = time.monotonic() + 10
+        while holders() != [token]:
+            assert time.monotonic() < deadline, "the keepalive never put its holder back"
+            time.sleep(0.1)
+        assert _states(conn) == {"kept": "active"}
+    assert holders() == []
+    assert conn.leases() == []  # dropped on exit
