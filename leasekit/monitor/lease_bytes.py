@@ -4,7 +4,8 @@ so a file another lease or a retention rule (newest snapshots, log retention, co
 keeps never counts.
 
 The tables the leases pin are gathered once, as retention gathers them; each lease is then
-planned twice over its own tables only: held (as if valid now, though expired) and dropped.
+planned twice over the buckets it pins only (retention decides each bucket on its own):
+held (as if valid now, though expired) and dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from ..context import Context
 
 __all__ = ["lease_bytes"]
+
+Pin = tuple[str, int, int]
+"""(table id, bucket, snapshot id)."""
 
 _Item = tuple[str, object, object]
 """(kind, table bucket, item id) of a retention item."""
@@ -56,6 +60,19 @@ def _gather(ctx: Context, book: LeaseBook, skipped: list[str]) -> dict[str, Tabl
     return out
 
 
+def _pinned_buckets(tm: TableMeta, pins: dict[tuple[str, int, int], None]) -> TableMeta:
+    """``tm`` cut down to the buckets ``pins`` pin: retention decides each bucket on its own,
+    so a lease frees nothing elsewhere (and planning stays proportional to its pins)."""
+    tid = tm.table.table_id
+    buckets = {b for t, b, _ in pins if t == tid}
+    return tm._replace(
+        begin={b: v for b, v in tm.begin.items() if b in buckets},
+        snapshots={b: v for b, v in tm.snapshots.items() if b in buckets},
+        segments={b: v for b, v in tm.segments.items() if b in buckets},
+        committed={b: v for b, v in tm.committed.items() if b in buckets},
+    )
+
+
 def _without(tm: TableMeta, pins: dict[tuple[str, int, int], None]) -> TableMeta:
     """``tm`` as if ``pins`` were gone: their snapshots count one pin znode less each."""
     tid = tm.table.table_id
@@ -78,15 +95,14 @@ def _deleted(meta: Metadata) -> dict[_Item, int]:
     }
 
 
-def _pinned(entry: LeaseEntry, tables: dict[str, TableMeta]) -> int:
-    sizes = {
+def _sizes(tables: dict[str, TableMeta]) -> dict[tuple[str, int, int], int]:
+    """Size of every snapshot of ``tables``, keyed like a pin."""
+    return {
         (tid, bucket, s.snapshot_id): s.size_bytes
         for tid, tm in tables.items()
-        if tid in entry.tables
         for bucket, snaps in tm.snapshots.items()
         for s in snaps
     }
-    return sum(sizes.get(pin, 0) for pin in entry.pins)
 
 
 def lease_bytes(ctx: Context, book: LeaseBook) -> dict[str, tuple[int, int]]:
@@ -100,6 +116,7 @@ def lease_bytes(ctx: Context, book: LeaseBook) -> dict[str, tuple[int, int]]:
     tables = _gather(ctx, book, skipped)
     settings = ctx.settings()
     leases = [_meta(e) for e in book.leases]
+    sizes = _sizes(tables)
     base = Metadata(
         book.now_ms,
         [],
@@ -110,19 +127,41 @@ def lease_bytes(ctx: Context, book: LeaseBook) -> dict[str, tuple[int, int]]:
         skipped,
         (),
     )
+    by_bucket: dict[tuple[str, int], list[tuple[str, Pin]]] = {}
+    for m in leases:
+        for pin in m.pins:
+            by_bucket.setdefault(pin[:2], []).append((m.lease_id, pin))
     out: dict[str, tuple[int, int]] = {}
     for entry, meta in zip(book.leases, leases):
         if not entry.live:
             continue
-        own = [tables[tid] for tid in sorted(entry.tables) if tid in tables]
+        own = [
+            _pinned_buckets(tables[tid], entry.pins)
+            for tid in sorted(entry.tables)
+            if tid in tables
+        ]
         if not own:
             out[entry.lease_id] = (0, 0)
             continue
-        others = [m for m in leases if m is not meta]
+        others = _others(leases, meta, by_bucket)
         forever = meta._replace(expires_ms=max(meta.expires_ms, book.now_ms), state=LIVE)
         held = _deleted(base._replace(tables=own, leases=[*others, forever]))
         gone = [_without(tm, entry.pins) for tm in own]
         freed = _deleted(base._replace(tables=gone, leases=others))
         exclusive = sum(size for item, size in freed.items() if item not in held)
-        out[entry.lease_id] = (_pinned(entry, tables), exclusive)
+        out[entry.lease_id] = (sum(sizes.get(pin, 0) for pin in entry.pins), exclusive)
     return out
+
+
+def _others(
+    leases: list[LeaseMeta],
+    meta: LeaseMeta,
+    by_bucket: dict[tuple[str, int], list[tuple[str, Pin]]],
+) -> list[LeaseMeta]:
+    """Every lease but ``meta``, each with only its pins in the buckets ``meta`` pins (the
+    planner's work then grows with those buckets, not with every lease's pins)."""
+    pins: dict[str, dict[Pin, None]] = {}
+    for key in {pin[:2] for pin in meta.pins}:
+        for lease_id, pin in by_bucket.get(key, ()):
+            pins.setdefault(lease_id, {})[pin] = None
+    return [m._replace(pins=pins.get(m.lease_id, {})) for m in leases if m is not meta]
