@@ -111,9 +111,15 @@ def _check_against_library(conn, clock, url: str) -> None:
 def test_exporter_in_process(conn, clock):
     # M5: metric names and values, scraped over HTTP and parsed with prometheus_client
     _populate(conn, clock)
-    with MetricsServer(testing.context(conn), port=0, interval="1s") as server:
-        assert server.port > 0
+    conn.update_settings({"monitor.interval": "1s"})
+    with MetricsServer(testing.context(conn), port=0) as server:  # every monitor.interval
+        assert server.port > 0 and server.sampler.interval_s == 1.0
         _check_against_library(conn, clock, server.url)
+        # M1: the exporter also samples the lag history
+        deadline = time.monotonic() + 30
+        while conn.lag_history(GROUP).empty:
+            assert time.monotonic() < deadline, "the exporter never sampled the lag history"
+            time.sleep(0.2)
         # heavy figures are recomputed every interval: a lease dropped leaves them
         conn.drop_kv_snapshot_lease("brief")
         got = _scrape_when(

@@ -1,8 +1,9 @@
 """``leasekit exporter``: serve the namespace's Prometheus metrics until Ctrl-C or SIGTERM.
 
 Lag, time lag and health of every group and each lease's state and expiry are read on each
-scrape; the retention plan's reclaimable bytes and each lease's bytes are computed every
-``--interval`` in the background and served with their age.
+scrape; every ``--interval`` (default: the namespace's ``monitor.interval``) a background pass
+samples the lag history (M1) and computes the retention plan's reclaimable bytes and each
+lease's bytes, served with their age.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ __all__ = ["register"]
 def _exporter(args: argparse.Namespace) -> int:
     from ..durations import parse_duration
 
-    interval = parse_duration(duration_arg(args.interval), what="interval")
+    interval = (
+        None
+        if args.interval is None
+        else parse_duration(duration_arg(args.interval), what="interval")
+    )
     stop = threading.Event()
     with stderr_logs(), stop_on_signals(stop), connect(args, read_only=True) as conn:
-        with serving_metrics(conn, args.port, args.address, interval):
+        with serving_metrics(conn, args.port, args.address, interval, sample_history=True):
             stop.wait()
     return 0
 
@@ -41,8 +46,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     add_metrics_options(cmd, "--port", "--address")
     cmd.add_argument(
         "--interval",
-        default="30s",
+        default=None,
         metavar="D",
-        help="time between computations of the retention plan and lease bytes, like 30s or "
-        "5m (default: 30s)",
+        help="time between lag history samples and computations of the retention plan and "
+        "lease bytes, like 30s or 5m (default: the namespace's monitor.interval, 30s)",
     )

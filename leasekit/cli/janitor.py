@@ -97,16 +97,24 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 @contextlib.contextmanager
 def serving_metrics(
-    conn: Connection, port: int | None, address: str, interval: Any
+    conn: Connection, port: int | None, address: str, interval: Any, *, sample_history: bool
 ) -> Iterator[None]:
-    """Serve the namespace's metrics on ``port`` inside the block (nothing when None)."""
+    """Serve the namespace's metrics on ``port`` inside the block (nothing when None);
+    ``interval`` None: the namespace's ``monitor.interval``."""
     if port is None:
         yield
         return
     from ..connection import context_of
     from ..monitor.serve import MetricsServer
 
-    with MetricsServer(context_of(conn), port=port, address=address, interval=interval) as srv:
+    server = MetricsServer(
+        context_of(conn),
+        port=port,
+        address=address,
+        interval=interval,
+        sample_history=sample_history,
+    )
+    with server as srv:
         note(f"serving Prometheus metrics of namespace {conn.namespace!r} on {srv.url}")
         yield
 
@@ -117,7 +125,9 @@ def _janitor(args: argparse.Namespace) -> int:
     interval = janitor.check_interval(duration_arg(args.interval))
     stop = threading.Event()
     with stderr_logs(), stop_on_signals(stop), connect(args) as conn:
-        with serving_metrics(conn, args.metrics_port, args.metrics_address, interval):
+        # the janitor samples the lag history itself
+        port, address = args.metrics_port, args.metrics_address
+        with serving_metrics(conn, port, address, interval, sample_history=False):
             janitor.run(conn, interval, stop)
     return 0
 

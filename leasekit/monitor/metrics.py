@@ -47,8 +47,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..consumers.health import ERR, OK, WARN
 from ..errors import LeasekitError
-from .group_figures import GroupFigures, read_group_figures
 from .lease_book import LEASE_STATES, LeaseBook, lease_state, read_leases
+from .readings import GroupReading, read_all_groups
 from .sampler import Figures, Sampler
 
 if TYPE_CHECKING:
@@ -97,16 +97,18 @@ class _Families:
         )  # fmt: skip
         self.buckets = _gauge("leasekit_lease_pinned_buckets", "Buckets the lease pins", "lease")
 
-    def add_groups(self, groups: list[GroupFigures]) -> None:
+    def add_groups(self, groups: list[GroupReading]) -> None:
         ns = self.ns
         for g in groups:
             for b in g.buckets:
-                labels = [ns, g.group, b.table, str(b.bucket)]
+                if b.lag is None:
+                    continue  # never committed: no lag to show
+                labels = [ns, g.group, b.table_bucket.table, str(b.table_bucket.bucket)]
                 self.lag.add_metric(labels, b.lag)
-                self.time_lag.add_metric(labels, b.time_lag_ms / 1000)
+                self.time_lag.add_metric(labels, (b.time_lag_ms or 0) / 1000)
             for status in GROUP_STATUSES:
                 self.status.add_metric([ns, g.group, status], 1 if g.status == status else 0)
-            self.members.add_metric([ns, g.group], g.members)
+            self.members.add_metric([ns, g.group], len(g.members))
 
     def add_leases(self, book: LeaseBook) -> None:
         ns = self.ns
@@ -184,14 +186,22 @@ class LeasekitCollector:
         self._sampler = sampler
         self._budget_s = budget_s
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasekit-scrape")
-        self._reading: Future[tuple[list[GroupFigures], LeaseBook]] | None = None
+        self._reading: Future[tuple[list[GroupReading], LeaseBook]] | None = None
         self._lock = threading.Lock()
 
     def describe(self) -> list[Any]:
         """Nothing: registering the collector must not scrape it."""
         return []
 
-    def _read(self) -> tuple[list[GroupFigures], LeaseBook] | None:
+    def _groups(self) -> list[GroupReading]:
+        """Every group; one whose znodes hold garbage is left out and logged."""
+        skipped: list[str] = []
+        groups = read_all_groups(self._ctx, skipped=skipped)
+        for reason in skipped:
+            log.warning("scrape left out %s", reason)
+        return groups
+
+    def _read(self) -> tuple[list[GroupReading], LeaseBook] | None:
         """Every group and lease now; None when ZooKeeper cannot answer within the budget."""
         if not self._ctx.store.connected:  # a session down answers at once
             return None
@@ -199,7 +209,7 @@ class LeasekitCollector:
             if self._reading is not None and not self._reading.done():
                 return None  # an earlier reading still waits on ZooKeeper
             self._reading = reading = self._pool.submit(
-                lambda: (read_group_figures(self._ctx), read_leases(self._ctx))
+                lambda: (self._groups(), read_leases(self._ctx))
             )
         try:
             return reading.result(timeout=self._budget_s)

@@ -1,7 +1,8 @@
-"""The exporter's background pass: every interval it computes the figures too heavy for a
-scrape (the retention plan's reclaimable bytes per table, each lease's pinned and exclusive
-bytes); scrapes serve the last ones with their age. A failed pass keeps the previous figures
-and is counted; the next interval tries again.
+"""The exporter's background pass: every interval it samples the lag history (M1, when
+asked: the janitor samples on its own) and computes the figures too heavy for a scrape (the
+retention plan's reclaimable bytes per table, each lease's pinned and exclusive bytes);
+scrapes serve the last ones with their age. A failed pass keeps the previous figures and is
+counted; the next interval tries again.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import LeasekitError
 from ..retention.apply import retention_plan
+from .history import sample
 from .lease_book import read_leases
 from .lease_bytes import lease_bytes
 
@@ -58,11 +60,14 @@ class Sampler:
     Arguments:
         ctx: the connection's context.
         interval_s: seconds between the starts of two passes.
+        sample_history: also sample the lag history in each pass (``history.sample``: it
+            writes only when a sample is due, whoever else samples).
     """
 
-    def __init__(self, ctx: Context, interval_s: float) -> None:
+    def __init__(self, ctx: Context, interval_s: float, *, sample_history: bool = False) -> None:
         self._ctx = ctx
         self.interval_s = interval_s
+        self.sample_history = sample_history
         self.figures: Figures | None = None
         """The last figures computed; None before the first pass succeeds."""
         self.failures = 0
@@ -78,13 +83,20 @@ class Sampler:
 
     def run_once(self) -> bool:
         """One pass now; whether it succeeded (a failure is logged and counted)."""
+        ok = True
+        if self.sample_history:
+            try:
+                sample(self._ctx)
+            except LeasekitError as exc:
+                ok = False
+                log.warning("lag history sample failed: %s", exc)
         try:
             self.figures = compute_figures(self._ctx)
-            return True
         except LeasekitError as exc:
-            self.failures += 1
+            ok = False
             log.warning("monitoring pass failed (the last figures stay served): %s", exc)
-            return False
+        self.failures += not ok
+        return ok
 
     def _run(self) -> None:
         while not self._stop.is_set():

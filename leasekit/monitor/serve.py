@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..durations import parse_duration
 from ..errors import IllegalStateError
-from ..validate import check_int
+from ..validate import check_bool, check_int
 from .metrics import LeasekitCollector
 from .sampler import Sampler
 
@@ -31,10 +31,13 @@ class MetricsServer:
         ctx: the connection's context (it must stay open while the server runs).
         port: the TCP port; 0 picks a free one (``port`` tells which once started).
         address: the address to listen on ("0.0.0.0": every interface).
-        interval: time between two background passes (a duration).
+        interval: time between two background passes (a duration); None: the namespace's
+            ``monitor.interval`` (read on ``start``).
+        sample_history: sample the lag history in each background pass (M1; the janitor
+            samples on its own).
 
     Raises:
-        InvalidTypeError: ``port`` is not an int.
+        InvalidTypeError: ``port`` is not an int, or ``sample_history`` not a bool.
         InvalidArgumentError: ``port`` is not in 0..65535.
         InvalidDurationError: a bad ``interval``.
     """
@@ -45,12 +48,19 @@ class MetricsServer:
         *,
         port: int = DEFAULT_PORT,
         address: str = "0.0.0.0",
-        interval: Any = "30s",
+        interval: Any = None,
+        sample_history: bool = True,
     ) -> None:
         self._ctx = ctx
         self._port = check_int(port, "port", minimum=0, maximum=65535)
         self.address = address
-        self.sampler = Sampler(ctx, parse_duration(interval, what="interval").total_seconds())
+        seconds = None if interval is None else parse_duration(interval, what="interval")
+        self.sampler = Sampler(
+            ctx,
+            0.0 if seconds is None else seconds.total_seconds(),
+            sample_history=check_bool(sample_history, "sample_history"),
+        )
+        self._interval_set = seconds is not None
         self._httpd: Any = None
         self._collector: LeasekitCollector | None = None
 
@@ -73,9 +83,14 @@ class MetricsServer:
 
         Raises:
             IllegalStateError: the port cannot be listened on (in use, not allowed).
+            CorruptMetadataError: no ``interval`` was given and the settings are unreadable.
+            ZooKeeperUnavailableError: no ``interval`` was given and ZooKeeper did not answer.
         """
         from prometheus_client import CollectorRegistry, start_http_server
 
+        if not self._interval_set:
+            interval = self._ctx.settings()["monitor.interval"]
+            self.sampler.interval_s = interval.total_seconds()
         registry = CollectorRegistry(auto_describe=False)
         self._collector = LeasekitCollector(self._ctx, self.sampler)
         registry.register(self._collector)  # type: ignore[arg-type]
