@@ -254,3 +254,51 @@ def test_zookeeper_outage_reported_and_recovered(tmp_path, warehouse):
     finally:
         embedded.stop(zk_dir)
     assert os.path.isdir(zk_dir)
+
+
+def test_rendering_matches_prometheus_client():
+    # the server's rendering is prometheus_client's text format, byte for byte
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from leasekit.monitor.exposition import render
+
+    def families():
+        lag = GaugeMetricFamily("x_lag", 'doc with \\ and\nnewline', labels=["table", "group"])
+        lag.add_metric(['a"b\\c\nd', "g"], 3)
+        lag.add_metric(["t", "g2"], 1.5e12)
+        lag.add_metric(["t", "g3"], float("nan"))
+        up = GaugeMetricFamily("x_up", "plain")
+        up.add_metric([], 1)
+        failures = CounterMetricFamily("x_failures", "count", labels=["namespace"])
+        failures.add_metric(["ns"], 7)
+        empty = GaugeMetricFamily("x_none", "no samples", labels=["lease"])
+        return [lag, up, failures, empty]
+
+    class Static:
+        def collect(self):
+            return families()
+
+    registry = CollectorRegistry()
+    registry.register(Static())
+    assert render(families()) == generate_latest(registry)
+
+
+def test_collector_in_a_registry(conn, clock):
+    # the collector is a prometheus_client collector: it works in any registry
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from leasekit.monitor.metrics import LeasekitCollector
+    from leasekit.monitor.sampler import Sampler
+
+    _populate(conn, clock)
+    ctx = testing.context(conn)
+    registry = CollectorRegistry()
+    collector = LeasekitCollector(ctx, Sampler(ctx, 3600))
+    registry.register(collector)
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        collector.close()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {"leasekit_group_lag", "leasekit_lease_state", "leasekit_up"} <= names

@@ -1,6 +1,7 @@
 """``MetricsServer``: the namespace's Prometheus metrics over HTTP (``/metrics``), with the
 background pass that keeps the heavy figures fresh; what ``leasekit exporter`` and
-``leasekit janitor --metrics-port`` run."""
+``leasekit janitor --metrics-port`` run. The collector is a prometheus_client collector (it
+can be registered in any ``CollectorRegistry``); the server renders it with ``exposition``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..durations import parse_duration
 from ..errors import IllegalStateError
 from ..validate import check_bool, check_int
+from .exposition import metrics_app, serve_http
 from .metrics import LeasekitCollector
 from .sampler import Sampler
 
@@ -86,21 +88,18 @@ class MetricsServer:
             CorruptMetadataError: no ``interval`` was given and the settings are unreadable.
             ZooKeeperUnavailableError: no ``interval`` was given and ZooKeeper did not answer.
         """
-        from prometheus_client import CollectorRegistry, start_http_server
-
         if not self._interval_set:
             interval = self._ctx.settings()["monitor.interval"]
             self.sampler.interval_s = interval.total_seconds()
-        registry = CollectorRegistry(auto_describe=False)
-        self._collector = LeasekitCollector(self._ctx, self.sampler)
-        registry.register(self._collector)  # type: ignore[arg-type]
+        collector = LeasekitCollector(self._ctx, self.sampler)
         try:
-            self._httpd, _ = start_http_server(self._port, self.address, registry)
+            self._httpd = serve_http(self.address, self._port, metrics_app(collector.collect))
         except OSError as exc:
-            self._collector.close()
+            collector.close()
             raise IllegalStateError(
                 f"cannot serve metrics on {self.address}:{self._port}: {exc.strerror or exc}"
             ) from None
+        self._collector = collector
         self.sampler.start()
         log.info("serving metrics on %s", self.url)
         return self
