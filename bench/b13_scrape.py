@@ -24,6 +24,8 @@ from leasekit import testing
 from .common import (
     Benchmark,
     Outcome,
+    Timer,
+    instrumented,
     load_average,
     log,
     median,
@@ -44,6 +46,14 @@ __all__ = ["BENCHMARK", "run"]
 FULL = {"groups": 100, "buckets": 100, "leases": 10, "commits": 3}
 QUICK = {**FULL, "groups": 10}
 TABLE = "orders"
+
+# Where a scrape spends its time (exclusive seconds per label); the rest is HTTP and glue.
+PROFILE = {
+    "read_groups": "leasekit.monitor.metrics:read_all_groups",
+    "read_leases": "leasekit.monitor.metrics:read_leases",
+    "families": "leasekit.monitor.metrics:_Families.add_groups",
+    "render": "leasekit.monitor.exposition:render",
+}
 
 
 def _seed(conn: Connection, p: dict[str, Any]) -> None:
@@ -109,7 +119,9 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             for i in range(runs):
                 settle(None)
                 trips, cpu = ctx.store.round_trips, zk_cpu_seconds(conn)
-                scrape_s, text = _scrape(server.url)
+                timer = Timer()
+                with instrumented(timer, PROFILE):
+                    scrape_s, text = _scrape(server.url)
                 cpu_after = zk_cpu_seconds(conn)
                 for name, ok in _check(conn, text, p).items():
                     checks[name] = checks.get(name, True) and ok
@@ -118,6 +130,7 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                     "bytes": len(text),
                     "series": text.count("\n") - text.count("\n#"),
                     "round_trips": ctx.store.round_trips - trips,
+                    "breakdown_s": {k: round(timer.seconds.get(k, 0.0), 3) for k in PROFILE},
                     "zk_cpu_s": (
                         None if cpu is None or cpu_after is None else round(cpu_after - cpu, 3)
                     ),
@@ -133,6 +146,10 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     figures = {
         "scrape_s": round(median(times), 3),
         "spread": spread(times),
+        "breakdown_s": {
+            k: round(median([r["breakdown_s"][k] for r in results]), 3) for k in PROFILE
+        },
+        "round_trips": results[-1]["round_trips"],
         "series": results[-1]["series"],
         "bytes": results[-1]["bytes"],
         "load_average": median([r["load_average"] or 0.0 for r in results]),
