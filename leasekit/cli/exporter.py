@@ -13,7 +13,13 @@ import threading
 from typing import Any
 
 from .common import add_command, connect, duration_arg
-from .janitor import add_metrics_options, serving_metrics, stderr_logs, stop_on_signals
+from .janitor import (
+    DEFAULT_PORT,
+    add_metrics_options,
+    serving_metrics,
+    stderr_logs,
+    stop_on_signals,
+)
 
 __all__ = ["register"]
 
@@ -43,7 +49,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         common,
         _exporter,
     )
-    add_metrics_options(cmd, "--port", "--address")
+    add_metrics_options(cmd, "--port", "--address", default_port=DEFAULT_PORT)
     cmd.add_argument(
         "--interval",
         default=None,

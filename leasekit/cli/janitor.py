@@ -21,6 +21,15 @@ from .output import note
 if TYPE_CHECKING:
     from ..connection import Connection
 
+__all__ = [
+    "register",
+    "stop_on_signals",
+    "stderr_logs",
+    "serving_metrics",
+    "add_metrics_options",
+    "port_arg",
+]
+
 DEFAULT_PORT = 9308
 """The exporter's port (``leasekit.monitor.serve.DEFAULT_PORT``, not imported: the CLI loads
 the library only when a command runs)."""
@@ -36,8 +45,6 @@ def port_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {port}")
     return port
 
-
-__all__ = ["register", "stop_on_signals", "add_metrics_options"]
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -132,14 +139,18 @@ def _janitor(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_metrics_options(cmd: argparse.ArgumentParser, port: str, address: str) -> None:
-    """The options naming the port and address metrics are served on."""
+def add_metrics_options(
+    cmd: argparse.ArgumentParser, port: str, address: str, *, default_port: int | None
+) -> None:
+    """The options naming the port (``default_port`` None: no metrics unless given) and the
+    address metrics are served on."""
+    shown = "none" if default_port is None else default_port
     cmd.add_argument(
         port,
         type=port_arg,
-        default=None if port == "--metrics-port" else DEFAULT_PORT,
+        default=default_port,
         metavar="PORT",
-        help=f"serve Prometheus metrics on this port (0: any free one){_PORT_DEFAULT[port]}",
+        help=f"serve Prometheus metrics on this port (0: any free one; default: {shown})",
     )
     cmd.add_argument(
         address,
@@ -147,9 +158,6 @@ def add_metrics_options(cmd: argparse.ArgumentParser, port: str, address: str) -
         metavar="ADDRESS",
         help="address to serve metrics on (default: 0.0.0.0, every interface)",
     )
-
-
-_PORT_DEFAULT = {"--metrics-port": " (default: none)", "--port": f" (default: {DEFAULT_PORT})"}
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -168,4 +176,4 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="D",
         help="time between passes, like 10s, 5m or seconds (default: 30s)",
     )
-    add_metrics_options(cmd, "--metrics-port", "--metrics-address")
+    add_metrics_options(cmd, "--metrics-port", "--metrics-address", default_port=None)
