@@ -102,46 +102,30 @@ def _check(conn: Connection, text: str, p: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
-    from leasekit.monitor.serve import MetricsServer
+def _scrape_once(conn: Connection, url: str, p: dict[str, Any], checks: dict[str, bool]) -> dict:
+    """One timed scrape, checked, with its breakdown."""
+    ctx = testing.context(conn)
+    settle(None)
+    trips, cpu = ctx.store.round_trips, zk_cpu_seconds(conn)
+    timer = Timer()
+    with instrumented(timer, PROFILE):
+        scrape_s, text = _scrape(url)
+    cpu_after = zk_cpu_seconds(conn)
+    for name, ok in _check(conn, text, p).items():
+        checks[name] = checks.get(name, True) and ok
+    return {
+        "scrape_s": scrape_s,
+        "bytes": len(text),
+        "series": text.count("\n") - text.count("\n#"),
+        "round_trips": ctx.store.round_trips - trips,
+        "breakdown_s": {k: round(timer.seconds.get(k, 0.0), 3) for k in PROFILE},
+        "zk_cpu_s": None if cpu is None or cpu_after is None else round(cpu_after - cpu, 3),
+        "load_average": load_average(),
+    }
 
-    p = QUICK if quick else FULL
-    results: list[dict[str, Any]] = []
-    checks: dict[str, bool] = {}
-    with temp_warehouse("B13") as conn:
-        log(f"B13 scrape: seeding {p['groups']} groups x {p['buckets']} buckets")
-        seed_s, _ = timed(lambda: _seed(conn, p))
-        ctx = testing.context(conn)
-        with MetricsServer(ctx, port=0, address="127.0.0.1", interval="1h") as server:
-            while server.sampler.figures is None:  # its one background pass, untimed
-                time.sleep(0.1)
-            _scrape(server.url)  # warm-up, untimed
-            for i in range(runs):
-                settle(None)
-                trips, cpu = ctx.store.round_trips, zk_cpu_seconds(conn)
-                timer = Timer()
-                with instrumented(timer, PROFILE):
-                    scrape_s, text = _scrape(server.url)
-                cpu_after = zk_cpu_seconds(conn)
-                for name, ok in _check(conn, text, p).items():
-                    checks[name] = checks.get(name, True) and ok
-                result = {
-                    "scrape_s": scrape_s,
-                    "bytes": len(text),
-                    "series": text.count("\n") - text.count("\n#"),
-                    "round_trips": ctx.store.round_trips - trips,
-                    "breakdown_s": {k: round(timer.seconds.get(k, 0.0), 3) for k in PROFILE},
-                    "zk_cpu_s": (
-                        None if cpu is None or cpu_after is None else round(cpu_after - cpu, 3)
-                    ),
-                    "load_average": load_average(),
-                }
-                results.append(result)
-                log(
-                    f"B13 scrape: run {i + 1}/{runs}: {scrape_s:.3f}s, {result['series']:,} "
-                    f"series, {len(text):,} bytes"
-                )
-                time.sleep(0.2)
+
+def _summary(results: list[dict[str, Any]], p: dict[str, Any], seed_s: float) -> dict:
+    """Medians and spreads over the runs, the last run's counts."""
     times = [r["scrape_s"] for r in results]
     figures = {
         "scrape_s": round(median(times), 3),
@@ -160,6 +144,32 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"one GET of /metrics: {figures['series']:,} series of {p['groups']} groups x "
         f"{p['buckets']} buckets and {p['leases']} leases"
     )
+    return figures
+
+
+def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
+    from leasekit.monitor.serve import MetricsServer
+
+    p = QUICK if quick else FULL
+    results: list[dict[str, Any]] = []
+    checks: dict[str, bool] = {}
+    with temp_warehouse("B13") as conn:
+        log(f"B13 scrape: seeding {p['groups']} groups x {p['buckets']} buckets")
+        seed_s, _ = timed(lambda: _seed(conn, p))
+        ctx = testing.context(conn)
+        with MetricsServer(ctx, port=0, address="127.0.0.1", interval="1h") as server:
+            while server.sampler.figures is None:  # its one background pass, untimed
+                time.sleep(0.1)
+            _scrape(server.url)  # warm-up, untimed
+            for i in range(runs):
+                result = _scrape_once(conn, server.url, p, checks)
+                results.append(result)
+                log(
+                    f"B13 scrape: run {i + 1}/{runs}: {result['scrape_s']:.3f}s, "
+                    f"{result['series']:,} series, {result['bytes']:,} bytes"
+                )
+                time.sleep(0.2)
+    figures = _summary(results, p, seed_s)
     return Outcome(
         figures["scrape_s"], figures, results, {**p, "runs": runs, "quick": quick}, checks
     )
