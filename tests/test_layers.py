@@ -26,6 +26,7 @@ LAYERS: dict[str, float] = {
     "leasekit.validate": 0,
     "leasekit.properties": 0,
     "leasekit.memory": 0,
+    "leasekit.progress": 0,
     # L1: the ZooKeeper layer; the embedded server is a leaf beside it
     "leasekit.zk": 1,
     "leasekit.embedded": 1.5,

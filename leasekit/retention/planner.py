@@ -33,7 +33,7 @@ def _age(ms: int) -> str:
 
 def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
     items, ending = [], set()
-    grace = format_duration(timedelta(milliseconds=meta.grace_ms))
+    grace = human_duration(timedelta(milliseconds=meta.grace_ms))
     for lease in sorted(meta.leases, key=lambda x: x.lease_id):
         if lease.state != "live":
             action, reason = "delete", "being dropped: finishing the drop"
@@ -102,7 +102,7 @@ class _Policy(NamedTuple):
         return cls(
             props["kv.snapshot.num-retained"],
             to_ms(props["log.retention"]),
-            format_duration(props["log.retention"]),
+            human_duration(props["log.retention"]),
             props["log.retention.bytes"],
             props["log.retention.respect-consumers"],
         )
@@ -250,7 +250,7 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
     referenced = referenced_files(meta.tables)
     candidates = {e.path: e for e in meta.files}
     ids = {tm.table.table_id: tm.table.name for tm in meta.tables}
-    min_age = format_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
+    min_age = human_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
     items = []
     for entry in (candidates[p] for p in sorted(unreferenced(candidates, referenced))):
         if entry.path.startswith(meta.protected_dirs):
