@@ -307,3 +307,17 @@ def _commit_group(conn):
     conn.create_table("fz", "id BIGINT", "id", buckets=1).append([{"id": 1}])
     _commit(conn, {TB("fz", 0): 0}, "g")
     history.sample(testing.context(conn))
+
+
+def test_a_reader_without_credentials_cannot_sample(zookeeper, warehouse, namespace):
+    # §6.1: a client without the credentials reads but does not write the history
+    with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("ops", "secret")) as owner:
+        owner.update_settings({"monitor.interval": "100ms"})
+        owner.create_table("t", "id BIGINT", "id", buckets=1).append([{"id": 1}])
+        _commit(owner, {TB("t", 0): 0}, "g")
+        assert history.sample(testing.context(owner)) == 1
+        with lk.connect(zookeeper, warehouse, namespace=namespace) as reader:
+            time.sleep(0.12)
+            with pytest.raises(lk.PermissionDeniedError):
+                history.sample(testing.context(reader))
+            assert len(reader.lag_history("g")) == 1

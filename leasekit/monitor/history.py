@@ -132,6 +132,7 @@ def sample(ctx: Context) -> int:
         last = SamplerRecord.decode(node.data, path).last_ms
         if ctx.server_time_ms() - last < interval_ms * (1 - CLAIM_TOLERANCE):
             return 0
+    ctx.ensure_writable("sample the lag history")  # before reading anything for nothing
     skipped: list[str] = []
     readings = read_all_groups(ctx, skipped=skipped)
     for reason in skipped:
@@ -146,7 +147,6 @@ def _claim(ctx: Context, node: Node | None, time_ms: int) -> bool:
     """Whether this sampler takes the sample of ``time_ms``: a compare-and-set of the sampler
     znode at the version it was read (``node``; None: create it), so that of samplers racing
     for one interval exactly one wins."""
-    ctx.ensure_writable("sample the lag history")
     path = sampler_path(ctx)
     record = SamplerRecord(time_ms, ctx.owner).encode()
     try:
