@@ -8,7 +8,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -33,8 +33,6 @@ def read_files(
 ) -> pa.Table:
     """The rows of ``groups`` in the history segment ``files`` (URIs, at least one),
     ``columns`` only."""
-    import pyarrow.dataset as ds
-
     key_groups = tuple(sorted(set(groups)))
     wanted = list(dict.fromkeys([*columns]))
     parts: dict[str, pa.Table] = {}
@@ -46,25 +44,52 @@ def read_files(
                 parts[f] = hit.select(wanted)
     missing = [f for f in files if f not in parts]
     if missing:
-        warehouse = table.context.warehouse
-        schema = log_schema(table)
-        where = ds.field("group").isin(list(key_groups))
-        full = [n for n in schema.names if n != "_op"]
+        full = [n for n in log_schema(table).names if n != "_op"]
+        wanted_set = pa.array(key_groups, pa.string())
 
         def read(uri: str) -> pa.Table:
-            fragment = ds.dataset(
-                warehouse.fs_path(warehouse.relative(uri)),
-                schema=schema,
-                format="parquet",
-                filesystem=warehouse.fs,
-            )
-            return fragment.to_table(columns=full, filter=where, use_threads=False)
+            return _read_one(table, uri, key_groups, wanted_set, full)
 
         with ThreadPoolExecutor(_THREADS, thread_name_prefix="leasekit-history") as pool:
             read_parts = dict(zip(missing, pool.map(read, missing)))
         _keep(read_parts, key_groups)
         parts.update((f, t.select(wanted)) for f, t in read_parts.items())
     return pa.concat_tables([parts[f] for f in files])
+
+
+def _read_one(
+    table: TableInfo,
+    uri: str,
+    groups: tuple[str, ...],
+    group_array: pa.Array,
+    columns: list[str],
+) -> pa.Table:
+    """The rows of ``groups`` in one segment file: only the row groups whose statistics of
+    the (sorted) group column can hold them are decoded. A file retention deleted since the
+    segment was listed gives no rows."""
+    import pyarrow.compute as pc
+
+    warehouse = table.context.warehouse
+    try:
+        file = warehouse.open_parquet(warehouse.relative(uri))
+    except FileNotFoundError:
+        return pa.schema([log_schema(table).field(c) for c in columns]).empty_table()
+    try:
+        meta = file.metadata
+        at = meta.schema.to_arrow_schema().get_field_index("group")
+        chosen = [i for i in range(meta.num_row_groups) if _may_hold(meta.row_group(i), at, groups)]
+        data = file.read_row_groups(chosen, columns=columns, use_threads=False)
+    finally:
+        file.close()
+    return data.filter(pc.is_in(data.column("group"), value_set=group_array))
+
+
+def _may_hold(row_group: Any, column: int, groups: tuple[str, ...]) -> bool:
+    """Whether a row group's statistics of the group column allow one of ``groups``."""
+    stats = row_group.column(column).statistics
+    if stats is None or not stats.has_min_max:
+        return True
+    return any(stats.min <= g <= stats.max for g in groups)
 
 
 def _keep(parts: dict[str, pa.Table], key_groups: tuple[str, ...]) -> None:
