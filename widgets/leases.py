@@ -15,6 +15,7 @@ from leasekit import LeaseInfo
 from leasekit.live import human_duration, server_time_estimate
 
 from .base import Markup, Panel, button, html_table
+from .confirm import ConfirmButton, Prepared
 
 __all__ = ["LeasePanel"]
 
@@ -70,9 +71,10 @@ class LeasePanel(Panel):
             "Acquire latest", self._acquire, tooltip="pin the newest snapshot of every bucket"
         )
         self.renew = button("Renew", self._renew, tooltip="extend to at least now + duration")
-        self.drop = button(
-            "Drop", self._drop, style="danger", tooltip="remove the lease and all its pins"
+        self.drop_confirm = ConfirmButton(
+            "Drop", self._ask_drop, style="danger", tooltip="remove the lease and all its pins"
         )
+        self.drop = self.drop_confirm.button
         self.pins = DataGrid(
             pd.DataFrame(columns=PIN_COLUMNS),
             selection_mode="row",
@@ -87,11 +89,12 @@ class LeasePanel(Panel):
         self.release = button("Release selected", self._release, style="warning", disabled=True)
         self.release_buckets.observe(lambda _: self._enable(), "value")
         self.lease.observe(lambda _: self._show_selected(), "value")
+        self.lease.observe(lambda _: self.drop_confirm.withdraw(), "value")
         self.children = [
             self.summary,
             self.table,
             w.HBox([self.new_id, self.duration, self.create]),
-            w.HBox([self.lease, self.renew, self.drop]),
+            w.HBox([self.lease, self.renew, self.drop_confirm]),
             w.HBox([self.acquire_table, self.acquire]),
             w.HBox(
                 [self.pins, w.VBox([self.release_buckets, self.release])],
@@ -237,8 +240,15 @@ class LeasePanel(Panel):
             ),
         )
 
-    def _drop(self) -> None:
+    def _ask_drop(self) -> Prepared:
         lease_id = self.lease.value
+        pins = len(lease.pins) if (lease := self._selected()) is not None else 0
+        return (
+            f"Confirm drop of {lease_id} ({pins} pin{'s' if pins != 1 else ''})?",
+            lambda: self._drop(lease_id),
+        )
+
+    def _drop(self, lease_id: str) -> None:
         self.act(
             "drop",
             lambda: self.conn.drop_kv_snapshot_lease(lease_id),
