@@ -49,6 +49,8 @@ bench: install
 	$(BIN)/python -m bench.run B7
 	$(BIN)/python -m bench.run B1
 
+# JupyterLab on a working copy of notebooks/ (~/leasekit-notebooks, or LAB_ARGS="--notebooks DIR"),
+# never on the repository's own files.
 lab: install
 	$(BIN)/leasekit lab $(LAB_ARGS)
 

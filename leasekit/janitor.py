@@ -1,4 +1,5 @@
-"""The janitor: finishes table drops and runs retention (lease expiry first) every interval.
+"""The janitor: finishes table drops and runs retention (lease expiry first) every interval, and
+samples the lag history of every consumer group every ``monitor.interval`` (M1).
 
 One janitor acts at a time, chosen by a ZooKeeper leader election; standbys take over when the
 leader's session ends (R7, L11).
@@ -11,6 +12,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ from .errors import (
     LeasekitError,
     ZooKeeperUnavailableError,
 )
+from .monitor.history import sample
 from .retention.apply import run_retention
 from .structs import RetentionReport
 from .table import finish_drop
@@ -192,6 +195,7 @@ class Janitor:
             self.path,
             human_duration(self.interval),
         )
+        next_pass = next_sample = time.monotonic()
         while not self.stop.is_set():
             if self._lost.is_set():
                 log.warning(
@@ -202,10 +206,20 @@ class Janitor:
             if not self._connected.is_set():  # suspended: maybe no longer leader; wait
                 self.stop.wait(_POLL)
                 continue
-            if not self._pass():
-                return
-            self._sleep(self.interval)
+            if time.monotonic() >= next_pass:
+                if not self._fenced(_pass, "pass"):
+                    return
+                next_pass = time.monotonic() + self.interval
+            if time.monotonic() >= next_sample:  # M1: on its own interval, not the pass's
+                if not self._fenced(sample, "lag history sample"):
+                    return
+                next_sample = time.monotonic() + self._sample_interval()
+            self._sleep(min(next_pass, next_sample) - time.monotonic())
         log.info("janitor %s stops", self.ctx.owner)
+
+    def _sample_interval(self) -> float:
+        """``monitor.interval`` as last seen (no I/O)."""
+        return float(self.ctx.cached_settings()["monitor.interval"].total_seconds())
 
     def _sleep(self, seconds: float) -> None:
         """Wait for the next pass; wakes at once on stop and within a poll on a lost session."""
@@ -215,29 +229,30 @@ class Janitor:
             if remaining <= 0 or self.stop.wait(min(remaining, _POLL)):
                 return
 
-    def _pass(self) -> bool:
-        """One pass, fenced: each of its transactions checks that this janitor still holds the
-        election, and no file goes without such a check first (DESIGN §9 Fencing). False when
-        it turns out to have lost the election."""
+    def _fenced(self, work: Callable[[Context], Any], what: str) -> bool:
+        """``work`` (a pass or a lag history sample), fenced: each of its transactions checks
+        that this janitor still holds the election, and no file goes without such a check
+        first (DESIGN §9 Fencing). False when it turns out to have lost the election."""
         fence = self._election.leader_path()
         try:
             if fence is None:
                 raise LeadershipLostError("the election znode is unknown")
             with self.ctx.store.fenced(fence):
-                _pass(self.ctx)
+                work(self.ctx)
         except LeadershipLostError as exc:
             log.warning(
-                "janitor %s lost the election during a pass; joining it again: %s",
+                "janitor %s lost the election during a %s; joining it again: %s",
                 self.ctx.owner,
+                what,
                 exc,
             )
             return False
         except CorruptMetadataError as exc:
-            log.warning("janitor pass skipped corrupt metadata at %s: %s", exc.path, exc)
+            log.warning("janitor %s skipped corrupt metadata at %s: %s", what, exc.path, exc)
         except ZooKeeperUnavailableError as exc:
-            log.warning("janitor pass: %s; retrying after the interval", exc)
+            log.warning("janitor %s: %s; retrying after the interval", what, exc)
         except LeasekitError as exc:
-            log.error("janitor pass failed: %s", exc)
+            log.error("janitor %s failed: %s", what, exc)
         except Exception:  # a janitor that dies stops all retention: log and carry on
-            log.exception("janitor pass failed unexpectedly")
+            log.exception("janitor %s failed unexpectedly", what)
         return True

@@ -121,6 +121,10 @@ NAMESPACE_SETTINGS: dict[str, Setting] = {
     "lease.max-duration": Setting(timedelta(days=7), _duration(True), _ms),
     "lease.expiry-grace": Setting(timedelta(seconds=30), _duration(False), _ms),
     "orphan.min-age": Setting(timedelta(hours=1), _duration(False), _ms),
+    "monitor.interval": Setting(timedelta(seconds=30), _duration(True), _ms),
+    "monitor.retention": Setting(timedelta(days=7), _duration(True), _ms),
+    "monitor.rate-window": Setting(timedelta(minutes=5), _duration(True), _ms),
+    "monitor.risk-threshold": Setting(timedelta(hours=1), _duration(False), _ms),
 }
 
 

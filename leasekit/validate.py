@@ -13,12 +13,23 @@ __all__ = [
     "check_int",
     "check_positive_int",
     "check_table_name",
+    "is_internal_table",
+    "INTERNAL_TABLES",
+    "LAG_HISTORY_TABLE",
     "check_id",
     "check_namespace",
 ]
 
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+RESERVED_PREFIX = "__"
+"""Table names starting with it are leasekit's own (like Kafka's ``__consumer_offsets``)."""
+LAG_HISTORY_TABLE = "__lag_history"
+"""The internal table of a namespace's lag history (``leasekit.monitor.history``)."""
+INTERNAL_TABLES = frozenset({LAG_HISTORY_TABLE})
+"""The internal tables leasekit itself creates and reads: the only reserved names it accepts,
+and only where it asks for them (``internal=True``)."""
 
 
 def check_bool(value: object, what: str) -> bool:
@@ -75,13 +86,18 @@ def _shown(number: int) -> str:
     return str(number) if number.bit_length() <= 128 else f"a {number.bit_length()}-bit number"
 
 
-def check_table_name(name: object) -> str:
+def check_table_name(name: object, *, internal: bool = False) -> str:
     """``name`` if it is a valid table name.
+
+    Arguments:
+        name: the name.
+        internal: accept the names of leasekit's internal tables (``INTERNAL_TABLES``); user
+            input never passes it.
 
     Raises:
         InvalidTypeError: ``name`` is not a str.
         InvalidArgumentError: it breaks the name rule (1-128 of [A-Za-z0-9_.-], not starting
-            with . or -).
+            with . or -), or starts with ``__`` (reserved for leasekit's internal tables).
     """
     if not isinstance(name, str):
         raise InvalidTypeError(f"table name must be a str, not {type(name).__name__}")
@@ -89,7 +105,17 @@ def check_table_name(name: object) -> str:
         raise InvalidArgumentError(
             f"invalid table name {name!r}: use 1-128 of [A-Za-z0-9_.-], not starting with . or -"
         )
+    if name.startswith(RESERVED_PREFIX) and not (internal and name in INTERNAL_TABLES):
+        raise InvalidArgumentError(
+            f"invalid table name {name!r}: names starting with {RESERVED_PREFIX!r} are reserved "
+            "for leasekit's internal tables"
+        )
     return name
+
+
+def is_internal_table(name: str) -> bool:
+    """Whether ``name`` is of the reserved form of leasekit's internal tables."""
+    return name.startswith(RESERVED_PREFIX)
 
 
 def check_id(

@@ -37,6 +37,10 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
         ["lease.max-duration", "7d", "default"],
         ["lease.expiry-grace", "30s", "default"],
         ["orphan.min-age", "1h", "default"],
+        ["monitor.interval", "30s", "default"],
+        ["monitor.retention", "7d", "default"],
+        ["monitor.rate-window", "5m", "default"],
+        ["monitor.risk-threshold", "1h", "default"],
     ]
 
     code, out, err = run(
@@ -51,10 +55,15 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
         {"setting": "lease.max-duration", "value": "2d", "source": "set"},
         {"setting": "lease.expiry-grace", "value": "30s", "source": "default"},
         {"setting": "orphan.min-age", "value": "90s", "source": "set"},
+        {"setting": "monitor.interval", "value": "30s", "source": "default"},
+        {"setting": "monitor.retention", "value": "7d", "source": "default"},
+        {"setting": "monitor.rate-window", "value": "5m", "source": "default"},
+        {"setting": "monitor.risk-threshold", "value": "1h", "source": "default"},
     ]
 
     data = run_json(capsys, *target, "settings", "set", "--replace", "lease.expiry-grace=5s")
-    assert [r["source"] for r in data["settings"]] == ["default", "set", "default"]
+    sources = [r["source"] for r in data["settings"]]
+    assert sources == ["default", "set", "default"] + ["default"] * 4
     assert conn.settings()["lease.expiry-grace"] == timedelta(seconds=5)
     assert conn.settings()["lease.max-duration"] == timedelta(days=7)
 

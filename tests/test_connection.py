@@ -28,6 +28,10 @@ def test_settings_defaults_and_updates_are_shared(conn, zookeeper, warehouse, na
         "lease.max-duration": timedelta(days=7),
         "lease.expiry-grace": timedelta(seconds=30),
         "orphan.min-age": timedelta(hours=1),
+        "monitor.interval": timedelta(seconds=30),
+        "monitor.retention": timedelta(days=7),
+        "monitor.rate-window": timedelta(minutes=5),
+        "monitor.risk-threshold": timedelta(hours=1),
     }
     conn.update_settings({"lease.max-duration": "2h", "orphan.min-age": 60})
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
@@ -283,6 +287,10 @@ def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplo
             "lease.max-duration": timedelta(days=7),
             "lease.expiry-grace": timedelta(seconds=30),
             "orphan.min-age": timedelta(hours=2),
+            "monitor.interval": timedelta(seconds=30),
+            "monitor.retention": timedelta(days=7),
+            "monitor.rate-window": timedelta(minutes=5),
+            "monitor.risk-threshold": timedelta(hours=1),
         }
         assert conn.settings() == new
         conn.retention_plan()

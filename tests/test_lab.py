@@ -1,5 +1,6 @@
-"""``leasekit lab`` (DESIGN §6.9: JupyterLab on notebooks/): a real JupyterLab started as a
-subprocess on loopback with a token; it serves the notebooks directory, its ``python3``
+"""``leasekit lab`` (DESIGN §6.9: JupyterLab on a working copy of notebooks/): a real JupyterLab
+started as a subprocess on loopback with a token; it serves a working copy of the shipped
+notebooks (never the package's own files), its ``python3``
 kernel runs this environment's Python, imports leasekit and connects to the command's
 ZooKeeper and warehouse; with no ZooKeeper named, the warehouse's embedded server is
 started and the kernels reuse it."""
@@ -24,11 +25,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import run_cli
 
 from leasekit import embedded
+from leasekit.cli.workcopy import shipped_dir
 
 READY_TIMEOUT = 60.0
+SHIPPED = sorted(p.name for p in shipped_dir().glob("*.ipynb"))
 
 KERNEL_CODE = """
 import json, os, sys
@@ -59,6 +61,7 @@ def _env(home: Path) -> dict[str, str]:
         JUPYTER_DATA_DIR=str(home / "data"),
         JUPYTER_RUNTIME_DIR=str(home / "runtime"),
         IPYTHONDIR=str(home / "ipython"),
+        HOME=str(home),
         JUPYTER_PLATFORM_DIRS="1",
         PYTHONUNBUFFERED="1",
     )
@@ -250,7 +253,7 @@ def start_lab(tmp_path) -> Iterator:
 
 
 def _notebooks(path: Path) -> Path:
-    path.mkdir()
+    path.mkdir(parents=True)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import leasekit as lk")])
     nb.metadata["kernelspec"] = {
         "name": "python3",
@@ -301,7 +304,8 @@ def test_lab_serves_the_notebooks_and_its_kernel_reaches_the_named_zookeeper(
     lab.wait_answering(f"http://127.0.0.1:{port}", deadline)
 
     contents = lab.api("/api/contents")
-    assert [(c["name"], c["type"]) for c in contents["content"]] == [("hello.ipynb", "notebook")]
+    served = sorted((c["name"], c["type"]) for c in contents["content"])
+    assert served == sorted([("hello.ipynb", "notebook")] + [(n, "notebook") for n in SHIPPED])
     specs = lab.api("/api/kernelspecs")
     assert specs["default"] == "python3"
     assert specs["kernelspecs"]["python3"]["spec"]["argv"][0] in (
@@ -327,9 +331,9 @@ def test_lab_serves_the_notebooks_and_its_kernel_reaches_the_named_zookeeper(
 
 
 def test_lab_without_zookeeper_starts_the_warehouse_embedded_server(tmp_path, start_lab):
-    # the default notebooks directory is ./notebooks; a relative warehouse reaches the
-    # kernels (whose cwd is notebooks/) as an absolute path
-    notebooks = _notebooks(tmp_path / "notebooks")
+    # the default working copy is ~/leasekit-notebooks, made from the shipped notebooks; a
+    # relative warehouse reaches the kernels (whose cwd is the working copy) as an absolute path
+    notebooks = _notebooks(tmp_path / "jupyter-home" / "leasekit-notebooks")
     warehouse = tmp_path / "wh"
     data_dir = warehouse / "_zookeeper"
     port, token = _free_port(), uuid.uuid4().hex
@@ -361,6 +365,9 @@ def test_lab_without_zookeeper_starts_the_warehouse_embedded_server(tmp_path, st
         assert server is not None and server.running
         assert doc["embedded"] is True and doc["zookeeper"] == server.address
         assert doc["warehouse"] == str(warehouse) and doc["notebooks"] == str(notebooks)
+        assert sorted(p.name for p in notebooks.glob("*.ipynb")) == sorted(
+            ["hello.ipynb", *SHIPPED]
+        )
         assert doc["url"] == f"http://127.0.0.1:{port}/lab?token={token}"
         lab.wait_answering(f"http://127.0.0.1:{port}", deadline)
         seen = json.loads(
@@ -370,16 +377,6 @@ def test_lab_without_zookeeper_starts_the_warehouse_embedded_server(tmp_path, st
         assert seen["prefix"] == sys.prefix and seen["cwd"] == str(notebooks)
     finally:
         embedded.stop(data_dir)
-
-
-def test_lab_refuses_a_missing_notebooks_directory(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(capsys, "--zookeeper", "127.0.0.1:1", "lab", "--no-browser")
-    assert code == 2 and out == ""
-    assert err.strip() == (
-        f"leasekit: error: no notebooks directory at {tmp_path / 'notebooks'}; pass --notebooks DIR"
-    )
-    assert not (tmp_path / "leasekit-warehouse").exists()  # nothing started
 
 
 def test_importing_the_cli_does_not_import_jupyter():

@@ -14,6 +14,8 @@ import pytest
 from papermill.exceptions import PapermillExecutionError
 
 import leasekit as lk
+from leasekit import testing
+from leasekit.monitor import history
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "consumer_lag_report.ipynb"
 TB = lk.TableBucket
@@ -112,14 +114,30 @@ def test_healthy_group_passes_with_ok_verdict_csv_and_plot(tmp_path, conn, order
         assert int(row["log_end_offset"]) == ends[tb]
         assert int(row["lag"]) == ends[tb] - committed[tb]
         assert row["status"] == "OK" and row["group"] == GROUP
-    # lag over time: one text line per commit plus the lag now, and a bqplot Figure
-    history = _stream(nb, "history").splitlines()
-    assert history[0].split() == ["time", "total_lag", "point"]
-    assert [line.split()[-1] for line in history[1:]] == ["commit"] * 3 + ["now"]
-    assert history[-1].split()[-2] == str(sum(ends[tb] - committed[tb] for tb in ends))
-    plot = next(c for c in nb.cells if c.get("id") == "history").outputs[-1]
+    # lag over time: a bqplot Figure on a 24-hour UTC axis, with no point printed above it
+    history = next(c for c in nb.cells if c.get("id") == "history")
+    assert [o.output_type for o in history.outputs] == ["stream", "execute_result"]
+    (said,) = _stream(nb, "history").splitlines()  # one line, not a line per point
+    assert said.startswith(f"no lag history of {GROUP} in the last 6h: the janitor")
+    plot = history.outputs[1]
     assert "application/vnd.jupyter.widget-view+json" in plot["data"]
     assert plot["data"]["text/plain"].startswith("Figure(")
+    (time_axis,) = [a for a in _axes(nb) if a["label"] == "time (UTC)"]
+    assert time_axis["tick_format"] in ("%H:%M:%S", "%H:%M", "%Y-%m-%d %H:%M")  # no %I
+    assert time_axis["tick_values"] is not None  # ticks a whole step apart, no label twice
+    # durations read as people read them, never pandas' "0 days 00:00:25.893000"
+    assert "days" not in _stream(nb, "buckets") + _html(nb, "buckets")
+
+
+def _axes(nb) -> list[dict]:
+    """The bqplot axes of the saved widget state."""
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    return [m["state"] for m in state.values() if m["model_name"] == "AxisModel"]
+
+
+def _html(nb, cell_id: str) -> str:
+    cell = next(c for c in nb.cells if c.get("id") == cell_id)
+    return "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
 
 
 def test_lag_over_threshold_fails_the_run_after_verdict_and_csv(tmp_path, conn, orders):
@@ -173,13 +191,64 @@ def test_time_lag_over_threshold_fails_the_run(tmp_path, conn, orders):
     assert f"time lag over 0ms in {len(lagging)} bucket(s) (" in verdict
 
 
-def test_unknown_group_fails_the_run(tmp_path, conn, orders):
-    # a group with no committed offset (a misspelt id) has nothing to judge: it alerts
+def test_unknown_group_fails_the_run_at_once_naming_the_groups(tmp_path, conn, orders):
+    # a group id that is no group of the namespace (a misspelt id) is an error, never "status OK"
     nb, rows, error = _run(tmp_path, conn, group_id="billing-typo")
     assert error is not None and error.ename == "LagAlert"
-    (verdict,) = _verdicts(nb)
-    assert verdict == (
-        "VERDICT: ALERT — group billing-typo, status OK, max lag 0, "
-        "max time lag -: no committed offsets"
+    expected = (
+        f"VERDICT: ALERT — group billing-typo: no such consumer group in namespace "
+        f"{conn.namespace} (its groups: {GROUP})"
     )
-    assert rows == []
+    assert _verdicts(nb) == [expected] and error.evalue == expected
+    assert "status OK" not in "".join(_stream(nb, c.id) for c in nb.cells if c.cell_type == "code")
+    assert rows is None  # it failed before writing a report
+
+
+def test_group_without_commits_fails_the_run(tmp_path, conn, orders):
+    # a group that has live members but never committed has nothing to judge: it alerts
+    with conn.consumer("orders", group_id="newcomer", enable_auto_commit=False) as consumer:
+        consumer.poll("1s")
+        nb, rows, error = _run(tmp_path, conn, group_id="newcomer")
+    assert error is not None and error.ename == "LagAlert"
+    (verdict,) = _verdicts(nb)
+    assert verdict.startswith("VERDICT: ALERT — group newcomer, ")
+    assert verdict.endswith(": no committed offsets")
+
+
+def _history_rows(conn, group, ages_s, committed, end):
+    """Lag history samples of ``group`` for both buckets of ``orders``, ``ages_s`` seconds ago."""
+    ctx = testing.context(conn)
+    now = ctx.server_clock.fresh_ms()
+    return [
+        history.HistoryRow(now - age * 1000, group, "orders", b, committed, end, end - committed, 0)
+        for age in ages_s
+        for b in (0, 1)
+    ]
+
+
+def test_lag_over_time_reads_the_lag_history_of_the_last_hours(tmp_path, conn, orders):
+    # M1: the chart covers hours of samples (not the last 10 commits); `since` decides how many
+    history.append_rows(
+        testing.context(conn), _history_rows(conn, GROUP, [7 * 3600, 5 * 3600, 3 * 3600, 600], 5, 9)
+    )
+    nb, _, error = _run(tmp_path, conn)
+    assert error is None, error
+    text = _stream(nb, "history")
+    assert "lag history: 3 samples, " in text and "(last 6h)" in text
+    nb, _, error = _run(tmp_path, conn, since="8h")
+    assert error is None and "lag history: 4 samples, " in _stream(nb, "history")
+    (time_axis,) = [a for a in _axes(nb) if a["label"] == "time (UTC)"]
+    assert time_axis["tick_format"] == "%H:%M"  # 7 hours: hours and minutes, 24-hour clock
+
+
+def test_group_at_risk_fails_the_run(tmp_path, conn, orders):
+    # M3: retention headroom (log.retention 7d minus the age of the first unconsumed record)
+    # below monitor.risk-threshold makes the group AT_RISK, and the report alerts
+    orders.append([{"id": 5000 + i, "v": "f"} for i in range(4)])
+    conn.update_settings({"monitor.risk-threshold": "8d"})
+    nb, _, error = _run(tmp_path, conn, max_lag=1_000, stop_after="7d")
+    assert error is not None and error.ename == "LagAlert"
+    (verdict,) = _verdicts(nb)
+    assert verdict.startswith(f"VERDICT: ALERT — group {GROUP}, status OK, ")
+    assert "AT_RISK (retention may delete unconsumed records in 6d 23h, eta " in verdict
+    assert "retention headroom 6d 23h — AT_RISK" in _stream(nb, "health")

@@ -26,6 +26,7 @@ LAYERS: dict[str, float] = {
     "leasekit.validate": 0,
     "leasekit.properties": 0,
     "leasekit.memory": 0,
+    "leasekit.progress": 0,
     # L1: the ZooKeeper layer; the embedded server is a leaf beside it
     "leasekit.zk": 1,
     "leasekit.embedded": 1.5,
@@ -41,8 +42,9 @@ LAYERS: dict[str, float] = {
     "leasekit.consumers": 6.0,
     "leasekit.spark": 6.1,
     "leasekit.leases": 6.2,
-    # L7: retention
+    # L7: retention, then monitoring (lag history, overviews) above it
     "leasekit.retention": 7,
+    "leasekit.monitor": 7.5,
     # L8: the table handle, the connection, the janitor, test support and the live views
     "leasekit.janitor": 8,
     "leasekit.table": 8,

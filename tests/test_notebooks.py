@@ -6,8 +6,10 @@ Each run's kernel has the test's ``tmp_path`` as its working directory, so whate
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -17,6 +19,7 @@ import pytest
 from helpers import grow
 
 import leasekit as lk
+from leasekit import embedded
 
 TB = lk.TableBucket
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -99,21 +102,38 @@ def _nothing_left_running(path: Path, timeout: float = 30.0) -> None:
 # -- quickstart -------------------------------------------------------------------------------
 
 
-def test_quickstart_runs_top_to_bottom(conn, zookeeper, warehouse, namespace, tmp_path):
-    # What an earlier run left behind, under other shapes: the notebook must start over.
-    old = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
-    grow(old, 1)
-    conn.lease("quickstart-hold", "1h").acquire_latest("orders")
-    with conn.consumer(group_id="quickstart-billing", enable_auto_commit=False) as consumer:
-        consumer.assign([TB("orders", 0)])
-        consumer.commit({TB("orders", 0): 3})
+@contextlib.contextmanager
+def _embedded(warehouse: Path) -> Iterator[Path]:
+    """A warehouse whose embedded ZooKeeper (started by a notebook, or by a connection of the
+    test) is stopped at the end."""
+    try:
+        yield warehouse
+    finally:
+        embedded.stop(warehouse / "_zookeeper")
 
-    nb = _run(
-        "quickstart.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace
-    )
 
-    # The parameters were used: no embedded server or default warehouse next to the notebook.
-    assert not (tmp_path / "leasekit-warehouse").exists()
+def _spark_start_is_quiet(nb) -> None:
+    # the first Spark cell shows no stderr block: Spark starts quietly
+    spark_cell = _cell(nb, "spark = lk.spark_session()")
+    assert [o for o in spark_cell.outputs if o.get("name") == "stderr"] == []
+
+
+def _no_widget_but_the_dashboard(nb) -> None:
+    # progress persists as text: no tqdm widget is saved in a cell (only the Dashboard's view)
+    views = [
+        c.source.splitlines()[0]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    assert views == ["dash = Dashboard(conn)"]
+    snapshot_cell = _text(_cell(nb, "snaps = orders.snapshot(spark)"))
+    assert "snapshot orders: 100%" in snapshot_cell and "3/3" in snapshot_cell
+
+
+def _check_quickstart(nb, conn) -> None:
+    """What one run of the quickstart shows and leaves, the same on every run."""
     orders = conn.table("orders")
     assert (orders.schema.names, orders.num_buckets) == (["order_id", "status", "amount"], 4)
 
@@ -137,7 +157,8 @@ def test_quickstart_runs_top_to_bottom(conn, zookeeper, warehouse, namespace, tm
     assert (described["lag"] == described["log_end_offset"] - described["current_offset"]).all()
     assert described["consumer_id"].isna().all() and conn.group_members("quickstart-billing") == []
     assert (described["time_lag"] > pd.Timedelta(0)).all()
-    assert "consumer_id" in _text(_cell(nb, "conn.describe_group(group)"))
+    lag_cell = _text(_cell(nb, "described = conn.describe_group(group)"))
+    assert "consumer_id" in lag_cell and "days" not in lag_cell  # human_duration, not Timedelta
 
     # R1, R6: the plan the notebook showed keeps the pinned snapshot and says why.
     plan_cell = _text(_cell(nb, "orders.snapshot(spark)"))
@@ -147,10 +168,58 @@ def test_quickstart_runs_top_to_bottom(conn, zookeeper, warehouse, namespace, tm
         "pinned by lease quickstart-hold until" in plan_cell and "newest 2 of bucket" in plan_cell
     )
     assert {(i.table_bucket.bucket, i.item_id) for i in plan.deletes} == {(1, 1), (2, 1), (3, 1)}
+    assert [i for i in plan.items if i.kind == "orphan"] == []  # no _SUCCESS, no .crc
 
     # The Dashboard is the last expression of its cell.
     (shown,) = _cell(nb, "dash = Dashboard(conn)").outputs
     assert "application/vnd.jupyter.widget-view+json" in shown["data"]
+    _spark_start_is_quiet(nb)
+    _no_widget_but_the_dashboard(nb)
+
+
+def test_quickstart_runs_twice_as_is_in_its_own_namespace(tmp_path):
+    # Run as a user does: only the warehouse is given (zookeeper None: its embedded server),
+    # and the namespace is the notebook's own, "quickstart". What an earlier run left behind,
+    # under other shapes, is started over; a second run in a row shows the same.
+    with _embedded(tmp_path / "warehouse") as warehouse:
+        with lk.connect(warehouse=str(warehouse), namespace="quickstart") as conn:
+            old = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+            grow(old, 1)
+            conn.lease("quickstart-hold", "1h").acquire_latest("orders")
+            with conn.consumer(group_id="quickstart-billing", enable_auto_commit=False) as c:
+                c.assign([TB("orders", 0)])
+                c.commit({TB("orders", 0): 3})
+        for run in (1, 2):
+            nb = _run("quickstart.ipynb", tmp_path, warehouse=str(warehouse))
+            with lk.connect(warehouse=str(warehouse), namespace="quickstart") as conn:
+                _check_quickstart(nb, conn)
+            assert not (tmp_path / "leasekit-warehouse").exists(), run  # the parameter was used
+        with lk.connect(warehouse=str(warehouse)) as conn:
+            assert conn.tables() == []  # nothing in the shared default namespace
+    _nothing_left_running(tmp_path)
+
+
+def test_quickstart_in_another_namespace_drops_nothing(
+    conn, zookeeper, warehouse, namespace, tmp_path
+):
+    # Given a namespace that is not its own, the quickstart reuses an orders table of its
+    # columns and drops nothing: the table, its rows and another lease stay.
+    orders = conn.create_table(
+        "orders", "order_id BIGINT, status STRING, amount DOUBLE", "order_id", buckets=4
+    )
+    orders.append([{"order_id": 10_000 + i, "status": "mine", "amount": 1.0} for i in range(8)])
+    before = orders.end_offsets()
+    nb = _run(
+        "quickstart.ipynb", tmp_path, zookeeper=zookeeper, warehouse=warehouse, namespace=namespace
+    )
+    assert "reusing the table orders of namespace" in _text(
+        _cell(nb, 'OWN_NAMESPACE = "quickstart"')
+    )
+    again = conn.table("orders")
+    assert again.table_id == orders.table_id  # the same table, never dropped
+    assert all(again.end_offsets()[tb] > before[tb] for tb in before)  # appended to
+    # the rows that were there are still read through the notebook's lease
+    assert f"|{'mine':>9}|{8:>5}|" in _text(_cell(nb, 'with conn.lease("quickstart"'))
     _nothing_left_running(tmp_path)
 
 
@@ -333,4 +402,43 @@ def test_retention_audit_executes_on_one_table(
     )
     report = _text(_cell(nb, "if execute:"))
     assert "older than the newest 2 of bucket, not pinned" in report and "events" in report
+    _nothing_left_running(tmp_path)
+
+
+# -- every job notebook, twice, as is ---------------------------------------------------------
+
+_EXAMPLES = {
+    # notebook: (its own namespace, what the first run says it made, a line every run prints)
+    "pinned_read.ipynb": (
+        "pinned-read",
+        "made the example table orders in namespace pinned-read",
+        "dropped lease ",
+    ),
+    "retention_audit.ipynb": (
+        "retention-audit",
+        "made the example table events in namespace retention-audit",
+        "audit only: nothing was changed",
+    ),
+    "consumer_lag_report.ipynb": (
+        "lag-report",
+        "made the example group billing in namespace lag-report",
+        "VERDICT: OK — group billing, status OK, max lag 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EXAMPLES))
+def test_job_notebook_runs_twice_as_is_in_its_own_namespace(name, tmp_path):
+    # Only the warehouse is given: the embedded ZooKeeper, and the notebook's own namespace,
+    # where it makes an example on the first run and reuses it on the second; nothing lands in
+    # the shared default namespace.
+    own, made, every_run = _EXAMPLES[name]
+    with _embedded(tmp_path / "warehouse") as warehouse:
+        outputs = [_all_text(_run(name, tmp_path, warehouse=str(warehouse))) for _ in range(2)]
+        assert made in outputs[0] and made not in outputs[1]
+        assert all(every_run in out for out in outputs)
+        with lk.connect(warehouse=str(warehouse)) as conn:
+            assert conn.tables() == [] and conn.consumer_groups() == []
+        with lk.connect(warehouse=str(warehouse), namespace=own) as conn:
+            assert len(conn.tables()) == 1 and conn.leases() == []
     _nothing_left_running(tmp_path)

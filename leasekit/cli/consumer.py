@@ -1,6 +1,6 @@
 """``leasekit consumer list|describe|reset-offsets|delete``: consumer groups as
 ``kafka-consumer-groups`` shows them, with lag in time and lag health; ``describe --members``
-lists the live members.
+lists the live members (``overview`` and ``history``: ``consumer_monitor``).
 
 ``reset-offsets`` prints the plan and changes nothing without ``--execute``.
 """
@@ -16,6 +16,7 @@ from ..errors import InvalidArgumentError
 from ..structs import TableBucket
 from ..validate import check_id
 from .common import add_command, bucket_arg, connect, duration_arg, offset_arg, shift_arg
+from .consumer_monitor import register_monitor
 from .output import emit, format_table, frame_rows
 
 if TYPE_CHECKING:
@@ -208,7 +209,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``consumer list|describe|reset-offsets|delete`` to the top-level subcommands."""
+    """Add ``consumer list|describe|reset-offsets|delete|overview|history``."""
     consumer = add_command(
         commands, "consumer", "consumer groups: offsets, lag, lag health, resets", common
     )
@@ -266,3 +267,4 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     delete = add_command(actions, "delete", "delete a group and its offsets", common, _delete)
     delete.add_argument("group", metavar="GROUP")
+    register_monitor(actions, common)

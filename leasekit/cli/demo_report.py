@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..durations import human_duration
 from .demo_workload import BUCKETS
 from .output import format_fields, format_table, frame_rows
 
@@ -106,11 +107,12 @@ def render(
     counts = [{"status": s, "count": n} for s, n in o.final_read[2].items()]
     return (
         f"\n{format_fields(_summary(conn, o, figures, checks, elapsed))}\n\n"
-        f"Consumer group {group_id}: {len(joined)} consumers joined in {o.join_seconds:.2f} s, "
+        f"Consumer group {group_id}: {len(joined)} consumers joined in "
+        f"{human_duration(o.join_seconds)}, "
         f"generation {joined[0]['generation']}\n{format_table(joined)}\n\n"
         f"Takeover after batch {o.pin_after + 1}: {takeover['closed']} committed and closed; "
         f"{stayed} own all {BUCKETS} buckets at generation {takeover['generation'][1]} "
-        f"(was {takeover['generation'][0]}) after {takeover['seconds'] * 1000:.0f} ms, "
+        f"(was {takeover['generation'][0]}) after {human_duration(takeover['seconds'])}, "
         f"resuming from the committed offsets\n{moved}\n\n"
         f"Consumer group {group_id} (before retention)\n"
         f"{format_table(frame_rows(o.after.lag), LAG_COLUMNS)}\n"
@@ -145,7 +147,7 @@ def _summary(
         ),
         "rows read by Spark": f"{o.final_read[0]} (latest snapshots)",
         "check": "passed (" + "; ".join(checks) + ")",
-        "elapsed": f"{elapsed:.1f} s",
+        "elapsed": human_duration(elapsed),
         "warehouse": figures["warehouse"],
         "zookeeper": f"{figures['zookeeper']} (namespace {conn.namespace})",
     }

@@ -168,10 +168,10 @@ def _write_batches(
     """Write the batches; after each, the group reads half of what was written so far and
     commits. After batch ``pin_after`` a consumer leaves and the lease pins the latest
     snapshots (taken from then on after every batch) and reads through them."""
-    from tqdm.auto import tqdm
+    from ..progress import progress
 
     name = orders_table.name
-    for i in tqdm(range(len(sizes)), desc=f"demo {name}", unit="batch", disable=None):
+    for i in progress(range(len(sizes)), desc=f"demo {name}", unit="batch"):
         _write_batch(conn, orders_table, orders, int(sizes[i]), i, tally)
         audit.consume(int((sizes[: i + 1] // 2).sum()) - audit.consumed)  # half the pace
         audit.commit()

@@ -1,5 +1,9 @@
-"""``leasekit lab``: JupyterLab on a notebooks directory, its kernels on this ZooKeeper and
-warehouse.
+"""``leasekit lab``: JupyterLab on a working copy of the shipped notebooks, its kernels on this
+ZooKeeper and warehouse.
+
+JupyterLab serves ``~/leasekit-notebooks`` (or ``--notebooks DIR``), never the package's own
+notebooks: the shipped ones are copied there when missing and kept up to date while untouched;
+an edited copy is never overwritten (``cli.workcopy``). Outputs and autosaves stay there.
 
 The server runs with this Python (``python -m jupyterlab``), so its ``python3`` kernel is the
 one of the same environment and imports leasekit. Its environment gets ``LEASEKIT_WAREHOUSE``
@@ -34,10 +38,10 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from .common import add_command
 from .output import emit, format_fields, note
+from .workcopy import DEFAULT_DIR, Copied, prepare
 
 __all__ = ["register"]
 
-DEFAULT_NOTEBOOKS = "notebooks"
 _READY_TIMEOUT = 120.0  # seconds to wait for the server's info file before giving up printing it
 _POLL = 0.1
 
@@ -131,12 +135,26 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+_SAID = {
+    "copied": "{name}: copied in",
+    "updated": "{name}: updated to the shipped version (the copy was unedited)",
+    "beside": "{name}: you edited it, so it was kept; the newer shipped version is {path}",
+}
+
+
+def _working_copy(args: argparse.Namespace) -> str:
+    """Prepare the working copy; say what changed in it (on stderr)."""
+    done: list[Copied] = prepare(args.notebooks)
+    for item in done:
+        if item.action in _SAID:
+            note(_SAID[item.action].format(name=item.name, path=item.path))
+    return os.path.abspath(os.path.expanduser(args.notebooks))
+
+
 def _lab(args: argparse.Namespace) -> int:
-    notebooks = os.path.abspath(os.path.expanduser(args.notebooks))
-    if not os.path.isdir(notebooks):
-        raise InvalidArgumentError(f"no notebooks directory at {notebooks}; pass --notebooks DIR")
     if args.port is not None and not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"--port must be between 0 and 65535, got {args.port}")
+    notebooks = _working_copy(args)
     fields, env = _store(args)
     fields = {"notebooks": notebooks, **fields}
     if not args.json:
@@ -180,8 +198,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     cmd = add_command(
         commands,
         "lab",
-        "run JupyterLab on a notebooks directory; its kernels connect to this "
-        "ZooKeeper and warehouse (the embedded server is started if needed)",
+        "run JupyterLab on a working copy of the shipped notebooks; its kernels connect to "
+        "this ZooKeeper and warehouse (the embedded server is started if needed)",
         common,
         _lab,
         epilog="Options after -- are passed to JupyterLab, e.g. "
@@ -189,9 +207,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     cmd.add_argument(
         "--notebooks",
-        default=DEFAULT_NOTEBOOKS,
+        default=DEFAULT_DIR,
         metavar="DIR",
-        help="the directory JupyterLab serves (default: ./notebooks)",
+        help=f"the working copy JupyterLab serves: the shipped notebooks are copied there when "
+        f"missing, edited copies are never overwritten (default: {DEFAULT_DIR})",
     )
     cmd.add_argument(
         "--port",

@@ -62,14 +62,13 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
     from ..connection import context_of
+    from ..progress import progress
     from ..retention.apply import run_retention
 
     with (
         connect(args, read_only=args.dry_run) as conn,
-        tqdm(desc="retention", unit="item", disable=None, leave=False) as bar,
+        progress(desc="retention", unit="item", leave=False) as bar,
     ):
         ctx = context_of(conn)
         report = run_retention(ctx, args.table, dry_run=args.dry_run, progress=bar.update)

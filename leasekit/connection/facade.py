@@ -18,6 +18,7 @@ from ..validate import check_bool
 from ..zk import to_datetime
 from .groups import GroupMethods
 from .leases import LeaseMethods
+from .monitoring import MonitorMethods
 
 __all__ = ["Connection", "context_of"]
 
@@ -28,7 +29,7 @@ def context_of(conn: Connection) -> Context:
     return conn._context
 
 
-class Connection(LeaseMethods, GroupMethods):
+class Connection(LeaseMethods, GroupMethods, MonitorMethods):
     """A session on one namespace of a ZooKeeper ensemble plus a warehouse of data files: the
     facade users hold. It has a ``Context`` (store, paths, warehouse, clock, settings) that the
     services below it take; ``leasekit.testing.context(conn)`` gives it to tests. Open one with
@@ -176,7 +177,7 @@ class Connection(LeaseMethods, GroupMethods):
         Returns:
             Every table's name, sorted.
         """
-        return _tables.list_tables(self._context)
+        return _tables.list_tables(self._context)  # leasekit's internal tables left out
 
     def drop_table(self, name: str | Table, *, force: bool = False) -> None:
         """Drop a table, its metadata first and its files after.

@@ -5,25 +5,16 @@ and deletions are in ``group_reset``; this module is the one place callers impor
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import parse_duration, to_ms
-from ..log.reader import find_segment
 from ..structs import GroupStatus, MemberInfo, TableBucket
 from ..zk import to_datetime
 from . import health
 from . import offsets as stored
 from .group_reset import RESET_COLUMNS, delete_group, delete_offsets, reset_offsets
-from .group_view import (
-    GroupView,
-    Row,
-    bucket_rows_now,
-    every_bucket,
-    live_members,
-    members_of,
-    read_group,
-    segments_of,
-)
+from .group_rows import Row, bucket_rows_now, every_bucket, record_times
+from .group_view import GroupView, live_members, members_of, read_group, read_groups
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,7 +31,11 @@ __all__ = [
     "delete_offsets",
     "live_members",
     "read_group",
+    "read_groups",
     "describe_view",
+    "describe_frame",
+    "bucket_lags",
+    "BucketLag",
     "members_of",
     "GroupView",
     "DESCRIBE_COLUMNS",
@@ -130,54 +125,111 @@ def describe_group(
     )
 
 
+class BucketLag(NamedTuple):
+    """One bucket of a group measured now: a row of ``describe_group`` (times in ms)."""
+
+    table_bucket: TableBucket
+    current_offset: int | None
+    """The committed offset; None when never committed."""
+    log_end_offset: int
+    lag: int | None
+    """Log end now - committed (at least 0); None when never committed."""
+    time_lag_ms: int | None
+    """ZooKeeper time now - ``_timestamp`` of the record at the committed offset; 0 when the lag
+    is 0; None when never committed."""
+    consumer_id: str | None
+    """The live member that owns the bucket now; None for none."""
+    host: str | None
+    last_commit_ms: int | None
+    status: str | None
+    """Lag health (``health.bucket_status``); None when never committed."""
+
+
+def bucket_lags(
+    view: GroupView,
+    rows: list[Row],
+    now: int,
+    times: dict[tuple[str, int, int], int],
+    *,
+    stop_after_ms: int,
+    stall_after_ms: int,
+) -> list[BucketLag]:
+    """Each row of a group read at ``now``, measured (``times``: ``group_rows.record_times``)."""
+    out = []
+    for row in rows:
+        rec = row.record
+        owner = view.owners.get(row.tb)
+        if rec is None:
+            out.append(
+                BucketLag(row.tb, None, row.end, None, None, owner, _host(view, owner), None, None)
+            )
+            continue
+        lag = max(0, row.end - rec.offset)
+        stamp = times.get((row.table.table_id, row.tb.bucket, rec.offset))
+        time_lag = 0 if lag == 0 or stamp is None else max(0, now - stamp)
+        status = (
+            None
+            if not rec.history
+            else health.bucket_status(
+                rec.history,
+                lag,
+                owner is not None,
+                now,
+                stop_after_ms=stop_after_ms,
+                stall_after_ms=stall_after_ms,
+            )
+        )
+        host = _host(view, owner)
+        out.append(
+            BucketLag(
+                row.tb, rec.offset, row.end, lag, time_lag, owner, host, rec.commit_ms, status
+            )
+        )
+    return out
+
+
+def _host(view: GroupView, owner: str | None) -> str | None:
+    return None if owner is None else view.members[owner].host
+
+
 def describe_view(
     ctx: Context, group_id: str, view: GroupView, *, stop_after: timedelta, stall_after: timedelta
 ) -> pd.DataFrame:
     """``describe_group``'s frame of a group read with ``read_group``."""
+    now, rows = bucket_rows_now(ctx, view, every_bucket(view.described()))
+    lags = bucket_lags(
+        view,
+        rows,
+        now,
+        record_times(ctx, rows),
+        stop_after_ms=to_ms(stop_after),
+        stall_after_ms=to_ms(stall_after),
+    )
+    return describe_frame(group_id, lags, view.generation, view.leader)
+
+
+def describe_frame(
+    group_id: str, lags: list[BucketLag], generation: int | None, leader: str | None
+) -> pd.DataFrame:
+    """``describe_group``'s frame (DESCRIBE_COLUMNS) of measured buckets."""
     import pandas as pd
 
-    now, rows = bucket_rows_now(ctx, view, every_bucket(view.described()))
-    times = _record_times(rows)
-    out = []
-    for row in rows:
-        rec = row.record
-        lag = None if rec is None else max(0, row.end - rec.offset)
-        time_lag = None
-        if rec is not None:
-            stamp = times.get(row.tb)
-            time_lag = (
-                pd.Timedelta(0)
-                if lag == 0 or stamp is None
-                else pd.Timedelta(milliseconds=max(0, now - stamp))
-            )
-        owner = view.owners.get(row.tb)
-        status = (
-            None
-            if rec is None or not rec.history
-            else health.bucket_status(
-                rec.history,
-                lag or 0,
-                owner is not None,
-                now,
-                stop_after_ms=to_ms(stop_after),
-                stall_after_ms=to_ms(stall_after),
-            )
-        )
-        out.append(
-            {
-                "group": group_id,
-                "table": row.tb.table,
-                "bucket": row.tb.bucket,
-                "current_offset": None if rec is None else rec.offset,
-                "log_end_offset": row.end,
-                "lag": lag,
-                "time_lag": time_lag,
-                "consumer_id": owner,
-                "host": None if owner is None else view.members[owner].host,
-                "last_commit": None if rec is None else to_datetime(rec.commit_ms),
-                "status": status,
-            }
-        )
+    out = [
+        {
+            "group": group_id,
+            "table": x.table_bucket.table,
+            "bucket": x.table_bucket.bucket,
+            "current_offset": x.current_offset,
+            "log_end_offset": x.log_end_offset,
+            "lag": x.lag,
+            "time_lag": None if x.time_lag_ms is None else pd.Timedelta(milliseconds=x.time_lag_ms),
+            "consumer_id": x.consumer_id,
+            "host": x.host,
+            "last_commit": None if x.last_commit_ms is None else to_datetime(x.last_commit_ms),
+            "status": x.status,
+        }
+        for x in lags
+    ]
     frame = pd.DataFrame(out, columns=DESCRIBE_COLUMNS)
     for column in ("bucket", "current_offset", "log_end_offset", "lag"):
         # straight from the ints: through float64 (where a value is missing) offsets near
@@ -187,21 +239,8 @@ def describe_view(
     frame["last_commit"] = pd.to_datetime(frame["last_commit"], utc=True)
     for column in ("group", "table", "consumer_id", "host", "status"):
         frame[column] = frame[column].astype("string")
-    frame.attrs.update(generation=view.generation, leader=view.leader)
+    frame.attrs.update(generation=generation, leader=leader)
     return frame
-
-
-def _record_times(rows: list[Row]) -> dict[TableBucket, int]:
-    """``_timestamp`` of the record at each committed offset below the log end."""
-    behind = [r for r in rows if r.record is not None and r.record.offset < r.end]
-    segments = segments_of(behind)
-    out: dict[TableBucket, int] = {}
-    for r in behind:
-        rec = r.record
-        seg = find_segment(segments[r.tb], max(rec.offset, r.begin)) if rec is not None else None
-        if seg is not None:
-            out[r.tb] = seg.timestamp_ms
-    return out
 
 
 def group_status(

@@ -1,6 +1,6 @@
 """A consumer group as ZooKeeper holds it now (DESIGN §6.6): its live members, the published
-assignment, who owns each bucket and the committed offsets, read in two pipelined round trips;
-and rows of buckets with their committed offset and log bounds."""
+assignment, who owns each bucket and the committed offsets, read in two pipelined round trips
+for one group or for many (rows of its buckets: ``group_rows``)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import LeasekitError
-from ..log.segments import LogSegment, list_segments
 from ..structs import MemberInfo, TableBucket
 from ..tables.info import TableInfo
 from ..validate import check_table_name
 from ..zk import GetChildren, GetData, Node, ReadResult
-from ..zk.formats import AssignmentRecord, BucketState, MemberRecord, OffsetRecord, TableRecord
+from ..zk.formats import AssignmentRecord, MemberRecord, OffsetRecord, TableRecord
 from ..zk.paths import Paths
 from . import offsets as stored
 from .group import member_sequence
+from .group_rows import Row, bucket_rows, bucket_rows_now, every_bucket, segments_of
 from .owners import owner_of
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ __all__ = [
     "GroupView",
     "Row",
     "read_group",
+    "read_groups",
     "live_members",
     "members_of",
     "bucket_rows",
@@ -39,17 +40,6 @@ __all__ = [
 def live_members(ctx: Context, group_id: str) -> list[str]:
     """Ids of the group's live members (ephemeral znodes)."""
     return sorted(ctx.store.children(ctx.paths.group_members(group_id)) or [])
-
-
-class Row(NamedTuple):
-    """A bucket of a group's table: its committed record (None: never committed) and its log
-    bounds [begin, end)."""
-
-    tb: TableBucket
-    table: TableInfo
-    record: OffsetRecord | None
-    begin: int
-    end: int
 
 
 class GroupView(NamedTuple):
@@ -121,7 +111,7 @@ def _named(names: Iterable[str]) -> set[str]:
 
 
 class _Listing(NamedTuple):
-    """The first round trip of ``read_group``: the names of the group's znodes, and the
+    """The first round trip of ``read_groups``: the names of a group's znodes, and the
     assignment."""
 
     members: list[str]
@@ -130,61 +120,133 @@ class _Listing(NamedTuple):
     assignment: AssignmentRecord | None
 
 
-def _list_group(ctx: Context, group_id: str, offsets: bool) -> _Listing:
+def _list_groups(ctx: Context, group_ids: list[str], offsets: bool) -> dict[str, _Listing]:
     paths = ctx.paths
-    assignment_path = paths.group_assignment(group_id)
-    listed, owned, node, *committed = _values(
-        ctx.store.read_many(
-            [
-                GetChildren(paths.group_members(group_id)),
-                GetChildren(paths.group_owners(group_id)),
-                GetData(assignment_path),
-                *([GetChildren(paths.group_offsets(group_id))] if offsets else []),
-            ]
-        )
-    )
-    offset_names = [n for n in (committed[0] if committed else None) or [] if not n.startswith(".")]
-    assignment = None if node is None else AssignmentRecord.decode(node, assignment_path)
-    return _Listing(listed or [], owned or [], offset_names, assignment)
+    reads: list[GetChildren | GetData] = []
+    for group_id in group_ids:
+        reads += [
+            GetChildren(paths.group_members(group_id)),
+            GetChildren(paths.group_owners(group_id)),
+            GetData(paths.group_assignment(group_id)),
+            *([GetChildren(paths.group_offsets(group_id))] if offsets else []),
+        ]
+    values = _values(ctx.store.read_many(reads))
+    per = 4 if offsets else 3
+    out = {}
+    for i, group_id in enumerate(group_ids):
+        listed, owned, node, *committed = values[i * per : (i + 1) * per]
+        names = [n for n in (committed[0] if committed else None) or [] if not n.startswith(".")]
+        path = paths.group_assignment(group_id)
+        assignment = None if node is None else AssignmentRecord.decode(node, path)
+        out[group_id] = _Listing(listed or [], owned or [], names, assignment)
+    return out
 
 
 def read_group(ctx: Context, group_id: str, *, offsets: bool = True) -> GroupView:
-    """The group now, in two pipelined round trips: the lists of members, owners and offsets
-    with the assignment, then every znode listed, the tables the assignment names and the
-    members listed again, last, so that an owner counts as live only if its member outlived
-    the reading of its owner znode. A third reads tables the assignment does not name, or
-    members that joined between the two (both rare)."""
-    paths, store = ctx.paths, ctx.store
-    owners_path, offsets_path = paths.group_owners(group_id), paths.group_offsets(group_id)
-    listing = _list_group(ctx, group_id, offsets)
+    """The group now, in two pipelined round trips (``read_groups`` of one group)."""
+    return read_groups(ctx, [group_id], offsets=offsets)[group_id]
+
+
+def _assigned_tables(listing: _Listing) -> set[str]:
     assignment = listing.assignment
-    guessed = sorted(
-        _named(t for ts in (assignment.buckets.values() if assignment else ()) for t in ts)
-    )
-    reads = [
-        *(paths.member(group_id, n) for n in listing.members),
+    return _named(t for ts in (assignment.buckets.values() if assignment else ()) for t in ts)
+
+
+def _group_reads(ctx: Context, group_id: str, listing: _Listing) -> list[str]:
+    """The znodes of a group that its listing names: members, owners and offsets."""
+    owners_path, offsets_path = ctx.paths.group_owners(group_id), ctx.paths.group_offsets(group_id)
+    return [
+        *(ctx.paths.member(group_id, n) for n in listing.members),
         *(f"{owners_path}/{n}" for n in listing.owners),
         *(f"{offsets_path}/{n}" for n in listing.offsets),
-        *(paths.table(t) for t in guessed),
     ]
-    *nodes, live = _values(
-        store.read_many([*(GetData(p) for p in reads), GetChildren(paths.group_members(group_id))])
+
+
+_Parts = dict[str, tuple[dict[str, MemberRecord], dict[tuple[str, int], OffsetRecord]]]
+
+
+def _decoded(
+    ctx: Context,
+    listings: dict[str, _Listing],
+    live: dict[str, list[str]],
+    got: dict[str, Node | None],
+    skipped: list[str] | None,
+) -> _Parts:
+    """Each group's live members and committed offsets, decoded from the znodes read; a group
+    that holds garbage raises, or with ``skipped`` is left out and said there."""
+    parts: _Parts = {}
+    for group_id, listing in listings.items():
+        try:
+            members = _members(ctx, group_id, live[group_id], got)
+            records = _offset_records(ctx.paths.group_offsets(group_id), listing.offsets, got)
+        except LeasekitError as exc:
+            if skipped is None:
+                raise
+            skipped.append(f"consumer group {group_id}: {exc}")
+            continue
+        parts[group_id] = members, records
+    return parts
+
+
+def read_groups(
+    ctx: Context,
+    group_ids: Iterable[str],
+    *,
+    offsets: bool = True,
+    skip_empty: bool = False,
+    skipped: list[str] | None = None,
+) -> dict[str, GroupView]:
+    """Groups now, in two pipelined round trips for all: the lists of members, owners and
+    offsets with the assignments, then every znode listed, the tables the assignments name and
+    the members listed again, last, so that an owner counts as live only if its member outlived
+    the reading of its owner znode. A third reads tables the assignments do not name, or
+    members that joined between the two (both rare). ``skip_empty`` leaves out groups with
+    neither members nor offsets; with ``skipped``, a group holding garbage is left out and
+    the error noted there, instead of raised."""
+    paths, store = ctx.paths, ctx.store
+    listings = _list_groups(ctx, list(group_ids), offsets)
+    if skip_empty:
+        listings = {g: x for g, x in listings.items() if x.members or x.offsets}
+    assigned = {g: _assigned_tables(x) for g, x in listings.items()}
+    guessed = sorted(set().union(*assigned.values()))
+    reads = [p for g, x in listings.items() for p in _group_reads(ctx, g, x)]
+    reads += [paths.table(t) for t in guessed]
+    nodes = _values(
+        store.read_many(
+            [*(GetData(p) for p in reads), *(GetChildren(paths.group_members(g)) for g in listings)]
+        )
     )
     got: dict[str, Node | None] = dict(zip(reads, nodes))
-    joined = [paths.member(group_id, n) for n in live or [] if n not in listing.members]
+    live = {g: names or [] for g, names in zip(listings, nodes[len(reads) :])}
+    joined = [
+        paths.member(g, n) for g, x in listings.items() for n in live[g] if n not in x.members
+    ]
     got.update(zip(joined, store.get_many(joined)))  # joined between the two reads: rare
-    members = _members(ctx, group_id, live or [], got)
-    records = _offset_records(offsets_path, listing.offsets, got)
-    wanted = _named(
-        [*(t for m in members.values() for t in m.tables), *(r.table for r in records.values())]
-    )
-    missing = sorted(wanted - set(guessed))
+    parts = _decoded(ctx, listings, live, got, skipped)
+    wanted = {
+        g: _named(
+            [*(t for m in members.values() for t in m.tables), *(r.table for r in recs.values())]
+        )
+        for g, (members, recs) in parts.items()
+    }
+    missing = sorted(set().union(*wanted.values()) - set(guessed))
     got.update(
         zip((paths.table(t) for t in missing), store.get_many([paths.table(t) for t in missing]))
     )
     tables = _tables(ctx, {t: got.get(paths.table(t)) for t in [*guessed, *missing]})
-    owners = _owners(owners_path, listing.owners, got, members, tables)
-    return GroupView(members, assignment, owners, records, tables)
+    out = {}
+    for group_id, (members, records) in parts.items():
+        mine = {t: tables[t] for t in sorted(assigned[group_id] | wanted[group_id]) if t in tables}
+        listing = listings[group_id]
+        try:
+            owners = _owners(paths.group_owners(group_id), listing.owners, got, members, mine)
+        except LeasekitError as exc:
+            if skipped is None:
+                raise
+            skipped.append(f"consumer group {group_id}: {exc}")
+            continue
+        out[group_id] = GroupView(members, listing.assignment, owners, records, mine)
+    return out
 
 
 def _members(
@@ -283,49 +345,3 @@ def members_of(view: GroupView) -> list[MemberInfo]:
         )
         for m, record in view.members.items()
     ]
-
-
-def bucket_rows(
-    ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]], nodes: list[Node | None]
-) -> list[Row]:
-    """Each (table, bucket) of ``keys`` with the group's committed record and its log bounds
-    from its bucket znode in ``nodes``."""
-    out = []
-    for (table, b), node in zip(keys, nodes):
-        state = (
-            None if node is None else BucketState.decode(node, ctx.paths.bucket(table.table_id, b))
-        )
-        out.append(
-            Row(
-                TableBucket(table.name, b),
-                table,
-                view.offsets.get((table.table_id, b)),
-                state.begin if state else 0,
-                state.end if state else 0,
-            )
-        )
-    return out
-
-
-def bucket_rows_now(
-    ctx: Context, view: GroupView, keys: list[tuple[TableInfo, int]]
-) -> tuple[int, list[Row]]:
-    """The rows of ``keys`` and the ZooKeeper time read just before them, in one round trip."""
-    now, nodes = ctx.read_with_clock([ctx.paths.bucket(t.table_id, b) for t, b in keys])
-    return ctx.clock(now), bucket_rows(ctx, view, keys, nodes)
-
-
-def every_bucket(tables: Iterable[TableInfo]) -> list[tuple[TableInfo, int]]:
-    return [(t, b) for t in tables for b in range(t.num_buckets)]
-
-
-def segments_of(rows: list[Row]) -> dict[TableBucket, list[LogSegment]]:
-    """The log segments of each row's bucket, listed per table in one pipelined read."""
-    by_table: dict[str, list[Row]] = {}
-    for r in rows:
-        by_table.setdefault(r.tb.table, []).append(r)
-    out: dict[TableBucket, list[LogSegment]] = {}
-    for rs in by_table.values():
-        listed = list_segments(rs[0].table, [r.tb.bucket for r in rs])
-        out.update((r.tb, listed[r.tb.bucket]) for r in rs)
-    return out

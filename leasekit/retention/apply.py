@@ -220,7 +220,7 @@ def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
         }
     ):
         try:
-            metas.append(gather_table(ctx, load_table(ctx, name), skipped))
+            metas.append(gather_table(ctx, load_table(ctx, name, internal=True), skipped))
         except (TableNotFoundError, InvalidArgumentError):
             continue  # no such table (any more): nothing references its files
         except CorruptMetadataError:

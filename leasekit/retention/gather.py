@@ -260,12 +260,12 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
         scan = pool.submit(ctx.warehouse.scan, root if name is None else f"{root}/{name}")
         skipped: list[str] = []
         protected: list[str] = []
-        names = [table] if table is not None else list_tables(ctx)
+        names = [table] if table is not None else list_tables(ctx, internal=True)
         tables: list[TableMeta] = []
         for each in names:
             before = len(skipped)
             try:
-                tables.append(gather_table(ctx, load_table(ctx, each), skipped))
+                tables.append(gather_table(ctx, load_table(ctx, each, internal=True), skipped))
             except CorruptMetadataError as exc:
                 skipped.append(str(exc))
             if len(skipped) > before:  # R4: unreadable metadata may reference any of its files
@@ -285,4 +285,5 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
         skipped,
         tuple(protected),
         in_flight,
+        to_ms(settings["monitor.retention"]),
     )

@@ -73,3 +73,5 @@ class Metadata(NamedTuple):
     unreadable)."""
     in_flight: frozenset[str] = frozenset()
     """Tokens of writes in progress: files carrying one are not orphans yet."""
+    monitor_retention_ms: int = 7 * 86_400_000
+    """How long the lag history is kept (the namespace setting ``monitor.retention``)."""

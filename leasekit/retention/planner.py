@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import format_duration, human_duration, to_ms
 from ..structs import RetentionItem, RetentionPlan, TableBucket
+from ..validate import LAG_HISTORY_TABLE
 from ..zk import to_datetime
 from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced
@@ -32,7 +33,7 @@ def _age(ms: int) -> str:
 
 def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
     items, ending = [], set()
-    grace = format_duration(timedelta(milliseconds=meta.grace_ms))
+    grace = human_duration(timedelta(milliseconds=meta.grace_ms))
     for lease in sorted(meta.leases, key=lambda x: x.lease_id):
         if lease.state != "live":
             action, reason = "delete", "being dropped: finishing the drop"
@@ -101,7 +102,7 @@ class _Policy(NamedTuple):
         return cls(
             props["kv.snapshot.num-retained"],
             to_ms(props["log.retention"]),
-            format_duration(props["log.retention"]),
+            human_duration(props["log.retention"]),
             props["log.retention.bytes"],
             props["log.retention.respect-consumers"],
         )
@@ -209,6 +210,26 @@ def _covered_segment(
     return None, why
 
 
+def _plan_history(meta: Metadata, tm: TableMeta, tb: TableBucket) -> list[RetentionItem]:
+    """Segments of the lag history (M1): each sample is written once and never compacted, so
+    its segments need no snapshot; those older than ``monitor.retention`` go, oldest first."""
+    keep = format_duration(timedelta(milliseconds=meta.monitor_retention_ms))
+    deleting = True
+    items = []
+    for seg in sorted(tm.segments.get(tb.bucket, []), key=lambda s: s.base_offset):
+        age = meta.now_ms - seg.timestamp_ms
+        if deleting and age > meta.monitor_retention_ms:
+            reason = f"lag history older than monitor.retention {keep} (age {_age(age)})"
+            items.append(
+                RetentionItem("segment", tb, seg.base_offset, "delete", reason, seg.size_bytes)
+            )
+            continue
+        deleting = False
+        reason = f"lag history within monitor.retention {keep} (age {_age(age)})"
+        items.append(RetentionItem("segment", tb, seg.base_offset, "keep", reason, seg.size_bytes))
+    return items
+
+
 def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
     """The bucket a file of ``<tables dir>/<name>/<table id>/...`` belongs to (``tables``:
     table id -> name), None when its path names none."""
@@ -229,7 +250,7 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
     referenced = referenced_files(meta.tables)
     candidates = {e.path: e for e in meta.files}
     ids = {tm.table.table_id: tm.table.name for tm in meta.tables}
-    min_age = format_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
+    min_age = human_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
     items = []
     for entry in (candidates[p] for p in sorted(unreferenced(candidates, referenced))):
         if entry.path.startswith(meta.protected_dirs):
@@ -289,7 +310,10 @@ def plan(meta: Metadata) -> RetentionPlan:
             tb = TableBucket(tm.table.name, bucket)
             snap_items, oldest = _plan_snapshots(tm, tb, protected, pinned_by, policy)
             items += snap_items
-            items += _plan_segments(meta, tm, tb, oldest, policy)
+            if tm.table.name == LAG_HISTORY_TABLE:
+                items += _plan_history(meta, tm, tb)
+            else:
+                items += _plan_segments(meta, tm, tb, oldest, policy)
     items += _plan_orphans(meta)
     return RetentionPlan(items, to_datetime(meta.now_ms), list(meta.skipped))
 

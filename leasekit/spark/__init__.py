@@ -30,7 +30,7 @@ from ..structs import OffsetRange, Snapshot, TableBucket
 from ..tables.bucketing import spark_bucket_column
 from ..tables.info import TableInfo
 from ..validate import check_int
-from .frames import bucket_of_path, files_frame, kv_state, log_frame, table_ddl
+from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame, table_ddl
 from .session import micros_timestamps, session, spark_errors, spark_session, struct_type
 
 __all__ = ["spark_session", "read_snapshots", "read_at", "read_changes", "ChangeBatch", "write"]
@@ -326,7 +326,7 @@ def _segment_files(table: TableInfo, rel: str) -> list[SegmentFile]:
     warehouse = table.context.warehouse
     files: list[SegmentFile] = []
     try:
-        for entry in warehouse.list(rel):
+        for entry in data_files(warehouse, rel):  # no _SUCCESS or .crc left behind
             bucket = bucket_of_path(entry.path)
             if bucket is None:
                 continue

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 from ..log.markers import in_flight
 from ..log.segments import list_segments
 from ..log.state import read_states
+from ..progress import progress
 from ..snapshots.catalog import get_snapshots
 from ..snapshots.register import Written, register
 from ..structs import Snapshot, TableBucket
-from .frames import bucket_of_path, files_frame, kv_state, log_frame
+from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame
 from .session import micros_timestamps, session, spark_errors
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
         TableNotFoundError: the table was dropped meanwhile.
         IllegalStateError: Spark failed, or the files could not be registered.
     """
-    from tqdm.auto import tqdm
-
     spark = session(spark)
     states = read_states(table, range(table.num_buckets))
     advanced = {
@@ -48,7 +47,7 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
     }
     if not advanced:
         return {}
-    bar = tqdm(total=3, desc=f"snapshot {table.name}", unit="step", disable=None, leave=False)
+    bar = progress(total=3, desc=f"snapshot {table.name}", unit="step", leave=False)
     try:
         bases = get_snapshots(
             table, {b: s.latest_snapshot for b, s in advanced.items() if s.latest_snapshot}
@@ -90,10 +89,11 @@ def _compact(
 
 
 def _written(table: TableInfo, advanced: dict[int, BucketState], rel: str) -> dict[int, Written]:
-    """The files Spark wrote under ``rel``, with their rows and bytes, per advanced bucket."""
+    """The files Spark wrote under ``rel``, with their rows and bytes, per advanced bucket (its
+    side files deleted)."""
     warehouse = table.context.warehouse
     written = {b: Written(s.end, [], 0, 0) for b, s in advanced.items()}
-    for entry in warehouse.list(rel):
+    for entry in data_files(warehouse, rel):
         bucket = bucket_of_path(entry.path)
         if bucket is None or bucket not in written:
             continue

@@ -18,8 +18,16 @@ from .session import is_connect, known_files
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
+    from ..warehouse import FileEntry, Warehouse
 
-__all__ = ["table_ddl", "files_frame", "log_frame", "kv_state", "bucket_of_path"]
+__all__ = [
+    "table_ddl",
+    "files_frame",
+    "log_frame",
+    "kv_state",
+    "bucket_of_path",
+    "data_files",
+]
 
 
 def table_ddl(table: TableInfo) -> str:
@@ -135,3 +143,24 @@ def bucket_of_path(rel: str) -> int | None:
     if not parent.startswith("_bucket="):
         return None
     return int(parent.split("=", 1)[1])
+
+
+def _is_side_file(rel: str) -> bool:
+    """Hadoop's job marker (``_SUCCESS``) or a checksum file (``.<name>.crc``)."""
+    name = posixpath.basename(rel)
+    return name == "_SUCCESS" or (name.startswith(".") and name.endswith(".crc"))
+
+
+def data_files(warehouse: Warehouse, rel: str) -> list[FileEntry]:
+    """The files a Spark write left under ``rel``, after deleting its side files (``_SUCCESS``,
+    ``.crc`` checksums): nothing references them, so left in place they would become retention's
+    orphans. Spark reads the data files without them.
+
+    Raises:
+        IllegalStateError: listing or deleting failed.
+    """
+    entries = warehouse.list(rel)
+    side = [e.path for e in entries if _is_side_file(e.path)]
+    if side:
+        warehouse.delete_files(side)
+    return [e for e in entries if not _is_side_file(e.path)]

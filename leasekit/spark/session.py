@@ -26,12 +26,33 @@ __all__ = [
     "is_connect",
 ]
 
+_LOG4J2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+_JVM_NOTICES = (b"WARNING: Using incubator modules",)
+"""Lines the JVM itself prints at every start (Spark adds ``--add-modules
+jdk.incubator.vector``), which log4j cannot silence: dropped from its stderr."""
+
 _TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
 _LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 def spark_session(app_name: str = "leasekit") -> SparkSession:
-    """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise)."""
+    """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise).
+
+    A new one starts quietly: log4j2 logs warnings and errors only, without Spark's start-up
+    notices (``log4j2.properties`` beside this module, unless ``SPARK_CONF_DIR`` or
+    ``PYSPARK_SUBMIT_ARGS`` configure logging), and the JVM's own start-up notice is dropped,
+    so a notebook's first Spark cell shows no stderr block.
+
+    Arguments:
+        app_name: the application name of a new session.
+
+    Returns:
+        The SparkSession.
+
+    Raises:
+        JavaNotFoundError: no Java was found to start Spark with.
+        IllegalStateError: Spark failed to start.
+    """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -40,13 +61,67 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
 
         os.environ["JAVA_HOME"] = java_home()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    with spark_errors("start Spark"):
-        # Spark's console progress bar would draw over leasekit's own progress bars.
-        return (
-            SparkSession.builder.appName(app_name)
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
+    # Spark's console progress bar would draw over leasekit's own progress bars.
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    for key, value in _quiet_logging().items():
+        builder = builder.config(key, value)
+    with spark_errors("start Spark"), _without_jvm_notices():
+        return builder.getOrCreate()
+
+
+def _quiet_logging() -> dict[str, str]:
+    """Spark settings pointing log4j2 at leasekit's configuration, unless logging or the
+    driver's Java options are configured already."""
+    if os.environ.get("SPARK_CONF_DIR") or any(
+        word in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+        for word in ("log4j", "extraJavaOptions", "--driver-java-options")
+    ):
+        return {}
+    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J2}"}
+
+
+@contextlib.contextmanager
+def _without_jvm_notices() -> Iterator[None]:
+    """While a JVM may be launched, point file descriptor 2 (which the JVM inherits) at a pipe
+    whose lines a thread copies back to the real stderr, all but ``_JVM_NOTICES``."""
+    from pyspark import SparkContext
+
+    if getattr(SparkContext, "_gateway", None) is not None:
+        yield  # the JVM runs already
+        return
+    try:
+        saved, (read, write) = os.dup(2), os.pipe()
+    except OSError:
+        yield
+        return
+    threading.Thread(
+        target=_relay, args=(read, os.dup(saved)), name="leasekit-jvm-stderr", daemon=True
+    ).start()
+    os.dup2(write, 2)
+    os.close(write)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _relay(read: int, out: int) -> None:
+    """Copy lines from ``read`` to ``out`` until the writers close it, dropping JVM notices."""
+    pending = b""
+    try:
+        while chunk := os.read(read, 65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            kept = b"".join(line + b"\n" for line in lines if not line.startswith(_JVM_NOTICES))
+            if kept:
+                os.write(out, kept)
+        if pending and not pending.startswith(_JVM_NOTICES):
+            os.write(out, pending)
+    except OSError:
+        pass  # stderr went away: nothing left to show it on
+    finally:
+        os.close(read)
+        os.close(out)
 
 
 def session(spark: SparkSession | None) -> SparkSession:

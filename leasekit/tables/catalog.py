@@ -23,7 +23,7 @@ from ..errors import (
     TableNotFoundError,
 )
 from ..properties import TABLE_PROPERTIES, parse_properties
-from ..validate import check_int, check_table_name
+from ..validate import check_int, check_table_name, is_internal_table
 from ..warehouse import contained
 from ..zk import Check, ConflictReason, Create, Delete, TxnConflict
 from ..zk.formats import DroppedTable, TableRecord
@@ -60,6 +60,8 @@ def create_table(
     primary_key: str | Sequence[str],
     buckets: int = 4,
     properties: Mapping[str, Any] | None = None,
+    *,
+    internal: bool = False,
 ) -> TableInfo:
     """Create a primary-key table: its znode with the definition, and its data znodes.
 
@@ -70,6 +72,7 @@ def create_table(
         primary_key: the key column(s).
         buckets: the number of buckets, 1 to ``MAX_BUCKETS``.
         properties: table properties (see ``properties.TABLE_PROPERTIES``).
+        internal: one of leasekit's internal tables (``validate.INTERNAL_TABLES``).
 
     Returns:
         The new table's ``TableInfo``.
@@ -80,7 +83,7 @@ def create_table(
             property, before any write.
         IllegalStateError: the namespace misses the parent znode of tables.
     """
-    check_table_name(name)
+    check_table_name(name, internal=internal)
     arrow_schema = schemas.parse_schema(schema)
     key = schemas.check_primary_key(arrow_schema, primary_key)
     arrow_schema = schemas.with_primary_key(arrow_schema, key)
@@ -101,11 +104,12 @@ def create_table(
         if exc.reason == ConflictReason.EXISTS:
             raise TableExistsError(f"table {name!r} exists already") from None
         raise _namespace_incomplete(ctx, f"create table {name!r}", exc) from None
-    return load_table(ctx, name)
+    return load_table(ctx, name, internal=internal)
 
 
-def load_table(ctx: Context, name: object) -> TableInfo:
-    """The table named (or the table of a ``TableInfo``, read again).
+def load_table(ctx: Context, name: object, *, internal: bool = False) -> TableInfo:
+    """The table named (or the table of a ``TableInfo``, read again); ``internal`` accepts the
+    names of leasekit's internal tables (never given for user input).
 
     Raises:
         TableNotFoundError: no such table.
@@ -113,7 +117,7 @@ def load_table(ctx: Context, name: object) -> TableInfo:
     """
     if not isinstance(name, str) and hasattr(name, "table_id"):
         name = name.name  # a Table object
-    check_table_name(name)
+    check_table_name(name, internal=internal)
     path = ctx.paths.table(name)
     node = ctx.store.get(path)
     if node is None:
@@ -127,7 +131,8 @@ def load_table(ctx: Context, name: object) -> TableInfo:
 
 def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, TableInfo]:
     """The tables named, read in one pipelined round trip, by name; names that are not valid
-    table names, or whose table does not exist (or cannot be read), are left out."""
+    table names (internal tables' included: no consumer subscribes to them), or whose table
+    does not exist (or cannot be read), are left out."""
     valid = []
     for name in names:
         with contextlib.suppress(LeasekitError):
@@ -145,9 +150,11 @@ def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, TableInfo]:
     return out
 
 
-def list_tables(ctx: Context) -> list[str]:
-    """Names of every table of the namespace."""
-    return ctx.store.children(ctx.paths.tables) or []
+def list_tables(ctx: Context, *, internal: bool = False) -> list[str]:
+    """Names of every table of the namespace; leasekit's internal tables only with
+    ``internal`` (retention covers them; listings for people leave them out)."""
+    names = ctx.store.children(ctx.paths.tables) or []
+    return names if internal else [n for n in names if not is_internal_table(n)]
 
 
 @dataclass(frozen=True)

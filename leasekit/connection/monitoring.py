@@ -1,0 +1,81 @@
+"""The monitoring part of the ``Connection`` facade (DESIGN §6.12): the lag history of a group
+and the overview of every group."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..context import Context
+
+__all__ = ["MonitorMethods"]
+
+
+class MonitorMethods:
+    """Monitoring methods of ``Connection``; they act on its context."""
+
+    _context: Context
+
+    def lag_history(
+        self, group_id: str, *, since: Any = None, until: Any = None, by_bucket: bool = False
+    ) -> pd.DataFrame:
+        """The group's lag over time, from the samples the janitor (or ``leasekit exporter``)
+        takes of every group every ``monitor.interval``, live or stopped (M1).
+
+        Arguments:
+            group_id: the group.
+            since: the oldest sample wanted: a ``datetime`` (naive means UTC) or a duration back
+                from now (a ``timedelta``, seconds, or a string like ``"6h"``). None means the
+                last 6 hours: enough for a trend (720 samples at the default 30s), read fast;
+                ask for more, up to ``monitor.retention`` (7d), explicitly.
+            until: the newest sample wanted, in the same forms; None means now.
+            by_bucket: one row per bucket and sample instead of one per sample.
+
+        Returns:
+            The samples, oldest first: columns ``time`` (tz-aware UTC), [``table``,
+            ``bucket``,] ``lag``, ``time_lag`` (a Timedelta), ``committed``, ``end``. Summed
+            over the group's buckets unless ``by_bucket`` (``time_lag`` the largest; lag and
+            committed over committed buckets, <NA> where none is). Empty for a group with no
+            sample in the range.
+
+        Raises:
+            InvalidArgumentError: a bad ``group_id``, ``until`` before ``since``, or a group
+                that does not exist and has no history in the range (the message names it).
+            InvalidDurationError: a bad duration for ``since`` or ``until``.
+            InvalidTypeError: ``by_bucket`` is not a bool.
+            CorruptMetadataError: the history's metadata cannot be read.
+        """
+        from ..monitor.lag import lag_history
+
+        return lag_history(self._context, group_id, since=since, until=until, by_bucket=by_bucket)
+
+    def group_overview(self) -> pd.DataFrame:
+        """Every consumer group of the namespace now, with its rates, time to catch up and
+        retention risk (M2, M3).
+
+        Returns:
+            One row per group with offsets or live members, by id: ``group``, ``state``
+            ("live" with live members, else "empty"), ``members`` (how many), ``generation``
+            (<NA> before the first), ``tables`` (a list of names), ``total_lag`` (over the
+            committed buckets), ``max_time_lag`` (NaT with none committed), ``status`` (the
+            Burrow status "OK" / "WARN" / "ERR", or "AT_RISK" when ``retention_headroom`` is
+            below ``eta`` or below ``monitor.risk-threshold``), ``consume_rate`` and
+            ``produce_rate`` (records committed and appended per second between the first and
+            last lag history samples of the last ``monitor.rate-window``; NaN with fewer than
+            two), ``eta`` (total_lag / (consume - produce) when that is positive, 0 with no
+            lag, NaT when not catching up or the rates are not known), ``retention_headroom``
+            (the least, over buckets with records not consumed, of the table's log.retention
+            minus the age of the first of them, at least 0; NaT, infinite, where nothing can
+            be lost: no lag, or retention waits for consumers with
+            log.retention.respect-consumers), ``last_commit`` (NaT: none).
+
+        Raises:
+            CorruptMetadataError: the namespace settings or a bucket's metadata cannot be read
+                (groups whose znodes hold garbage are left out and logged).
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
+        from ..monitor.overview import group_overview
+
+        return group_overview(self._context)

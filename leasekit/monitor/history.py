@@ -1,0 +1,271 @@
+"""The lag history (M1): samples of every consumer group's buckets, appended to the internal
+table ``__lag_history`` of the namespace, one append per sample, and read back by time with
+pyarrow from only the log segments whose commit times can hold the samples asked for.
+
+Several samplers may run (the janitor's leader, ``leasekit exporter``s): each claims a sample
+with a compare-and-set of the last sample time on one znode, so a namespace gets at most one
+sample per ``monitor.interval``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import pyarrow as pa
+
+from ..durations import to_ms
+from ..errors import TableExistsError, TableNotFoundError
+from ..log.append import SegmentFile, commit_segments
+from ..log.markers import in_flight
+from ..log.segments import OP_COLUMN, list_segments, log_schema
+from ..tables.catalog import create_table, load_table
+from ..validate import LAG_HISTORY_TABLE
+from ..zk import ConflictReason, Create, Node, SetData, TxnConflict
+from ..zk.monitor_formats import SamplerRecord
+from .readings import GroupReading, read_all_groups
+
+if TYPE_CHECKING:
+    from ..context import Context
+    from ..tables.info import TableInfo
+
+__all__ = [
+    "HISTORY_TABLE",
+    "HISTORY_SCHEMA",
+    "HistoryRow",
+    "sample",
+    "rows_of",
+    "append_rows",
+    "read_rows",
+    "sampler_path",
+    "history_table",
+]
+
+log = logging.getLogger(__name__)
+
+HISTORY_TABLE = LAG_HISTORY_TABLE
+"""The namespace's internal table of lag samples (hidden from table listings)."""
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("group", pa.string(), nullable=False),
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("bucket", pa.int32(), nullable=False),
+        pa.field("committed", pa.int64()),
+        pa.field("end", pa.int64()),
+        pa.field("lag", pa.int64()),
+        pa.field("time_lag_ms", pa.int64()),
+    ]
+)
+"""A sample row: one bucket of one group at one time; each key is written once."""
+HISTORY_KEY = ("group", "table", "bucket", "time")
+
+ROWS_PER_GROUP = 1024
+"""Rows per Parquet row group of a sample file: rows are sorted by group, so a read of one
+group skips the row groups of the others by their statistics."""
+
+COMMIT_SLACK_MS = 60_000
+"""A sample is committed within this long after its reading: a segment committed later than
+``until`` + this holds no sample taken before ``until``."""
+
+CLAIM_TOLERANCE = 0.05
+"""A sample is due once 95% of ``monitor.interval`` has passed since the last one, so that a
+sampler woken every interval never skips one for a few milliseconds of jitter."""
+
+
+class HistoryRow(NamedTuple):
+    """One sampled bucket of one group."""
+
+    time_ms: int
+    """ZooKeeper time of the sample (epoch ms)."""
+    group: str
+    table: str
+    bucket: int
+    committed: int | None
+    """The committed offset; None when never committed."""
+    end: int
+    """The log end offset."""
+    lag: int | None
+    """end - committed (at least 0); None when never committed."""
+    time_lag_ms: int | None
+    """How old the first record not consumed was; 0 with no lag; None when never committed."""
+
+
+def sampler_path(ctx: Context) -> str:
+    """The znode that holds the time of the namespace's last sample."""
+    return f"{ctx.paths.root}/monitor/sampler"
+
+
+def sample(ctx: Context) -> int:
+    """Sample every consumer group of the namespace, live or stopped, into the lag history,
+    unless another sampler did less than ``monitor.interval`` ago (M1).
+
+    The last sample's time is claimed with a compare-and-set on one znode before the append,
+    so of several samplers (the janitor's leader, ``leasekit exporter``s) one writes per
+    interval; a namespace without groups writes nothing.
+
+    Arguments:
+        ctx: the connection's context.
+
+    Returns:
+        The rows written: one per bucket of every group; 0 when no sample was due, another
+        sampler took it, or there is no group.
+
+    Raises:
+        CorruptMetadataError: the namespace settings, the sampler's znode or a bucket's
+            metadata cannot be read (groups whose znodes hold garbage are left out, logged).
+        PermissionDeniedError: this connection's credentials may not write the namespace.
+        ZooKeeperUnavailableError: ZooKeeper did not answer.
+    """
+    interval_ms = to_ms(ctx.settings()["monitor.interval"])
+    path = sampler_path(ctx)
+    node = ctx.store.get(path)
+    if node is not None:
+        last = SamplerRecord.decode(node.data, path).last_ms
+        if ctx.server_time_ms() - last < interval_ms * (1 - CLAIM_TOLERANCE):
+            return 0
+    skipped: list[str] = []
+    readings = read_all_groups(ctx, skipped=skipped)
+    for reason in skipped:
+        log.warning("lag history sample skipped %s", reason)
+    rows = rows_of(readings)
+    if not rows or not _claim(ctx, node, rows[0].time_ms):
+        return 0
+    return append_rows(ctx, rows)
+
+
+def _claim(ctx: Context, node: Node | None, time_ms: int) -> bool:
+    """Whether this sampler takes the sample of ``time_ms``: a compare-and-set of the sampler
+    znode at the version it was read (``node``; None: create it), so that of samplers racing
+    for one interval exactly one wins."""
+    ctx.ensure_writable("sample the lag history")
+    path = sampler_path(ctx)
+    record = SamplerRecord(time_ms, ctx.owner).encode()
+    try:
+        if node is None:
+            ctx.store.ensure_path(path.rsplit("/", 1)[0])
+            ctx.store.commit([Create(path, record)])
+        else:
+            ctx.store.commit([SetData(path, record, node.stat.version)])
+    except TxnConflict as exc:
+        if exc.reason in (ConflictReason.EXISTS, ConflictReason.VERSION, ConflictReason.NONODE):
+            return False  # another sampler claimed it first
+        raise
+    return True
+
+
+def rows_of(readings: Iterable[GroupReading]) -> list[HistoryRow]:
+    """The history rows of group readings: every bucket of every group."""
+    return [
+        HistoryRow(
+            r.time_ms,
+            r.group,
+            b.table_bucket.table,
+            b.table_bucket.bucket,
+            b.current_offset,
+            b.log_end_offset,
+            b.lag,
+            b.time_lag_ms,
+        )
+        for r in readings
+        for b in r.buckets
+    ]
+
+
+def history_table(ctx: Context) -> TableInfo | None:
+    """The namespace's lag-history table; None before its first sample."""
+    try:
+        return load_table(ctx, HISTORY_TABLE, internal=True)
+    except TableNotFoundError:
+        return None
+
+
+def _created_table(ctx: Context) -> TableInfo:
+    """The namespace's lag-history table, created when missing."""
+    table = history_table(ctx)
+    if table is not None:
+        return table
+    try:
+        return create_table(ctx, HISTORY_TABLE, HISTORY_SCHEMA, HISTORY_KEY, 1, internal=True)
+    except TableExistsError:  # another sampler created it meanwhile
+        return load_table(ctx, HISTORY_TABLE, internal=True)
+
+
+def append_rows(ctx: Context, rows: Sequence[HistoryRow]) -> int:
+    """Append ``rows`` to the lag history as one segment (one atomic append).
+
+    Returns:
+        How many rows were appended.
+    """
+    if not rows:
+        return 0
+    table = _created_table(ctx)
+    data = _arrow(table, sorted(rows, key=lambda r: (r.group, r.table, r.bucket, r.time_ms)))
+    with in_flight(ctx) as token:
+        rel = f"{table.data_dir}/log/0/{token}-{uuid.uuid4().hex[:8]}.parquet"
+        size = ctx.warehouse.write_parquet(rel, data, ROWS_PER_GROUP)
+        commit_segments(table, [SegmentFile(0, rel, data.num_rows, size)], token)
+    return data.num_rows
+
+
+def _arrow(table: TableInfo, rows: list[HistoryRow]) -> pa.Table:
+    """``rows`` in the layout of the history table's segment files."""
+    columns = list(zip(*rows))
+    values = {
+        "time": pa.array([t * 1000 for t in columns[0]], pa.int64()).cast(HISTORY_SCHEMA[0].type),
+        **{f.name: pa.array(columns[i], f.type) for i, f in enumerate(HISTORY_SCHEMA) if i},
+    }
+    schema = log_schema(table)
+    arrays = [
+        pa.array(["upsert"] * len(rows), pa.string())
+        if f.name == OP_COLUMN
+        else values[f.name].cast(f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def read_rows(
+    ctx: Context,
+    since_ms: int,
+    until_ms: int,
+    groups: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """The history rows sampled in [since_ms, until_ms] (of ``groups`` only, when given),
+    read with pyarrow from only the segments committed from ``since_ms`` to ``until_ms`` +
+    ``COMMIT_SLACK_MS`` (a sample is committed after it is taken, and soon after).
+
+    Returns:
+        A pyarrow table of ``HISTORY_SCHEMA``'s columns (or ``columns``), in no set order.
+    """
+    import pyarrow.dataset as ds
+
+    wanted = list(columns or HISTORY_SCHEMA.names)
+    table = history_table(ctx)
+    files = [] if table is None else _files(table, since_ms, until_ms)
+    if not files:
+        return HISTORY_SCHEMA.empty_table().select(wanted)
+    warehouse = ctx.warehouse
+    dataset = ds.dataset(
+        [warehouse.fs_path(warehouse.relative(f)) for f in files],
+        schema=log_schema(table),
+        format="parquet",
+        filesystem=warehouse.fs,
+    )
+    since = pa.scalar(since_ms * 1000, pa.int64()).cast(HISTORY_SCHEMA[0].type)
+    until = pa.scalar(until_ms * 1000, pa.int64()).cast(HISTORY_SCHEMA[0].type)
+    where = (ds.field("time") >= since) & (ds.field("time") <= until)
+    if groups is not None:
+        where &= ds.field("group").isin(list(groups))
+    data = dataset.to_table(columns=wanted, filter=where)
+    return data.cast(pa.schema([HISTORY_SCHEMA.field(n) for n in wanted]))
+
+
+def _files(table: TableInfo, since_ms: int, until_ms: int) -> list[str]:
+    """The segment files of the history committed in [since_ms, until_ms + slack]."""
+    segments = list_segments(table, [0])[0]
+    return [s.file for s in segments if since_ms <= s.timestamp_ms <= until_ms + COMMIT_SLACK_MS]

@@ -1,0 +1,119 @@
+"""``lag_history`` (DESIGN §6.12, M1): a group's sampled lag over a time range, summed over its
+buckets or per bucket, as a pandas DataFrame."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from ..consumers import offsets as stored
+from ..durations import parse_duration, to_ms
+from ..errors import InvalidArgumentError
+from ..validate import check_bool
+from .history import read_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..context import Context
+
+__all__ = ["lag_history", "HISTORY_COLUMNS", "BUCKET_HISTORY_COLUMNS", "DEFAULT_SINCE", "time_ms"]
+
+HISTORY_COLUMNS = ["time", "lag", "time_lag", "committed", "end"]
+BUCKET_HISTORY_COLUMNS = ["time", "table", "bucket", "lag", "time_lag", "committed", "end"]
+
+DEFAULT_SINCE = timedelta(hours=6)
+"""What ``since=None`` means: the last 6 hours (720 samples at the default interval), enough
+to see a trend and read in a fraction of a second; older samples are there on request, up to
+``monitor.retention``."""
+
+
+def time_ms(value: Any, now_ms: int, *, what: str) -> int:
+    """Epoch ms of ``value``: a datetime (naive means UTC), or a duration back from ``now_ms``
+    (a ``timedelta``, seconds or a string like ``"6h"``).
+
+    Raises:
+        InvalidArgumentError, InvalidDurationError: a bad value, naming ``what``.
+    """
+    if isinstance(value, datetime):
+        stamp = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        return int(stamp.timestamp() * 1000)
+    if hasattr(value, "to_pydatetime"):  # a pandas Timestamp
+        return time_ms(value.to_pydatetime(), now_ms, what=what)
+    duration = parse_duration(value, what=what)
+    if duration < timedelta(0):
+        raise InvalidArgumentError(f"{what} must be a datetime or a duration back from now >= 0")
+    return now_ms - to_ms(duration)
+
+
+def lag_history(
+    ctx: Context,
+    group_id: str,
+    *,
+    since: Any = None,
+    until: Any = None,
+    by_bucket: bool = False,
+) -> pd.DataFrame:
+    """The group's sampled lag from ``since`` to ``until`` (see ``Connection.lag_history``)."""
+    group_id = stored.check_group_id(group_id)
+    check_bool(by_bucket, "by_bucket")
+    now = ctx.server_time_ms()
+    start = time_ms(DEFAULT_SINCE if since is None else since, now, what="since")
+    end = now if until is None else time_ms(until, now, what="until")
+    if end < start:
+        raise InvalidArgumentError(f"until must not be before since for {group_id!r}")
+    data = read_rows(ctx, start, end, [group_id]).to_pandas()
+    if data.empty and not _exists(ctx, group_id):
+        raise InvalidArgumentError(
+            f"consumer group {group_id!r} does not exist in namespace {ctx.namespace!r} "
+            "(no committed offsets, no live members) and has no lag history in that range"
+        )
+    return _per_bucket(data) if by_bucket else _per_group(data)
+
+
+def _exists(ctx: Context, group_id: str) -> bool:
+    paths = ctx.paths
+    listed = ctx.store.children_many([paths.group_offsets(group_id), paths.group_members(group_id)])
+    return any(listed)
+
+
+def _typed(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    frame = frame.sort_values(
+        [c for c in ("time", "table", "bucket") if c in columns], kind="stable", ignore_index=True
+    )
+    out = pd.DataFrame({"time": pd.to_datetime(frame["time"], utc=True)})
+    if "table" in columns:
+        out["table"] = frame["table"].astype("string")
+        out["bucket"] = frame["bucket"].astype("Int64")
+    out["lag"] = frame["lag"].astype("Int64")
+    out["time_lag"] = pd.to_timedelta(frame["time_lag_ms"].astype("Float64"), unit="ms")
+    out["committed"] = frame["committed"].astype("Int64")
+    out["end"] = frame["end"].astype("Int64")
+    return out[columns]
+
+
+def _per_bucket(data: pd.DataFrame) -> pd.DataFrame:
+    return _typed(data, BUCKET_HISTORY_COLUMNS)
+
+
+def _per_group(data: pd.DataFrame) -> pd.DataFrame:
+    """One row per sample: lag, committed and end summed over the committed buckets (end over
+    all), time lag the largest; <NA> where no bucket was committed."""
+    import pandas as pd
+
+    if data.empty:
+        return _typed(data, HISTORY_COLUMNS)
+    for column in ("lag", "committed", "end", "time_lag_ms"):
+        data[column] = data[column].astype("Int64")
+    grouped = data.groupby("time", sort=True)
+    frame = pd.DataFrame(
+        {
+            "lag": grouped["lag"].sum(min_count=1),
+            "time_lag_ms": grouped["time_lag_ms"].max(),
+            "committed": grouped["committed"].sum(min_count=1),
+            "end": grouped["end"].sum(min_count=1),
+        }
+    ).reset_index()
+    return _typed(frame, HISTORY_COLUMNS)

@@ -1,0 +1,102 @@
+"""``leasekit consumer overview|history`` (DESIGN §6.9, §6.12): text tables with durations as
+people read them, ``--json`` in exact forms."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from helpers import run_cli as run
+from helpers import run_cli_json as run_json
+
+import leasekit as lk
+from leasekit import testing
+from leasekit.monitor import history
+
+TB = lk.TableBucket
+
+
+@pytest.fixture
+def sampled(conn):
+    """Group billing, 18 records behind in bucket 0, sampled twice 1.2 s apart."""
+    table = conn.create_table("orders", "id BIGINT", "id", buckets=2)
+    table.append([{"id": i} for i in range(40)])
+    with conn.consumer(group_id="billing", enable_auto_commit=False) as c:
+        c.assign([TB("orders", 0)])
+        c.commit({TB("orders", 0): 2})
+    conn.update_settings({"monitor.interval": "100ms"})
+    ctx = testing.context(conn)
+    assert history.sample(ctx) == 2
+    time.sleep(1.2)
+    assert history.sample(ctx) == 2
+    return table
+
+
+def test_overview_text_and_json(capsys, target, sampled):
+    code, out, err = run(capsys, "consumer", "overview", *target)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "GROUP",
+        "STATE",
+        "MEMBERS",
+        "STATUS",
+        "TOTAL-LAG",
+        "MAX-TIME-LAG",
+        "CONSUME-RATE",
+        "PRODUCE-RATE",
+        "ETA",
+        "RETENTION-HEADROOM",
+        "LAST-COMMIT",
+    ]
+    lag = sampled.end_offsets()[TB("orders", 0)] - 2
+    assert lines[1].split()[:5] == ["billing", "empty", "0", "OK", str(lag)]
+    assert "6d 23h" in lines[1]  # the headroom, as people read durations
+    data = run_json(capsys, "consumer", "overview", *target)
+    (row,) = data["groups"]
+    assert row["group"] == "billing" and row["total_lag"] == lag and row["tables"] == ["orders"]
+    assert row["consume_rate"] == 0.0 and row["produce_rate"] == 0.0
+    assert row["eta"] is None  # not catching up
+    assert row["retention_headroom"].endswith("ms") or row["retention_headroom"].endswith("s")
+    assert row["last_commit"].endswith("Z")
+
+
+def test_overview_marks_groups_at_risk(capsys, target, sampled, conn):
+    # M3: a group at risk is named under the table
+    conn.update_settings({"monitor.risk-threshold": "8d"})
+    code, out, _ = run(capsys, "consumer", "overview", *target)
+    assert code == 0 and "AT_RISK" in out
+    assert out.rstrip().endswith("AT RISK of losing records to retention: billing")
+
+
+def test_history_text_json_and_by_bucket(capsys, target, sampled):
+    code, out, err = run(capsys, "consumer", "history", "billing", *target)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "LAG HISTORY of group billing"
+    assert lines[2].split() == ["TIME", "LAG", "TIME-LAG", "COMMITTED", "END"]
+    assert len(lines) == 5  # two samples
+    assert lines[3].split()[1] == str(sampled.end_offsets()[TB("orders", 0)] - 2)
+    data = run_json(capsys, "consumer", "history", "billing", "--since", "1h", *target)
+    assert [s["committed"] for s in data["samples"]] == [2, 2]
+    assert all(s["time"].endswith("Z") for s in data["samples"])
+    assert data["samples"][0]["time_lag"].endswith("ms") or data["samples"][0]["time_lag"] == "0ms"
+    newest = data["samples"][1]["time"]
+    data = run_json(capsys, "consumer", "history", "billing", "--since", newest, *target)
+    assert len(data["samples"]) == 1
+    data = run_json(capsys, "consumer", "history", "billing", "--by-bucket", *target)
+    assert [(s["table"], s["bucket"]) for s in data["samples"]] == [
+        ("orders", 0),
+        ("orders", 1),
+    ] * 2
+    data = run_json(
+        capsys, "consumer", "history", "billing", "--since", "2h", "--until", "1h", *target
+    )
+    assert data["samples"] == []
+
+
+def test_history_of_an_unknown_group_and_bad_times_are_errors(capsys, target, sampled):
+    code, _, err = run(capsys, "consumer", "history", "nobody", *target)
+    assert code != 0 and "'nobody'" in err
+    code, _, err = run(capsys, "consumer", "history", "billing", "--since", "yesterday", *target)
+    assert code != 0 and "--since" in err
