@@ -20,7 +20,6 @@ from leasekit.live import (
     group_board,
     human_duration,
     server_time_estimate,
-    total_lag_over_time,
 )
 
 from .base import Panel, esc
@@ -67,6 +66,8 @@ class _Group(NamedTuple):
     groups: list[str]
     chosen: str | None
     board: GroupBoard | None
+    history: pd.DataFrame | None
+    """``lag_history`` over the chart's range (by bucket when the chart shows one)."""
 
 
 def grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -179,7 +180,13 @@ class ConsumerPanel(Panel):
         chosen = self.group_id
         if chosen is None and groups:
             chosen = groups[0]
-        return _Group(groups, chosen, None if chosen is None else group_board(self.conn, chosen))
+        if chosen is None:
+            return _Group(groups, None, None, None)
+        board = group_board(self.conn, chosen)
+        history = self.conn.lag_history(
+            chosen, since=self.chart.span, by_bucket=self.chart.bucket is not None
+        )
+        return _Group(groups, chosen, board, history)
 
     def _show(self, data: _Group) -> None:
         self._loaded_group = data.chosen
@@ -197,7 +204,7 @@ class ConsumerPanel(Panel):
             for t, b, o in zip(frame["table"], frame["bucket"], frame["current_offset"])
         }
         buckets = list(committed)
-        self._show_plot(buckets)
+        self._show_plot(buckets, data.history)
         members = 0 if board is None else len(board.members)
         self.reset.show(data.chosen, buckets, members, committed)
 
@@ -311,20 +318,21 @@ class ConsumerPanel(Panel):
             + f"metadata <code>{esc(row['metadata'])}</code>"
         )
 
-    def _show_plot(self, buckets: list[TableBucket]) -> None:
+    def _show_plot(self, buckets: list[TableBucket], history: pd.DataFrame | None) -> None:
+        """The lag chart: the history read, then the lag now (of the group or the bucket)."""
         board = self.board
-        totals = total_lag_over_time(board.history) if board is not None else None
         now_ms = server_time_estimate(self.conn)
         now = (
             datetime.now(timezone.utc)
             if now_ms is None
             else datetime.fromtimestamp(now_ms / 1000, timezone.utc)
         )
-        history = None
-        if totals is not None and board is not None:
-            history = pd.DataFrame({"time": totals["commit_time"], "lag": totals["lag"]})
-            history.loc[len(history)] = [pd.Timestamp(now), int(board.frame["lag"].fillna(0).sum())]
-        self.chart.show(buckets, history, now, title="Group lag over time (UTC)")
+        lag_now = None
+        if board is not None:
+            f, tb = board.frame, self.chart.bucket
+            mine = f if tb is None else f[(f["table"] == tb.table) & (f["bucket"] == tb.bucket)]
+            lag_now = float(mine["lag"].fillna(0).sum())
+        self.chart.show(buckets, history, now, lag_now=lag_now)
 
     def __repr__(self) -> str:
         return f"ConsumerPanel(group={self.group_id!r})"

@@ -43,7 +43,7 @@ def series(
     Returns:
         (times as ``datetime64[ms]`` in UTC, lags as floats), oldest first.
     """
-    if history is None or history.empty:
+    if history is None or history.empty:  # (None: nothing read)
         return np.array([], dtype="datetime64[ms]"), np.array([], dtype=float)
     frame = history
     if bucket is not None and "bucket" in frame.columns:
@@ -99,7 +99,7 @@ class LagChart(w.VBox):
         self.figure = bq.Figure(
             marks=[self.line],
             axes=[self.x_axis, self.y_axis],
-            title="Group lag over time",
+            title="Lag over time",
             layout=w.Layout(height="260px"),
             fig_margin={"top": 40, "bottom": 40, "left": 72, "right": 20},
         )
@@ -122,15 +122,16 @@ class LagChart(w.VBox):
         history: pd.DataFrame | None,
         end: datetime,
         *,
-        title: str = "",
+        lag_now: float | None = None,
     ) -> None:
-        """Draw ``history`` over [end - span, end] and offer ``buckets`` to pick from.
+        """Draw ``history`` over [end - span, end], then ``lag_now`` at ``end``, and offer
+        ``buckets`` to pick from.
 
         Arguments:
             buckets: the group's buckets (the picker's choices besides "all").
             history: ``lag_history``'s frame for the chosen range and bucket (None: no data).
             end: the right end of the time axis (now).
-            title: the chart's title.
+            lag_now: the lag measured now (of the group or the bucket shown); None: none.
         """
         options = [(ALL, None), *((f"{tb.table}/{tb.bucket}", tb) for tb in buckets)]
         if [o for _, o in options] != [o for _, o in self.buckets.options]:
@@ -141,7 +142,9 @@ class LagChart(w.VBox):
                 self.buckets.value = keep
                 self.buckets.observe(self._picked, "value")
             self.bucket = keep
-        x, y = series(history, self.bucket) if history is not None else series(None)
+        x, y = series(history, self.bucket)
+        if lag_now is not None and (not len(x) or x[-1] < _ms(end)):
+            x, y = np.append(x, _ms(end)), np.append(y, lag_now)
         start = end - self.span
         ticks, fmt = time_axis(start, end)
         with self.line.hold_sync():
@@ -150,8 +153,10 @@ class LagChart(w.VBox):
         with self.x_axis.hold_sync():
             self.x_axis.tick_values, self.x_axis.tick_format = ticks, fmt
         self.y.max = float(max(1.0, y.max() * 1.1 if len(y) else 1.0))
-        if title:
-            self.figure.title = title
+        where = (
+            "all buckets" if self.bucket is None else f"{self.bucket.table}/{self.bucket.bucket}"
+        )
+        self.figure.title = f"Lag over the last {self.range.label}, {where}"
 
 
 def _ms(value: datetime) -> np.datetime64:
