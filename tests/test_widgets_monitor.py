@@ -100,3 +100,31 @@ def test_lag_chart_of_a_group_without_history_shows_the_lag_now(conn):
     _, lags = _points(panel)
     assert lags == [20.0] and panel.last_error == ""
     panel.close()
+
+
+# -- OverviewPanel ----------------------------------------------------------------------------
+
+
+def test_group_rows_put_at_risk_first_with_sparklines_rates_and_human_durations(conn, sampled):
+    # §6.8: every group with status (AT_RISK highlighted), lag, a sparkline, rates, eta, headroom
+    from leasekit.widgets.overview import group_rows, sparkline
+
+    other = conn.create_table("u", "id BIGINT", "id", buckets=1)
+    other.append([{"id": i} for i in range(10)])
+    _commit(conn, {TB("u", 0): 10}, group="caught-up")
+    groups = conn.group_overview()
+    at_risk = groups.assign(
+        status=[
+            "AT_RISK" if g == "caught-up" else s for g, s in zip(groups["group"], groups["status"])
+        ]
+    )  # (a constructed status: the colouring is what is checked)
+    since = pd.Timestamp.now(tz="UTC") - pd.Timedelta(hours=1)
+    seen = {g: conn.lag_history(g, since=since.to_pydatetime()) for g in groups["group"]}
+    rows = group_rows(at_risk, seen)
+    assert [r[0] for r in rows] == ["caught-up", "g"]  # AT_RISK first
+    assert "AT_RISK" in rows[0][1] and "background:#b00020" in rows[0][1]
+    g = rows[1]
+    assert g[4] == "10" and g[5].startswith("<svg") and "polyline" in g[5]
+    assert rows[0][5] == sparkline([], [])  # no history: no line
+    assert rows[0][10] == "∞" and g[10] == "6d 23h"  # headroom as people read it (7d default)
+    assert all("days" not in str(c) and "ms" != str(c) for c in g)

@@ -111,11 +111,12 @@ def _rate(value: Any) -> str:
 
 
 def _headroom(value: Any) -> str:
-    if isinstance(value, (float, np.floating)) and np.isinf(value):
+    """Retention headroom: NaT (nothing can be lost) and very long ones read "∞"."""
+    if value is None or pd.isna(value):
         return "∞"
-    if value is not None and not pd.isna(value) and pd.Timedelta(value) >= FOREVER:
-        return "∞"
-    return duration_text(value)
+    if isinstance(value, (float, np.floating)):
+        return "∞" if np.isinf(value) else duration_text(value)
+    return "∞" if pd.Timedelta(value) >= FOREVER else duration_text(value)
 
 
 def group_rows(groups: pd.DataFrame, history: dict[str, pd.DataFrame]) -> list[list[object]]:
