@@ -128,3 +128,39 @@ def test_group_rows_put_at_risk_first_with_sparklines_rates_and_human_durations(
     assert rows[0][5] == sparkline([], [])  # no history: no line
     assert rows[0][10] == "∞" and g[10] == "6d 23h"  # headroom as people read it (7d default)
     assert all("days" not in str(c) and "ms" != str(c) for c in g)
+
+
+def test_overview_panel_shows_groups_leases_and_reclaimable_bytes(conn, sampled, spark, clock):
+    # §6.8: the OverviewPanel; M4's states in the inventory; reclaimable bytes per table
+    from leasekit.widgets import Dashboard, OverviewPanel
+
+    orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    for k in range(3):  # three snapshots per bucket: the oldest is beyond the 2 retained
+        orders.append([{"id": i, "v": f"v{k}"} for i in range(20)])
+        orders.snapshot(spark)
+    conn.acquire_kv_snapshot_lease("holding", {TB("orders", 0): 3}, "1h")
+    conn.acquire_kv_snapshot_lease("<i>gone</i>", {}, "1m")
+    clock.advance(timedelta(minutes=2))  # the second lease expired
+    panel = OverviewPanel(conn, auto_refresh=False)
+    panel.refresh()
+    assert panel.last_error == "", panel.last_error
+    assert "<svg" in panel.groups.value and ">g<" in panel.groups.value
+    assert "1 group" in panel.summary.value and "2 leases" in panel.summary.value
+    assert "holding" in panel.leases.value and "active" in panel.leases.value
+    assert "expired" in panel.leases.value
+    assert "&lt;i&gt;gone&lt;/i&gt;" in panel.leases.value and "<i>gone" not in panel.leases.value
+    reclaim = panel.reclaimable.value
+    assert ">orders<" in reclaim and re_bytes(reclaim)
+    assert "reclaimable <b>" in panel.summary.value
+    panel.close()
+    dash = Dashboard(conn, auto_refresh=False)
+    assert dash.tabs.titles[0] == "Overview" and dash.tabs.children[0] is dash.overview
+    dash.refresh()
+    assert dash.overview.refreshes == 1 and dash.overview.last_error == ""
+    dash.close()
+
+
+def re_bytes(text):
+    import re
+
+    return re.search(r"\d+(\.\d)? (B|KiB|MiB)", text)

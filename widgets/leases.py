@@ -16,6 +16,7 @@ from leasekit.live import human_duration, server_time_estimate
 
 from .base import Markup, Panel, button, html_table
 from .confirm import ConfirmButton, Prepared
+from .formatting import grid_height, utc_text
 
 __all__ = ["LeasePanel"]
 
@@ -81,7 +82,7 @@ class LeasePanel(Panel):
             base_row_size=22,
             base_column_size=110,
             header_visibility="column",
-            layout=w.Layout(height="180px", width="360px"),
+            layout=w.Layout(height=grid_height(0), width="360px"),
         )
         self.release_buckets = w.SelectMultiple(
             options=[], rows=6, description="Buckets", layout=w.Layout(width="260px")
@@ -148,7 +149,7 @@ class LeasePanel(Panel):
                     ", ".join(tables) or "-",
                     len(x.pins),
                     "-" if left is None else expires_in(left),
-                    x.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                    f"{utc_text(x.expires_at)} UTC",
                     state,
                 ]
             )
@@ -172,6 +173,7 @@ class LeasePanel(Panel):
         self.pins.data = pd.DataFrame(
             [(tb.table, tb.bucket, sid) for tb, sid in pins], columns=PIN_COLUMNS
         )
+        self.pins.layout.height = grid_height(len(pins))
         labels = [(f"{tb.table}/{tb.bucket}", tb) for tb, _ in pins]
         chosen = [tb for tb in self.release_buckets.value if tb in dict(pins)]
         self.release_buckets.options = labels
