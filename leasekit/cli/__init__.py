@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import LeasekitError
-from . import consumer, demo, janitor, lab, lease, retention, settings, table, zookeeper
+from . import consumer, demo, exporter, janitor, lab, lease, retention, settings, table, zookeeper
 from .common import EXIT_ERROR, EXIT_INTERRUPTED
 from .output import format_fields, format_table, to_json
 
@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (zookeeper, table, lease, consumer, retention, settings, janitor, demo, lab):
         module.register(commands, common)
+    exporter.register(commands, common)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""``leasekit janitor``: run the leader-elected janitor until Ctrl-C or SIGTERM.
+"""``leasekit janitor``: run the leader-elected janitor until Ctrl-C or SIGTERM; with
+``--metrics-port`` the process also serves the namespace's Prometheus metrics.
 
 Logs go to stderr with timestamps: one INFO line per pass, a WARNING per skipped item.
 """
@@ -12,11 +13,38 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import add_command, connect, duration_arg
+from .output import note
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from ..connection import Connection
+
+__all__ = [
+    "register",
+    "stop_on_signals",
+    "stderr_logs",
+    "serving_metrics",
+    "add_metrics_options",
+    "port_arg",
+]
+
+DEFAULT_PORT = 9308
+"""The exporter's port (``leasekit.monitor.serve.DEFAULT_PORT``, not imported: the CLI loads
+the library only when a command runs)."""
+
+
+def port_arg(text: str) -> int:
+    """A TCP port, 0..65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {port}")
+    return port
+
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -25,27 +53,33 @@ class _JanitorLogs(logging.Filter):
     """The janitor's own INFO lines; warnings and errors from the rest of leasekit."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or record.name == "leasekit.janitor"
+        return record.levelno >= logging.WARNING or record.name in _INFO_LOGGERS
+
+
+_INFO_LOGGERS = ("leasekit.janitor", "leasekit.monitor")
 
 
 @contextlib.contextmanager
-def _stderr_logs() -> Iterator[None]:
+def stderr_logs() -> Iterator[None]:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(_FORMAT))
     handler.addFilter(_JanitorLogs())
-    lib, own = logging.getLogger("leasekit"), logging.getLogger("leasekit.janitor")
-    level = own.level
+    lib = logging.getLogger("leasekit")
+    own = [logging.getLogger(name) for name in _INFO_LOGGERS]
+    levels = [logger.level for logger in own]
     lib.addHandler(handler)
-    own.setLevel(logging.INFO)
+    for logger in own:
+        logger.setLevel(logging.INFO)
     try:
         yield
     finally:
-        own.setLevel(level)
+        for logger, level in zip(own, levels):
+            logger.setLevel(level)
         lib.removeHandler(handler)
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """SIGTERM and the first Ctrl-C set ``stop``; a second Ctrl-C interrupts at once."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -68,14 +102,62 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+@contextlib.contextmanager
+def serving_metrics(
+    conn: Connection, port: int | None, address: str, interval: Any, *, sample_history: bool
+) -> Iterator[None]:
+    """Serve the namespace's metrics on ``port`` inside the block (nothing when None);
+    ``interval`` None: the namespace's ``monitor.interval``."""
+    if port is None:
+        yield
+        return
+    from ..connection import context_of
+    from ..monitor.serve import MetricsServer
+
+    server = MetricsServer(
+        context_of(conn),
+        port=port,
+        address=address,
+        interval=interval,
+        sample_history=sample_history,
+    )
+    with server as srv:
+        note(f"serving Prometheus metrics of namespace {conn.namespace!r} on {srv.url}")
+        yield
+
+
 def _janitor(args: argparse.Namespace) -> int:
     from .. import janitor
 
     interval = janitor.check_interval(duration_arg(args.interval))
     stop = threading.Event()
-    with _stderr_logs(), _stop_on_signals(stop), connect(args) as conn:
-        janitor.run(conn, interval, stop)
+    with stderr_logs(), stop_on_signals(stop), connect(args) as conn:
+        # the janitor samples the lag history itself
+        port, address = args.metrics_port, args.metrics_address
+        with serving_metrics(conn, port, address, interval, sample_history=False):
+            janitor.run(conn, interval, stop)
     return 0
+
+
+def add_metrics_options(
+    cmd: argparse.ArgumentParser, port: str, address: str, *, default_port: int | None
+) -> None:
+    """The options naming the port (``default_port`` None: no metrics unless given) and the
+    address metrics are served on."""
+    shown = "none" if default_port is None else default_port
+    cmd.add_argument(
+        port,
+        type=port_arg,
+        default=default_port,
+        metavar="PORT",
+        help=f"serve Prometheus metrics on this port (0: any free one; default: {shown})",
+    )
+    cmd.add_argument(
+        address,
+        default="0.0.0.0",
+        metavar="ADDRESS",
+        help="address to serve metrics on (default: 0.0.0.0, every interface)",
+    )
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -94,3 +176,4 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="D",
         help="time between passes, like 10s, 5m or seconds (default: 30s)",
     )
+    add_metrics_options(cmd, "--metrics-port", "--metrics-address", default_port=None)

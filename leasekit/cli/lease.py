@@ -1,4 +1,5 @@
-"""``leasekit lease list|acquire|renew|release|drop``: KV snapshot leases from the shell.
+"""``leasekit lease list|inventory|acquire|renew|release|drop``: KV snapshot leases from the
+shell.
 
 Leases outlive the command: ``acquire`` pins and leaves the lease to expire, renew or drop.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..durations import parse_duration
@@ -16,7 +17,7 @@ from ..errors import LeaseNotFoundError
 from ..structs import TableBucket
 from ..validate import check_id
 from .common import add_command, bucket_arg, connect, duration_arg
-from .output import emit, format_table, to_json
+from .output import emit, format_table, frame_rows, to_json
 
 if TYPE_CHECKING:
     from ..connection import Connection
@@ -71,6 +72,35 @@ def _list(args: argparse.Namespace) -> int:
         columns = ["lease_id", "pins", "tables", "duration", "renewed_at", "expires_at",
                    "expires_in", "owner"]  # fmt: skip
         return format_table(shown, columns)
+
+    emit(args, rows, render)
+    return 0
+
+
+_INVENTORY_COLUMNS = ["lease_id", "state", "owner", "host", "pinned_buckets", "tables",
+                      "pinned_bytes", "exclusive_bytes", "expires_in", "expires_at"]  # fmt: skip
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    with connect(args, read_only=True) as conn:
+        frame = conn.lease_inventory()
+    measured: datetime = frame.attrs["measured_at"]
+    rows = frame_rows(frame)
+    for row in rows:  # exact milliseconds in JSON; negative once expired
+        row["expires_in_ms"] = round((row["expires_at"] - measured).total_seconds() * 1000)
+
+    def render(r: list[dict[str, Any]]) -> str:
+        if not r:
+            return f"no leases in namespace {args.namespace!r}"
+        shown = [
+            {
+                **row,
+                "tables": ",".join(row["tables"]),
+                "expires_in": timedelta(milliseconds=row["expires_in_ms"]),
+            }
+            for row in r
+        ]
+        return format_table(shown, _INVENTORY_COLUMNS)
 
     emit(args, rows, render)
     return 0
@@ -211,7 +241,7 @@ Exit status: 0 when the lease was dropped and also when there is no such lease (
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``lease list|acquire|renew|release|drop`` to the top-level subcommands."""
+    """Add ``lease list|inventory|acquire|renew|release|drop`` to the top-level subcommands."""
     lease = add_command(
         commands, "lease", "list, acquire, renew, release and drop KV snapshot leases", common
     )
@@ -219,7 +249,19 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     add_command(
         actions, "list", "every lease of the namespace with its pins and expiry", common, _list
     )
+    add_command(
+        actions,
+        "inventory",
+        "every lease with its state (active, expiring, orphaned, expired), owner and the "
+        "bytes it pins and alone keeps",
+        common,
+        _inventory,
+    )
+    _add_changes(actions, common)
 
+
+def _add_changes(actions: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``acquire``, ``renew``, ``release`` and ``drop`` under ``lease``."""
     acquire = add_command(
         actions,
         "acquire",

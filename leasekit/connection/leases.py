@@ -14,6 +14,8 @@ from ..validate import check_id
 from ..zk import to_datetime
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ..context import Context
     from ..leases.lease import KvSnapshotLease
 
@@ -172,3 +174,27 @@ class LeaseMethods:
             PermissionDeniedError: this connection's credentials may not write the namespace.
         """
         return lease_upkeep.expire(self._context)
+
+    def lease_inventory(self) -> pd.DataFrame:
+        """Every lease with its owner, state and the bytes it holds (DESIGN §6.12, M4).
+
+        A lease is ``expired`` past its expiry (until retention reclaims it), ``orphaned`` when
+        the keepalive that last acquired or renewed it is gone (its process died, or its block
+        ended without dropping it) and nobody renewed it for a third of its duration,
+        ``expiring`` with less than a tenth of its duration left, else ``active``.
+
+        Returns:
+            One row per lease, by id, with columns lease_id, owner, host, state,
+            pinned_buckets, tables (the names it pins), pinned_bytes (the snapshots it pins),
+            exclusive_bytes (what dropping it would free: files no other lease or retention
+            rule keeps), created_at, renewed_at, expires_at. ``attrs["measured_at"]`` is the
+            ZooKeeper time the states were decided at.
+
+        Raises:
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+            CorruptMetadataError: a table's metadata or the namespace settings are unreadable
+                (an unreadable lease is left out).
+        """
+        from ..monitor.inventory import lease_inventory
+
+        return lease_inventory(self._context)

@@ -78,10 +78,11 @@ def acquire(
 
 
 def acquire_latest(
-    ctx: Context, lease_id: str, tables: Any, duration_ms: int
+    ctx: Context, lease_id: str, tables: Any, duration_ms: int, *, holder: str = ""
 ) -> tuple[AcquireResult, int]:
     """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms).
-    A bucket whose newest snapshot goes while pinning is looked up again."""
+    A bucket whose newest snapshot goes while pinning is looked up again. ``holder``: as in
+    ``acquire_with_time``."""
     wanted: dict[TableInfo, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
     for table in table_list(ctx, tables):
@@ -90,7 +91,9 @@ def acquire_latest(
         missing.update(
             {TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest}
         )
-    result, committed_ms = acquire_with_time(ctx, lease_id, wanted, duration_ms, latest=True)
+    result, committed_ms = acquire_with_time(
+        ctx, lease_id, wanted, duration_ms, latest=True, holder=holder
+    )
     return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
 
 
@@ -101,9 +104,11 @@ def acquire_with_time(
     duration_ms: int,
     *,
     latest: bool = False,
+    holder: str = "",
 ) -> tuple[AcquireResult, int]:
     """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8);
-    also returns the ZooKeeper time of the last commit.
+    also returns the ZooKeeper time of the last commit. ``holder``: the token of the keepalive
+    acquiring (recorded in the lease record for the inventory, M4), "" for none.
 
     One pipelined read, then transactions as large as ZooKeeper takes, each carrying the pins
     of whole pin arrays together with those arrays and the lease record (whose mtime becomes
@@ -127,7 +132,7 @@ def acquire_with_time(
     while pending or not committed_ms:
         if state is None:
             state, ahead = _read(ctx, lease_id, tables, pending), None
-        head = lease_ops(ctx, lease_id, state, duration_ms)
+        head = lease_ops(ctx, lease_id, state, duration_ms, holder)
         if ahead is None:
             ahead = plan_batch(ctx, lease_id, state.chunks, pending, work, tables, head)
         batch, sent = ahead, ctx.store.submit(head + ahead.ops)
@@ -143,7 +148,7 @@ def acquire_with_time(
             _resolve(ctx, exc, pins, work, tables, lease_id, unavailable, latest)
             state, pending = None, sorted({*pending, *batch.keys})
             continue
-        state, committed_ms, expires_ms = applied(ctx, state, batch, results, duration_ms)
+        state, committed_ms, expires_ms = applied(ctx, state, batch, results, duration_ms, holder)
         for key in batch.keys:
             name = tables[key[0]].name
             acquired.update({TableBucket(name, b): sid for b, sid in work[key].items()})
@@ -271,8 +276,11 @@ def renew(ctx: Context, lease_id: str, duration_ms: int | None) -> int:
     return renew_with_time(ctx, lease_id, duration_ms)[0]
 
 
-def renew_with_time(ctx: Context, lease_id: str, duration_ms: int | None) -> tuple[int, int]:
-    """``renew``, also returning the ZooKeeper time of the renewal (ms)."""
+def renew_with_time(
+    ctx: Context, lease_id: str, duration_ms: int | None, *, holder: str = ""
+) -> tuple[int, int]:
+    """``renew``, also returning the ZooKeeper time of the renewal (ms). ``holder``: the token
+    of the keepalive renewing, "" for none."""
     check_id(lease_id)
     path = ctx.paths.lease(lease_id)
     while True:
@@ -283,7 +291,9 @@ def renew_with_time(ctx: Context, lease_id: str, duration_ms: int | None) -> tup
         duration = record.duration_ms if duration_ms is None else duration_ms
         try:
             stat = ctx.store.set(
-                path, record.renewed(duration, ctx.owner).encode(), record.stat.version
+                path,
+                record.renewed(duration, ctx.owner, holder=holder).encode(),
+                record.stat.version,
             )
         except TxnConflict as exc:
             if exc.reason == ConflictReason.NONODE:

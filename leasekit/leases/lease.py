@@ -1,7 +1,8 @@
 """``KvSnapshotLease``: the handle an analyst holds, with keepalive and Spark reads.
 
 No I/O until the first call; the context manager renews in the background every
-duration/3 and drops the lease on exit.
+duration/3 and drops the lease on exit. A running keepalive holds an ephemeral holder znode
+(``holder``), so the lease inventory tells a lease whose holder died (M4).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..tables.catalog import load_table
 from ..tables.info import TableInfo
 from ..validate import check_bool, check_id, check_int
 from ..zk import to_datetime
-from . import acquire, pins, upkeep
+from . import acquire, holder, pins, upkeep
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -101,6 +102,7 @@ class KvSnapshotLease:
         self._dropped = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._holder = ""  # token of the running keepalive's holder znode; "" when none runs
 
     # -- state ----------------------------------------------------------------------------
 
@@ -155,7 +157,7 @@ class KvSnapshotLease:
         self._check()
         wanted = acquire.check_snapshot_ids(self._ctx, snapshot_ids)
         result, committed_ms = acquire.acquire_with_time(
-            self._ctx, self.lease_id, wanted, self._duration_ms
+            self._ctx, self.lease_id, wanted, self._duration_ms, holder=self._holder
         )
         self._note(_ms(result.expires_at), committed_ms)
         return result
@@ -179,7 +181,7 @@ class KvSnapshotLease:
         """
         self._check()
         result, committed_ms = acquire.acquire_latest(
-            self._ctx, self.lease_id, tables, self._duration_ms
+            self._ctx, self.lease_id, tables, self._duration_ms, holder=self._holder
         )
         self._note(_ms(result.expires_at), committed_ms)
         return result
@@ -204,9 +206,10 @@ class KvSnapshotLease:
         duration_ms = None if duration is None else acquire.lease_duration_ms(self._ctx, duration)
         if duration_ms is not None:
             self._duration_ms = duration_ms
-        return to_datetime(
-            self._note(*acquire.renew_with_time(self._ctx, self.lease_id, duration_ms))
+        renewed = acquire.renew_with_time(
+            self._ctx, self.lease_id, duration_ms, holder=self._holder
         )
+        return to_datetime(self._note(*renewed))
 
     def release(self, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets; buckets the lease does not pin are ignored (idempotent, L9).
@@ -290,8 +293,10 @@ class KvSnapshotLease:
     # -- keepalive ------------------------------------------------------------------------
 
     def __enter__(self) -> KvSnapshotLease:
-        """Start the keepalive (with ``keepalive``); the lease itself."""
+        """Start the keepalive (with ``keepalive``) and its holder znode; the lease itself."""
         if self.keepalive:
+            self._holder = holder.new_token()
+            self._ensure_holder()
             self._stop.clear()
             self._thread = threading.Thread(
                 target=self._keepalive, name=f"lease-{self.lease_id}", daemon=True
@@ -316,6 +321,17 @@ class KvSnapshotLease:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        token, self._holder = self._holder, ""
+        if token:
+            holder.remove(self._ctx, token)
+
+    def _ensure_holder(self) -> None:
+        """Put the holder znode in place (again, after a new session lost it); a failure is
+        logged and tried again after the next renewal."""
+        try:
+            holder.ensure(self._ctx, self.lease_id, self._holder)
+        except LeasekitError as exc:
+            log.warning("keepalive holder of lease %s not recorded: %s", self.lease_id, exc)
 
     def _keepalive(self) -> None:
         """Renew every duration/3 (L13); transient ZooKeeper trouble is retried until expiry."""
@@ -326,8 +342,11 @@ class KvSnapshotLease:
             while True:
                 try:
                     self._note(
-                        *acquire.renew_with_time(self._ctx, self.lease_id, self._duration_ms)
+                        *acquire.renew_with_time(
+                            self._ctx, self.lease_id, self._duration_ms, holder=self._holder
+                        )
                     )
+                    self._ensure_holder()
                     break
                 except ZooKeeperUnavailableError as exc:
                     if not self.alive:

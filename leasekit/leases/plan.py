@@ -60,20 +60,23 @@ class Batch(NamedTuple):
     """Index in ``ops`` of the write of each changed pin array, with its new ids."""
 
 
-def lease_ops(ctx: Context, lease_id: str, state: State, duration_ms: int) -> list[Op]:
+def lease_ops(
+    ctx: Context, lease_id: str, state: State, duration_ms: int, holder: str = ""
+) -> list[Op]:
     """The ops that write the lease record (creating it and its pins parent on first use) and
-    check the fences: the first ops of every transaction of an acquire."""
+    check the fences: the first ops of every transaction of an acquire. ``holder``: the token
+    of the keepalive acquiring, "" for none."""
     paths, record = ctx.paths, state.record
     rec_path = paths.lease(lease_id)
     if record is None:  # the SetData gives the new record's stat: its mtime is the acquire time
-        value = LeaseRecord(duration_ms, 0, ctx.owner, LIVE).encode()
+        value = LeaseRecord(duration_ms, 0, ctx.owner, LIVE, None, holder).encode()
         ops: list[Op] = [
             Create(rec_path, value),
             SetData(rec_path, value, 0),
             Create(paths.lease_pins(lease_id)),
         ]
     else:
-        value = record.renewed(duration_ms, ctx.owner).encode()
+        value = record.renewed(duration_ms, ctx.owner, holder=holder).encode()
         ops = [SetData(rec_path, value, record.stat.version if record.stat else -1)]
     return ops + [fence.fence_check(ctx, tid, v) for tid, v in state.fences.items()]
 
@@ -135,7 +138,12 @@ def _array_ops(
 
 
 def applied(
-    ctx: Context, state: State, batch: Batch, results: list[Any], duration_ms: int
+    ctx: Context,
+    state: State,
+    batch: Batch,
+    results: list[Any],
+    duration_ms: int,
+    holder: str = "",
 ) -> tuple[State, int, int]:
     """The state after ``batch`` committed after the lease's ops (``results``: of both), with
     the commit's ZooKeeper time and the lease's expiry (ms)."""
@@ -152,5 +160,5 @@ def applied(
         version = result.version if isinstance(result, Stat) else 0
         ch = chunks[key]
         chunks[key] = ch._replace(ids=ids, stat=(ch.stat or stat)._replace(version=version))
-    record = LeaseRecord(duration_ms, floor, ctx.owner, LIVE, stat)
+    record = LeaseRecord(duration_ms, floor, ctx.owner, LIVE, stat, holder)
     return State(record, state.fences, chunks), stat.mtime_ms, expires_ms

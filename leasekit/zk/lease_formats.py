@@ -10,7 +10,7 @@ from .codec import encode
 from .fields import ints, load, string
 from .ops import Node, Stat
 
-__all__ = ["LeaseRecord", "PinChunk", "LIVE", "DROPPING"]
+__all__ = ["LeaseRecord", "PinChunk", "HolderRecord", "LIVE", "DROPPING"]
 
 LIVE, DROPPING = "live", "dropping"
 """States of a lease record."""
@@ -29,6 +29,11 @@ class LeaseRecord(NamedTuple):
     """LIVE, or DROPPING while a large lease's pins are removed."""
     stat: Stat | None = None
     """The znode's stat (None for a record not yet stored)."""
+    holder: str = ""
+    """Token of the keepalive that last acquired or renewed it, whose ``HolderRecord`` znode
+    lives as long as that keepalive runs; "" when no keepalive did (and in records stored
+    before holders were recorded: the field is optional, so the format version stays 1 and
+    older readers read newer records too)."""
 
     VERSION = 1
 
@@ -37,17 +42,18 @@ class LeaseRecord(NamedTuple):
         """Expiry: never earlier than a previous expiry (renew only extends, L7)."""
         return max(self.floor_ms, (self.stat.mtime_ms if self.stat else 0) + self.duration_ms)
 
-    def renewed(self, duration_ms: int, owner: str, state: str = LIVE) -> LeaseRecord:
+    def renewed(
+        self, duration_ms: int, owner: str, state: str = LIVE, holder: str = ""
+    ) -> LeaseRecord:
         """The record after an acquire or renew: every earlier expiry is kept as a floor."""
-        return LeaseRecord(
-            duration_ms, self.expires_ms if self.stat else self.floor_ms, owner, state
-        )
+        floor = self.expires_ms if self.stat else self.floor_ms
+        return LeaseRecord(duration_ms, floor, owner, state, None, holder)
 
     def encode(self) -> bytes:
-        return encode(
-            {"d": self.duration_ms, "f": self.floor_ms, "o": self.owner, "s": self.state},
-            self.VERSION,
-        )
+        value = {"d": self.duration_ms, "f": self.floor_ms, "o": self.owner, "s": self.state}
+        if self.holder:
+            value["h"] = self.holder
+        return encode(value, self.VERSION)
 
     @classmethod
     def decode(cls, node: Node, path: str) -> LeaseRecord:
@@ -55,7 +61,8 @@ class LeaseRecord(NamedTuple):
             state = string(v["s"])
             if state not in (LIVE, DROPPING):
                 raise ValueError(f"unknown lease state {state!r}")
-            return cls(int(v["d"]), int(v["f"]), string(v["o"]), state, node.stat)
+            holder = string(v.get("h", ""))
+            return cls(int(v["d"]), int(v["f"]), string(v["o"]), state, node.stat, holder)
 
         return load(node.data, path, cls.VERSION, "lease record", build)
 
@@ -101,3 +108,25 @@ class PinChunk(NamedTuple):
             return cls(table_id, chunk, string(v["t"]), ids + [0] * (CHUNK - len(ids)), node.stat)
 
         return load(node.data, path, cls.VERSION, "lease pins", build)
+
+
+class HolderRecord(NamedTuple):
+    """``<ns>/keepalives/<token>`` (ephemeral): a lease's keepalive is running in a live
+    session; it goes when the keepalive stops or its session ends (the process died)."""
+
+    lease_id: str
+    """The lease it renews."""
+    owner: str
+    """host:pid of the process running it."""
+
+    VERSION = 1
+
+    def encode(self) -> bytes:
+        return encode({"l": self.lease_id, "o": self.owner}, self.VERSION)
+
+    @classmethod
+    def decode(cls, node: Node, path: str) -> HolderRecord:
+        def build(v: dict[str, Any]) -> HolderRecord:
+            return cls(string(v["l"]), string(v["o"]))
+
+        return load(node.data, path, cls.VERSION, "lease keepalive holder", build)

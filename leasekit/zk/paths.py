@@ -30,6 +30,9 @@ class Paths:
         """The namespace's random identity, which its warehouse directory's owner marker names."""
         self.access = f"{self.root}/access"
         """Present once the namespace is closed to writers without its credentials."""
+        self.keepalives = f"{self.root}/keepalives"
+        """Parent of the lease keepalives' holder znodes; created on first use (not part of
+        ``skeleton``, so read-only clients of older namespaces never need to create it)."""
 
     def skeleton(self) -> list[str]:
         """Znodes every namespace has."""
@@ -138,6 +141,11 @@ class Paths:
         """(table_id, chunk) of the name of a lease's pin-array znode; ValueError if it is not
         one."""
         return _table_and_number(name)
+
+    def keepalive(self, token: str) -> str:
+        """Ephemeral holder znode of a running lease keepalive (the lease record names
+        ``token``): it vanishes with the keepalive's session."""
+        return f"{self.keepalives}/{token}"
 
     def write(self, token: str) -> str:
         """Ephemeral marker of a write in progress; its files carry ``token`` in their path."""

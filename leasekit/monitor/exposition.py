@@ -1,0 +1,108 @@
+"""The HTTP side of the metrics: Prometheus's text format (0.0.4) rendered from
+prometheus_client metric families, and a small threaded WSGI server for ``/metrics``.
+
+The rendering writes what ``prometheus_client.generate_latest`` writes for gauges and
+counters, byte for byte (a test compares them), about ten times faster: it sorts each
+family's label names once instead of per sample and skips the per-sample name checks that
+dominate ``generate_latest`` at 20,000 series (100 groups x 100 buckets, B13).
+"""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client.utils import floatToGoString
+
+from ..errors import IllegalStateError
+
+__all__ = ["CONTENT_TYPE", "render", "metrics_app", "serve_http"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _escape(value: str) -> str:
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+def render(families: Iterable[Any]) -> bytes:
+    """The text format of gauge and counter ``families`` (prometheus_client metric families).
+
+    Raises:
+        IllegalStateError: a family of another type (histograms, summaries: none here).
+    """
+    out: list[str] = []
+    for family in families:
+        if family.type not in ("gauge", "counter"):
+            raise IllegalStateError(f"cannot render a {family.type} family ({family.name})")
+        name = family.name + ("_total" if family.type == "counter" else "")
+        doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {family.type}\n")
+        keys: list[str] | None = None
+        for sample in family.samples:
+            if keys is None:
+                keys = sorted(sample.labels)
+            value = floatToGoString(sample.value)
+            if keys:
+                labels = sample.labels
+                text = ",".join([f'{k}="{_escape(labels[k])}"' for k in keys])
+                out.append(f"{sample.name}{{{text}}} {value}\n")
+            else:
+                out.append(f"{sample.name} {value}\n")
+    return "".join(out).encode("utf-8")
+
+
+def metrics_app(collect: Callable[[], Iterable[Any]]) -> Callable[..., list[bytes]]:
+    """A WSGI app answering GET ``/metrics`` (and ``/``) with ``render(collect())``, gzipped
+    when the client accepts it, as Prometheus does."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
+            return [b""]
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"metrics are at /metrics\n"]
+        body = render(collect())
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", [*headers, ("Content-Length", str(len(body)))])
+        return [body] if environ["REQUEST_METHOD"] == "GET" else [b""]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress never holds the process
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        """No access log on stderr."""
+
+
+def serve_http(address: str, port: int, app: Callable[..., Any]) -> WSGIServer:
+    """Serve ``app`` on ``address:port`` from a daemon thread; the server (``server_port`` is
+    the port bound, ``shutdown()`` and ``server_close()`` stop it).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    server_class = _Server6 if ":" in address else _Server
+    server = make_server(address, port, app, server_class, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="leasekit-metrics", daemon=True)
+    thread.start()
+    return server

@@ -1,0 +1,242 @@
+"""Prometheus metrics of a namespace (M5), served over HTTP by ``leasekit exporter`` and
+``leasekit janitor --metrics-port``.
+
+A custom collector builds every family afresh on each scrape from cheap readings (every
+group's lag, every lease's state and expiry: a few pipelined ZooKeeper round trips); the
+heavy figures (the retention plan, each lease's bytes) come from the ``Sampler``'s last
+background pass, with its time. Every series has a ``namespace`` label.
+
+======================================================  =====================================
+``leasekit_up``                                         1 when this scrape read ZooKeeper, 0
+                                                        when it could not (the series below
+                                                        that need ZooKeeper are then absent)
+``leasekit_scrape_duration_seconds``                    time this scrape took
+``leasekit_group_lag{group,table,bucket}``              records not consumed (committed
+                                                        buckets only)
+``leasekit_group_time_lag_seconds{group,table,bucket}`` age of the first record not consumed
+``leasekit_group_status{group,status}``                 1 for the group's Burrow status, 0 for
+                                                        the others (status: OK, WARN, ERR)
+``leasekit_group_members{group}``                       live members
+``leasekit_lease_expires_in_seconds{lease}``            seconds to expiry, negative once
+                                                        expired
+``leasekit_lease_state{lease,state}``                   1 for the lease's state, 0 for the
+                                                        others (active, expiring, orphaned,
+                                                        expired)
+``leasekit_lease_pinned_buckets{lease}``                buckets it pins
+``leasekit_lease_pinned_bytes{lease}``                  bytes of the snapshots it pins (*)
+``leasekit_lease_exclusive_bytes{lease}``               bytes dropping it would free (*)
+``leasekit_retention_reclaimable_bytes{table}``         bytes the retention plan deletes (*)
+``leasekit_last_sample_timestamp_seconds``              when the figures marked (*) were
+                                                        computed (Unix time)
+``leasekit_last_sample_age_seconds``                    their age
+``leasekit_sample_failures_total``                      background passes that failed
+======================================================  =====================================
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..consumers.health import ERR, OK, WARN
+from ..errors import LeasekitError
+from .lease_book import LEASE_STATES, LeaseBook, lease_state, read_leases
+from .readings import GroupReading, read_all_groups
+from .sampler import Figures, Sampler
+
+if TYPE_CHECKING:
+    from ..context import Context
+
+__all__ = ["LeasekitCollector", "GROUP_STATUSES"]
+
+log = logging.getLogger("leasekit.monitor")
+
+GROUP_STATUSES = (OK, WARN, ERR)
+"""Values of ``leasekit_group_status``'s ``status`` label."""
+
+
+def _gauge(name: str, doc: str, *labels: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=["namespace", *labels])
+
+
+class _Families:
+    """The metric families of one scrape, filled from what it read."""
+
+    def __init__(self, namespace: str) -> None:
+        self.ns = namespace
+        self.lag = _gauge(
+            "leasekit_group_lag", "Records not consumed (log end - committed offset)",
+            "group", "table", "bucket",
+        )  # fmt: skip
+        self.time_lag = _gauge(
+            "leasekit_group_time_lag_seconds", "Age of the first record not consumed",
+            "group", "table", "bucket",
+        )  # fmt: skip
+        self.status = _gauge(
+            "leasekit_group_status",
+            "1 for the group's lag health (Burrow: OK, WARN, ERR), 0 for the other values",
+            "group", "status",
+        )  # fmt: skip
+        self.members = _gauge("leasekit_group_members", "Live members of the group", "group")
+        self.expires = _gauge(
+            "leasekit_lease_expires_in_seconds",
+            "Seconds until the lease expires (negative once expired)",
+            "lease",
+        )
+        self.state = _gauge(
+            "leasekit_lease_state",
+            "1 for the lease's state (active, expiring, orphaned, expired), 0 for the others",
+            "lease", "state",
+        )  # fmt: skip
+        self.buckets = _gauge("leasekit_lease_pinned_buckets", "Buckets the lease pins", "lease")
+
+    def add_groups(self, groups: list[GroupReading]) -> None:
+        ns = self.ns
+        for g in groups:
+            for b in g.buckets:
+                if b.lag is None:
+                    continue  # never committed: no lag to show
+                labels = [ns, g.group, b.table_bucket.table, str(b.table_bucket.bucket)]
+                self.lag.add_metric(labels, b.lag)
+                self.time_lag.add_metric(labels, (b.time_lag_ms or 0) / 1000)
+            for status in GROUP_STATUSES:
+                self.status.add_metric([ns, g.group, status], 1 if g.status == status else 0)
+            self.members.add_metric([ns, g.group], len(g.members))
+
+    def add_leases(self, book: LeaseBook) -> None:
+        ns = self.ns
+        for entry in book.leases:
+            if not entry.live:
+                continue
+            state = lease_state(entry, book.now_ms)
+            lease = entry.lease_id
+            self.expires.add_metric([ns, lease], (entry.record.expires_ms - book.now_ms) / 1000)
+            for each in LEASE_STATES:
+                self.state.add_metric([ns, lease, each], 1 if each == state else 0)
+            self.buckets.add_metric([ns, lease], len(entry.pins))
+
+    def read(self) -> list[GaugeMetricFamily]:
+        return [
+            self.lag,
+            self.time_lag,
+            self.status,
+            self.members,
+            self.expires,
+            self.state,
+            self.buckets,
+        ]
+
+
+def _sampled(namespace: str, figures: Figures | None, failures: int) -> Iterator[Any]:
+    """The families of the background pass's figures."""
+    pinned = _gauge("leasekit_lease_pinned_bytes", "Bytes of the snapshots the lease pins", "lease")
+    exclusive = _gauge(
+        "leasekit_lease_exclusive_bytes",
+        "Bytes dropping the lease would free (files no other lease or retention rule keeps)",
+        "lease",
+    )
+    reclaimable = _gauge(
+        "leasekit_retention_reclaimable_bytes",
+        "Bytes the retention plan would delete now",
+        "table",
+    )
+    when = _gauge(
+        "leasekit_last_sample_timestamp_seconds",
+        "When the lease bytes and reclaimable bytes were computed (Unix time)",
+    )
+    age = _gauge("leasekit_last_sample_age_seconds", "Age of the lease and reclaimable bytes")
+    if figures is not None:
+        for lease, (pin, own) in sorted(figures.lease_bytes.items()):
+            pinned.add_metric([namespace, lease], pin)
+            exclusive.add_metric([namespace, lease], own)
+        for table, size in sorted(figures.reclaimable.items()):
+            reclaimable.add_metric([namespace, table], size)
+        when.add_metric([namespace], figures.time_s)
+        age.add_metric([namespace], max(0.0, time.time() - figures.time_s))
+    failed = CounterMetricFamily(
+        "leasekit_sample_failures", "Background passes that failed", labels=["namespace"]
+    )
+    failed.add_metric([namespace], failures)
+    yield from (pinned, exclusive, reclaimable, when, age, failed)
+
+
+class LeasekitCollector:
+    """A prometheus_client collector of one namespace's metrics (see the module's table).
+
+    Each scrape reads ZooKeeper on a worker thread and waits at most ``budget_s`` for it: a
+    reading that takes longer (a server that just died, before the session notices) gives
+    ``leasekit_up`` 0 and goes on alone; scrapes while it runs answer ``leasekit_up`` 0 at
+    once, so a scrape never hangs on ZooKeeper.
+
+    Arguments:
+        ctx: the connection's context.
+        sampler: the background pass whose last figures are served.
+        budget_s: the longest a scrape waits for ZooKeeper, in seconds.
+    """
+
+    def __init__(self, ctx: Context, sampler: Sampler, budget_s: float = 5.0) -> None:
+        self._ctx = ctx
+        self._sampler = sampler
+        self._budget_s = budget_s
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasekit-scrape")
+        self._reading: Future[tuple[list[GroupReading], LeaseBook]] | None = None
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Any]:
+        """Nothing: registering the collector must not scrape it."""
+        return []
+
+    def _groups(self) -> list[GroupReading]:
+        """Every group; one whose znodes hold garbage is left out and logged."""
+        skipped: list[str] = []
+        groups = read_all_groups(self._ctx, skipped=skipped)
+        for reason in skipped:
+            log.warning("scrape left out %s", reason)
+        return groups
+
+    def _read(self) -> tuple[list[GroupReading], LeaseBook] | None:
+        """Every group and lease now; None when ZooKeeper cannot answer within the budget."""
+        if not self._ctx.store.connected:  # a session down answers at once
+            return None
+        with self._lock:
+            if self._reading is not None and not self._reading.done():
+                return None  # an earlier reading still waits on ZooKeeper
+            self._reading = reading = self._pool.submit(
+                lambda: (self._groups(), read_leases(self._ctx))
+            )
+        try:
+            return reading.result(timeout=self._budget_s)
+        except FutureTimeout:
+            log.warning("scrape: ZooKeeper did not answer within %gs", self._budget_s)
+        except LeasekitError as exc:
+            log.warning("scrape could not read namespace %s: %s", self._ctx.namespace, exc)
+        return None
+
+    def collect(self) -> Iterator[Any]:
+        """Every family, read now; ZooKeeper unreachable gives ``leasekit_up`` 0."""
+        started = time.perf_counter()
+        ns = self._ctx.namespace
+        read = self._read()
+        if read is not None:
+            families = _Families(ns)
+            families.add_groups(read[0])
+            families.add_leases(read[1])
+            yield from families.read()
+        yield from _sampled(ns, self._sampler.figures, self._sampler.failures)
+        gauge = _gauge("leasekit_up", "1 when this scrape read ZooKeeper, else 0")
+        gauge.add_metric([ns], 0 if read is None else 1)
+        yield gauge
+        took = _gauge("leasekit_scrape_duration_seconds", "Time this scrape took")
+        took.add_metric([ns], time.perf_counter() - started)
+        yield took
+
+    def close(self) -> None:
+        """Stop the worker thread (a reading under way finishes on its own)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,304 @@
+"""Prometheus metrics (DESIGN §6.12, M5): the exporter in-process and as the CLI, and
+``leasekit janitor --metrics-port``, scraped over HTTP and parsed with prometheus_client's
+parser; the values equal what the library reports; a ZooKeeper outage shows as up 0 and the
+exporter recovers when the server is back."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import leasekit as lk
+from leasekit import TableBucket, embedded, testing
+from leasekit.errors import IllegalStateError, InvalidArgumentError
+from leasekit.monitor.serve import MetricsServer
+
+GROUP = "billing"
+
+
+def scrape(url: str) -> dict[str, dict[tuple, float]]:
+    """Every sample of one scrape: {name: {sorted label items (namespace left out): value}}."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    out: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "namespace"))
+            out.setdefault(sample.name, {})[labels] = sample.value
+    return out
+
+
+def _scrape_when(url: str, ready, timeout: float = 60.0) -> dict[str, dict[tuple, float]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = scrape(url)
+        if ready(got):
+            return got
+        assert time.monotonic() < deadline, f"metrics never got ready: {sorted(got)}"
+        time.sleep(0.2)
+
+
+def _sampled(got) -> bool:
+    return "leasekit_last_sample_timestamp_seconds" in got
+
+
+def _populate(conn, clock) -> None:
+    """Two tables with history (100-byte files), a group behind on one, two leases."""
+    ctx = testing.context(conn)
+    for name in ("orders", "audit"):
+        table = conn.create_table(
+            name, "id BIGINT", "id", buckets=4, properties={"log.retention": "1s"}
+        )
+        testing.seed_history(ctx, table, 4, 4, 10, file_bytes=100)  # log ends at 40
+    clock.advance(timedelta(seconds=10))  # the log below the kept snapshots is past retention
+    with conn.consumer(group_id=GROUP, enable_auto_commit=False) as c:
+        offsets = {TableBucket("orders", b): 10 * b for b in range(4)}
+        c.assign(list(offsets))
+        c.commit(offsets)
+    conn.acquire_kv_snapshot_lease("q3", {TableBucket("orders", 0): 1}, "1h")
+    conn.acquire_kv_snapshot_lease("brief", {TableBucket("audit", 1): 4}, "10m")
+
+
+def _check_against_library(conn, clock, url: str) -> None:
+    """M5: the scraped values are the library's (expiry on the expiry clock, ``clock``)."""
+    before = conn.describe_group(GROUP)
+    got = _scrape_when(url, _sampled)
+    after = conn.describe_group(GROUP)
+    assert got["leasekit_up"] == {(): 1.0}
+    lags = {
+        (("bucket", str(r.bucket)), ("group", GROUP), ("table", r.table)): float(r.lag)
+        for r in before.itertuples()
+    }
+    assert got["leasekit_group_lag"] == lags  # 40, 30, 20, 10
+    for r, later in zip(before.itertuples(), after.itertuples()):
+        key = (("bucket", str(r.bucket)), ("group", GROUP), ("table", r.table))
+        seconds = got["leasekit_group_time_lag_seconds"][key]
+        assert r.time_lag.total_seconds() <= seconds <= later.time_lag.total_seconds()
+    status = conn.group_status(GROUP).status
+    assert got["leasekit_group_status"] == {
+        (("group", GROUP), ("status", s)): float(s == status) for s in ("OK", "WARN", "ERR")
+    }
+    assert got["leasekit_group_members"] == {(("group", GROUP),): 0.0}
+    now = conn.server_time() + clock.offset
+    for info in conn.leases():
+        expires_in = got["leasekit_lease_expires_in_seconds"][(("lease", info.lease_id),)]
+        assert abs(expires_in - (info.expires_at - now).total_seconds()) < 5
+    inventory = conn.lease_inventory().set_index("lease_id")
+    for lease, row in inventory.iterrows():
+        key = (("lease", lease),)
+        assert got["leasekit_lease_pinned_bytes"][key] == row["pinned_bytes"] == 100
+        assert got["leasekit_lease_exclusive_bytes"][key] == row["exclusive_bytes"]
+        assert got["leasekit_lease_state"][(("lease", lease), ("state", row["state"]))] == 1.0
+    assert got["leasekit_lease_exclusive_bytes"][(("lease", "q3"),)] == 300.0
+    assert got["leasekit_lease_exclusive_bytes"][(("lease", "brief"),)] == 0.0  # newest 2
+    for table in ("orders", "audit"):
+        reclaimable = got["leasekit_retention_reclaimable_bytes"][(("table", table),)]
+        assert reclaimable == conn.retention_plan(table).reclaimable_bytes > 0
+    assert got["leasekit_sample_failures_total"] == {(): 0.0}
+    assert 0 <= got["leasekit_last_sample_age_seconds"][()] < 60
+
+
+def test_exporter_in_process(conn, clock):
+    # M5: metric names and values, scraped over HTTP and parsed with prometheus_client
+    _populate(conn, clock)
+    conn.update_settings({"monitor.interval": "1s"})
+    with MetricsServer(testing.context(conn), port=0) as server:  # every monitor.interval
+        assert server.port > 0 and server.sampler.interval_s == 1.0
+        _check_against_library(conn, clock, server.url)
+        # M1: the exporter also samples the lag history
+        deadline = time.monotonic() + 30
+        while conn.lag_history(GROUP).empty:
+            assert time.monotonic() < deadline, "the exporter never sampled the lag history"
+            time.sleep(0.2)
+        # heavy figures are recomputed every interval: a lease dropped leaves them
+        conn.drop_kv_snapshot_lease("brief")
+        got = _scrape_when(
+            server.url,
+            lambda g: (("lease", "brief"),) not in g.get("leasekit_lease_pinned_bytes", {}),
+        )
+        assert (("lease", "brief"),) not in got.get("leasekit_lease_expires_in_seconds", {})
+    with pytest.raises(OSError):  # closed: nothing listens any more
+        urllib.request.urlopen(server.url, timeout=5)
+
+
+def test_lease_states_in_metrics(conn, clock):
+    # M4 in M5: the state gauge follows the clock; an expired lease has a negative expiry
+    table = conn.create_table("t", "id BIGINT", "id", buckets=1)
+    testing.seed_empty_snapshots(testing.context(conn), table)
+    conn.acquire_kv_snapshot_lease("short", {TableBucket("t", 0): 1}, "1h")
+    with MetricsServer(testing.context(conn), port=0, interval="1h") as server:
+        got = scrape(server.url)
+        assert got["leasekit_lease_state"][(("lease", "short"), ("state", "active"))] == 1.0
+        clock.advance(timedelta(minutes=56))
+        got = scrape(server.url)
+        states = got["leasekit_lease_state"]
+        assert states[(("lease", "short"), ("state", "expiring"))] == 1.0
+        assert sum(states.values()) == 1.0
+        clock.advance(timedelta(minutes=5))
+        got = scrape(server.url)
+        assert got["leasekit_lease_state"][(("lease", "short"), ("state", "expired"))] == 1.0
+        assert got["leasekit_lease_expires_in_seconds"][(("lease", "short"),)] < 0
+
+
+def test_server_arguments(conn):
+    ctx = testing.context(conn)
+    with pytest.raises(InvalidArgumentError):
+        MetricsServer(ctx, port=70000)
+    with pytest.raises(lk.InvalidDurationError):
+        MetricsServer(ctx, port=0, interval="soon")
+    with MetricsServer(ctx, port=0, interval="1h") as server:
+        with pytest.raises(IllegalStateError, match="cannot serve metrics"):
+            MetricsServer(ctx, port=server.port, address="127.0.0.1").start()
+
+
+def _serving(proc: subprocess.Popen) -> str:
+    """The metrics URL a CLI process announces on stderr."""
+    deadline = time.monotonic() + 60
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        found = re.search(r"on (http://\S+/metrics)", line)
+        if found:
+            return found.group(1)
+    raise AssertionError("no metrics URL announced:\n" + "".join(lines))
+
+
+def _run_cli(target: list[str], *argv: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "leasekit.cli", *target, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_exporter_cli(conn, clock, target):
+    # M5: `leasekit exporter --port --interval` in a process of its own (its clock is
+    # ZooKeeper's: the populated history is real seconds old, so wait past log.retention)
+    _populate(conn, clock)
+    clock.advance(timedelta(seconds=-10))
+    time.sleep(1.5)
+    proc = _run_cli(target, "exporter", "--port", "0", "--interval", "1s")
+    try:
+        url = _serving(proc)
+        _check_against_library(conn, clock, url)
+    finally:
+        assert _stop(proc) == 0
+
+
+def test_janitor_serves_metrics(conn, clock, target):
+    # M5: `leasekit janitor --metrics-port` serves the same metrics from the janitor's process
+    _populate(conn, clock)
+    clock.advance(timedelta(seconds=-10))
+    time.sleep(1.5)
+    proc = _run_cli(target, "janitor", "--interval", "1h", "--metrics-port", "0")
+    try:
+        url = _serving(proc)
+        got = _scrape_when(url, _sampled)
+        lags = {k[0][1]: v for k, v in got["leasekit_group_lag"].items()}
+        assert lags == {"0": 40.0, "1": 30.0, "2": 20.0, "3": 10.0}
+        assert got["leasekit_up"] == {(): 1.0}
+        assert set(got["leasekit_lease_expires_in_seconds"]) == {
+            (("lease", "q3"),),
+            (("lease", "brief"),),
+        }
+    finally:
+        assert _stop(proc) == 0
+
+
+def test_zookeeper_outage_reported_and_recovered(tmp_path, warehouse):
+    # M5: a ZooKeeper outage does not crash the exporter: scrapes say up 0 at once, and it
+    # recovers once the server is back (on the same port)
+    zk_dir = tmp_path / "zk"
+    address = embedded.ensure_running(zk_dir)
+    try:
+        with lk.connect(address, warehouse, namespace="outage", timeout="4s") as conn:
+            table = conn.create_table("t", "id BIGINT", "id", buckets=2)
+            testing.seed_empty_snapshots(testing.context(conn), table)
+            conn.acquire_kv_snapshot_lease("q3", {TableBucket("t", 0): 1}, "1h")
+            with MetricsServer(testing.context(conn), port=0, interval="1s") as server:
+                got = _scrape_when(server.url, _sampled)
+                assert got["leasekit_up"] == {(): 1.0}
+                embedded.kill(zk_dir)
+                got = _scrape_when(server.url, lambda g: g["leasekit_up"] == {(): 0.0}, 30)
+                assert "leasekit_lease_expires_in_seconds" not in got
+                started = time.monotonic()
+                scrape(server.url)
+                assert time.monotonic() - started < 1  # a session down answers at once
+                assert embedded.ensure_running(zk_dir) == address
+                got = _scrape_when(server.url, lambda g: g["leasekit_up"] == {(): 1.0}, 60)
+                assert (("lease", "q3"),) in got["leasekit_lease_expires_in_seconds"]
+    finally:
+        embedded.stop(zk_dir)
+    assert os.path.isdir(zk_dir)
+
+
+def test_rendering_matches_prometheus_client():
+    # the server's rendering is prometheus_client's text format, byte for byte
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from leasekit.monitor.exposition import render
+
+    def families():
+        lag = GaugeMetricFamily("x_lag", 'doc with \\ and\nnewline', labels=["table", "group"])
+        lag.add_metric(['a"b\\c\nd', "g"], 3)
+        lag.add_metric(["t", "g2"], 1.5e12)
+        lag.add_metric(["t", "g3"], float("nan"))
+        up = GaugeMetricFamily("x_up", "plain")
+        up.add_metric([], 1)
+        failures = CounterMetricFamily("x_failures", "count", labels=["namespace"])
+        failures.add_metric(["ns"], 7)
+        empty = GaugeMetricFamily("x_none", "no samples", labels=["lease"])
+        return [lag, up, failures, empty]
+
+    class Static:
+        def collect(self):
+            return families()
+
+    registry = CollectorRegistry()
+    registry.register(Static())
+    assert render(families()) == generate_latest(registry)
+
+
+def test_collector_in_a_registry(conn, clock):
+    # the collector is a prometheus_client collector: it works in any registry
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from leasekit.monitor.metrics import LeasekitCollector
+    from leasekit.monitor.sampler import Sampler
+
+    _populate(conn, clock)
+    ctx = testing.context(conn)
+    registry = CollectorRegistry()
+    collector = LeasekitCollector(ctx, Sampler(ctx, 3600))
+    registry.register(collector)
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        collector.close()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {"leasekit_group_lag", "leasekit_lease_state", "leasekit_up"} <= names
