@@ -397,14 +397,15 @@ def test_retention_panel_follows_new_snapshots(conn, orders, spark):
     panel.close()
 
 
-def test_dashboard_holds_the_three_panels_and_closes_them(conn, orders):
+def test_dashboard_holds_the_four_panels_and_closes_them(conn, orders):
     dash = Dashboard(conn)
     assert [type(p).__name__ for p in dash.tabs.children] == [
+        "OverviewPanel",
         "LeasePanel",
         "ConsumerPanel",
         "RetentionPanel",
     ]
-    assert dash.tabs.titles == ("Leases", "Consumers", "Retention")
+    assert dash.tabs.titles == ("Overview", "Leases", "Consumers", "Retention")  # §6.8
     assert conn.namespace in dash.header.value and conn.zookeeper in dash.header.value
     dash.leases.new_id.value = "from-dashboard"
     dash.leases.create.click()

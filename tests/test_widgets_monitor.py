@@ -139,7 +139,8 @@ def test_overview_panel_shows_groups_leases_and_reclaimable_bytes(conn, sampled,
         orders.append([{"id": i, "v": f"v{k}"} for i in range(20)])
         orders.snapshot(spark)
     conn.acquire_kv_snapshot_lease("holding", {TB("orders", 0): 3}, "1h")
-    conn.acquire_kv_snapshot_lease("<i>gone</i>", {}, "1m")
+    testing.context(conn).owner = "<i>mallory</i>"  # owners are user-supplied text
+    conn.acquire_kv_snapshot_lease("gone", {}, "1m")
     clock.advance(timedelta(minutes=2))  # the second lease expired
     panel = OverviewPanel(conn, auto_refresh=False)
     panel.refresh()
@@ -148,7 +149,7 @@ def test_overview_panel_shows_groups_leases_and_reclaimable_bytes(conn, sampled,
     assert "1 group" in panel.summary.value and "2 leases" in panel.summary.value
     assert "holding" in panel.leases.value and "active" in panel.leases.value
     assert "expired" in panel.leases.value
-    assert "&lt;i&gt;gone&lt;/i&gt;" in panel.leases.value and "<i>gone" not in panel.leases.value
+    assert "&lt;i&gt;mallory" in panel.leases.value and "<i>mallory" not in panel.leases.value
     reclaim = panel.reclaimable.value
     assert ">orders<" in reclaim and re_bytes(reclaim)
     assert "reclaimable <b>" in panel.summary.value

@@ -1,4 +1,4 @@
-"""Dashboard: the lease, consumer and retention panels in tabs, under a header naming
+"""Dashboard: the overview, lease, consumer and retention panels in tabs, under a header naming
 the namespace and the ZooKeeper ensemble they show."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import traitlets
 from .base import esc
 from .consumers import ConsumerPanel
 from .leases import LeasePanel
+from .overview import OverviewPanel
 from .retention import RetentionPanel
 
 __all__ = ["Dashboard"]
 
 
 class Dashboard(w.VBox):
-    """LeasePanel, ConsumerPanel and RetentionPanel of one connection, in tabs;
+    """OverviewPanel, LeasePanel, ConsumerPanel and RetentionPanel of one connection, in tabs;
     like a panel, it reads nothing until it is displayed or refreshed, and its
     ``auto_refresh`` trait sets every panel's.
 
@@ -39,20 +40,21 @@ class Dashboard(w.VBox):
             f"<code>{esc(conn.warehouse)}</code>"
         )
         self.header.add_class("leasekit-header")
+        self.overview = OverviewPanel(conn, auto_refresh=auto_refresh)
         self.leases = LeasePanel(conn, auto_refresh=auto_refresh)
         self.consumers = ConsumerPanel(conn, auto_refresh=auto_refresh)
         self.retention = RetentionPanel(conn, auto_refresh=auto_refresh)
         self.tabs = w.Tab(
             children=list(self.panels),
-            titles=("Leases", "Consumers", "Retention"),
+            titles=("Overview", "Leases", "Consumers", "Retention"),
         )
         self.children = [self.header, self.tabs]
         self.observe(self._on_auto_refresh, "auto_refresh")
 
     @property
-    def panels(self) -> tuple[LeasePanel, ConsumerPanel, RetentionPanel]:
+    def panels(self) -> tuple[OverviewPanel, LeasePanel, ConsumerPanel, RetentionPanel]:
         """The panels, in the order of the tabs."""
-        return self.leases, self.consumers, self.retention
+        return self.overview, self.leases, self.consumers, self.retention
 
     def _on_auto_refresh(self, change: dict[str, Any]) -> None:
         for panel in self.panels:
