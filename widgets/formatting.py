@@ -63,11 +63,15 @@ def utc_text(value: Any, *, missing: str = "-") -> str:
     return stamp.strftime("%Y-%m-%d %H:%M:%S")
 
 
+SCROLLBAR = 18
+"""Pixels a grid's horizontal scroll bar takes below its last row."""
+
+
 def grid_height(rows: int, *, row: int = 22, least: int = 3, most: int = 15) -> str:
     """A grid's height for ``rows`` rows and its header: as tall as its rows, at least ``least``
     and at most ``most`` rows (the grid scrolls beyond)."""
     shown = min(max(rows, least), most)
-    return f"{(shown + 1) * row + 4}px"
+    return f"{(shown + 1) * row + 4 + SCROLLBAR}px"
 
 
 TICK_STEPS = [

@@ -27,6 +27,8 @@ RANGES = [
 ]
 """The time ranges the chart offers (label, span)."""
 ALL = "all buckets"
+EVERY = "all"
+"""The bucket picker's value for the whole group (a Dropdown shows None as no choice)."""
 
 
 def series(
@@ -74,11 +76,14 @@ class LagChart(w.VBox):
         self.add_class("leasekit-lag-chart")
         self.set_trait("span", timedelta(hours=1))
         self.range = w.ToggleButtons(
-            options=RANGES, value=timedelta(hours=1), style={"button_width": "48px"}
+            options=RANGES, value=timedelta(hours=1), style={"button_width": "60px"}
         )
         self.range.add_class("leasekit-lag-range")
         self.buckets = w.Dropdown(
-            description="Bucket", options=[(ALL, None)], value=None, layout=w.Layout(width="260px")
+            description="Bucket",
+            options=[(ALL, EVERY)],
+            value=EVERY,
+            layout=w.Layout(width="260px"),
         )
         self.x, self.y = bq.DateScale(), bq.LinearScale(min=0.0)
         self.line = bq.Lines(
@@ -113,7 +118,7 @@ class LagChart(w.VBox):
             return
         with self.hold_trait_notifications():
             self.span = self.range.value
-            self.bucket = self.buckets.value
+            self.bucket = None if self.buckets.value == EVERY else self.buckets.value
         self._on_choice()
 
     def show(
@@ -133,15 +138,15 @@ class LagChart(w.VBox):
             end: the right end of the time axis (now).
             lag_now: the lag measured now (of the group or the bucket shown); None: none.
         """
-        options = [(ALL, None), *((f"{tb.table}/{tb.bucket}", tb) for tb in buckets)]
+        options = [(ALL, EVERY), *((f"{tb.table}/{tb.bucket}", tb) for tb in buckets)]
         if [o for _, o in options] != [o for _, o in self.buckets.options]:
-            keep = self.buckets.value if self.buckets.value in buckets else None
+            keep = self.buckets.value if self.buckets.value in buckets else EVERY
             with self.buckets.hold_trait_notifications():
                 self.buckets.unobserve(self._picked, "value")
                 self.buckets.options = options
                 self.buckets.value = keep
                 self.buckets.observe(self._picked, "value")
-            self.bucket = keep
+            self.bucket = None if keep == EVERY else keep
         x, y = series(history, self.bucket)
         if lag_now is not None and (not len(x) or x[-1] < _ms(end)):
             x, y = np.append(x, _ms(end)), np.append(y, lag_now)

@@ -102,6 +102,11 @@ def sparkline(times: Any, lags: Any, *, width: int = 120, height: int = 22) -> M
     )
 
 
+def _wide(table: str) -> str:
+    """A table whose cells keep to one line, scrolling sideways when wider than the panel."""
+    return f'<div style="overflow-x:auto;white-space:nowrap">{table}</div>'
+
+
 def _cell(style: str, text: object) -> Markup:
     return Markup(f'<span style="padding:1px 6px;border-radius:3px;{style}">{esc(text)}</span>')
 
@@ -240,13 +245,13 @@ class OverviewPanel(Panel):
         )
         rows = group_rows(data.groups, data.history)
         self.groups.value = (
-            html_table(GROUP_COLUMNS, rows, css="leasekit-groups")
+            _wide(html_table(GROUP_COLUMNS, rows, css="leasekit-groups"))
             if rows
             else "<i>No consumer group yet.</i>"
         )
         leases = lease_rows(data.leases)
         self.leases.value = (
-            html_table(LEASE_COLUMNS, leases, css="leasekit-inventory")
+            _wide(html_table(LEASE_COLUMNS, leases, css="leasekit-inventory"))
             if leases
             else "<i>No lease.</i>"
         )
