@@ -12,6 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pandas as pd
 import pytest
 from helpers import wait_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import leasekit as lk
 from leasekit import janitor, testing
@@ -274,3 +276,48 @@ def test_the_janitor_samples_on_its_own_interval(conn, orders, janitor_stop):
 @pytest.fixture
 def janitor_stop():
     return threading.Event()
+
+
+_WHEN = st.one_of(
+    st.none(),
+    st.text(max_size=12),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.datetimes(timezones=st.sampled_from([None, timezone.utc])),
+    st.timedeltas(),
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(since=_WHEN, until=_WHEN)
+def test_lag_history_fuzzed_times_raise_only_typed_errors(conn, since, until):
+    # §9: fuzzed arguments give LeasekitError, ValueError or TypeError, nothing else
+    if not conn.consumer_groups():
+        _commit_group(conn)
+    try:
+        frame = conn.lag_history("g", since=since, until=until)
+    except (lk.LeasekitError, ValueError, TypeError):
+        return
+    assert list(frame.columns) == ["time", "lag", "time_lag", "committed", "end"]
+
+
+def _commit_group(conn):
+    conn.create_table("fz", "id BIGINT", "id", buckets=1).append([{"id": 1}])
+    _commit(conn, {TB("fz", 0): 0}, "g")
+    history.sample(testing.context(conn))
+
+
+def test_a_reader_without_credentials_cannot_sample(zookeeper, warehouse, namespace):
+    # §6.1: a client without the credentials reads but does not write the history
+    with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("ops", "secret")) as owner:
+        owner.update_settings({"monitor.interval": "100ms"})
+        owner.create_table("t", "id BIGINT", "id", buckets=1).append([{"id": 1}])
+        _commit(owner, {TB("t", 0): 0}, "g")
+        assert history.sample(testing.context(owner)) == 1
+        with lk.connect(zookeeper, warehouse, namespace=namespace) as reader:
+            time.sleep(0.12)
+            with pytest.raises(lk.PermissionDeniedError):
+                history.sample(testing.context(reader))
+            assert len(reader.lag_history("g")) == 1

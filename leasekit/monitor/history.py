@@ -9,8 +9,11 @@ sample per ``monitor.interval``.
 
 from __future__ import annotations
 
+import bisect
 import logging
+import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -20,11 +23,13 @@ from ..durations import to_ms
 from ..errors import TableExistsError, TableNotFoundError
 from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
-from ..log.segments import OP_COLUMN, list_segments, log_schema
+from ..log.segments import OP_COLUMN, decode_segment, log_schema
+from ..structs import LogSegment, TableBucket
 from ..tables.catalog import create_table, load_table
 from ..validate import LAG_HISTORY_TABLE
 from ..zk import ConflictReason, Create, Node, SetData, TxnConflict
 from ..zk.monitor_formats import SamplerRecord
+from .history_files import read_files
 from .readings import GroupReading, read_all_groups
 
 if TYPE_CHECKING:
@@ -127,6 +132,7 @@ def sample(ctx: Context) -> int:
         last = SamplerRecord.decode(node.data, path).last_ms
         if ctx.server_time_ms() - last < interval_ms * (1 - CLAIM_TOLERANCE):
             return 0
+    ctx.ensure_writable("sample the lag history")  # before reading anything for nothing
     skipped: list[str] = []
     readings = read_all_groups(ctx, skipped=skipped)
     for reason in skipped:
@@ -141,7 +147,6 @@ def _claim(ctx: Context, node: Node | None, time_ms: int) -> bool:
     """Whether this sampler takes the sample of ``time_ms``: a compare-and-set of the sampler
     znode at the version it was read (``node``; None: create it), so that of samplers racing
     for one interval exactly one wins."""
-    ctx.ensure_writable("sample the lag history")
     path = sampler_path(ctx)
     record = SamplerRecord(time_ms, ctx.owner).encode()
     try:
@@ -242,6 +247,7 @@ def read_rows(
     Returns:
         A pyarrow table of ``HISTORY_SCHEMA``'s columns (or ``columns``), in no set order.
     """
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     wanted = list(columns or HISTORY_SCHEMA.names)
@@ -249,23 +255,63 @@ def read_rows(
     files = [] if table is None else _files(table, since_ms, until_ms)
     if not files:
         return HISTORY_SCHEMA.empty_table().select(wanted)
-    warehouse = ctx.warehouse
-    dataset = ds.dataset(
-        [warehouse.fs_path(warehouse.relative(f)) for f in files],
-        schema=log_schema(table),
-        format="parquet",
-        filesystem=warehouse.fs,
-    )
+    read = list(dict.fromkeys(["time", *wanted]))
+    if groups is not None:
+        data = read_files(table, files, groups, read)
+    else:
+        warehouse = ctx.warehouse
+        dataset = ds.dataset(
+            [warehouse.fs_path(warehouse.relative(f)) for f in files],
+            schema=log_schema(table),
+            format="parquet",
+            filesystem=warehouse.fs,
+        )
+        data = dataset.to_table(columns=read)
     since = pa.scalar(since_ms * 1000, pa.int64()).cast(HISTORY_SCHEMA[0].type)
     until = pa.scalar(until_ms * 1000, pa.int64()).cast(HISTORY_SCHEMA[0].type)
-    where = (ds.field("time") >= since) & (ds.field("time") <= until)
-    if groups is not None:
-        where &= ds.field("group").isin(list(groups))
-    data = dataset.to_table(columns=wanted, filter=where)
-    return data.cast(pa.schema([HISTORY_SCHEMA.field(n) for n in wanted]))
+    times = data.column("time")
+    data = data.filter(pc.and_(pc.greater_equal(times, since), pc.less_equal(times, until)))
+    return data.select(wanted).cast(pa.schema([HISTORY_SCHEMA.field(n) for n in wanted]))
 
 
 def _files(table: TableInfo, since_ms: int, until_ms: int) -> list[str]:
     """The segment files of the history committed in [since_ms, until_ms + slack]."""
-    segments = list_segments(table, [0])[0]
-    return [s.file for s in segments if since_ms <= s.timestamp_ms <= until_ms + COMMIT_SLACK_MS]
+    segments = _index(table)
+    stamps = [s.timestamp_ms for s in segments]  # non-decreasing (W3)
+    first = bisect.bisect_left(stamps, since_ms)
+    last = bisect.bisect_right(stamps, until_ms + COMMIT_SLACK_MS)
+    return [s.file for s in segments[first:last]]
+
+
+_INDEX: weakref.WeakKeyDictionary[Context, dict[str, dict[int, LogSegment]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per context, per history table id: its segments read so far by base offset. Segments are
+immutable, so a read lists the log (one round trip) and reads only the segments not seen."""
+_INDEX_LOCK = threading.Lock()
+
+
+def _index(table: TableInfo) -> list[LogSegment]:
+    """The history table's stored segments, oldest first."""
+    ctx = table.context
+    with _INDEX_LOCK:
+        known = dict(_INDEX.setdefault(ctx, {}).get(table.table_id, {}))
+    names = ctx.store.children(ctx.paths.log(table.table_id, 0)) or []
+    bases = sorted(int(n) for n in names if n.isdigit())
+    new = [b for b in bases if b not in known]
+    paths = [ctx.paths.segment(table.table_id, 0, b) for b in new]
+    for base, path, node in zip(new, paths, ctx.store.get_many(paths)):
+        if node is not None:  # else deleted by retention since the listing
+            rec = decode_segment(table, node.data, path)
+            known[base] = LogSegment(
+                TableBucket(table.name, 0),
+                base,
+                base + rec.rows,
+                max(node.stat.ctime_ms, rec.ts_floor),
+                rec.size,
+                ctx.warehouse.uri(rec.file),
+            )
+    current = {b: known[b] for b in bases if b in known}
+    with _INDEX_LOCK:
+        _INDEX.setdefault(ctx, {})[table.table_id] = current
+    return [current[b] for b in sorted(current)]

@@ -70,7 +70,9 @@ def group_overview(ctx: Context) -> pd.DataFrame:
     readings = read_all_groups(ctx, skipped=skipped)
     for reason in skipped:
         log.warning("group overview left out %s", reason)
-    now = readings[0].time_ms if readings else ctx.server_time_ms()
+    if not readings:
+        return _frame([])
+    now = readings[0].time_ms
     samples = read_rows(
         ctx,
         now - window_ms,

@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..consumers import health
 from ..consumers.group_admin import BucketLag, bucket_lags
-from ..consumers.group_rows import bucket_rows, every_bucket, record_times
+from ..consumers.group_rows import Row, every_bucket, record_times
 from ..consumers.group_view import GroupView, members_of, read_groups
 from ..durations import to_ms
-from ..structs import MemberInfo
+from ..memory import collector_paused
+from ..structs import MemberInfo, TableBucket
 from ..tables.info import TableInfo
+from ..zk.formats import BucketState
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -54,7 +56,7 @@ class GroupReading(NamedTuple):
     @property
     def total_lag(self) -> int:
         """Lag summed over the committed buckets."""
-        return sum(b.lag or 0 for b in self.buckets)
+        return sum(b.lag for b in self.buckets if b.lag)
 
 
 def read_all_groups(
@@ -87,6 +89,17 @@ def read_all_groups(
             state or segment record does.
         ZooKeeperUnavailableError: ZooKeeper did not answer.
     """
+    with collector_paused():  # ~100,000 acyclic objects for 100 groups of 100 buckets
+        return _read(ctx, group_ids, to_ms(stop_after), to_ms(stall_after), skipped)
+
+
+def _read(
+    ctx: Context,
+    group_ids: Iterable[str] | None,
+    stop_ms: int,
+    stall_ms: int,
+    skipped: list[str] | None,
+) -> list[GroupReading]:
     if group_ids is None:
         ids = ctx.store.children(ctx.paths.groups) or []
     else:
@@ -96,19 +109,39 @@ def read_all_groups(
     unique = sorted({(t.table_id, b) for ks in keys.values() for t, b in ks})
     zk_now, nodes = ctx.read_with_clock([ctx.paths.bucket(tid, b) for tid, b in unique])
     now = ctx.clock(zk_now)  # lags are measured on the clock that decides ages (tests shift it)
-    state = dict(zip(unique, nodes))
-    rows = {
-        g: bucket_rows(ctx, views[g], ks, [state[t.table_id, b] for t, b in ks])
-        for g, ks in keys.items()
+    states = {
+        key: None if node is None else BucketState.decode(node, ctx.paths.bucket(*key))
+        for key, node in zip(unique, nodes)
     }
+    rows = {g: _rows(views[g], ks, states) for g, ks in keys.items()}
     times = record_times(ctx, (r for rs in rows.values() for r in rs))
-    stop_ms, stall_ms = to_ms(stop_after), to_ms(stall_after)
     out = []
     for group_id, view in views.items():
         lags = bucket_lags(
             view, rows[group_id], now, times, stop_after_ms=stop_ms, stall_after_ms=stall_ms
         )
         out.append(_reading(group_id, view, zk_now, lags))
+    return out
+
+
+def _rows(
+    view: GroupView,
+    keys: list[tuple[TableInfo, int]],
+    states: dict[tuple[str, int], BucketState | None],
+) -> list[Row]:
+    """As ``group_rows.bucket_rows``, from bucket states decoded once for every group."""
+    out = []
+    for table, b in keys:
+        state = states[table.table_id, b]
+        out.append(
+            Row(
+                TableBucket(table.name, b),
+                table,
+                view.offsets.get((table.table_id, b)),
+                state.begin if state else 0,
+                state.end if state else 0,
+            )
+        )
     return out
 
 
