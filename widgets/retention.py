@@ -12,11 +12,16 @@ from ipydatagrid import DataGrid, TextRenderer, VegaExpr
 
 from leasekit import RetentionPlan, RetentionReport, TableBucket
 
-from .base import Panel, button, esc, html_table
+from .base import Panel, esc, html_table
+from .confirm import ConfirmButton, Prepared
+from .formatting import grid_height, human_bytes, utc_text
 
 __all__ = ["RetentionPanel", "PLAN_COLUMNS"]
 
-PLAN_COLUMNS = ["kind", "table", "bucket", "item_id", "action", "reason", "pinned_by", "size_bytes"]
+PLAN_COLUMNS = ["kind", "table", "bucket", "item_id", "action", "size", "pinned_by", "reason"]
+"""The grid's columns: ``bucket`` is empty for what no bucket holds (leases, orphan files),
+``size`` is in the panels' one bytes format, the reason last and wide (in full below the grid
+for the row clicked)."""
 ALL = ""
 REPORT_ROWS = 50
 """Deleted items listed in the report (the rest counted)."""
@@ -28,35 +33,23 @@ class _Plan(NamedTuple):
     pinned_by: dict[tuple[TableBucket, int], list[str]]
 
 
-def size(n: float) -> str:
-    """Bytes in a readable unit."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def plan_frame(data: _Plan) -> pd.DataFrame:
     """The plan's items in the grid's columns, with the leases pinning each snapshot."""
     pinned = data.pinned_by
     rows = [
         (
             i.kind,
-            i.table_bucket.table if i.table_bucket else "-",
-            i.table_bucket.bucket if i.table_bucket else float("nan"),
+            i.table_bucket.table if i.table_bucket else "",
+            str(i.table_bucket.bucket) if i.table_bucket else "",
             str(i.item_id),
             i.action,
-            i.reason,
+            human_bytes(i.size_bytes),
             ", ".join(pinned.get((i.table_bucket, i.item_id), ())) if i.kind == "snapshot" else "",
-            i.size_bytes,
+            i.reason,
         )
         for i in data.plan.items
     ]
-    frame = pd.DataFrame.from_records(rows, columns=PLAN_COLUMNS)
-    frame["bucket"] = frame["bucket"].astype("float64")
-    frame["size_bytes"] = frame["size_bytes"].astype("int64")
-    return frame
+    return pd.DataFrame.from_records(rows, columns=PLAN_COLUMNS).astype(object)
 
 
 class RetentionPanel(Panel):
@@ -99,29 +92,36 @@ class RetentionPanel(Panel):
             base_row_size=22,
             base_column_size=90,
             header_visibility="column",
-            column_widths={"reason": 320, "item_id": 140},
-            layout=w.Layout(height="300px"),
-            renderers={
-                "action": TextRenderer(background_color=colour),
-                "bucket": TextRenderer(format=".0f", missing="-"),
-            },
+            selection_mode="row",
+            column_widths={"reason": 560, "item_id": 160, "pinned_by": 140},
+            layout=w.Layout(height=grid_height(0)),
+            renderers={"action": TextRenderer(background_color=colour)},
         )
+        self.grid.on_cell_click(self._clicked)
+        self.nothing = w.HTML()
+        self.nothing.add_class("leasekit-no-match")
+        self.detail = w.HTML()
+        self.detail.add_class("leasekit-detail")
         self.dry_run = w.Checkbox(value=True, description="dry run (change nothing)", indent=False)
-        self.run = button(
+        self.run_confirm = ConfirmButton(
             "Run retention",
-            self._run,
+            self._ask_run,
             style="warning",
-            tooltip="expire leases, then delete what the plan deletes",
+            tooltip="expire leases, then delete what the plan deletes (a real run asks first)",
         )
+        self.run = self.run_confirm.button
         self.report = w.HTML()
         self.report.add_class("leasekit-report")
         self.table.observe(self._table_changed, "value")
         self.action_filter.observe(lambda _: self._show_rows(), "value")
+        self.dry_run.observe(lambda _: self.run_confirm.withdraw(), "value")
         self.children = [
             w.HBox([self.table, self.action_filter]),
             self.summary,
+            self.nothing,
             self.grid,
-            w.HBox([self.dry_run, self.run]),
+            self.detail,
+            w.HBox([self.dry_run, self.run_confirm]),
             self.report,
             self.message,
             self.status,
@@ -149,8 +149,9 @@ class RetentionPanel(Panel):
         scope = "every table" if not self.scope else self.scope
         self.summary.value = (
             f"<b>Retention plan</b> of {esc(scope)} · {len(items)} items · {deletes} to delete · "
-            f"{len(items) - deletes} kept · reclaimable <b>{size(data.plan.reclaimable_bytes)}</b>"
-            f" · planned at {data.plan.planned_at:%Y-%m-%d %H:%M:%S} UTC"
+            f"{len(items) - deletes} kept · reclaimable "
+            f"<b>{human_bytes(data.plan.reclaimable_bytes)}</b>"
+            f" · planned at {utc_text(data.plan.planned_at)} UTC"
         )
         self._show_rows()
 
@@ -162,24 +163,67 @@ class RetentionPanel(Panel):
         )
         if self.action_filter.value:
             frame = frame[frame["action"] == self.action_filter.value].reset_index(drop=True)
+        everything = 0 if self.planned is None else len(self.planned.plan.items)
+        self.nothing.value = (
+            '<span class="leasekit-empty" style="color:#666">No item matches the filter '
+            f"({everything} item{'s' if everything != 1 else ''} in the plan).</span>"
+            if everything and not len(frame)
+            else ""
+        )
         if self._shown is not None and frame.equals(self._shown):
             return  # a refresh that found the same plan sends nothing to the browser
         self._shown = frame
         self.grid.data = frame
+        self.grid.layout.height = grid_height(len(frame))
+        self._show_detail(None)
+
+    def _clicked(self, cell: dict[str, Any]) -> None:
+        frame = self.grid.data
+        row = cell.get("primary_key_row", cell.get("row"))
+        if isinstance(row, int) and 0 <= row < len(frame):
+            self._show_detail(frame.iloc[row])
+
+    def _show_detail(self, row: Any) -> None:
+        """The clicked item in full: its reason, however long, and who pins it."""
+        if row is None:
+            self.detail.value = ""
+            return
+        where = f"{row['table']}/{row['bucket']}" if row["bucket"] else row["table"] or "namespace"
+        self.detail.value = (
+            f"<b>{esc(row['kind'])} {esc(row['item_id'])}</b> of {esc(where)} · "
+            f"{esc(row['action'])} · {esc(row['size'])}"
+            + (f" · pinned by {esc(row['pinned_by'])}" if row["pinned_by"] else "")
+            + f"<br>{esc(row['reason'])}"
+        )
 
     def _table_changed(self, change: dict[str, Any]) -> None:
         if change["new"] is not None:
+            self.run_confirm.withdraw()
             self.scope = change["new"]
 
     # -- running ----------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        dry = bool(self.dry_run.value)
+    def _ask_run(self) -> Prepared:
+        dry, scope = bool(self.dry_run.value), self.scope or None
+        if dry:
+            return None, lambda: self._run(scope, True)  # changes nothing: no question
+        plan = self.planned.plan if self.planned is not None else None
+        deletes = [] if plan is None else [i for i in plan.items if i.action == "delete"]
+        where = "every table" if scope is None else scope
+        return (
+            f"Confirm retention run on {where} (deletes {len(deletes)} "
+            f"item{'s' if len(deletes) != 1 else ''}, "
+            f"{human_bytes(sum(i.size_bytes for i in deletes))})?",
+            lambda: self._run(scope, False),
+        )
+
+    def _run(self, scope: str | None, dry: bool) -> None:
         report = self.act(
             "retention",
-            lambda: self.conn.run_retention(self.scope or None, dry_run=dry),
+            lambda: self.conn.run_retention(scope, dry_run=dry),
             lambda r: (
-                ("dry run: " if dry else "") + f"{len(r.deleted)} items, {size(r.freed_bytes)}"
+                ("dry run: " if dry else "")
+                + f"{len(r.deleted)} items, {human_bytes(r.freed_bytes)}"
             ),
         )
         if report is not None:
@@ -200,13 +244,13 @@ def render_report(report: RetentionReport) -> str:
             i.table_bucket.bucket if i.table_bucket else "-",
             i.item_id,
             i.reason,
-            size(i.size_bytes),
+            human_bytes(i.size_bytes),
         ]
         for i in report.deleted[:REPORT_ROWS]
     ]
     more = len(report.deleted) - len(rows)
     errors = "".join(f"<li>{esc(e)}</li>" for e in report.errors)
-    freed = f"{'would free' if report.dry_run else 'freed'} {size(report.freed_bytes)}"
+    freed = f"{'would free' if report.dry_run else 'freed'} {human_bytes(report.freed_bytes)}"
     return (
         f"<div>{head} {len(report.deleted)} items; {esc(freed)}.</div>"
         + (

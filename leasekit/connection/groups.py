@@ -144,6 +144,7 @@ class GroupMethods:
         tables: Iterable[Any] | None = None,
         buckets: Iterable[TableBucket] | None = None,
         dry_run: bool = True,
+        plan: pd.DataFrame | None = None,
     ) -> pd.DataFrame:
         """Move the group's committed offsets; only a plan unless ``dry_run=False`` (C13).
 
@@ -155,6 +156,10 @@ class GroupMethods:
             tables: only these tables (default: every table the group committed).
             buckets: only these ``TableBucket`` values.
             dry_run: compute the plan and write nothing.
+            plan: a dry run's result to carry out exactly: each of its buckets gets its
+                ``new_offset`` provided its committed offset is still the plan's
+                ``current_offset`` (checked in the commit's transaction); not with ``to``,
+                ``shift_by``, ``tables`` or ``buckets``. With ``dry_run`` it is only checked.
 
         Returns:
             The plan as a DataFrame, one row per bucket, new offsets clamped to the bucket's
@@ -162,6 +167,9 @@ class GroupMethods:
 
         Raises:
             GroupNotEmptyError: the group has live members.
+            CommitFailedError: with ``plan``: an offset changed since the plan was made, or a
+                planned offset left its bucket's log (the message names the buckets); nothing
+                was written.
             InvalidArgumentError, InvalidTypeError: bad arguments, before anything is written.
             TableNotFoundError: a table does not exist.
             PermissionDeniedError: this connection's credentials may not write the namespace.
@@ -174,6 +182,7 @@ class GroupMethods:
             tables=tables,
             buckets=buckets,
             dry_run=dry_run,
+            plan=plan,
         )
 
     def delete_group(self, group_id: str) -> bool:

@@ -23,6 +23,7 @@ from .group_view import (
     read_group,
     segments_of,
 )
+from .reset_plan import apply_plan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,9 +44,11 @@ def reset_offsets(
     tables: Iterable[Any] | None = None,
     buckets: Iterable[TableBucket] | None = None,
     dry_run: bool = True,
+    plan: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Plan a reset of the group's committed offsets; carry it out only with ``dry_run=False``
-    (C13), in transactions that check the group has no live members.
+    (C13), in transactions that check the group has no live members. With ``plan`` (a dry
+    run's result), carry out exactly that plan, or refuse it when an offset changed since.
 
     Arguments:
         ctx: the connection's context.
@@ -56,6 +59,8 @@ def reset_offsets(
         tables: the tables to reset (names or Table objects; default: the group's tables).
         buckets: only these buckets.
         dry_run: only plan (the default).
+        plan: a dry run's result, carried out exactly while each committed offset is still its
+            ``current_offset`` (see ``reset_plan.apply_plan``); alone, without ``to`` & co.
 
     Returns:
         The plan: RESET_COLUMNS, with ``new_offset`` clamped to the bucket's [beginning, end]
@@ -63,11 +68,14 @@ def reset_offsets(
 
     Raises:
         GroupNotEmptyError: the group has live members (also when one joins before the write).
+        CommitFailedError: with ``plan``: an offset changed since (named); nothing written.
         InvalidArgumentError, InvalidTypeError: bad arguments (offsets and shifts of 2**63 or
-            more included), before anything is written.
-        TableNotFoundError: a table of ``tables`` does not exist.
+            more included, a plan that is not one), before anything is written.
+        TableNotFoundError: a table of ``tables`` (or of ``plan``) does not exist.
     """
     group_id = stored.check_group_id(group_id)
+    if plan is not None:
+        return apply_plan(ctx, group_id, plan, dry_run, (to, shift_by, tables, buckets))
     tables, chosen = _check_reset(to, shift_by, dry_run, tables, buckets)
     view = read_group(ctx, group_id)
     if view.members:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    CommitFailedError,
     CorruptMetadataError,
     GroupNotEmptyError,
     IllegalStateError,
@@ -174,6 +175,7 @@ def commit(
     fence: Sequence[Check] = (),
     skip_dropped: bool = False,
     outside: bool = False,
+    expected: Mapping[TableBucket, int | None] | None = None,
 ) -> dict[TableBucket, OffsetRecord]:
     """Commit ``offsets`` (checked) for the group; the records written, by bucket (unchanged
     offsets are left out: nothing is written for them).
@@ -182,6 +184,7 @@ def commit(
         fence: checks put into every transaction (a member's liveness and ownership, C11).
         skip_dropped: leave out the offsets of dropped tables' buckets instead of raising.
         outside: the committer is not a member: refused while the group has live members.
+        expected: the offset each bucket must still hold (None: none), checked in the transaction.
 
     Returns:
         The records written, by bucket.
@@ -190,6 +193,7 @@ def commit(
         TableNotFoundError: a table was dropped (C17); nothing of it written.
         GroupNotEmptyError: ``outside`` and the group has live members, read before the write
             or found joined by the transaction's check; nothing was written.
+        CommitFailedError: an offset is not as ``expected`` (named); nothing more was written.
         InvalidArgumentError, InvalidTypeError: bad offsets, before any I/O.
     """
     pending = check_offsets(offsets)
@@ -198,7 +202,9 @@ def commit(
         if not pending:
             return written
         try:
-            written.update(_commit_once(ctx, group_id, pending, tables, fence, written, outside))
+            written.update(
+                _commit_once(ctx, group_id, pending, tables, fence, written, outside, expected)
+            )
             return written
         except _Dropped as exc:
             if not skip_dropped:
@@ -230,6 +236,7 @@ def _commit_once(
     fence: Sequence[Check],
     written: dict[TableBucket, OffsetRecord],
     outside: bool = False,
+    expected: Mapping[TableBucket, int | None] | None = None,
 ) -> dict[TableBucket, OffsetRecord]:
     paths = ctx.paths
     keys = list(pending)
@@ -260,10 +267,11 @@ def _commit_once(
     guard += _tables_kept(ctx, names, nodes[2 + 2 * len(keys) :], tables)
     if parent_node is None:
         ops.append(Create(paths.group_offsets(group_id)))
+    olds = [_decode(path, node) for path, node in zip(offset_paths, stored)]
+    ops += _as_expected(group_id, pending, keys, offset_paths, olds, expected, len(written))
     records: dict[str, tuple[TableBucket, OffsetRecord]] = {}
-    for tb, path, node, end in zip(keys, offset_paths, stored, ends):
+    for tb, path, old, end in zip(keys, offset_paths, olds, ends):
         offset, metadata = pending[tb]
-        old = _decode(path, node)
         if old is not None and (old.offset, old.metadata) == (offset, metadata):
             continue  # C3: unchanged offsets are not written
         base = old if old is not None else OffsetRecord.empty(tb.table)
@@ -341,6 +349,39 @@ def _tables_kept(
     if dropped:
         raise _Dropped(dropped)
     return checks
+
+
+def _as_expected(
+    group_id: str,
+    pending: Mapping[TableBucket, OffsetAndMetadata],
+    keys: list[TableBucket],
+    paths: list[str],
+    olds: list[OffsetRecord | None],
+    expected: Mapping[TableBucket, int | None] | None,
+    written: int,
+) -> list[Check]:
+    """With ``expected``: ``CommitFailedError`` naming every bucket whose offset read is not
+    the one expected, else checks that the offsets left unchanged are still those read when
+    the transaction runs (the written ones carry their version themselves)."""
+    if expected is None:
+        return []
+    changed = [
+        f"{tb.table}/{tb.bucket} (planned from {expected.get(tb)}, now {now})"
+        for tb, old in zip(keys, olds)
+        if (now := None if old is None else old.offset) != expected.get(tb)
+    ]
+    if changed:
+        more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
+        partly = f" ({written} offsets of earlier transactions were written)" if written else ""
+        raise CommitFailedError(
+            f"the committed offsets of group {group_id} changed since the plan was made: "
+            f"{', '.join(changed[:10])}{more}; nothing was written{partly}"
+        )
+    return [
+        Check(path, old.stat.version)
+        for tb, path, old in zip(keys, paths, olds)
+        if old is not None and old.stat is not None and (old.offset, old.metadata) == pending[tb]
+    ]
 
 
 def _no_members(

@@ -22,6 +22,23 @@ def dashboard_cells(zookeeper: str, warehouse: str, namespace: str) -> list[str]
     ]
 
 
+def _seed_lag_history(conn, group, table) -> None:
+    """Samples of ``group`` 20 and 10 minutes ago (as the janitor takes them)."""
+    from leasekit import testing
+    from leasekit.monitor import history
+
+    ctx = testing.context(conn)
+    now, ends = ctx.server_clock.fresh_ms(), table.end_offsets()
+    history.append_rows(
+        ctx,
+        [
+            history.HistoryRow(now - age * 60_000, group, tb.table, tb.bucket, 2, end, end - 2, 0)
+            for age in (20, 10)
+            for tb, end in ends.items()
+        ],
+    )
+
+
 def lease_ids(conn) -> set[str]:
     return {info.lease_id for info in conn.leases()}
 
@@ -41,6 +58,7 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
         c.commit(
             {tb: lk.OffsetAndMetadata(5, "<script>alert(1)</script>") for tb in orders.buckets}
         )
+    _seed_lag_history(conn, "billing", orders)  # the Overview's sparkline draws it
     expect.set_options(timeout=UPDATE_TIMEOUT_MS)
     page = notebook.page
     notebook.open(dashboard_cells(zookeeper, warehouse, namespace), "dashboard.ipynb")
@@ -53,8 +71,15 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(dashboard).to_contain_text(namespace)
     expect(dashboard).to_contain_text(zookeeper)
     tabs = dashboard.locator(".lm-TabBar-tab")
-    for title in ("Leases", "Consumers", "Retention"):
+    for title in ("Overview", "Leases", "Consumers", "Retention"):
         expect(tabs.filter(has_text=title)).to_have_count(1)
+
+    overview = dashboard.locator(".leasekit-overview-panel")  # the first tab (§6.8)
+    expect(overview).to_be_visible()
+    expect(overview.locator(".leasekit-overview-groups")).to_contain_text("billing")
+    expect(overview.locator("svg.leasekit-sparkline").first).to_be_visible()
+    notebook.screenshot("overview", overview)
+    dashboard.locator(".lm-TabBar-tab", has_text="Leases").click()
 
     panel = dashboard.locator(".leasekit-lease-panel")
     expect(panel).to_be_visible()
@@ -85,6 +110,17 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(panel.locator(".leasekit-leases table")).not_to_have_text(first)  # the countdown ticks
     notebook.screenshot("live-update", dashboard)
 
+    # a destructive action asks first: Drop turns into "Confirm drop of ...?" and Cancel
+    panel.locator("select").first.select_option(label=LEASE_ID)
+    panel.get_by_role("button", name="Drop", exact=True).click()
+    confirm = panel.get_by_role("button", name=f"Confirm drop of {LEASE_ID} (0 pins)?")
+    expect(confirm).to_be_visible()
+    notebook.screenshot("drop-asks-first", panel)
+    assert LEASE_ID in lease_ids(conn)  # nothing dropped before the answer
+    panel.get_by_role("button", name="Cancel", exact=True).click()
+    expect(confirm).to_be_hidden()
+    assert LEASE_ID in lease_ids(conn)
+
     # the other tabs: ipydatagrid grids (drawn on canvas), the bqplot lag plot, escaped text
     dashboard.locator(".lm-TabBar-tab", has_text="Consumers").click()
     consumers = dashboard.locator(".leasekit-consumer-panel")
@@ -97,6 +133,22 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(consumers.locator("canvas").first).to_be_visible()
     expect(consumers.locator(".bqplot").first).to_be_visible()
     notebook.screenshot("consumers", consumers)
+
+    # a reset preview that went stale is refused: another client moves the offsets after the
+    # preview; the panel follows and Execute refuses until a new preview
+    reset = consumers.locator(".leasekit-reset")
+    reset.locator("select").first.select_option(label="shift by")
+    reset.locator("input[type=text]").fill("-2")
+    reset.get_by_role("button", name="Select all").click()
+    reset.get_by_role("button", name="Preview").click()
+    expect(reset.locator(".leasekit-reset-plan")).to_be_visible()
+    execute = reset.get_by_role("button", name="Execute", exact=True)
+    expect(execute).to_be_enabled()
+    conn.reset_offsets("billing", to="latest", dry_run=False)
+    expect(reset.locator(".leasekit-reason")).to_contain_text("changed since the preview")
+    expect(execute).to_be_disabled()
+    notebook.screenshot("stale-preview-refused", consumers)
+    assert set(conn.describe_group("billing")["lag"]) == {0}  # as the other client left it
     dashboard.locator(".lm-TabBar-tab", has_text="Retention").click()
     retention = dashboard.locator(".leasekit-retention-panel")
     expect(retention.locator(".leasekit-summary")).to_contain_text("reclaimable")
