@@ -176,6 +176,7 @@ def test_dashboard_shows_a_zookeeper_outage_and_recovers(notebook, tmp_path):
             notebook.open(dashboard_cells(address, warehouse, "outage"), "outage.ipynb")
             notebook.run_all()
             dashboard = notebook.wait_for_widget(".leasekit-dashboard", RENDER_TIMEOUT_MS)
+            dashboard.locator(".lm-TabBar-tab", has_text="Leases").click()
             panel = dashboard.locator(".leasekit-lease-panel")
             status = panel.locator(".leasekit-status")
             expect(status).to_contain_text("ZooKeeper connected")
