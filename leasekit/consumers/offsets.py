@@ -17,7 +17,7 @@ with an empty member list.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -32,18 +32,16 @@ from ..errors import (
 from ..structs import OffsetAndMetadata, TableBucket
 from ..validate import check_id, check_int
 from ..zk import (
-    MAX_TXN_BYTES,
-    MAX_TXN_OPS,
     Check,
     ConflictReason,
     Create,
     Op,
     SetData,
     TxnConflict,
-    op_size,
     touch,
 )
 from ..zk.formats import BucketState, OffsetRecord, TableRecord
+from .commit_chunks import fenced_chunks
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -305,32 +303,13 @@ def _write(
     under = f"{marker.path}/owners/"  # the marker is the group's znode
     owners = {g.path[len(under) :]: g for g in guard if g.path.startswith(under)}
     common = [g for g in guard if not g.path.startswith(under)]
-    for chunk in _chunks(ops, owners, [*common, marker]):
+    for chunk in fenced_chunks(ops, owners, [*common, marker]):
         checks = [owners[name] for op in chunk if (name := op.path.rsplit("/", 1)[1]) in owners]
         ctx.store.commit([*common, *checks, *chunk, marker])
         for op in chunk:
             if op.path in records:
                 tb, record = records[op.path]
                 written[tb] = record
-
-
-def _chunks(ops: list[Op], owners: Mapping[str, Check], fixed: list[Op]) -> Iterator[list[Op]]:
-    """``ops`` in order, in lists whose transaction (with ``fixed`` and the owner checks of
-    their buckets, an offset znode and its owner znode sharing the name ``<table id>.<bucket>``)
-    fits ZooKeeper's limits."""
-    room_ops, room_bytes = MAX_TXN_OPS - len(fixed), MAX_TXN_BYTES - sum(map(op_size, fixed))
-    chunk: list[Op] = []
-    count = size = 0
-    for op in ops:
-        check = owners.get(op.path.rsplit("/", 1)[1])
-        n, b = 1 + (check is not None), op_size(op) + (0 if check is None else op_size(check))
-        if chunk and (count + n > room_ops or size + b > room_bytes):
-            yield chunk
-            chunk, count, size = [], 0, 0
-        chunk.append(op)
-        count, size = count + n, size + b
-    if chunk:
-        yield chunk
 
 
 def _tables_kept(
