@@ -25,6 +25,9 @@ for the row clicked)."""
 ALL = ""
 REPORT_ROWS = 50
 """Deleted items listed in the report (the rest counted)."""
+GRID_ROWS = 2000
+"""Items the grid holds at most: beyond, the deletes and pinned snapshots first (in the plan's
+order otherwise), and a note saying how many of the items the filter shows are in the grid."""
 
 
 class _Plan(NamedTuple):
@@ -33,8 +36,9 @@ class _Plan(NamedTuple):
     pinned_by: dict[tuple[TableBucket, int], list[str]]
 
 
-def plan_frame(data: _Plan) -> pd.DataFrame:
-    """The plan's items in the grid's columns, with the leases pinning each snapshot."""
+def plan_frame(data: _Plan, items: Any = None) -> pd.DataFrame:
+    """The plan's items (or ``items`` of it) in the grid's columns, with the leases pinning each
+    snapshot."""
     pinned = data.pinned_by
     rows = [
         (
@@ -47,7 +51,7 @@ def plan_frame(data: _Plan) -> pd.DataFrame:
             ", ".join(pinned.get((i.table_bucket, i.item_id), ())) if i.kind == "snapshot" else "",
             i.reason,
         )
-        for i in data.plan.items
+        for i in (data.plan.items if items is None else items)
     ]
     return pd.DataFrame.from_records(rows, columns=PLAN_COLUMNS).astype(object)
 
@@ -155,20 +159,41 @@ class RetentionPanel(Panel):
         )
         self._show_rows()
 
+    def _grid_items(self) -> tuple[list[Any], int]:
+        """The items the grid holds (at most ``GRID_ROWS``) and how many the filter shows."""
+        if self.planned is None:
+            return [], 0
+        wanted = self.action_filter.value
+        items = [i for i in self.planned.plan.items if not wanted or i.action == wanted]
+        if len(items) <= GRID_ROWS:
+            return items, len(items)
+        pinned = self.planned.pinned_by
+
+        def first(i: Any) -> tuple[bool, bool]:
+            held = i.kind == "snapshot" and (i.table_bucket, i.item_id) in pinned
+            return (i.action != "delete", not held)
+
+        return sorted(items, key=first)[:GRID_ROWS], len(items)
+
     def _show_rows(self) -> None:
+        items, matching = self._grid_items()
         frame = (
-            plan_frame(self.planned)
+            plan_frame(self.planned, items)
             if self.planned is not None
             else pd.DataFrame(columns=PLAN_COLUMNS)
         )
-        if self.action_filter.value:
-            frame = frame[frame["action"] == self.action_filter.value].reset_index(drop=True)
         everything = 0 if self.planned is None else len(self.planned.plan.items)
         self.nothing.value = (
             '<span class="leasekit-empty" style="color:#666">No item matches the filter '
             f"({everything} item{'s' if everything != 1 else ''} in the plan).</span>"
             if everything and not len(frame)
-            else ""
+            else (
+                f'<span class="leasekit-more" style="color:#666">Showing {len(frame)} of '
+                f"{matching} items (deletes and pinned snapshots first); the filter narrows "
+                "them.</span>"
+                if matching > len(frame)
+                else ""
+            )
         )
         if self._shown is not None and frame.equals(self._shown):
             return  # a refresh that found the same plan sends nothing to the browser

@@ -30,6 +30,24 @@ if TYPE_CHECKING:
 
 __all__ = ["gather", "gather_table"]
 
+_DECODED_MAX = 250_000
+"""Decoded snapshot and segment records kept between plans (a record never changes once
+written; a decode is a function of the table's directory, the path and the bytes alone)."""
+_decoded: dict[tuple[str, str, str, bytes], Any] = {}
+
+
+def _decode(kind: str, table: TableInfo, data: bytes, path: str) -> Any:
+    """``decode_snapshot`` or ``decode_segment`` of ``data``, from the cache when the same bytes
+    at the same path of the same table directory were decoded before; errors are not kept."""
+    key = (kind, table.data_dir, path, data)
+    found = _decoded.get(key)
+    if found is None:
+        found = (decode_snapshot if kind == "s" else decode_segment)(table, data, path)
+        if len(_decoded) >= _DECODED_MAX:
+            _decoded.clear()  # bounded: the next plans decode again what they still need
+        _decoded[key] = found
+    return found
+
 
 def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
     """What retention needs of one table: its buckets' log starts, snapshots and segments, and
@@ -103,7 +121,7 @@ def _snapshots(
         if node is None:
             continue
         try:
-            snap = decode_snapshot(table, node.data, path)  # §9: files inside the table's dir
+            snap = _decode("s", table, node.data, path)  # §9: files inside the table's dir
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             continue
@@ -122,7 +140,7 @@ def _segments(
         if node is None:
             continue
         try:
-            rec = decode_segment(table, node.data, path)  # §9: file inside the table's dir
+            rec = _decode("g", table, node.data, path)  # §9: file inside the table's dir
         except CorruptMetadataError as exc:
             skipped.append(str(exc))
             held[b] = min(held.get(b, int(name)), int(name))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import format_duration, human_duration, to_ms
@@ -21,13 +22,18 @@ if TYPE_CHECKING:
 __all__ = ["plan", "protected_snapshots", "uris"]
 
 
+@lru_cache(maxsize=4096)
 def _when(ms: int) -> str:
     return to_datetime(ms).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _age(ms: int) -> str:
     # Whole seconds: plans read within the same second give the same reasons.
-    seconds = max(0, ms) // 1000
+    return _seconds(max(0, ms) // 1000)
+
+
+@lru_cache(maxsize=65536)  # many segments share an age in seconds: one formatting each
+def _seconds(seconds: int) -> str:
     return human_duration(seconds) if seconds else "0s"
 
 
