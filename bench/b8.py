@@ -437,7 +437,15 @@ def _shows_everything(conn: Connection, name: str, panel: Any, n: int) -> bool:
             and len(panel.lag_line.x) > 0
             and len(panel.board.members) == 1
         )
-    return len(panel.grid.data) == len(conn.retention_plan(TABLE).items)
+    from leasekit.widgets.retention import GRID_ROWS  # the grid holds one page of the plan
+
+    items = len(conn.retention_plan(TABLE).items)
+    return (
+        len(panel.planned.plan.items) == items
+        and len(panel.grid.data) == min(items, GRID_ROWS)
+        and f"{items} items" in panel.summary.value
+        and (items <= GRID_ROWS or f"of {items} items" in panel.nothing.value)
+    )
 
 
 def _watches(conn: Connection, name: str) -> dict[str, int]:
