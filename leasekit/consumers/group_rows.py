@@ -21,6 +21,7 @@ __all__ = [
     "Row",
     "bucket_rows",
     "bucket_rows_now",
+    "rows_of_states",
     "every_bucket",
     "segments_of",
     "record_times",
@@ -50,21 +51,28 @@ def bucket_rows(
 ) -> list[Row]:
     """Each (table, bucket) of ``keys`` with the group's committed record and its log bounds
     from its bucket znode in ``nodes``."""
-    out = []
-    for (table, b), node in zip(keys, nodes):
-        state = (
-            None if node is None else BucketState.decode(node, ctx.paths.bucket(table.table_id, b))
+    states = [
+        None if node is None else BucketState.decode(node, ctx.paths.bucket(table.table_id, b))
+        for (table, b), node in zip(keys, nodes)
+    ]
+    return rows_of_states(view, keys, states)
+
+
+def rows_of_states(
+    view: _Committed, keys: Iterable[tuple[TableInfo, int]], states: Iterable[BucketState | None]
+) -> list[Row]:
+    """Each (table, bucket) of ``keys`` with the group's committed record and its log bounds
+    from its decoded bucket state (None: an empty log)."""
+    return [
+        Row(
+            TableBucket(table.name, b),
+            table,
+            view.offsets.get((table.table_id, b)),
+            state.begin if state else 0,
+            state.end if state else 0,
         )
-        out.append(
-            Row(
-                TableBucket(table.name, b),
-                table,
-                view.offsets.get((table.table_id, b)),
-                state.begin if state else 0,
-                state.end if state else 0,
-            )
-        )
-    return out
+        for (table, b), state in zip(keys, states)
+    ]
 
 
 def bucket_rows_now(

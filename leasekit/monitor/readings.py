@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..consumers import health
 from ..consumers.group_admin import BucketLag, bucket_lags
-from ..consumers.group_rows import Row, every_bucket, record_times
+from ..consumers.group_rows import Row, every_bucket, record_times, rows_of_states
 from ..consumers.group_view import GroupView, members_of, read_groups
 from ..durations import to_ms
 from ..memory import collector_paused
-from ..structs import MemberInfo, TableBucket
+from ..structs import MemberInfo
 from ..tables.info import TableInfo
 from ..zk.formats import BucketState
 
@@ -130,19 +130,7 @@ def _rows(
     states: dict[tuple[str, int], BucketState | None],
 ) -> list[Row]:
     """As ``group_rows.bucket_rows``, from bucket states decoded once for every group."""
-    out = []
-    for table, b in keys:
-        state = states[table.table_id, b]
-        out.append(
-            Row(
-                TableBucket(table.name, b),
-                table,
-                view.offsets.get((table.table_id, b)),
-                state.begin if state else 0,
-                state.end if state else 0,
-            )
-        )
-    return out
+    return rows_of_states(view, keys, [states[table.table_id, b] for table, b in keys])
 
 
 def _reading(group_id: str, view: GroupView, now: int, lags: list[BucketLag]) -> GroupReading:
