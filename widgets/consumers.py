@@ -23,7 +23,7 @@ from leasekit.live import (
 )
 
 from .base import Panel, esc
-from .formatting import duration_text, grid_height, utc_text
+from .formatting import clicked_row, duration_text, grid_height, utc_text
 from .lagchart import LagChart
 from .reset import ResetForm
 
@@ -295,10 +295,9 @@ class ConsumerPanel(Panel):
         self._show_detail(frame.iloc[0] if len(frame) else None)
 
     def _clicked(self, cell: dict[str, Any]) -> None:
-        frame = self.grid.data
-        row = cell.get("primary_key_row", cell.get("row"))
-        if isinstance(row, int) and 0 <= row < len(frame):
-            self._show_detail(frame.iloc[row])
+        row = clicked_row(self.grid, cell)
+        if row is not None:
+            self._show_detail(row)
 
     def _show_detail(self, row: Any) -> None:
         if row is None:

@@ -141,3 +141,11 @@ def _epoch_s(value: datetime) -> float:
     if stamp.tzinfo is None:
         stamp = stamp.tz_localize("UTC")
     return stamp.timestamp()
+
+
+def clicked_row(grid: Any, cell: dict[str, Any]) -> Any:
+    """The row of ``grid``'s data that a cell click (ipydatagrid's ``on_cell_click``) names,
+    None when the click names no row of it."""
+    frame = grid.data
+    row = cell.get("primary_key_row", cell.get("row"))
+    return frame.iloc[row] if isinstance(row, int) and 0 <= row < len(frame) else None

@@ -14,7 +14,7 @@ from leasekit import RetentionPlan, RetentionReport, TableBucket
 
 from .base import Panel, esc, html_table
 from .confirm import ConfirmButton, Prepared
-from .formatting import grid_height, human_bytes, utc_text
+from .formatting import clicked_row, grid_height, human_bytes, utc_text
 
 __all__ = ["RetentionPanel", "PLAN_COLUMNS"]
 
@@ -203,10 +203,9 @@ class RetentionPanel(Panel):
         self._show_detail(None)
 
     def _clicked(self, cell: dict[str, Any]) -> None:
-        frame = self.grid.data
-        row = cell.get("primary_key_row", cell.get("row"))
-        if isinstance(row, int) and 0 <= row < len(frame):
-            self._show_detail(frame.iloc[row])
+        row = clicked_row(self.grid, cell)
+        if row is not None:
+            self._show_detail(row)
 
     def _show_detail(self, row: Any) -> None:
         """The clicked item in full: its reason, however long, and who pins it."""
