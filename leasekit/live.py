@@ -15,7 +15,8 @@ from .consumers import offsets as _stored
 from .consumers.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
-from .structs import MemberInfo, TableBucket
+from .gcpause import paused_gc
+from .structs import MemberInfo
 from .zk.changes import watch_targets
 from .zk.watches import Dispatcher
 
@@ -35,8 +36,6 @@ __all__ = [
     "server_time_estimate",
     "GroupBoard",
     "group_board",
-    "total_lag_over_time",
-    "HISTORY_COLUMNS",
     "DESCRIBE_COLUMNS",
     "human_duration",
     "parse_duration",
@@ -146,7 +145,7 @@ class LiveView:
         try:
             if store.client is not None and not store.connected:  # (IllegalStateError if closed)
                 raise ZooKeeperUnavailableError(f"ZooKeeper at {store.hosts} is unreachable")
-            with store.recording() as seen:
+            with store.recording() as seen, paused_gc():
                 result = load()
         except Exception:
             if self.following:  # read again soon: the view recovers once ZooKeeper answers
@@ -301,17 +300,12 @@ def server_time_estimate(conn: Connection) -> int | None:
 
 # -- a consumer group's board -----------------------------------------------------------------
 
-HISTORY_COLUMNS = ["table", "bucket", "commit_time", "offset", "log_end_offset", "lag"]
-
 
 class GroupBoard(NamedTuple):
     """One reading of a consumer group, as a dashboard shows it."""
 
     frame: pd.DataFrame
     """``describe_group``'s columns plus ``metadata`` (the last commit's, ``<NA>`` if none)."""
-    history: pd.DataFrame
-    """HISTORY_COLUMNS: each commit of each bucket's window (the last 10), oldest first, with
-    the log end then and the lag at that commit."""
     members: list[MemberInfo]
     """Live members, oldest (the leader) first."""
     generation: int | None
@@ -328,7 +322,7 @@ def group_board(
     stall_after: timedelta = timedelta(seconds=60),
 ) -> GroupBoard:
     """Read a consumer group once (the round trips of ``describe_group``): each bucket's row
-    with its commit metadata, the live members and the lag history of the commit windows.
+    with its commit metadata, and the live members. Its lag over time is ``lag_history``.
 
     Arguments:
         conn: the Connection.
@@ -352,49 +346,13 @@ def group_board(
     frame = group_admin.describe_view(
         ctx, group_id, view, stop_after=stop_after, stall_after=stall_after
     )
-    by_id = {t.table_id: t for t in view.tables.values()}
-    records = {
-        TableBucket(by_id[tid].name, b): rec
-        for (tid, b), rec in view.offsets.items()
-        if tid in by_id
-    }
+    ids = {t.name: t.table_id for t in view.tables.values()}
+    offsets = view.offsets
     frame["metadata"] = pd.array(
         [
-            None if (rec := records.get(TableBucket(t, b))) is None else rec.metadata
-            for t, b in zip(frame["table"], frame["bucket"])
+            None if (rec := offsets.get((ids.get(t), b))) is None else rec.metadata
+            for t, b in zip(frame["table"].tolist(), frame["bucket"].tolist())
         ],
         dtype="string",
     )
-    shown = set(zip(frame["table"], frame["bucket"]))
-    rows = [
-        (tb.table, tb.bucket, c.time_ms, c.offset, c.log_end, max(0, c.log_end - c.offset))
-        for tb, rec in records.items()
-        if (tb.table, tb.bucket) in shown
-        for c in rec.history
-    ]
-    history = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
-    history["commit_time"] = pd.to_datetime(history["commit_time"], unit="ms", utc=True)
-    history = history.sort_values("commit_time", kind="stable", ignore_index=True)
-    return GroupBoard(frame, history, group_admin.members_of(view), view.generation, view.leader)
-
-
-def total_lag_over_time(history: pd.DataFrame) -> pd.DataFrame:
-    """The group's lag summed over its buckets after each commit, each bucket counting the lag
-    at its latest commit so far.
-
-    Arguments:
-        history: a ``GroupBoard.history``.
-
-    Returns:
-        A frame of columns ``commit_time`` and ``lag``, oldest first.
-    """
-    import pandas as pd
-
-    if history.empty:
-        empty = {"commit_time": "datetime64[ms, UTC]", "lag": "int64"}
-        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in empty.items()})
-    keyed = history.assign(key=list(zip(history["table"], history["bucket"])))
-    # each commit changes its bucket's contribution by (its lag - that bucket's previous lag)
-    previous = keyed.groupby("key", sort=False)["lag"].shift(1, fill_value=0)
-    total = (keyed["lag"] - previous).cumsum()
-    return pd.DataFrame({"commit_time": keyed["commit_time"], "lag": total.astype("int64")})
+    return GroupBoard(frame, group_admin.members_of(view), view.generation, view.leader)

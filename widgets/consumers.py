@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import bqplot as bq
 import ipywidgets as w
+import numpy as np
 import pandas as pd
 import traitlets
 from ipydatagrid import BarRenderer, DataGrid, TextRenderer, VegaExpr
@@ -27,7 +28,7 @@ from .formatting import clicked_row, duration_text, grid_height, utc_text
 from .lagchart import LagChart
 from .reset import ResetForm
 
-__all__ = ["ConsumerPanel", "GRID_COLUMNS"]
+__all__ = ["ConsumerPanel", "GRID_COLUMNS", "GRID_ROWS"]
 
 GRID_COLUMNS = [
     "table",
@@ -54,6 +55,9 @@ FILTERS = [
     ("REWIND", "REWIND"),
     ("never committed", "none"),
 ]
+GRID_ROWS = 2000
+"""Buckets the grid holds at most: the first in the chosen order, with a note saying how many
+the filter matches (the summary counts them all)."""
 SORTS = [
     ("lag ↓", "lag"),
     ("time lag ↓", "time_lag"),
@@ -200,8 +204,12 @@ class ConsumerPanel(Panel):
         self._show_rows()
         frame = _empty() if board is None else board.frame
         committed = {
-            TableBucket(t, int(b)): None if pd.isna(o) else int(o)
-            for t, b, o in zip(frame["table"], frame["bucket"], frame["current_offset"])
+            TableBucket(t, b): None if o is pd.NA else o
+            for t, b, o in zip(
+                frame["table"].tolist(),
+                frame["bucket"].tolist(),
+                frame["current_offset"].astype(object).tolist(),
+            )
         }
         buckets = list(committed)
         self._show_plot(buckets, data.history)
@@ -246,40 +254,47 @@ class ConsumerPanel(Panel):
         )
 
     def rows(self) -> pd.DataFrame:
-        """The grid's rows: the group's buckets as filtered and sorted by the controls.
+        """The grid's rows: the group's buckets as filtered and sorted by the controls, the
+        first ``GRID_ROWS`` of them.
 
         Returns:
             A frame of GRID_COLUMNS (no ZooKeeper access: the last refresh's reading).
         """
+        return self._rows()[0]
+
+    def _rows(self) -> tuple[pd.DataFrame, int]:
+        """The grid's rows and how many buckets the filter matches. Filtered and sorted on the
+        board's frame, then only the rows the grid holds are formatted."""
         board = self.board
         source = _empty() if board is None else board.frame
-        frame = grid_frame(source)
-        frame["_time_lag"] = source["time_lag"].dt.total_seconds().to_numpy()
+        status = source["status"].fillna("-")
+        keep = np.ones(len(source), dtype=bool)
         chosen = self.status_filter.value
         if chosen == "not-ok":
-            frame = frame[~frame["status"].isin(["OK", "-"])]
+            keep &= ~status.isin(["OK", "-"]).to_numpy()
         elif chosen == "none":
-            frame = frame[frame["committed"].isna()]
+            keep &= source["current_offset"].isna().to_numpy()
         elif chosen != "all":
-            frame = frame[frame["status"] == chosen]
+            keep &= (status == chosen).to_numpy()
         if self.min_lag.value:
-            frame = frame[frame["lag"].fillna(0) >= self.min_lag.value]
-        key = {"time_lag": "_time_lag"}.get(self.sort.value, self.sort.value)
+            keep &= (source["lag"].fillna(0) >= self.min_lag.value).to_numpy(dtype=bool)
+        picked = source[keep].assign(_status=status[keep])
+        key = self.sort.value
         if key == "bucket":
-            frame = frame.sort_values(["table", "bucket"], kind="stable")
+            picked = picked.sort_values(["table", "bucket"], kind="stable")
         elif key == "status":
-            frame = frame.sort_values(["status", "table", "bucket"], kind="stable")
+            picked = picked.sort_values(["_status", "table", "bucket"], kind="stable")
         else:
-            frame = frame.sort_values(
+            picked = picked.sort_values(
                 [key, "table", "bucket"],
                 ascending=[False, True, True],
                 kind="stable",
                 na_position="last",
             )
-        return frame.drop(columns=["_time_lag"]).reset_index(drop=True)
+        return grid_frame(picked.head(GRID_ROWS)).reset_index(drop=True), len(picked)
 
     def _show_rows(self) -> None:
-        frame = self.rows()
+        frame, matching = self._rows()
         self.lag_scale.max = float(
             max(1.0, frame["lag"].max() if len(frame) and frame["lag"].notna().any() else 1.0)
         )
@@ -290,7 +305,13 @@ class ConsumerPanel(Panel):
             '<span class="leasekit-empty" style="color:#666">No bucket matches the filter '
             f"({everything} bucket{'s' if everything != 1 else ''} in all).</span>"
             if everything and not len(frame)
-            else ""
+            else (
+                f'<span class="leasekit-more" style="color:#666">Showing the first {len(frame):,} '
+                f"of {matching:,} buckets in this order; the filter and the sort choose "
+                "them.</span>"
+                if matching > len(frame)
+                else ""
+            )
         )
         self._show_detail(frame.iloc[0] if len(frame) else None)
 

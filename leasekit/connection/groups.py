@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..consumers import group_admin
 from ..consumers.consumer import Consumer
+from ..gcpause import bulk_read
 from ..structs import GroupStatus, MemberInfo, TableBucket
 from ..tables import catalog as _tables
 
@@ -82,6 +83,7 @@ class GroupMethods:
         """
         return group_admin.consumer_groups(self._context)
 
+    @bulk_read
     def describe_group(self, group_id: str) -> pd.DataFrame:
         """The group's position in every bucket it reads, measured now (DESIGN §6.6).
 
@@ -112,6 +114,7 @@ class GroupMethods:
         """
         return group_admin.group_members(self._context, group_id)
 
+    @bulk_read
     def group_status(
         self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
     ) -> GroupStatus:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..gcpause import bulk_read
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -18,6 +20,7 @@ class MonitorMethods:
 
     _context: Context
 
+    @bulk_read
     def lag_history(
         self, group_id: str, *, since: Any = None, until: Any = None, by_bucket: bool = False
     ) -> pd.DataFrame:
@@ -51,6 +54,7 @@ class MonitorMethods:
 
         return lag_history(self._context, group_id, since=since, until=until, by_bucket=by_bucket)
 
+    @bulk_read
     def group_overview(self) -> pd.DataFrame:
         """Every consumer group of the namespace now, with its rates, time to catch up and
         retention risk (M2, M3).

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..durations import parse_duration, to_ms
 from ..structs import GroupStatus, MemberInfo, TableBucket
-from ..zk import to_datetime
 from . import health
 from . import offsets as stored
 from .group_reset import RESET_COLUMNS, delete_group, delete_offsets, reset_offsets
@@ -211,34 +210,38 @@ def describe_view(
 def describe_frame(
     group_id: str, lags: list[BucketLag], generation: int | None, leader: str | None
 ) -> pd.DataFrame:
-    """``describe_group``'s frame (DESCRIBE_COLUMNS) of measured buckets."""
+    """``describe_group``'s frame (DESCRIBE_COLUMNS) of measured buckets, built a column at a
+    time (a group of 100,000 buckets makes no object per cell)."""
     import pandas as pd
 
-    out = [
-        {
-            "group": group_id,
-            "table": x.table_bucket.table,
-            "bucket": x.table_bucket.bucket,
-            "current_offset": x.current_offset,
-            "log_end_offset": x.log_end_offset,
-            "lag": x.lag,
-            "time_lag": None if x.time_lag_ms is None else pd.Timedelta(milliseconds=x.time_lag_ms),
-            "consumer_id": x.consumer_id,
-            "host": x.host,
-            "last_commit": None if x.last_commit_ms is None else to_datetime(x.last_commit_ms),
-            "status": x.status,
-        }
-        for x in lags
-    ]
-    frame = pd.DataFrame(out, columns=DESCRIBE_COLUMNS)
-    for column in ("bucket", "current_offset", "log_end_offset", "lag"):
+    def ints(values: list[int | None]) -> Any:
         # straight from the ints: through float64 (where a value is missing) offsets near
-        # 2**63 would lose their last digits and fail the cast
-        frame[column] = pd.array([row[column] for row in out], dtype="Int64")
-    frame["time_lag"] = pd.to_timedelta(frame["time_lag"])
-    frame["last_commit"] = pd.to_datetime(frame["last_commit"], utc=True)
-    for column in ("group", "table", "consumer_id", "host", "status"):
-        frame[column] = frame[column].astype("string")
+        # 2**63 would lose their last digits
+        return pd.array(values, dtype="Int64")
+
+    def strings(values: list[str | None]) -> Any:
+        return pd.array(values, dtype="string")
+
+    tbs = [x.table_bucket for x in lags]
+    frame = pd.DataFrame(
+        {
+            "group": strings([group_id] * len(lags)),
+            "table": strings([tb.table for tb in tbs]),
+            "bucket": ints([tb.bucket for tb in tbs]),
+            "current_offset": ints([x.current_offset for x in lags]),
+            "log_end_offset": ints([x.log_end_offset for x in lags]),
+            "lag": ints([x.lag for x in lags]),
+            # from whole milliseconds: exact, and any commit time up to year 9999
+            "time_lag": pd.to_timedelta(ints([x.time_lag_ms for x in lags]), unit="ms"),
+            "consumer_id": strings([x.consumer_id for x in lags]),
+            "host": strings([x.host for x in lags]),
+            "last_commit": pd.to_datetime(
+                ints([x.last_commit_ms for x in lags]), unit="ms", utc=True
+            ),
+            "status": strings([x.status for x in lags]),
+        },
+        columns=DESCRIBE_COLUMNS,
+    )
     frame.attrs.update(generation=generation, leader=leader)
     return frame
 
