@@ -431,9 +431,17 @@ def _shows_everything(conn: Connection, name: str, panel: Any, n: int) -> bool:
             and len(panel.pins.data) == n
             and len(panel.lease.options) == len(conn.leases())
         )
-    if name == "consumer":
+    if name == "consumer":  # the grid holds one page of the group's buckets, largest lag first
+        from leasekit.widgets.consumers import GRID_ROWS
+
+        described = conn.describe_group(GROUP)
+        page = min(n, GRID_ROWS)
         return (
-            len(panel.grid.data) == n == len(conn.describe_group(GROUP))
+            len(panel.board.frame) == n == len(described)
+            and len(panel.grid.data) == page
+            and list(panel.grid.data["lag"])
+            == sorted(described["lag"].astype("float64"), reverse=True)[:page]
+            and (n <= GRID_ROWS or f"of {n:,} buckets" in panel.nothing.value)
             and len(panel.lag_line.x) > 0
             and len(panel.board.members) == 1
         )
