@@ -226,6 +226,25 @@ def test_spark_column_routes_like_python(spark):  # W4, K2: the same bucket in S
             np.testing.assert_array_equal(out[f"b{i}_{j}"].to_numpy(), expected)
 
 
+def test_spark_column_at_100000_buckets(spark):  # W4, K2: compact for many buckets
+    from pyspark.sql import functions as F
+
+    layout = BucketLayout.initial(100_000)
+    for bucket in range(0, 100_000, 100):
+        layout, (low, _) = layout.split(bucket, 1)
+        if bucket % 1000 == 0:
+            layout, _ = layout.split(low, 2)
+    layout, _ = layout.merge(1, 50_001, 3, 4)
+    keys = pa.table({"k": np.arange(400_000, dtype=np.int64)})
+    routed = layout.route(murmur3_hash(keys, ["k"]))
+    moved = np.flatnonzero(routed >= 100_000)  # every key of a new bucket, and 5,000 others
+    rows = keys.take(np.union1d(moved, np.arange(5000)))
+    assert len(set(routed[moved].tolist())) > 1500
+    df = spark.createDataFrame(rows).select("k", layout.spark_column(["k"]).alias("b"))
+    out = df.orderBy(F.col("k")).toArrow()
+    np.testing.assert_array_equal(out["b"].to_numpy(), layout.route(murmur3_hash(rows, ["k"])))
+
+
 @pytest.mark.parametrize("seed,initial,steps", [(1, 1, 0), (2, 6, 300), (3, 1000, 200)])
 def test_encoding_round_trips(seed, initial, steps):  # §5: versioned msgpack
     layout = _random_layout(seed, initial, steps)

@@ -135,14 +135,12 @@ class BucketLayout:
 
     def lineage(self, table: str) -> list[BucketLineage]:
         """Every bucket the layout ever had, by id, as buckets of ``table``."""
-        out = []
-        for b in range(self._n + len(self._created)):
-            seal = self._seals.get(b)
-            parents = self._created[b - self._n].parents if b >= self._n else ()
-            state, children, at = (
-                (SEALED, seal.children, seal.sealed_at) if seal else (ACTIVE, (), None)
-            )
-            out.append(BucketLineage(TableBucket(table, b), state, parents, children, at))
+        parents = [()] * self._n + [created.parents for created in self._created]
+        out = [
+            BucketLineage(TableBucket(table, b), ACTIVE, p, (), None) for b, p in enumerate(parents)
+        ]
+        for b, seal in self._seals.items():
+            out[b] = out[b]._replace(state=SEALED, children=seal.children, sealed_at=seal.sealed_at)
         return out
 
     def split(self, bucket: int, sealed_at: int) -> tuple[BucketLayout, tuple[int, int]]:
@@ -197,18 +195,25 @@ class BucketLayout:
 
     def route(self, hashes: np.ndarray) -> np.ndarray:
         """The active bucket owning each hash (Spark's ``hash(key...)``, as ``murmur3_hash``
-        returns it): one modulo and one lookup per distinct modulus of the active buckets.
+        returns it): one modulo and one lookup per distinct modulus of the active buckets, the
+        modulus owning most hashes first, each later one over the hashes still unrouted.
 
         Raises:
             InvalidTypeError: ``hashes`` is not an int32 array.
         """
         if not isinstance(hashes, np.ndarray) or hashes.dtype != np.int32:
             raise InvalidTypeError("hashes must be an int32 numpy array")
-        wide = hashes.astype(np.int64)
-        out = np.full(hashes.shape, -1, np.int32)
-        for route in self._routes:
-            np.maximum(out, route.find(np.mod(wide, route.modulus)), out=out)
-        return out
+        wide = hashes.astype(np.int64).ravel()
+        out = np.full(wide.shape, -1, np.int32)
+        pending = np.arange(wide.size)
+        for route in sorted(self._routes, key=lambda r: -r.ids.size / r.modulus):
+            found = route.find(np.mod(wide[pending], route.modulus))
+            hit = found >= 0
+            out[pending[hit]] = found[hit]
+            pending = pending[~hit]
+            if not pending.size:
+                break
+        return out.reshape(hashes.shape)
 
     def spark_column(self, key_columns: Sequence[str]) -> Column:
         """Spark column (int) of the active bucket owning each row, the bucket ``route`` gives

@@ -20,26 +20,26 @@ def layout_sql(key_columns: Sequence[str], routes: list[tuple[int, np.ndarray, n
     """SQL expression (int) of the bucket of each row, for active buckets given per modulus as
     ``(m, residues, ids)`` (residues ascending, each hash in exactly one of them).
 
-    Every modulus contributes terms ``WHEN <pmod in its residues> THEN <bucket>``: where a
-    bucket's id equals its residue the bucket is the ``pmod`` itself, else a literal lookup. The
-    term covering the most hashes comes first; one that covers them all needs no condition.
+    Each modulus gives at most two terms, each NULL for the hashes it does not own: the buckets
+    whose id equals their residue are the ``pmod`` itself (under a hashed ``IN`` or ``NOT IN``
+    unless they are all of them), the others a literal lookup. ``coalesce`` takes the first
+    term that owns the row, the term owning the most hashes first.
     """
     hashed = f"hash({_quoted(key_columns)})"
-    terms: list[tuple[float, str | None, str]] = []
+    terms: list[tuple[float, str]] = []
     for m, residues, ids in routes:
         pmod = f"pmod({hashed}, {m})"
         same = ids == residues
-        for identity, part in ((True, same), (False, ~same)):
-            if part.any():
-                res = residues[part]
-                value = pmod if identity else _lookup(pmod, m, res, ids[part])
-                terms.append((res.size / m, _member(pmod, m, res), value))
+        if same.any():
+            terms.append((np.count_nonzero(same) / m, _identity(pmod, m, residues[same])))
+        if not same.all():
+            terms.append(
+                (np.count_nonzero(~same) / m, _lookup(pmod, m, residues[~same], ids[~same]))
+            )
     terms.sort(key=lambda t: -t[0])
-    if len(terms) == 1 and terms[0][1] is None:
-        return terms[0][2]
-    whens = " ".join(f"WHEN {cond} THEN {value}" for _, cond, value in terms if cond is not None)
-    rest = [value for _, cond, value in terms if cond is None]
-    return f"CASE {whens}{f' ELSE {rest[0]}' if rest else ''} END"
+    if len(terms) == 1:
+        return terms[0][1]
+    return f"coalesce({', '.join(term for _, term in terms)})"
 
 
 def _quoted(key_columns: Sequence[str]) -> str:
@@ -57,20 +57,22 @@ def _ints(values: np.ndarray) -> str:
     return ", ".join(map(str, values.tolist()))
 
 
-def _member(pmod: str, m: int, residues: np.ndarray) -> str | None:
-    """Condition that ``pmod`` is one of ``residues``: None when they are all of them, else
-    ``IN`` the residues or ``NOT IN`` the others, whichever list is shorter."""
+def _identity(pmod: str, m: int, residues: np.ndarray) -> str:
+    """``pmod`` where it is one of ``residues``, else NULL: no condition when they are all of
+    them, else ``IN`` the residues or ``NOT IN`` the others, whichever list is shorter."""
     if residues.size == m:
-        return None
+        return pmod
     if 2 * residues.size > m:
-        return f"{pmod} NOT IN ({_ints(np.setdiff1d(np.arange(m), residues))})"
-    return f"{pmod} IN ({_ints(residues)})"
+        cond = f"{pmod} NOT IN ({_ints(np.setdiff1d(np.arange(m), residues))})"
+    else:
+        cond = f"{pmod} IN ({_ints(residues)})"
+    return f"CASE WHEN {cond} THEN {pmod} END"
 
 
 def _lookup(pmod: str, m: int, residues: np.ndarray, ids: np.ndarray) -> str:
-    """The id of ``pmod``'s bucket, for a ``pmod`` among ``residues``."""
+    """The id of ``pmod``'s bucket where ``pmod`` is one of ``residues``, else NULL."""
     if residues.size == 1:
-        return str(ids[0])
+        return f"CASE WHEN {pmod} = {residues[0]} THEN {ids[0]} END"
     if m <= DENSE * residues.size:
         table = np.full(m, "NULL", dtype=object)
         table[residues] = ids.astype(str)
