@@ -101,8 +101,8 @@ class BucketLayout:
     """
 
     def __init__(self, num_buckets: int) -> None:
-        """The initial layout of ``num_buckets`` (unchecked: use ``initial``)."""
-        self._n = num_buckets
+        """The initial layout of ``num_buckets`` (see ``initial``)."""
+        self._n = check_int(num_buckets, "num_buckets", minimum=1, maximum=MAX_INITIAL_BUCKETS)
         self._ops: list[SplitOp | MergeOp] = []
         self._created: list[_Created] = []
         self._seals: dict[int, _Seal] = {}
@@ -117,7 +117,7 @@ class BucketLayout:
             InvalidTypeError: ``num_buckets`` is not an int.
             InvalidArgumentError: it is outside [1, MAX_INITIAL_BUCKETS].
         """
-        return cls(check_int(num_buckets, "num_buckets", minimum=1, maximum=MAX_INITIAL_BUCKETS))
+        return cls(num_buckets)
 
     @cached_property
     def active(self) -> tuple[int, ...]:
