@@ -14,6 +14,7 @@ from .errors import *  # noqa: F403
 from .errors import __all__ as _error_names
 from .structs import (
     AcquireResult,
+    BucketLineage,
     CommittedOffset,
     GroupStatus,
     LeaseInfo,
@@ -43,6 +44,7 @@ __all__ = [  # noqa: F405 - lazy names resolve in __getattr__
     "Table",
     "spark_session",
     "TableBucket",
+    "BucketLineage",
     "OffsetRange",
     "Snapshot",
     "LogSegment",

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "TableBucket",
+    "BucketLineage",
     "OffsetRange",
     "Snapshot",
     "LogSegment",
@@ -34,6 +35,21 @@ class TableBucket(NamedTuple):
     """Table name."""
     bucket: int
     """Bucket number, 0 <= bucket < the table's bucket count."""
+
+
+class BucketLineage(NamedTuple):
+    """One bucket a table has had: where it came from and, once sealed, where it went (K1)."""
+
+    table_bucket: TableBucket
+    state: str
+    """"active" (it takes appends) or "sealed" (split or merged; its log ends at ``sealed_at``)."""
+    parents: tuple[int, ...]
+    """The bucket it was split from, or the two it was merged from; empty for a bucket the
+    table was created with."""
+    children: tuple[int, ...]
+    """The two buckets it was split into, or the one it was merged into; empty while active."""
+    sealed_at: int | None
+    """Its end offset when it was sealed; None while active."""
 
 
 class OffsetRange(NamedTuple):

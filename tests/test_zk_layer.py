@@ -19,13 +19,16 @@ from leasekit.zk.formats import (
     BucketState,
     DroppedTable,
     LatestChunk,
+    LayoutRecord,
     LeaseRecord,
     MemberRecord,
+    MergeOp,
     OwnerRecord,
     PinChunk,
     SegmentRecord,
     SettingsRecord,
     SnapshotRecord,
+    SplitOp,
     TableRecord,
 )
 from leasekit.zk.ops import Node, Stat
@@ -52,6 +55,10 @@ RECORDS = [
         lambda d: TableRecord.decode(d, "/p"),
     ),
     (DroppedTable("t", "tables/t/abc"), lambda d: DroppedTable.decode(d, "/p")),
+    (
+        LayoutRecord(8, (SplitOp(3, 8, 10), MergeOp(3, 8, 4, 2**63 - 1))),
+        lambda d: LayoutRecord.decode(d, "/p"),
+    ),
     (BucketState(10, 2, 5_000, 3, 2, 8, STAT), lambda d: BucketState.decode(Node(d, STAT), "/p")),
     (
         SegmentRecord("tables/t/log/0/x.parquet", 10, 4096, 7),

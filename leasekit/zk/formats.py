@@ -1,7 +1,7 @@
 """The stored formats: one record type per kind of znode, each with its format version and
-its encode/decode (those of leases and of consumer groups in ``lease_formats`` and
-``group_formats``, re-exported here). Nothing else in leasekit (nor its tests and
-benchmarks) packs a value.
+its encode/decode (those of leases, of consumer groups and of bucket layouts in
+``lease_formats``, ``group_formats`` and ``layout_formats``, re-exported here). Nothing else in
+leasekit (nor its tests and benchmarks) packs a value.
 
 Values are msgpack maps with short keys (see ``codec``); decoding garbage, an unknown
 version or a value with missing or ill-typed fields raises ``CorruptMetadataError``
@@ -22,12 +22,16 @@ from .group_formats import (
     OffsetRecord,
     OwnerRecord,
 )
+from .layout_formats import LayoutRecord, MergeOp, SplitOp
 from .lease_formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from .ops import Node, Stat
 
 __all__ = [
     "SettingsRecord",
     "TableRecord",
+    "LayoutRecord",
+    "SplitOp",
+    "MergeOp",
     "DropMark",
     "DroppedTable",
     "BucketState",
