@@ -15,7 +15,7 @@ from .consumers import offsets as _stored
 from .consumers.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
-from .gcpause import paused_gc
+from .memory import collector_paused
 from .structs import MemberInfo
 from .zk.changes import watch_targets
 from .zk.watches import Dispatcher
@@ -145,7 +145,7 @@ class LiveView:
         try:
             if store.client is not None and not store.connected:  # (IllegalStateError if closed)
                 raise ZooKeeperUnavailableError(f"ZooKeeper at {store.hosts} is unreachable")
-            with store.recording() as seen, paused_gc():
+            with store.recording() as seen, collector_paused():
                 result = load()
         except Exception:
             if self.following:  # read again soon: the view recovers once ZooKeeper answers

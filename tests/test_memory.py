@@ -61,3 +61,31 @@ def test_retention_plan_gives_the_collector_back(conn):
     with pytest.raises(InvalidArgumentError):
         conn.retention_plan(table="no such/name")
     assert gc.isenabled()
+
+
+def test_connection_reads_and_panel_loads_pause_the_collector(conn, monkeypatch):
+    """A group read, the leases, the overview and a live view's load read ZooKeeper with the
+    collector paused (half of a refresh at 10,000 buckets was collections walking the whole
+    heap, B8) and give it back."""
+    from leasekit.live import LiveView
+    from leasekit.zk import ZkStore
+
+    conn.create_table("t", "id BIGINT", "id", buckets=2)
+    view = LiveView(conn, lambda: None)
+    try:
+        assert view.read(lambda: gc.isenabled()) is False
+    finally:
+        view.close()
+    collecting: list[bool] = []
+    pipelined = ZkStore._pipelined
+
+    def noted(self, *args, **kwargs):
+        collecting.append(gc.isenabled())
+        return pipelined(self, *args, **kwargs)
+
+    monkeypatch.setattr(ZkStore, "_pipelined", noted)
+    conn.describe_group("g")
+    conn.leases()
+    conn.group_overview()
+    assert collecting and not any(collecting)
+    assert gc.isenabled()

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..context import Context
-from ..gcpause import bulk_read
+from ..memory import collector_paused
 from ..properties import NAMESPACE_SETTINGS, parse_properties
 from ..structs import RetentionPlan, RetentionReport
 from ..table import Table, drop_table
@@ -202,7 +202,7 @@ class Connection(LeaseMethods, GroupMethods, MonitorMethods):
 
     # -- retention ------------------------------------------------------------------------
 
-    @bulk_read
+    @collector_paused()
     def retention_plan(self, table: str | Table | None = None) -> RetentionPlan:
         """What retention would keep and delete now, with reasons; changes nothing.
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..consumers import group_admin
 from ..consumers.consumer import Consumer
-from ..gcpause import bulk_read
+from ..memory import collector_paused
 from ..structs import GroupStatus, MemberInfo, TableBucket
 from ..tables import catalog as _tables
 
@@ -83,7 +83,7 @@ class GroupMethods:
         """
         return group_admin.consumer_groups(self._context)
 
-    @bulk_read
+    @collector_paused()
     def describe_group(self, group_id: str) -> pd.DataFrame:
         """The group's position in every bucket it reads, measured now (DESIGN §6.6).
 
@@ -114,7 +114,7 @@ class GroupMethods:
         """
         return group_admin.group_members(self._context, group_id)
 
-    @bulk_read
+    @collector_paused()
     def group_status(
         self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
     ) -> GroupStatus:

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..gcpause import bulk_read
 from ..leases import acquire as lease_acquire
 from ..leases import upkeep as lease_upkeep
+from ..memory import collector_paused
 from ..structs import AcquireResult, LeaseInfo, TableBucket
 from ..validate import check_id
 from ..zk import to_datetime
@@ -153,7 +153,7 @@ class LeaseMethods:
         check_id(lease_id)
         return lease_upkeep.drop(self._context, lease_id)
 
-    @bulk_read
+    @collector_paused()
     def leases(self) -> list[LeaseInfo]:
         """Every lease of the namespace (expired ones too, until reclaimed).
 
@@ -177,7 +177,7 @@ class LeaseMethods:
         """
         return lease_upkeep.expire(self._context)
 
-    @bulk_read
+    @collector_paused()
     def lease_inventory(self) -> pd.DataFrame:
         """Every lease with its owner, state and the bytes it holds (DESIGN §6.12, M4).
 

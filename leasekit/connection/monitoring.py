@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..gcpause import bulk_read
+from ..memory import collector_paused
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,7 +20,7 @@ class MonitorMethods:
 
     _context: Context
 
-    @bulk_read
+    @collector_paused()
     def lag_history(
         self, group_id: str, *, since: Any = None, until: Any = None, by_bucket: bool = False
     ) -> pd.DataFrame:
@@ -54,7 +54,7 @@ class MonitorMethods:
 
         return lag_history(self._context, group_id, since=since, until=until, by_bucket=by_bucket)
 
-    @bulk_read
+    @collector_paused()
     def group_overview(self) -> pd.DataFrame:
         """Every consumer group of the namespace now, with its rates, time to catch up and
         retention risk (M2, M3).

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import LeasekitError
+from ..memory import collector_paused
 from ..retention.apply import retention_plan
 from .history import sample
 from .lease_book import read_leases
@@ -37,6 +38,7 @@ class Figures(NamedTuple):
     """(pinned_bytes, exclusive_bytes) per lease id."""
 
 
+@collector_paused()
 def compute_figures(ctx: Context) -> Figures:
     """One background pass.
 
