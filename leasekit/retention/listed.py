@@ -52,9 +52,12 @@ _known: WeakKeyDictionary[ZkStore, dict[str, dict[str, _Known]]] = WeakKeyDictio
 """Per session's store and table directory, each bucket directory read without an error."""
 
 _DECODED_MAX = 250_000
-"""Decoded snapshot and segment records kept between plans (a record never changes once
-written; a decode is a function of the table's directory, the path and the bytes alone)."""
+"""Decoded snapshot and segment records (and bucket states) kept between plans: a record never
+changes once written; a decode is a function of the table's directory, the path and the bytes
+alone."""
 _decoded: dict[tuple[str, str, str, bytes], Any] = {}
+_begins: dict[bytes, int] = {}
+"""The log start each stored bucket state decodes to (a function of its bytes alone)."""
 
 
 def _decode(kind: str, table: TableInfo, data: bytes, path: str) -> Any:
@@ -150,11 +153,19 @@ def _begin(
     """The log start of each bucket with a readable state (a written bucket)."""
     begin: dict[int, int] = {}
     for b, node in enumerate(nodes):
-        if node is not None:
+        if node is None:
+            continue
+        found = _begins.get(node.data)
+        if found is None:
             try:
-                begin[b] = BucketState.decode(node, ctx.paths.bucket(table.table_id, b)).begin
+                found = BucketState.decode(node, ctx.paths.bucket(table.table_id, b)).begin
             except CorruptMetadataError as exc:
                 skipped.append(str(exc))
+                continue
+            if len(_begins) >= _DECODED_MAX:
+                _begins.clear()
+            _begins[node.data] = found
+        begin[b] = found
     return begin
 
 
