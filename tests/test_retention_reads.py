@@ -8,7 +8,7 @@ import leasekit as lk
 from leasekit import testing
 from leasekit.testing import seed_history
 from leasekit.zk.formats import SegmentRecord, SnapshotRecord
-from leasekit.zk.ops import Create, Delete
+from leasekit.zk.ops import Create, Delete, SetData
 
 TB = lk.TableBucket
 ROWS = 100
@@ -123,3 +123,17 @@ def test_a_snapshot_or_segment_created_anew_under_its_old_path_is_read_again(
     assert segs[100][:2] == ("keep", "needed: log tail of kept snapshot 4")
     assert _items(plan, "segment", 0)[0][2] == 4096
     _same(plan, _fresh(conn, zookeeper, warehouse, namespace))
+
+
+def test_an_old_snapshot_whose_record_was_rewritten_is_read_anew(conn):
+    # R6: the plan gives what the znode holds now, even a record written over in place
+    ctx, table = _seeded(conn)
+    assert _items(conn.retention_plan("t"), "snapshot", 0)[1][2] == 0
+    rel = f"{table.data_dir}/snapshots/seed-1/_bucket=0/part-0.parquet"
+    path = ctx.paths.snapshot(table.table_id, 0, 1)
+    ctx.store.commit([SetData(path, SnapshotRecord(ROWS, ROWS, 777, (rel,)).encode())])
+    assert _items(conn.retention_plan("t"), "snapshot", 0)[1] == (
+        "delete",
+        "older than the newest 2 of bucket, not pinned",
+        777,
+    )

@@ -38,13 +38,21 @@ directory created anew has another czxid. Snapshot and segment records never cha
 written, so what was decoded of them then is what they hold now."""
 
 
+class _Znode(NamedTuple):
+    """Where an item was read: while a znode's czxid and version are unchanged, so is its data."""
+
+    path: str
+    czxid: int
+    version: int
+
+
 class _Known(NamedTuple):
     """A directory's children as read after its stat showed ``proof``."""
 
     proof: _Proof
     items: tuple[Any, ...]
     """Its snapshots (newest first) or segments, as read then."""
-    paths: tuple[str, ...]
+    znodes: tuple[_Znode, ...]
     """The znode of each item."""
 
 
@@ -117,7 +125,7 @@ def read_buckets(ctx: Context, table: TableInfo, skipped: list[str]) -> Buckets:
     snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in sorted(begin)}
     segments: dict[int, list[SegmentMeta]] = {b: [] for b in begin}
     stale: list[_Dir] = []
-    recheck: list[tuple[int, str]] = []  # (bucket, path) of snapshots whose pins are read again
+    recheck: list[tuple[int, SnapshotMeta, _Znode]] = []  # snapshots whose pins are read again
     retained = table.properties["kv.snapshot.num-retained"]
     for b in snapshots:
         dirs = ((snap_dirs[b], first[n + b], True), (log_dirs[b], first[2 * n + b], False))
@@ -132,19 +140,29 @@ def read_buckets(ctx: Context, table: TableInfo, skipped: list[str]) -> Buckets:
             now[d] = was
             if of_snapshots:
                 snapshots[b].extend(was.items[:retained])
-                recheck += [(b, path) for path in was.paths[retained:]]
+                recheck += [(b, *old) for old in zip(was.items[retained:], was.znodes[retained:])]
             else:
                 segments[b].extend(was.items)
     listings = _values(
-        ctx, [*(GetChildren(s.path) for s in stale), *(GetData(p) for _, p in recheck)]
+        ctx, [*(GetChildren(s.path) for s in stale), *(GetData(z.path) for _, _, z in recheck)]
     )
-    for (b, path), node in zip(recheck, listings[len(stale) :]):
-        snap = _snapshot(table, path, node, skipped)
+    for (b, old, znode), node in zip(recheck, listings[len(stale) :]):
+        snap = _again(table, old, znode, node, skipped)
         if snap is not None:
             snapshots[b].append(snap)
     _read_stale(ctx, table, stale, listings[: len(stale)], (snapshots, segments), now, skipped)
     _known.setdefault(ctx.store, {})[table.data_dir] = now
     return Buckets(begin, snapshots, segments)
+
+
+def _again(
+    table: TableInfo, old: SnapshotMeta, znode: _Znode, node: Node | None, skipped: list[str]
+) -> SnapshotMeta | None:
+    """A snapshot read again for its pins: as read before while its znode is the same znode
+    with the same data (czxid and version), else decoded anew (None: gone or unreadable)."""
+    if node is not None and (node.stat.czxid, node.stat.version) == (znode.czxid, znode.version):
+        return old._replace(pins=node.stat.num_children)
+    return _snapshot(table, znode.path, node, skipped)
 
 
 def _begin(
@@ -192,7 +210,7 @@ def _read_stale(
                 clean[d.path] = False
                 skipped.append(f"unexpected znode {d.path}/{name}: not a snapshot id or log offset")
     nodes = _values(ctx, [GetData(f"{d.path}/{name}") for d, name in children])
-    items: dict[str, list[tuple[Any, str]]] = {d.path: [] for d in stale}
+    items: dict[str, list[tuple[Any, _Znode]]] = {d.path: [] for d in stale}
     held: dict[int, int] = {}  # bucket -> base offset of its first unreadable segment
     for (d, name), node in zip(children, nodes):
         if node is None:
@@ -208,7 +226,7 @@ def _read_stale(
         if len(skipped) > before:
             clean[d.path] = False
         if item is not None:
-            items[d.path].append((item, path))
+            items[d.path].append((item, _Znode(path, node.stat.czxid, node.stat.version)))
     snapshots, segments = found
     for d in stale:
         listed = items[d.path]
@@ -219,7 +237,7 @@ def _read_stale(
             at = held.get(d.bucket)  # R3: the log stays contiguous; nothing from there on goes
             segments[d.bucket].extend(s for s, _ in listed if at is None or s.base_offset < at)
         if clean[d.path]:
-            now[d.path] = _Known(d.proof, tuple(i for i, _ in listed), tuple(p for _, p in listed))
+            now[d.path] = _Known(d.proof, tuple(i for i, _ in listed), tuple(z for _, z in listed))
 
 
 def _snapshot(
