@@ -1,5 +1,5 @@
 """B6: ``conn.retention_plan()`` over 10,000 buckets x 4 snapshots, with their files in the
-warehouse (target <= 3 s, reads pipelined).
+warehouse (target <= 1 s, reads pipelined).
 
 The metadata is registered straight in ZooKeeper in the layout leasekit writes (a real
 compaction of 40,000 snapshots would take hours), and ``seed_history(file_bytes=...)``
@@ -10,7 +10,10 @@ than log.retention 0s, plus a lease pinning the oldest snapshot of every tenth b
 plan must give every one of the 80,000 snapshots and segments (and the lease) a reason and
 list every seeded file; the figure is its wall time, with the ZooKeeper round trips it
 took, the files (and seconds) of its warehouse listing and the CPU seconds of this process
-and the ZooKeeper server (less sensitive than wall time to other work on the machine).
+and the ZooKeeper server (less sensitive than wall time to other work on the machine). The
+first plan, untimed in the runs, is reported on its own (``first_plan_s``): it reads every
+snapshot and segment znode and lists every directory, where the timed plans, like every
+refresh of a panel, read again only what changed since.
 """
 
 from __future__ import annotations
@@ -130,12 +133,13 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         pinned = {lk.TableBucket(TABLE, b): 1 for b in range(0, n, p["pinned_every"])}
         conn.acquire_kv_snapshot_lease("b6-report", pinned, "1h")
         log(f"B6: seeded in {seed_s:.1f}s; {len(pinned):,} oldest snapshots pinned")
-        conn.retention_plan()  # warm-up, untimed
+        first_s, _ = timed(conn.retention_plan)  # nothing known yet: every znode read
+        log(f"B6: first plan in {first_s:.2f}s")
         for i in range(runs):
             results.append(
                 _plan_once(conn, ctx, p, pinned, checks, seeded_files, f"{i + 1}/{runs}")
             )
-    figures = _summary(results, seed_s)
+    figures = _summary(results, seed_s, first_s)
     return Outcome(figures["plan_s"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 
@@ -198,7 +202,7 @@ def _plan_once(
     return result
 
 
-def _summary(results: list[dict[str, Any]], seed_s: float) -> dict[str, Any]:
+def _summary(results: list[dict[str, Any]], seed_s: float, first_s: float) -> dict[str, Any]:
     """The figures over every run: medians and spreads, the last run's counts."""
     figures = {
         "plan_s": round(median([r["plan_s"] for r in results]), 3),
@@ -222,10 +226,12 @@ def _summary(results: list[dict[str, Any]], seed_s: float) -> dict[str, Any]:
         "load_average": median([r["load_average"] or 0.0 for r in results]),
         "load_averages": [r["load_average"] for r in results],
         "seed_s": round(seed_s, 1),
+        "first_plan_s": round(first_s, 3),
     }
     figures["note"] = (
         f"{figures['items']:,} items planned in {figures['round_trips']} round trips; "
-        f"{figures['files_listed']:,} files listed in {figures['listing_s']:.2f} s"
+        f"{figures['files_listed']:,} files listed in {figures['listing_s']:.2f} s; the first "
+        f"plan, nothing read before, {figures['first_plan_s']:.2f} s"
     )
     return figures
 
@@ -237,7 +243,7 @@ BENCHMARK = Benchmark(
         "files listed"
     ),
     metric="value",
-    target=3.0,
+    target=1.0,
     op="<=",
     run=run,
     unit="s",

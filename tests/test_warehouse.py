@@ -4,11 +4,13 @@ with sizes and times read only for the files asked about."""
 from __future__ import annotations
 
 import os
+import shutil
+import time
 
 import pytest
 
 from leasekit.errors import CorruptMetadataError, IllegalStateError
-from leasekit.warehouse import Warehouse, contained
+from leasekit.warehouse import _SETTLED_NS, Warehouse, contained
 
 
 @pytest.fixture
@@ -41,6 +43,33 @@ def test_scan_lists_every_file_below_a_directory_and_no_directory(wh):
     ]
     assert sorted(listing.paths) == sorted(e.path for e in wh.list("tables"))
     assert wh.scan("tables/nothing-here").paths == []
+
+
+def test_a_scan_sees_every_change_since_the_last_one_in_directories_listed_before(wh):
+    # R4: a directory is listed again once anything in it changed, settled or not
+    time.sleep(_SETTLED_NS / 1e9 + 0.2)  # the fixture's directories have settled
+    root = os.path.join(wh.location, "tables/t")
+    before = sorted(wh.scan("tables").paths)
+    assert before == sorted(wh.scan("tables").paths)
+    with open(os.path.join(root, "log/0/01.parquet"), "wb") as f:
+        f.write(b"5")
+    os.remove(os.path.join(root, "snap/7/_SUCCESS"))
+    shutil.rmtree(os.path.join(root, "empty-dir"))
+    os.makedirs(os.path.join(root, "empty-dir/8"))
+    with open(os.path.join(root, "empty-dir/8/part-0.parquet"), "wb") as f:
+        f.write(b"6")
+    after = sorted(wh.scan("tables").paths)
+    assert after == sorted(e.path for e in wh.list("tables"))
+    assert set(after) ^ set(before) == {
+        "tables/t/log/0/01.parquet",
+        "tables/t/snap/7/_SUCCESS",
+        "tables/t/empty-dir/8/part-0.parquet",
+    }
+    assert sorted(wh.scan("tables/t/log").paths) == [
+        "tables/t/log/0/.00.parquet.crc",
+        "tables/t/log/0/00.parquet",
+        "tables/t/log/0/01.parquet",
+    ]
 
 
 def test_listing_entries_read_sizes_and_times_of_the_files_asked_for(wh):

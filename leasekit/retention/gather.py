@@ -4,24 +4,22 @@ tables' snapshots and segments, every lease with its pins, writes in progress, t
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..durations import to_ms
 from ..errors import CorruptMetadataError
 from ..log.markers import live_tokens
-from ..log.segments import decode_segment
-from ..snapshots.catalog import decode_snapshot
 from ..tables.catalog import list_tables, load_table
 from ..validate import check_table_name
-from ..zk import GetChildren, GetData
+from ..zk import GetChildren
 from ..zk.formats import (
-    BucketState,
     LeaseRecord,
     MemberRecord,
     OffsetRecord,
     PinChunk,
 )
-from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
+from .listed import read_buckets
+from .meta import LeaseMeta, Metadata, TableMeta
 from .references import referenced_files, unreferenced
 
 if TYPE_CHECKING:
@@ -30,130 +28,16 @@ if TYPE_CHECKING:
 
 __all__ = ["gather", "gather_table"]
 
-_DECODED_MAX = 250_000
-"""Decoded snapshot and segment records kept between plans (a record never changes once
-written; a decode is a function of the table's directory, the path and the bytes alone)."""
-_decoded: dict[tuple[str, str, str, bytes], Any] = {}
-
-
-def _decode(kind: str, table: TableInfo, data: bytes, path: str) -> Any:
-    """``decode_snapshot`` or ``decode_segment`` of ``data``, from the cache when the same bytes
-    at the same path of the same table directory were decoded before; errors are not kept."""
-    key = (kind, table.data_dir, path, data)
-    found = _decoded.get(key)
-    if found is None:
-        found = (decode_snapshot if kind == "s" else decode_segment)(table, data, path)
-        if len(_decoded) >= _DECODED_MAX:
-            _decoded.clear()  # bounded: the next plans decode again what they still need
-        _decoded[key] = found
-    return found
-
 
 def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
     """What retention needs of one table: its buckets' log starts, snapshots and segments, and
     the groups' committed offsets; what cannot be read is left out and said in ``skipped``."""
-    begin, snap_keys, seg_keys = _list_buckets(ctx, table, skipped)
-    written = sorted(begin)
-    nodes = ctx.store.get_many([path for _, _, path in snap_keys + seg_keys])
-    snapshots = _snapshots(table, written, snap_keys, nodes[: len(snap_keys)], skipped)
-    segments = _segments(table, written, seg_keys, nodes[len(snap_keys) :], skipped)
+    begin, snapshots, segments = read_buckets(ctx, table, skipped)
     committed: dict[int, dict[str, int]] = {}
     live: frozenset[str] = frozenset()
     if table.properties["log.retention.respect-consumers"]:
-        committed, live = _committed(ctx, table, written, skipped)
+        committed, live = _committed(ctx, table, sorted(begin), skipped)
     return TableMeta(table, begin, snapshots, segments, committed, live)
-
-
-_Key = tuple[int, str, str]
-"""(bucket, child name, child path) of a snapshot or segment znode."""
-
-
-def _list_buckets(
-    ctx: Context, table: TableInfo, skipped: list[str]
-) -> tuple[dict[int, int], list[_Key], list[_Key]]:
-    """One pipelined batch for the bucket states and both child listings of every bucket: the
-    log start of each written bucket, and the snapshot and segment znodes of those buckets."""
-    store, paths, tid = ctx.store, ctx.paths, table.table_id
-    buckets = list(range(table.num_buckets))
-    n = len(buckets)
-    snap_dirs = [paths.snapshots(tid, b) for b in buckets]
-    log_dirs = [paths.log(tid, b) for b in buckets]
-    results = store.read_many(
-        [
-            *(GetData(paths.bucket(tid, b)) for b in buckets),
-            *(GetChildren(d) for d in snap_dirs),
-            *(GetChildren(d) for d in log_dirs),
-        ]
-    )
-    for result in results:
-        if result.error is not None:
-            raise result.error
-    begin: dict[int, int] = {}
-    for b, result in zip(buckets, results[:n]):
-        if result.value is not None:
-            path = paths.bucket(tid, b)
-            try:
-                begin[b] = BucketState.decode(result.value, path).begin  # type: ignore[arg-type]
-            except CorruptMetadataError as exc:
-                skipped.append(str(exc))
-    snap_keys: list[_Key] = []
-    seg_keys: list[_Key] = []
-    for b in sorted(begin):
-        for keys, parent, names in (
-            (snap_keys, snap_dirs[b], results[n + b].value),
-            (seg_keys, log_dirs[b], results[2 * n + b].value),
-        ):
-            for name in names or ():  # type: ignore[union-attr]
-                if name.isdigit():  # a child's path is its parent's and its name, as listed
-                    keys.append((b, name, f"{parent}/{name}"))
-                else:
-                    skipped.append(
-                        f"unexpected znode {parent}/{name}: not a snapshot id or log offset"
-                    )
-    return begin, snap_keys, seg_keys
-
-
-def _snapshots(
-    table: TableInfo, written: list[int], keys: list[_Key], nodes: list[Any], skipped: list[str]
-) -> dict[int, list[SnapshotMeta]]:
-    snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in written}
-    for (b, name, path), node in zip(keys, nodes):
-        if node is None:
-            continue
-        try:
-            snap = _decode("s", table, node.data, path)  # §9: files inside the table's dir
-        except CorruptMetadataError as exc:
-            skipped.append(str(exc))
-            continue
-        snapshots[b].append(
-            SnapshotMeta(int(name), snap.log_offset, snap.size, snap.files, node.stat.num_children)
-        )
-    return snapshots
-
-
-def _segments(
-    table: TableInfo, written: list[int], keys: list[_Key], nodes: list[Any], skipped: list[str]
-) -> dict[int, list[SegmentMeta]]:
-    segments: dict[int, list[SegmentMeta]] = {b: [] for b in written}
-    held: dict[int, int] = {}  # bucket -> base offset of its first unreadable segment
-    for (b, name, path), node in zip(keys, nodes):
-        if node is None:
-            continue
-        try:
-            rec = _decode("g", table, node.data, path)  # §9: file inside the table's dir
-        except CorruptMetadataError as exc:
-            skipped.append(str(exc))
-            held[b] = min(held.get(b, int(name)), int(name))
-            continue
-        base = int(name)
-        segments[b].append(
-            SegmentMeta(
-                base, base + rec.rows, rec.size, max(node.stat.ctime_ms, rec.ts_floor), rec.file
-            )
-        )
-    for b, at in held.items():  # R3: the log stays contiguous; nothing from there on is deleted
-        segments[b] = [s for s in segments[b] if s.base_offset < at]
-    return segments
 
 
 def _committed(

@@ -19,7 +19,9 @@ class SnapshotMeta(NamedTuple):
     files: tuple[str, ...]
     """Warehouse-relative paths."""
     pins: int
-    """Pin znodes under the snapshot (from its stat)."""
+    """Pin znodes under the snapshot (from its stat). Read at every plan for the snapshots
+    beyond the newest ``kv.snapshot.num-retained`` of the bucket; for those newest ones, which
+    are kept whatever pins them, it may be the count of an earlier read."""
 
 
 class SegmentMeta(NamedTuple):

@@ -19,7 +19,7 @@ from .references import referenced_files, unreferenced
 if TYPE_CHECKING:
     from ..warehouse import Warehouse
 
-__all__ = ["plan", "protected_snapshots", "uris"]
+__all__ = ["plan", "uris"]
 
 
 @lru_cache(maxsize=4096)
@@ -64,34 +64,33 @@ def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
     return items, ending
 
 
-def protected_snapshots(meta: Metadata, ending: set[str]) -> dict[tuple[str, int, int], str]:
-    """Every snapshot retention must keep, keyed (table_id, bucket, snapshot_id), with the reason
-    (R1, R2, L5): the newest ``kv.snapshot.num-retained`` of its bucket, pinned by a lease that
-    does not end in this pass (``ending``), or pinned by pins of no known lease."""
+def _holders(meta: Metadata) -> dict[tuple[str, int, int], list[LeaseMeta]]:
+    """The leases pinning each snapshot, keyed (table_id, bucket, snapshot_id)."""
     holders: dict[tuple[str, int, int], list[LeaseMeta]] = {}
     for lease in meta.leases:
         for key in lease.pins:
             holders.setdefault(key, []).append(lease)
-    protected: dict[tuple[str, int, int], str] = {}
-    for tm in meta.tables:
-        retained = tm.table.properties["kv.snapshot.num-retained"]
-        newest = f"newest {retained} of bucket"
-        tid = tm.table.table_id
-        for bucket, snaps in tm.snapshots.items():
-            for rank, snap in enumerate(sorted(snaps, key=lambda s: -s.snapshot_id)):
-                key = (tid, bucket, snap.snapshot_id)
-                leases = holders.get(key, [])
-                live = [x for x in leases if x.lease_id not in ending]
-                unknown = snap.pins - len(leases)
-                if rank < retained:
-                    protected[key] = newest
-                elif live:
-                    protected[key] = "pinned by " + ", ".join(
-                        f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live
-                    )
-                elif unknown > 0:
-                    protected[key] = f"pinned by {unknown} pin(s) of no known lease"
-    return protected
+    return holders
+
+
+def _pinned(
+    key: tuple[str, int, int],
+    snap: SnapshotMeta,
+    holders: dict[tuple[str, int, int], list[LeaseMeta]],
+    ending: set[str],
+) -> str | None:
+    """Why a snapshot beyond the newest of its bucket is kept (R2, L5): pinned by a lease that
+    does not end in this pass (``ending``), or by pins of no known lease; None: it is not."""
+    leases = holders.get(key)
+    if not leases:
+        return f"pinned by {snap.pins} pin(s) of no known lease" if snap.pins > 0 else None
+    live = [x for x in leases if x.lease_id not in ending]
+    if live:
+        return "pinned by " + ", ".join(
+            f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live
+        )
+    unknown = snap.pins - len(leases)
+    return f"pinned by {unknown} pin(s) of no known lease" if unknown > 0 else None
 
 
 class _Policy(NamedTuple):
@@ -102,49 +101,59 @@ class _Policy(NamedTuple):
     retention: str
     limit: int | None
     respect: bool
+    newest: str
+    """Why the newest snapshots of a bucket are kept."""
 
     @classmethod
     def of(cls, props: dict[str, Any]) -> _Policy:
+        retained = props["kv.snapshot.num-retained"]
         return cls(
-            props["kv.snapshot.num-retained"],
+            retained,
             to_ms(props["log.retention"]),
             human_duration(props["log.retention"]),
             props["log.retention.bytes"],
             props["log.retention.respect-consumers"],
+            f"newest {retained} of bucket",
         )
 
 
 def _plan_snapshots(
     tm: TableMeta,
     tb: TableBucket,
-    protected: dict[tuple[str, int, int], str],
-    pinned_by: dict[tuple[str, int, int], list[str]],
+    holders: dict[tuple[str, int, int], list[LeaseMeta]],
+    ending: set[str],
     policy: _Policy,
 ) -> tuple[list[RetentionItem], SnapshotMeta | None]:
-    items, kept = [], []
-    tid, bucket = tm.table.table_id, tb.bucket
-    for snap in sorted(tm.snapshots.get(bucket, []), key=lambda s: -s.snapshot_id):
+    """Keep the newest ``kv.snapshot.num-retained`` snapshots of the bucket and every pinned one,
+    delete the rest (R1); and the kept snapshot with the lowest log offset."""
+    items, oldest = [], None
+    tid, bucket, retained = tm.table.table_id, tb.bucket, policy.retained
+    snaps = sorted(tm.snapshots.get(bucket, ()), key=_newest_first)
+    for rank, snap in enumerate(snaps):
         key = (tid, bucket, snap.snapshot_id)
-        reason = protected.get(key)
+        reason = policy.newest if rank < retained else _pinned(key, snap, holders, ending)
         if reason is None:
-            ending = pinned_by.get(key)
-            gone = f"; its lease(s) {', '.join(ending)} expire in this pass" if ending else ""
+            ending_leases = holders.get(key)
+            gone = (
+                f"; its lease(s) {', '.join(x.lease_id for x in ending_leases)} expire in this pass"
+                if ending_leases
+                else ""
+            )
+            reason = f"older than the newest {retained} of bucket, not pinned{gone}"
             items.append(
-                RetentionItem(
-                    "snapshot",
-                    tb,
-                    snap.snapshot_id,
-                    "delete",
-                    f"older than the newest {policy.retained} of bucket, not pinned{gone}",
-                    snap.size_bytes,
-                )
+                RetentionItem("snapshot", tb, snap.snapshot_id, "delete", reason, snap.size_bytes)
             )
             continue
-        kept.append(snap)
+        if oldest is None or snap.log_offset < oldest.log_offset:
+            oldest = snap
         items.append(
             RetentionItem("snapshot", tb, snap.snapshot_id, "keep", reason, snap.size_bytes)
         )
-    return items, min(kept, key=lambda s: s.log_offset, default=None)
+    return items, oldest
+
+
+def _newest_first(snap: SnapshotMeta) -> int:
+    return -snap.snapshot_id
 
 
 def _plan_segments(
@@ -192,11 +201,11 @@ def _covered_segment(
     age = meta.now_ms - seg.timestamp_ms
     old = age > policy.retention_ms
     over = limit is not None and remaining > limit
-    behind = sorted((g, o) for g, o in tm.committed.get(bucket, {}).items() if o < seg.end_offset)
     if not (old or over):
         return f"within log.retention {retention} (age {_age(age)})", None
-    if policy.respect and behind:
-        group, at = behind[0]
+    behind = _first_behind(tm, bucket, seg) if policy.respect else None
+    if behind is not None:
+        group, at = behind
         live = " (live members)" if group in tm.live_groups else ""
         return (
             f"consumer group {group} has not committed past it (at offset {at})"
@@ -214,6 +223,14 @@ def _covered_segment(
             "this table"
         )
     return None, why
+
+
+def _first_behind(tm: TableMeta, bucket: int, seg: SegmentMeta) -> tuple[str, int] | None:
+    """The first group (by name) that has not committed past ``seg``, with its offset."""
+    return min(
+        ((g, o) for g, o in tm.committed.get(bucket, {}).items() if o < seg.end_offset),
+        default=None,
+    )
 
 
 def _plan_history(meta: Metadata, tm: TableMeta, tb: TableBucket) -> list[RetentionItem]:
@@ -253,6 +270,8 @@ def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
 
 
 def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
+    if not meta.files:
+        return []
     referenced = referenced_files(meta.tables)
     candidates = {e.path: e for e in meta.files}
     ids = {tm.table.table_id: tm.table.name for tm in meta.tables}
@@ -305,18 +324,15 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
 def plan(meta: Metadata) -> RetentionPlan:
     """Decide every keep and delete (R1, R3, R4, R5, R6): a pure function of ``meta``."""
     items, ending = _plan_leases(meta)
-    protected = protected_snapshots(meta, ending)
-    pinned_by: dict[tuple[str, int, int], list[str]] = {}
-    for lease in meta.leases:
-        for key in lease.pins:
-            pinned_by.setdefault(key, []).append(lease.lease_id)
+    holders = _holders(meta)
     for tm in meta.tables:
         policy = _Policy.of(tm.table.properties)
+        history = tm.table.name == LAG_HISTORY_TABLE
         for bucket in sorted(set(tm.snapshots) | set(tm.segments)):
             tb = TableBucket(tm.table.name, bucket)
-            snap_items, oldest = _plan_snapshots(tm, tb, protected, pinned_by, policy)
+            snap_items, oldest = _plan_snapshots(tm, tb, holders, ending, policy)
             items += snap_items
-            if tm.table.name == LAG_HISTORY_TABLE:
+            if history:
                 items += _plan_history(meta, tm, tb)
             else:
                 items += _plan_segments(meta, tm, tb, oldest, policy)
