@@ -10,9 +10,7 @@ import contextlib
 import os
 import posixpath
 import re
-import stat
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -20,6 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from .dirscan import LocalScan
 from .errors import CorruptMetadataError, IllegalStateError, InvalidArgumentError
 
 __all__ = ["Warehouse", "FileEntry", "Listing", "contained"]
@@ -103,24 +102,6 @@ def contained(rel: object, within: str, znode: str) -> str:
     )
 
 
-_SETTLED_NS = 2_000_000_000
-"""How long before a scan a local directory must have last changed for its listing to be kept:
-file systems stamp changes with a clock of coarse ticks, so a directory changed just now could
-change again within the same tick without its stamp changing."""
-
-
-class _Seen(NamedTuple):
-    """A local directory as last listed."""
-
-    stamp: tuple[int, int, int]
-    """Its device, inode and status change time (ctime): any entry added, removed or renamed in
-    it sets its ctime to the time of the change, and no call sets a ctime back."""
-    files: tuple[str, ...]
-    """Its files, relative to the warehouse root."""
-    dirs: tuple[str, ...]
-    """Its subdirectories (not followed through symbolic links), as file-system paths."""
-
-
 class Listing:
     """The files found below a warehouse directory (``Warehouse.scan``)."""
 
@@ -168,8 +149,7 @@ class Warehouse:
             self.location = os.path.abspath(os.path.expanduser(local))
         self._fs: pafs.FileSystem | None = None
         self._root = ""
-        self._seen: dict[str, dict[str, _Seen]] = {}
-        """Per directory scanned, every local directory below it as last listed."""
+        self._local = LocalScan(self.location)
 
     @property
     def is_local(self) -> bool:
@@ -268,54 +248,14 @@ class Warehouse:
         A local scan reads names and types from the directories alone, without a stat call per
         file, so a caller that needs the sizes and times of a few files (the unreferenced ones,
         say) does not pay for all of them; remote listings carry them anyway and keep them.
-        A local directory whose stamp (``_Seen.stamp``) is the one it had when last listed, and
-        had changed last before that scan began (``_SETTLED_NS``), is not listed again.
+        A local directory unchanged since it was last listed is not listed again (``LocalScan``).
         """
         if not self.is_local:
             entries = self.list(rel_dir)
             return Listing(self, [e.path for e in entries], {e.path: e for e in entries})
-        began = time.time_ns()
-        seen = self._seen.get(rel_dir, {})
-        now: dict[str, _Seen] = {}
-        paths: list[str] = []
-        pending = [os.path.join(self.location, rel_dir)]
         with io_errors(f"list {self.uri(rel_dir)}"):
-            while pending:
-                directory = pending.pop()
-                try:
-                    st = os.stat(directory)
-                except (FileNotFoundError, NotADirectoryError):
-                    continue  # absent, or removed since its parent was read
-                if not stat.S_ISDIR(st.st_mode):
-                    continue
-                stamp = (st.st_dev, st.st_ino, st.st_ctime_ns)
-                listed = seen.get(directory)
-                if listed is None or listed.stamp != stamp:
-                    listed = self._read_dir(directory, stamp)
-                if st.st_ctime_ns < began - _SETTLED_NS:
-                    now[directory] = listed
-                paths += listed.files
-                pending += listed.dirs
-        self._seen[rel_dir] = now
+            paths = self._local.scan(os.path.join(self.location, rel_dir))
         return Listing(self, paths, None)
-
-    def _read_dir(self, directory: str, stamp: tuple[int, int, int]) -> _Seen:
-        """The files (warehouse-relative) and subdirectories of a local directory."""
-        rel = directory[len(self.location) + 1 :]
-        prefix = f"{rel}/" if rel else ""
-        files: list[str] = []
-        dirs: list[str] = []
-        try:
-            scanner = os.scandir(directory)
-        except (FileNotFoundError, NotADirectoryError):
-            return _Seen(stamp, (), ())  # removed since its stat: the next scan sees it changed
-        with scanner:
-            for entry in scanner:
-                if entry.is_dir(follow_symlinks=False):
-                    dirs.append(entry.path)
-                elif entry.is_file():
-                    files.append(prefix + entry.name)
-        return _Seen(stamp, tuple(files), tuple(dirs))
 
     def stat(self, rels: Iterable[str]) -> list[FileEntry]:
         """Size and modification time of each of ``rels`` that exists."""

@@ -27,6 +27,7 @@ LAYERS: dict[str, float] = {
     "leasekit.properties": 0,
     "leasekit.memory": 0,
     "leasekit.progress": 0,
+    "leasekit.dirscan": 0,
     # L1: the ZooKeeper layer; the embedded server is a leaf beside it
     "leasekit.zk": 1,
     "leasekit.embedded": 1.5,

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from leasekit.dirscan import _SETTLED_NS
 from leasekit.errors import CorruptMetadataError, IllegalStateError
-from leasekit.warehouse import _SETTLED_NS, Warehouse, contained
+from leasekit.warehouse import Warehouse, contained
 
 
 @pytest.fixture
