@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..memory import collector_paused
 from ..zk import to_datetime
 from .lease_book import lease_state, read_leases
 from .lease_bytes import lease_bytes
@@ -51,9 +50,8 @@ def lease_inventory(ctx: Context) -> pd.DataFrame:
     """
     import pandas as pd
 
-    with collector_paused():  # tens of thousands of records read, none in a cycle
-        book = read_leases(ctx)
-        sizes = lease_bytes(ctx, book)
+    book = read_leases(ctx)
+    sizes = lease_bytes(ctx, book)
     rows = []
     for entry in book.leases:
         if not entry.live:
