@@ -18,6 +18,7 @@ from helpers import seed_empty_snapshots
 
 from leasekit import TableBucket, testing
 from leasekit.cli import main as cli
+from leasekit.zk import Create
 
 HERE = Path(__file__).resolve().parent
 
@@ -203,3 +204,103 @@ def test_keepalive_holder_znode_lives_with_the_keepalive(conn):
         assert _states(conn) == {"kept": "active"}
     assert holders() == []
     assert conn.leases() == []  # dropped on exit
+
+
+def _whole_namespace_bytes(ctx) -> dict[str, tuple[int, int]]:
+    """(pinned_bytes, exclusive_bytes) per live lease from retention's planner over every
+    table and bucket of the namespace: the plan with the lease held (as if valid now) against
+    the plan without it, as M4 defines exclusive bytes."""
+    from leasekit.retention.gather import gather
+    from leasekit.retention.planner import plan
+
+    meta = gather(ctx)._replace(files=[])  # orphan files do not depend on leases
+
+    def deleted(m):
+        return {
+            (i.kind, i.table_bucket, i.item_id): i.size_bytes
+            for i in plan(m).items
+            if i.action == "delete" and i.kind in ("snapshot", "segment")
+        }
+
+    sizes = {
+        (tm.table.table_id, b, s.snapshot_id): s.size_bytes
+        for tm in meta.tables
+        for b, snaps in tm.snapshots.items()
+        for s in snaps
+    }
+    out = {}
+    for lease in (x for x in meta.leases if x.state == "live"):
+        others = [x for x in meta.leases if x.lease_id != lease.lease_id]
+        forever = lease._replace(expires_ms=max(lease.expires_ms, meta.now_ms))
+        held = deleted(meta._replace(leases=[*others, forever]))
+        unpinned = [
+            tm._replace(
+                snapshots={
+                    b: [
+                        s._replace(pins=s.pins - 1)
+                        if (tm.table.table_id, b, s.snapshot_id) in lease.pins
+                        else s
+                        for s in snaps
+                    ]
+                    for b, snaps in tm.snapshots.items()
+                }
+            )
+            for tm in meta.tables
+        ]
+        freed = deleted(meta._replace(tables=unpinned, leases=others))
+        out[lease.lease_id] = (
+            sum(sizes.get(pin, 0) for pin in lease.pins),
+            sum(size for item, size in freed.items() if item not in held),
+        )
+    return out
+
+
+def test_bytes_read_from_pinned_buckets_match_the_plan_of_the_whole_namespace(conn, clock):
+    # M4, R1, R3, R5, L5: the inventory reads only the buckets leases pin, and plans only those
+    # where nothing else keeps the pinned snapshot; its figures equal those of retention's
+    # planner over every bucket, whatever keeps a snapshot: the newest 2, another lease, a lease
+    # past its grace (which keeps nothing), a pin of no known lease, a group not read past a
+    # segment (respect-consumers), or nothing but the lease itself
+    ctx = testing.context(conn)
+    t = conn.create_table("t", "id BIGINT", "id", buckets=6, properties={"log.retention": "1s"})
+    testing.seed_history(ctx, t, 4, 4, 10, file_bytes=100)  # snapshots at 10..40, 4 segments
+    slow = conn.create_table(
+        "slow",
+        "id BIGINT",
+        "id",
+        buckets=2,
+        properties={"log.retention": "1s", "log.retention.respect-consumers": True},
+    )
+    testing.seed_history(ctx, slow, 4, 4, 10, file_bytes=100)
+    with conn.consumer(group_id="behind", enable_auto_commit=False) as c:
+        c.assign([TableBucket("slow", 0)])
+        c.commit({TableBucket("slow", 0): 15})  # holds the segment [10, 20) of slow/0
+    stray = f"{ctx.paths.snapshot(t.table_id, 4, 1)}/someone-else"
+    ctx.store.commit([Create(stray, b"")])  # a pin znode of no known lease
+    clock.advance(timedelta(seconds=10))
+    acquire = conn.acquire_kv_snapshot_lease
+    acquire("gone", {TableBucket("t", 2): 1}, "1m")
+    clock.advance(timedelta(minutes=2))  # "gone" is past its expiry and its 30s grace
+    acquire("newest", {TableBucket("t", 0): 4, TableBucket("t", 1): 3}, "1h")
+    acquire("oldest", {TableBucket("t", 0): 1, TableBucket("t", 5): 2}, "1h")
+    acquire("a", {TableBucket("t", 1): 1}, "1h")
+    acquire("b", {TableBucket("t", 1): 1, TableBucket("t", 3): 2}, "1h")
+    acquire("after-gone", {TableBucket("t", 2): 1}, "1h")
+    acquire("stray", {TableBucket("t", 4): 1}, "1h")
+    acquire("slow", {TableBucket("slow", 0): 1, TableBucket("slow", 1): 1}, "1h")
+    acquire("missing", {TableBucket("t", 3): 9}, "1h")  # unavailable: pins nothing
+    rows = _by_id(conn)
+    got = {k: (r["pinned_bytes"], r["exclusive_bytes"]) for k, r in rows.items()}
+    assert got == _whole_namespace_bytes(ctx)
+    assert got["newest"] == (200, 0)  # the newest 2 of their buckets
+    # t/0: snapshot 1 and the segments [10, 30) only its log start keeps; t/5: snapshot 2 and
+    # the segment [20, 30)
+    assert got["oldest"] == (200, 100 + 200 + 100 + 100)
+    assert got["a"] == (100, 0) and got["b"] == (200, 100 + 100)  # t/1 shared, t/3 alone
+    assert got["after-gone"] == (100, 300)  # "gone" keeps nothing: past its grace (R5, L11)
+    assert got["gone"] == (100, 0)  # held as if valid, but after-gone keeps it too
+    assert got["stray"] == (100, 0)  # a pin of no known lease keeps it
+    # the snapshots only: the group at 15 keeps the log of slow/0 from [10, 20) on, and of
+    # slow/1, where it committed nothing, all of it
+    assert got["slow"] == (200, 100 + 100)
+    assert got["missing"] == (0, 0)

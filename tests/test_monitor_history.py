@@ -86,6 +86,30 @@ def test_a_sample_records_every_bucket_of_every_group(conn, orders, fast):
     assert total["time_lag"][0] == frame["time_lag"].max()
 
 
+def test_group_totals_count_only_committed_buckets(conn, orders):
+    # M1, §6.12: per sample, lag and committed summed over the committed buckets (<NA> where
+    # none was), end over all, time lag the largest; oldest first, as Int64
+    ctx = testing.context(conn)
+    now = ctx.server_clock.fresh_ms()
+    history.append_rows(
+        ctx,
+        [
+            history.HistoryRow(now - 30_000, "h", "orders", 0, 2, 9, 7, 1500),
+            history.HistoryRow(now - 30_000, "h", "orders", 1, None, 8, None, None),
+            history.HistoryRow(now - 30_000, "h", "orders", 2, 4, 9, 5, 900),
+            history.HistoryRow(now - 60_000, "h", "orders", 0, None, 5, None, None),
+            history.HistoryRow(now - 60_000, "h", "orders", 1, None, 7, None, None),
+        ],
+    )
+    total = conn.lag_history("h", since="1h")
+    assert total["end"].tolist() == [12, 26]
+    first = total.iloc[0]
+    assert pd.isna(first["lag"]) and pd.isna(first["committed"]) and pd.isna(first["time_lag"])
+    assert total["lag"][1] == 12 and total["committed"][1] == 6
+    assert total["time_lag"][1] == pd.Timedelta(milliseconds=1500)
+    assert str(total["lag"].dtype) == str(total["committed"].dtype) == "Int64"
+
+
 def test_a_stopped_group_keeps_being_recorded(conn, orders, fast):
     # M1: nothing consumes, the log grows: each sample records the lag measured then
     _commit(conn, {TB("orders", b): 0 for b in range(3)}, "stopped")

@@ -14,6 +14,7 @@ from .history import read_rows
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from ..context import Context
 
@@ -62,8 +63,8 @@ def lag_history(
     end = now if until is None else time_ms(until, now, what="until")
     if end < start:
         raise InvalidArgumentError(f"until must not be before since for {group_id!r}")
-    data = read_rows(ctx, start, end, [group_id]).to_pandas()
-    if data.empty and not _exists(ctx, group_id):
+    data = read_rows(ctx, start, end, [group_id])
+    if data.num_rows == 0 and not _exists(ctx, group_id):
         raise InvalidArgumentError(
             f"consumer group {group_id!r} does not exist in namespace {ctx.namespace!r} "
             "(no committed offsets, no live members) and has no lag history in that range"
@@ -94,26 +95,26 @@ def _typed(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out[columns]
 
 
-def _per_bucket(data: pd.DataFrame) -> pd.DataFrame:
-    return _typed(data, BUCKET_HISTORY_COLUMNS)
-
-
-def _per_group(data: pd.DataFrame) -> pd.DataFrame:
-    """One row per sample: lag, committed and end summed over the committed buckets (end over
-    all), time lag the largest; <NA> where no bucket was committed."""
+def _pandas(data: pa.Table) -> pd.DataFrame:
+    """``data`` as pandas, its integer columns nullable (``Int64``): no value rounds through a
+    float."""
     import pandas as pd
+    import pyarrow as pa
 
-    if data.empty:
-        return _typed(data, HISTORY_COLUMNS)
-    for column in ("lag", "committed", "end", "time_lag_ms"):
-        data[column] = data[column].astype("Int64")
-    grouped = data.groupby("time", sort=True)
-    frame = pd.DataFrame(
-        {
-            "lag": grouped["lag"].sum(min_count=1),
-            "time_lag_ms": grouped["time_lag_ms"].max(),
-            "committed": grouped["committed"].sum(min_count=1),
-            "end": grouped["end"].sum(min_count=1),
-        }
-    ).reset_index()
+    return data.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+
+def _per_bucket(data: pa.Table) -> pd.DataFrame:
+    return _typed(_pandas(data), BUCKET_HISTORY_COLUMNS)
+
+
+def _per_group(data: pa.Table) -> pd.DataFrame:
+    """One row per sample: lag, committed and end summed over the committed buckets (end over
+    all), time lag the largest; <NA> where no bucket was committed. Summed by pyarrow, so only
+    the samples (not every bucket of each) become pandas rows."""
+    sums = data.group_by("time").aggregate(
+        [("lag", "sum"), ("time_lag_ms", "max"), ("committed", "sum"), ("end", "sum")]
+    )  # a sum or max over nothing but nulls is null, as <NA> in pandas with min_count=1
+    frame = _pandas(sums.select(["time", "lag_sum", "time_lag_ms_max", "committed_sum", "end_sum"]))
+    frame.columns = ["time", "lag", "time_lag_ms", "committed", "end"]
     return _typed(frame, HISTORY_COLUMNS)

@@ -3,9 +3,11 @@ what retention's own planner would delete if the lease were gone and keeps while
 so a file another lease or a retention rule (newest snapshots, log retention, consumers)
 keeps never counts.
 
-The tables the leases pin are gathered once, as retention gathers them; each lease is then
-planned twice over the buckets it pins only (retention decides each bucket on its own):
-held (as if valid now, though expired) and dropped.
+Retention decides each bucket on its own, and a pin changes a bucket's plan only when nothing
+else keeps its snapshot: not among the newest of its bucket, pinned by no lease that outlives
+this pass, by no pin of an unknown lease. A survey of the pinned snapshots finds those
+buckets; only they are read in full and planned twice per lease: held (as if valid now,
+though expired) and dropped.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from ..retention.meta import LeaseMeta, Metadata, TableMeta
 from ..retention.planner import plan
 from ..tables.catalog import load_tables
 from ..zk.formats import LIVE
+from .bucket_meta import PinnedSnapshot, gather_buckets, survey_pins
 from .lease_book import LeaseBook, LeaseEntry
 
 if TYPE_CHECKING:
     from ..context import Context
+    from ..tables.info import TableInfo
 
 __all__ = ["lease_bytes"]
 
@@ -45,18 +49,37 @@ def _meta(entry: LeaseEntry) -> LeaseMeta:
     )
 
 
-def _gather(ctx: Context, book: LeaseBook, skipped: list[str]) -> dict[str, TableMeta]:
-    """The retention metadata of every table a lease pins, by table id (a table dropped, or
-    dropped and created again, since it was pinned is left out)."""
+def _pinned_tables(ctx: Context, book: LeaseBook) -> dict[str, TableInfo]:
+    """Every table a lease pins, by table id (a table dropped, or dropped and created again,
+    since it was pinned is left out)."""
     names = sorted({name for e in book.leases for name in e.tables.values()})
     wanted = {tid for e in book.leases for tid in e.tables}
+    return {t.table_id: t for t in load_tables(ctx, names).values() if t.table_id in wanted}
+
+
+def _gather(
+    ctx: Context,
+    tables: dict[str, TableInfo],
+    pins: dict[str, dict[Pin, None]],
+    skipped: list[str],
+) -> dict[str, TableMeta]:
+    """The retention metadata of the buckets ``pins`` (per lease) pin, by table id: read
+    for those buckets alone, or for the whole table when retention waits for consumers (then
+    it needs every group's offsets, as retention gathers them)."""
+    buckets: dict[str, set[int]] = {}
+    for lease_pins in pins.values():
+        for tid, bucket, _ in lease_pins:
+            buckets.setdefault(tid, set()).add(bucket)
     out: dict[str, TableMeta] = {}
-    for table in load_tables(ctx, names).values():
-        if table.table_id in wanted:
-            try:
-                out[table.table_id] = gather_table(ctx, table, skipped)
-            except CorruptMetadataError as exc:
-                skipped.append(str(exc))
+    for tid, chosen in sorted(buckets.items()):
+        table = tables[tid]
+        try:
+            if table.properties["log.retention.respect-consumers"]:
+                out[tid] = gather_table(ctx, table, skipped)
+            else:
+                out[tid] = gather_buckets(ctx, table, chosen, skipped)
+        except CorruptMetadataError as exc:
+            skipped.append(str(exc))
     return out
 
 
@@ -95,16 +118,6 @@ def _deleted(meta: Metadata) -> dict[_Item, int]:
     }
 
 
-def _sizes(tables: dict[str, TableMeta]) -> dict[tuple[str, int, int], int]:
-    """Size of every snapshot of ``tables``, keyed like a pin."""
-    return {
-        (tid, bucket, s.snapshot_id): s.size_bytes
-        for tid, tm in tables.items()
-        for bucket, snaps in tm.snapshots.items()
-        for s in snaps
-    }
-
-
 def lease_bytes(ctx: Context, book: LeaseBook) -> dict[str, tuple[int, int]]:
     """(pinned_bytes, exclusive_bytes) of every live lease of ``book``, by lease id.
 
@@ -113,44 +126,93 @@ def lease_bytes(ctx: Context, book: LeaseBook) -> dict[str, tuple[int, int]]:
         CorruptMetadataError: the namespace's settings are unreadable.
     """
     skipped: list[str] = []
-    tables = _gather(ctx, book, skipped)
+    tables = _pinned_tables(ctx, book)
     settings = ctx.settings()
-    leases = [_meta(e) for e in book.leases]
-    sizes = _sizes(tables)
     base = Metadata(
         book.now_ms,
         [],
-        leases,
+        [_meta(e) for e in book.leases],
         [],
         to_ms(settings["lease.expiry-grace"]),
         to_ms(settings["orphan.min-age"]),
         skipped,
         (),
     )
+    live = [(e, m) for e, m in zip(book.leases, base.leases) if e.live]
+    survey = survey_pins(ctx, tables, (pin for e, _ in live for pin in e.pins), skipped)
+    contested = _contested(base, live, survey, tables)
+    gathered = _gather(ctx, tables, contested, skipped)
     by_bucket: dict[tuple[str, int], list[tuple[str, Pin]]] = {}
-    for m in leases:
+    for m in base.leases:
         for pin in m.pins:
             by_bucket.setdefault(pin[:2], []).append((m.lease_id, pin))
     out: dict[str, tuple[int, int]] = {}
-    for entry, meta in zip(book.leases, leases):
-        if not entry.live:
-            continue
-        own = [
-            _pinned_buckets(tables[tid], entry.pins)
-            for tid in sorted(entry.tables)
-            if tid in tables
-        ]
-        if not own:
-            out[entry.lease_id] = (0, 0)
-            continue
-        others = _others(leases, meta, by_bucket)
-        forever = meta._replace(expires_ms=max(meta.expires_ms, book.now_ms), state=LIVE)
-        held = _deleted(base._replace(tables=own, leases=[*others, forever]))
-        gone = [_without(tm, entry.pins) for tm in own]
-        freed = _deleted(base._replace(tables=gone, leases=others))
-        exclusive = sum(size for item, size in freed.items() if item not in held)
-        out[entry.lease_id] = (sum(sizes.get(pin, 0) for pin in entry.pins), exclusive)
+    for entry, meta in live:
+        pinned = sum(survey[pin].size_bytes for pin in entry.pins if pin in survey)
+        own = contested[entry.lease_id]
+        exclusive = _exclusive(base, meta._replace(pins=own), gathered, by_bucket) if own else 0
+        out[entry.lease_id] = (pinned, exclusive)
     return out
+
+
+def _contested(
+    base: Metadata,
+    live: list[tuple[LeaseEntry, LeaseMeta]],
+    survey: dict[Pin, PinnedSnapshot],
+    tables: dict[str, TableInfo],
+) -> dict[str, dict[Pin, None]]:
+    """Per live lease, its pins whose snapshot nothing else keeps (R1, L5): not among the
+    ``kv.snapshot.num-retained`` newest of its bucket, pinned by no other lease that outlives
+    this pass (R5, L11) and by no pin of an unknown lease. In any other bucket its plan is the
+    same with the lease and without it."""
+    ending = {
+        m.lease_id
+        for m in base.leases
+        if m.state != LIVE or base.now_ms > m.expires_ms + base.grace_ms
+    }
+    holders: dict[Pin, list[str]] = {}
+    for m in base.leases:
+        for pin in m.pins:
+            holders.setdefault(pin, []).append(m.lease_id)
+    out: dict[str, dict[Pin, None]] = {}
+    for entry, meta in live:
+        out[entry.lease_id] = {}
+        for pin in meta.pins:
+            found = survey.get(pin)
+            if found is None:
+                continue  # no snapshot retention would plan: nothing to free
+            retained = tables[pin[0]].properties["kv.snapshot.num-retained"]
+            others = [i for i in holders[pin] if i != meta.lease_id]
+            if (
+                found.newer >= retained
+                and all(i in ending for i in others)
+                and found.pins <= len(holders[pin])
+            ):
+                out[entry.lease_id][pin] = None
+    return out
+
+
+def _exclusive(
+    base: Metadata,
+    meta: LeaseMeta,
+    tables: dict[str, TableMeta],
+    by_bucket: dict[tuple[str, int], list[tuple[str, Pin]]],
+) -> int:
+    """The bytes the plan deletes once ``meta`` (with its contested pins) is dropped and keeps
+    while it is held, over the buckets it pins."""
+    own = [
+        _pinned_buckets(tables[tid], meta.pins)
+        for tid in sorted({pin[0] for pin in meta.pins})
+        if tid in tables
+    ]
+    if not own:
+        return 0
+    others = _others(base.leases, meta, by_bucket)
+    forever = meta._replace(expires_ms=max(meta.expires_ms, base.now_ms), state=LIVE)
+    held = _deleted(base._replace(tables=own, leases=[*others, forever]))
+    gone = [_without(tm, meta.pins) for tm in own]
+    freed = _deleted(base._replace(tables=gone, leases=others))
+    return sum(size for item, size in freed.items() if item not in held)
 
 
 def _others(
@@ -164,4 +226,6 @@ def _others(
     for key in {pin[:2] for pin in meta.pins}:
         for lease_id, pin in by_bucket.get(key, ()):
             pins.setdefault(lease_id, {})[pin] = None
-    return [m._replace(pins=pins.get(m.lease_id, {})) for m in leases if m is not meta]
+    return [
+        m._replace(pins=pins.get(m.lease_id, {})) for m in leases if m.lease_id != meta.lease_id
+    ]
