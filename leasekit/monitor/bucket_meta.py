@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import CorruptMetadataError
-from ..log.segments import decode_segment
-from ..retention.meta import SegmentMeta, SnapshotMeta, TableMeta
+from ..retention.listed import read_buckets
+from ..retention.meta import TableMeta
 from ..snapshots.catalog import decode_snapshot
 from ..zk import GetChildren, GetData
 from ..zk.formats import BucketState
@@ -93,86 +93,7 @@ def gather_buckets(
     ctx: Context, table: TableInfo, buckets: Iterable[int], skipped: list[str]
 ) -> TableMeta:
     """What retention's planner needs of ``buckets`` of ``table`` (log start, snapshots and
-    segments), read as retention reads a whole table: the states and listings in one
-    pipelined batch, then every snapshot and segment record in another. Without consumer
+    segments), read as retention reads a whole table (``retention.listed``). Without consumer
     offsets: for a table with ``log.retention.respect-consumers`` use ``gather_table``."""
-    begin, keys = _list_buckets(ctx, table, sorted(set(buckets)), skipped)
-    nodes = ctx.store.get_many([key[3] for key in keys])
-    snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in begin}
-    segments: dict[int, list[SegmentMeta]] = {b: [] for b in begin}
-    held: dict[int, int] = {}  # bucket -> base offset of its first unreadable segment
-    for (kind, b, name, path), node in zip(keys, nodes):
-        if node is None:
-            continue
-        try:
-            if kind == "s":
-                snap = decode_snapshot(table, node.data, path)
-                snapshots[b].append(
-                    SnapshotMeta(
-                        int(name), snap.log_offset, snap.size, snap.files, node.stat.num_children
-                    )
-                )
-            else:
-                rec = decode_segment(table, node.data, path)
-                base = int(name)
-                segments[b].append(
-                    SegmentMeta(
-                        base,
-                        base + rec.rows,
-                        rec.size,
-                        max(node.stat.ctime_ms, rec.ts_floor),
-                        rec.file,
-                    )
-                )
-        except CorruptMetadataError as exc:
-            skipped.append(str(exc))
-            if kind == "g":
-                held[b] = min(held.get(b, int(name)), int(name))
-    for b, at in held.items():  # R3: the log stays contiguous; nothing from there on is deleted
-        segments[b] = [s for s in segments[b] if s.base_offset < at]
-    return TableMeta(table, begin, snapshots, segments, {})
-
-
-_Key = tuple[str, int, str, str]
-"""(kind: "s" snapshot or "g" segment, bucket, child name, child path)."""
-
-
-def _list_buckets(
-    ctx: Context, table: TableInfo, buckets: list[int], skipped: list[str]
-) -> tuple[dict[int, int], list[_Key]]:
-    """The log start of each written bucket of ``buckets`` and its snapshot and segment
-    znodes, from one pipelined batch of the bucket states and both listings."""
-    paths, tid, n = ctx.paths, table.table_id, len(buckets)
-    listed = ctx.store.read_many(
-        [
-            *(GetData(paths.bucket(tid, b)) for b in buckets),
-            *(GetChildren(paths.snapshots(tid, b)) for b in buckets),
-            *(GetChildren(paths.log(tid, b)) for b in buckets),
-        ]
-    )
-    for result in listed:
-        if result.error is not None:
-            raise result.error
-    begin: dict[int, int] = {}
-    keys: list[_Key] = []
-    for k, b in enumerate(buckets):
-        node = listed[k].value
-        if node is None:
-            continue
-        try:
-            begin[b] = BucketState.decode(node, paths.bucket(tid, b)).begin  # type: ignore[arg-type]
-        except CorruptMetadataError as exc:
-            skipped.append(str(exc))
-            continue
-        for kind, parent, names in (
-            ("s", paths.snapshots(tid, b), listed[n + k].value),
-            ("g", paths.log(tid, b), listed[2 * n + k].value),
-        ):
-            for name in names or ():  # type: ignore[union-attr]
-                if name.isdigit():
-                    keys.append((kind, b, name, f"{parent}/{name}"))
-                else:
-                    skipped.append(
-                        f"unexpected znode {parent}/{name}: not a snapshot id or log offset"
-                    )
-    return begin, keys
+    read = read_buckets(ctx, table, skipped, buckets)
+    return TableMeta(table, read.begin, read.snapshots, read.segments, {})

@@ -3,6 +3,7 @@ batches; a bucket directory whose stat proves its children unchanged is not read
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 from weakref import WeakKeyDictionary
 
@@ -98,9 +99,11 @@ class _Dir(NamedTuple):
     proof: _Proof
 
 
-def read_buckets(ctx: Context, table: TableInfo, skipped: list[str]) -> Buckets:
-    """The log start, snapshots and segments of every written bucket of ``table``; what cannot
-    be read is left out and said in ``skipped``.
+def read_buckets(
+    ctx: Context, table: TableInfo, skipped: list[str], buckets: Iterable[int] | None = None
+) -> Buckets:
+    """The log start, snapshots and segments of every written bucket of ``table`` (or of
+    ``buckets`` only); what cannot be read is left out and said in ``skipped``.
 
     First the bucket states and the stats of both directories of every bucket (the stat before
     anything listed under it: a session's reads are answered in order, so an unchanged stat
@@ -108,18 +111,8 @@ def read_buckets(ctx: Context, table: TableInfo, skipped: list[str]) -> Buckets:
     last read gives its children as read then, except the snapshots beyond the newest
     ``kv.snapshot.num-retained``: their pin counts decide whether retention may delete them,
     so they are read again. Every other directory is listed and its children read."""
-    paths, tid, n = ctx.paths, table.table_id, table.num_buckets
-    snap_dirs = [paths.snapshots(tid, b) for b in range(n)]
-    log_dirs = [paths.log(tid, b) for b in range(n)]
-    first = _values(
-        ctx,
-        [
-            *(GetData(paths.bucket(tid, b)) for b in range(n)),
-            *(GetData(d) for d in snap_dirs),
-            *(GetData(d) for d in log_dirs),
-        ],
-    )
-    begin = _begin(ctx, table, first[:n], skipped)
+    paths, tid = ctx.paths, table.table_id
+    begin, dir_nodes = _states_and_stats(ctx, table, buckets, skipped)
     known = _known.get(ctx.store, {}).get(table.data_dir, {})
     now: dict[str, _Known] = {}
     snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in sorted(begin)}
@@ -128,7 +121,8 @@ def read_buckets(ctx: Context, table: TableInfo, skipped: list[str]) -> Buckets:
     recheck: list[tuple[int, SnapshotMeta, _Znode]] = []  # snapshots whose pins are read again
     retained = table.properties["kv.snapshot.num-retained"]
     for b in snapshots:
-        dirs = ((snap_dirs[b], first[n + b], True), (log_dirs[b], first[2 * n + b], False))
+        snap_dir, log_dir = dir_nodes[b]
+        dirs = ((paths.snapshots(tid, b), snap_dir, True), (paths.log(tid, b), log_dir, False))
         for d, node, of_snapshots in dirs:
             if node is None:
                 continue  # no directory: no children
@@ -151,8 +145,32 @@ def read_buckets(ctx: Context, table: TableInfo, skipped: list[str]) -> Buckets:
         if snap is not None:
             snapshots[b].append(snap)
     _read_stale(ctx, table, stale, listings[: len(stale)], (snapshots, segments), now, skipped)
-    _known.setdefault(ctx.store, {})[table.data_dir] = now
+    if buckets is None:
+        _known.setdefault(ctx.store, {})[table.data_dir] = now
+    else:  # the other buckets' directories stay as last read
+        _known.setdefault(ctx.store, {}).setdefault(table.data_dir, {}).update(now)
     return Buckets(begin, snapshots, segments)
+
+
+def _states_and_stats(
+    ctx: Context, table: TableInfo, buckets: Iterable[int] | None, skipped: list[str]
+) -> tuple[dict[int, int], dict[int, tuple[Node | None, Node | None]]]:
+    """One pipelined batch: the log start of each written bucket of ``buckets`` (None: all),
+    and the stats of its snapshot and log directories (None: no such directory)."""
+    paths, tid = ctx.paths, table.table_id
+    chosen = list(range(table.num_buckets)) if buckets is None else sorted(set(buckets))
+    n = len(chosen)
+    first = _values(
+        ctx,
+        [
+            *(GetData(paths.bucket(tid, b)) for b in chosen),
+            *(GetData(paths.snapshots(tid, b)) for b in chosen),
+            *(GetData(paths.log(tid, b)) for b in chosen),
+        ],
+    )
+    begin = _begin(ctx, table, chosen, first[:n], skipped)
+    dirs = {b: (first[n + i], first[2 * n + i]) for i, b in enumerate(chosen) if b in begin}
+    return begin, dirs
 
 
 def _again(
@@ -166,11 +184,11 @@ def _again(
 
 
 def _begin(
-    ctx: Context, table: TableInfo, nodes: list[Node | None], skipped: list[str]
+    ctx: Context, table: TableInfo, buckets: list[int], nodes: list[Node | None], skipped: list[str]
 ) -> dict[int, int]:
-    """The log start of each bucket with a readable state (a written bucket)."""
+    """The log start of each of ``buckets`` with a readable state (a written bucket)."""
     begin: dict[int, int] = {}
-    for b, node in enumerate(nodes):
+    for b, node in zip(buckets, nodes):
         if node is None:
             continue
         found = _begins.get(node.data)
