@@ -16,6 +16,7 @@ from .consumers.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
 from .memory import collector_paused
+from .monitor import lag as _lag
 from .structs import MemberInfo
 from .zk.changes import watch_targets
 from .zk.watches import Dispatcher
@@ -36,6 +37,7 @@ __all__ = [
     "server_time_estimate",
     "GroupBoard",
     "group_board",
+    "lag_histories",
     "DESCRIBE_COLUMNS",
     "human_duration",
     "parse_duration",
@@ -356,3 +358,26 @@ def group_board(
         dtype="string",
     )
     return GroupBoard(frame, group_admin.members_of(view), view.generation, view.leader)
+
+
+def lag_histories(
+    conn: Connection, group_ids: list[str], *, since: Any = None, until: Any = None
+) -> dict[str, pd.DataFrame]:
+    """Each group's lag over time, as ``conn.lag_history(group, since=..., until=...)`` gives
+    it, from one read of the history: what a view of every group's trend reads (one
+    ``lag_history`` per group would read the same files once per group).
+
+    Arguments:
+        conn: the Connection.
+        group_ids: the groups; one without samples in the range gets an empty frame.
+        since, until: as ``lag_history`` takes them.
+
+    Returns:
+        A frame of ``lag_history``'s columns per group id.
+
+    Raises:
+        InvalidArgumentError: a bad group id, or ``until`` before ``since``.
+        InvalidDurationError: a bad duration.
+    """
+    with collector_paused():
+        return _lag.lag_histories(_context_of(conn), group_ids, since=since, until=until)

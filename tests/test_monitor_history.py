@@ -345,3 +345,30 @@ def test_a_reader_without_credentials_cannot_sample(zookeeper, warehouse, namesp
             with pytest.raises(lk.PermissionDeniedError):
                 history.sample(testing.context(reader))
             assert len(reader.lag_history("g")) == 1
+
+
+def test_every_groups_history_read_at_once_equals_each_read_alone(conn, orders, fast):
+    # M2: lag_histories (one read for the Overview's sparklines) gives each group exactly its
+    # lag_history; a group without samples in the range gets an empty frame
+    from leasekit.live import lag_histories
+
+    _commit(conn, {TB("orders", b): 0 for b in range(3)}, "slow")
+    _commit(conn, {TB("orders", 0): 5, TB("orders", 1): 10}, "partial")
+    for i in range(3):
+        history.sample(fast)
+        orders.append([{"id": 2000 + 10 * i + k, "v": "c"} for k in range(10)])
+        time.sleep(0.12)
+    _commit(conn, {TB("orders", 2): 1}, "late")  # committed after the last sample
+    together = lag_histories(conn, ["slow", "partial", "late", "slow"], since="1h")
+    assert list(together) == ["slow", "partial", "late"]
+    for group in ("slow", "partial"):
+        alone = conn.lag_history(group, since="1h")
+        assert len(alone) == 3
+        pd.testing.assert_frame_equal(together[group], alone)
+    assert together["late"].empty
+    assert list(together["late"].columns) == list(conn.lag_history("slow").columns)
+    assert lag_histories(conn, []) == {}
+    with pytest.raises(lk.InvalidArgumentError):
+        lag_histories(conn, ["no/such group"])
+    with pytest.raises(lk.InvalidArgumentError):
+        lag_histories(conn, ["slow"], since="1h", until="2h")

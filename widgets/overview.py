@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import traitlets
 
+from leasekit.live import lag_histories
+
 from .base import Markup, Panel, esc, html_table
 from .formatting import duration_text, human_bytes, utc_text
 
@@ -219,7 +221,7 @@ class OverviewPanel(Panel):
     def _load(self) -> _Overview:
         groups = self.conn.group_overview()
         since = datetime.now(timezone.utc) - SPARK_SPAN
-        history = {g: self.conn.lag_history(g, since=since) for g in groups["group"]}
+        history = lag_histories(self.conn, list(groups["group"]), since=since)
         leases = self.conn.lease_inventory()
         by_table: dict[str, list[int]] = {}
         for item in self.conn.retention_plan().items:

@@ -3,6 +3,7 @@ buckets or per bucket, as a pandas DataFrame."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,14 @@ if TYPE_CHECKING:
 
     from ..context import Context
 
-__all__ = ["lag_history", "HISTORY_COLUMNS", "BUCKET_HISTORY_COLUMNS", "DEFAULT_SINCE", "time_ms"]
+__all__ = [
+    "lag_history",
+    "lag_histories",
+    "HISTORY_COLUMNS",
+    "BUCKET_HISTORY_COLUMNS",
+    "DEFAULT_SINCE",
+    "time_ms",
+]
 
 HISTORY_COLUMNS = ["time", "lag", "time_lag", "committed", "end"]
 BUCKET_HISTORY_COLUMNS = ["time", "table", "bucket", "lag", "time_lag", "committed", "end"]
@@ -58,11 +66,7 @@ def lag_history(
     """The group's sampled lag from ``since`` to ``until`` (see ``Connection.lag_history``)."""
     group_id = stored.check_group_id(group_id)
     check_bool(by_bucket, "by_bucket")
-    now = ctx.server_time_ms()
-    start = time_ms(DEFAULT_SINCE if since is None else since, now, what="since")
-    end = now if until is None else time_ms(until, now, what="until")
-    if end < start:
-        raise InvalidArgumentError(f"until must not be before since for {group_id!r}")
+    start, end = _range(ctx, since, until)
     data = read_rows(ctx, start, end, [group_id])
     if data.num_rows == 0 and not _exists(ctx, group_id):
         raise InvalidArgumentError(
@@ -70,6 +74,37 @@ def lag_history(
             "(no committed offsets, no live members) and has no lag history in that range"
         )
     return _per_bucket(data) if by_bucket else _per_group(data)
+
+
+def lag_histories(
+    ctx: Context, group_ids: Iterable[str], *, since: Any = None, until: Any = None
+) -> dict[str, pd.DataFrame]:
+    """Each group's ``lag_history`` (summed over its buckets) from one read of the history and
+    one pyarrow group-by: what a panel showing every group's trend needs, at the cost of one
+    ``lag_history``. A group without samples in the range gets an empty frame.
+
+    Raises:
+        InvalidArgumentError: a bad group id, or ``until`` before ``since``.
+    """
+    import pyarrow.compute as pc
+
+    ids = list(dict.fromkeys(stored.check_group_id(g) for g in group_ids))
+    start, end = _range(ctx, since, until)
+    if not ids:
+        return {}
+    sums = _sums(read_rows(ctx, start, end, ids), ["group", "time"])
+    return {g: _summed(sums.filter(pc.equal(sums["group"], g))) for g in ids}
+
+
+def _range(ctx: Context, since: Any, until: Any) -> tuple[int, int]:
+    """[since, until] in epoch ms on the ZooKeeper clock (``since=None``: ``DEFAULT_SINCE``
+    back; ``until=None``: now)."""
+    now = ctx.server_time_ms()
+    start = time_ms(DEFAULT_SINCE if since is None else since, now, what="since")
+    end = now if until is None else time_ms(until, now, what="until")
+    if end < start:
+        raise InvalidArgumentError("until must not be before since")
+    return start, end
 
 
 def _exists(ctx: Context, group_id: str) -> bool:
@@ -112,9 +147,19 @@ def _per_group(data: pa.Table) -> pd.DataFrame:
     """One row per sample: lag, committed and end summed over the committed buckets (end over
     all), time lag the largest; <NA> where no bucket was committed. Summed by pyarrow, so only
     the samples (not every bucket of each) become pandas rows."""
-    sums = data.group_by("time").aggregate(
+    return _summed(_sums(data, ["time"]))
+
+
+def _sums(data: pa.Table, keys: list[str]) -> pa.Table:
+    """``data``'s lag, committed and end summed and its time lag maximised per ``keys`` (a sum
+    or max over nothing but nulls is null, as <NA> in pandas with min_count=1)."""
+    return data.group_by(keys).aggregate(
         [("lag", "sum"), ("time_lag_ms", "max"), ("committed", "sum"), ("end", "sum")]
-    )  # a sum or max over nothing but nulls is null, as <NA> in pandas with min_count=1
+    )
+
+
+def _summed(sums: pa.Table) -> pd.DataFrame:
+    """``_sums`` per sample as ``lag_history``'s frame."""
     frame = _pandas(sums.select(["time", "lag_sum", "time_lag_ms_max", "committed_sum", "end_sum"]))
     frame.columns = ["time", "lag", "time_lag_ms", "committed", "end"]
     return _typed(frame, HISTORY_COLUMNS)
