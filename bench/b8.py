@@ -21,7 +21,9 @@ then its widgets updated; headless, so the widgets' state is serialised as for a
 sent nowhere) or its floor: the library calls that give the same data without the panel
 (``leases()`` + ``tables()``; ``describe_group(g)``; ``retention_plan(t)`` + ``leases()``).
 One untimed refresh and floor warm up; each run times both sides of each panel, alternating
-which goes first. Afterwards one panel of each kind is built with ``auto_refresh=True``,
+which goes first. Then each panel is refreshed after each of 3 appends of one record to every
+bucket (reported, not checked: every directory changed, nothing read before is reused).
+Afterwards one panel of each kind is built with ``auto_refresh=True``,
 refreshed, left 1 s, and the ZooKeeper watches it holds are counted, then it is closed.
 
 All of it runs twice, each time in a warehouse of its own: at 1,000 buckets (the headline) and at
@@ -84,6 +86,8 @@ WATCH_WAIT = 1.0
 MAX_WATCHES = 12
 """Watches a panel over one table, one group and four leases may hold, whatever the buckets."""
 POLL_TIMEOUT = 60.0
+AFTER_APPENDS = 3
+"""Refreshes per panel timed after an append to every bucket (reported, not checked)."""
 
 
 ZK_READS = (
@@ -163,6 +167,7 @@ def _run_size(
         try:
             for name in PANELS:  # one panel alive at a time: no other panel's thread runs beside it
                 _measure_panel(conn, name, floors[name], p, runs, results, checks)
+            changed = _after_appends(conn, p)
             watches = {name: _watches(conn, name) for name in PANELS}
             checks["watches_set_with_auto_refresh"] = all(
                 w["watches"] > 0 for w in watches.values()
@@ -177,7 +182,7 @@ def _run_size(
             consumer.close()
     for r in results:
         r["buckets"] = p["buckets"]
-    return _summary(results, watches, seed_s), checks, results
+    return _summary(results, watches, seed_s, changed), checks, results
 
 
 def _measure_panel(
@@ -219,11 +224,18 @@ def _measure_panel(
 
 
 def _summary(
-    results: list[dict[str, Any]], watches: dict[str, dict[str, int]], seed_s: float
+    results: list[dict[str, Any]],
+    watches: dict[str, dict[str, int]],
+    seed_s: float,
+    changed: dict[str, list[float]],
 ) -> dict[str, Any]:
     """The figures of every panel (medians over its runs) and of the slowest one."""
     per_panel = {
-        name: _panel_figures([r for r in results if r["panel"] == CLASSES[name]], watches[name])
+        name: {
+            **_panel_figures([r for r in results if r["panel"] == CLASSES[name]], watches[name]),
+            "after_append_s": round(median(changed[name]), 4),
+            "after_append_spread_s": spread(changed[name], 4),
+        }
         for name in PANELS
     }
     slowest = max(PANELS, key=lambda k: per_panel[k]["refresh_s"])
@@ -241,10 +253,44 @@ def _summary(
         f"{CLASSES[k]} {v['refresh_s'] * 1000:.0f} ms ({v['refresh_spread_s']['min'] * 1000:.0f}–"
         f"{v['refresh_spread_s']['max'] * 1000:.0f}) against {v['floor_s'] * 1000:.0f} ms for its "
         "floor, "
-        f"ratio {v['ratio']:.2f}, {v['watches']:,} watches"
+        f"ratio {v['ratio']:.2f}, {v['watches']:,} watches, "
+        f"{v['after_append_s'] * 1000:.0f} ms after an append to every bucket"
         for k, v in per_panel.items()
     )
     return figures
+
+
+def _after_appends(conn: Connection, p: dict[str, Any]) -> dict[str, list[float]]:
+    """Per panel, ``AFTER_APPENDS`` refreshes each after an append of one record to every
+    bucket: what a refresh driven by a producer writing everywhere costs (every bucket's log
+    directory and data directory changed, so nothing read before can be reused). Reported,
+    not checked; after the timed runs, since the appends grow the log."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .members import ids_per_bucket
+
+    table = conn.table(TABLE)
+    ids = ids_per_bucket(p["buckets"], 1)
+    out: dict[str, list[float]] = {}
+    for k, name in enumerate(PANELS):
+        panel = _build(conn, name, auto_refresh=False)
+        try:
+            out[name] = []
+            for i in range(AFTER_APPENDS):  # the same keys again: upserts, one to each bucket
+                table.append(pa.table({"id": ids, "v": np.full(len(ids), f"after {k}.{i}")}))
+                settle(None)
+                if hasattr(panel, "_shown"):
+                    panel._shown = None
+                seconds, _ = timed(panel.refresh)
+                out[name].append(seconds)
+            log(
+                f"B8: {CLASSES[name]} after an append to every bucket: "
+                + ", ".join(f"{x * 1000:.0f} ms" for x in out[name])
+            )
+        finally:
+            panel.close()
+    return out
 
 
 def _build(conn: Connection, name: str, *, auto_refresh: bool) -> Any:

@@ -59,7 +59,7 @@ RETRY_AFTER = 2.0
 Follow = Literal["all", "positions", "retention"]
 """Which changes of what a read touched matter: ``"all"``; ``"positions"``, all but the log's
 segment records (immutable); ``"retention"``, the children of every znode listed and the data of
-leases only. Each is watched through its change marker (``zk.changes``)."""
+tables and leases. Each is watched through its change marker (``zk.changes``)."""
 _FOLLOW = ("all", "positions", "retention")
 
 
@@ -70,9 +70,9 @@ def _worth_watching(
     ``follow`` says matters (``zk.changes``), so watches grow with tables and groups."""
     if follow == "positions":
         data = {p for p in data if not paths.is_segment(p)}
-    elif follow == "retention":
-        leases = paths.leases + "/"
-        data = {p for p in data if p.startswith(leases)}
+    elif follow == "retention":  # a table's reads (its directories' stats included) and leases
+        kept = (paths.leases + "/", paths.data + "/")
+        data = {p for p in data if p.startswith(kept)}
     return watch_targets(paths, data, children)
 
 
@@ -129,11 +129,14 @@ class LiveView:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def read(self, load: Callable[[], T]) -> T:
+    def read(self, load: Callable[[], T], *, then: Callable[[T], None] | None = None) -> T:
         """Run ``load()`` (reads only) noting the znodes it reads; while following, watch them.
 
         Arguments:
             load: reads through the connection and returns what the view shows.
+            then: called with ``load()``'s result once it is read (a view showing it), with
+                the cycle collector still paused as it was for the reading: a collection
+                right after the reading would walk everything it built.
 
         Returns:
             ``load()``'s result; ``refreshed_at`` is now.
@@ -144,18 +147,21 @@ class LiveView:
                 closed); while following, ``on_change`` comes again after ``RETRY_AFTER``.
         """
         store = self._ctx.store
-        try:
-            if store.client is not None and not store.connected:  # (IllegalStateError if closed)
-                raise ZooKeeperUnavailableError(f"ZooKeeper at {store.hosts} is unreachable")
-            with store.recording() as seen, collector_paused():
-                result = load()
-        except Exception:
-            if self.following:  # read again soon: the view recovers once ZooKeeper answers
-                self._worker.submit("retry", self._stale, min(RETRY_AFTER, self._stale_after))
-            raise
-        self.refreshed_at = datetime.now(timezone.utc)
-        if self.following:
-            self._watch(seen.data, seen.children)
+        with collector_paused():
+            try:
+                if store.client is not None and not store.connected:  # (closed: IllegalState)
+                    raise ZooKeeperUnavailableError(f"ZooKeeper at {store.hosts} is unreachable")
+                with store.recording() as seen:
+                    result = load()
+            except Exception:
+                if self.following:  # read again soon: the view recovers once ZooKeeper answers
+                    self._worker.submit("retry", self._stale, min(RETRY_AFTER, self._stale_after))
+                raise
+            self.refreshed_at = datetime.now(timezone.utc)
+            if self.following:
+                self._watch(seen.data, seen.children)
+            if then is not None:
+                then(result)
         return result
 
     def _watch(self, data: set[str], children: set[str]) -> None:

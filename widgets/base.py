@@ -166,8 +166,7 @@ class Panel(w.VBox):
                 if self.auto_refresh:
                     self._follow(read_now=False)
             try:
-                data = self._live.read(self._load)
-                self._show(data)
+                self._live.read(self._load, then=self._show)
             except Exception as exc:  # shown, never raised into the kernel from a watch thread
                 if not isinstance(exc, LeasekitError):
                     log.exception("refresh of %s failed", type(self).__name__)

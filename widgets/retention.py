@@ -168,12 +168,12 @@ class RetentionPanel(Panel):
         if len(items) <= GRID_ROWS:
             return items, len(items)
         pinned = self.planned.pinned_by
-
-        def first(i: Any) -> tuple[bool, bool]:
+        # deletes first, then pinned snapshots first within each, the plan's order otherwise
+        ranks: list[list[Any]] = [[], [], [], []]
+        for i in items:
             held = i.kind == "snapshot" and (i.table_bucket, i.item_id) in pinned
-            return (i.action != "delete", not held)
-
-        return sorted(items, key=first)[:GRID_ROWS], len(items)
+            ranks[(i.action != "delete") * 2 + (not held)].append(i)
+        return [i for rank in ranks for i in rank][:GRID_ROWS], len(items)
 
     def _show_rows(self) -> None:
         items, matching = self._grid_items()
