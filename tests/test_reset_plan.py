@@ -12,7 +12,7 @@ import time
 import pytest
 
 import leasekit as lk
-from leasekit.live import group_board
+from leasekit.consumers import offsets
 from leasekit.testing import context
 
 TB = lk.TableBucket
@@ -160,9 +160,9 @@ def test_executing_a_plan_while_another_client_commits_never_overwrites_its_comm
             except lk.CommitFailedError:
                 applied = False
             racer.join()
-            history = group_board(conn, "g").history
-            offsets = history[history["bucket"] == 0]["offset"].tolist()
-            since = offsets[len(offsets) - 1 - offsets[::-1].index(base) :]
+            window = offsets.fetch(context(conn), "g", {"orders": orders}, [tb])[tb]
+            offsets_seen = [c.offset for c in window.history]  # its commit window, oldest first
+            since = offsets_seen[len(offsets_seen) - 1 - offsets_seen[::-1].index(base) :]
             if applied:
                 outcomes["applied"] += 1
                 assert since[:2] == [base, ours], since  # written on the previewed offset
