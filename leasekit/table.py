@@ -14,9 +14,10 @@ from .leases.pins import forget_table, leases_pinning
 from .log.append import append
 from .log.state import read_states
 from .snapshots.catalog import list_snapshots, read_latest
-from .structs import OffsetRange, Snapshot, TableBucket
+from .structs import BucketLineage, OffsetRange, Snapshot, TableBucket
 from .tables import catalog
 from .tables.info import TableInfo
+from .tables.rescale import merge_buckets, split_bucket
 
 if TYPE_CHECKING:
     from .context import Context
@@ -76,19 +77,80 @@ class Table(TableInfo):
         """First offset still stored, per bucket.
 
         Returns:
-            Every bucket's first stored offset (0 for a bucket never written).
+            The first stored offset of every bucket the table has had, sealed ones included
+            (0 for a bucket never written).
         """
-        states = read_states(self, range(self.num_buckets))
+        self.refresh()
+        states = read_states(self, range(self.layout.count))
         return {TableBucket(self.name, b): (s.begin if s else 0) for b, s in enumerate(states)}
 
     def end_offsets(self) -> dict[TableBucket, int]:
         """Next offset to assign (high watermark), per bucket.
 
         Returns:
-            Every bucket's end offset (0 for a bucket never written).
+            The end offset of every bucket the table has had (a sealed bucket's is where it was
+            sealed; 0 for a bucket never written).
         """
-        states = read_states(self, range(self.num_buckets))
+        self.refresh()
+        states = read_states(self, range(self.layout.count))
         return {TableBucket(self.name, b): (s.end if s else 0) for b, s in enumerate(states)}
+
+    # -- the bucket layout ----------------------------------------------------------------------
+
+    @property
+    def num_buckets(self) -> int:
+        """How many buckets are active now (read from ZooKeeper)."""
+        return len(self.refresh().active)
+
+    @property
+    def buckets(self) -> list[TableBucket]:
+        """The active buckets now (read from ZooKeeper); ids need not be contiguous after a
+        rescale."""
+        return [TableBucket(self.name, b) for b in self.refresh().active]
+
+    def split_bucket(self, bucket: int | TableBucket) -> tuple[TableBucket, TableBucket]:
+        """Split an active bucket online: it is sealed at its end offset and two new buckets,
+        each owning half of its keys, take its appends (K1, K2). No file is copied (K3).
+
+        Arguments:
+            bucket: the bucket, a number or a ``TableBucket``.
+
+        Returns:
+            The two new buckets.
+
+        Raises:
+            BucketNotFoundError: the table never had that bucket.
+            IllegalStateError: the bucket is sealed, another rescale of the table committed
+                meanwhile, or the table is being dropped.
+            TableNotFoundError: the table was dropped.
+        """
+        return split_bucket(self, bucket)
+
+    def merge_buckets(
+        self, bucket_a: int | TableBucket, bucket_b: int | TableBucket
+    ) -> TableBucket:
+        """Merge two siblings (the two buckets one split made) back into one new bucket; both are
+        sealed at their end offsets (K1).
+
+        Returns:
+            The new bucket.
+
+        Raises:
+            BucketNotFoundError: the table never had one of them.
+            InvalidArgumentError: they are the same bucket, or not siblings.
+            IllegalStateError: one is sealed, another rescale committed meanwhile, or the table
+                is being dropped.
+            TableNotFoundError: the table was dropped.
+        """
+        return merge_buckets(self, bucket_a, bucket_b)
+
+    def lineage(self) -> list[BucketLineage]:
+        """Every bucket the table has had, by id: its state, parents, children and seal.
+
+        Returns:
+            One ``BucketLineage`` per bucket, read from ZooKeeper now.
+        """
+        return self.refresh().layout.lineage(self.name)
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -121,7 +183,8 @@ class Table(TableInfo):
         Raises:
             BucketNotFoundError: the table has no such bucket.
         """
-        buckets = range(self.num_buckets) if bucket is None else [self.bucket_number(bucket)]
+        self.refresh()
+        buckets = range(self.layout.count) if bucket is None else [self.bucket_number(bucket)]
         return list_snapshots(self, buckets)
 
     def latest_snapshots(self) -> dict[TableBucket, int]:
@@ -130,7 +193,7 @@ class Table(TableInfo):
         Returns:
             The ids; buckets with no snapshot are absent.
         """
-        return {TableBucket(self.name, b): sid for b, sid in read_latest(self).items()}
+        return {TableBucket(self.name, b): sid for b, sid in read_latest(self.refresh()).items()}
 
 
 # -- dropping ---------------------------------------------------------------------------------

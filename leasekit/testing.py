@@ -58,7 +58,7 @@ class ShiftedClock:
 def _latest_arrays(ctx: Context, table: TableInfo, snapshot_id: int) -> list[Op]:
     return [
         Create(ctx.paths.latest_chunk(table.table_id, a.chunk), LatestChunk(a.ids).encode())
-        for a in ChunkArray.filled(table.num_buckets, snapshot_id)
+        for a in ChunkArray.filled(table.layout.count, snapshot_id)
     ]
 
 
@@ -69,7 +69,7 @@ def seed_empty_snapshots(ctx: Context, table: TableInfo, snapshot_id: int = 1) -
     state = BucketState(0, 0, 0, snapshot_id + 1, snapshot_id, 0).encode()
     snapshot = SnapshotRecord(0, 0, 0, ()).encode()
     ops: list[Op] = []
-    for b in range(table.num_buckets):
+    for b in table.active:
         ops += [
             Create(paths.bucket(tid, b), state),
             Create(paths.log(tid, b)),
@@ -102,7 +102,7 @@ def seed_history(
     size = file_bytes or 0
     files: list[str] = []
     ops: list[Op] = []
-    for b in range(table.num_buckets):
+    for b in table.active:
         ops += [
             Create(paths.bucket(tid, b), state),
             Create(paths.log(tid, b)),

@@ -49,7 +49,7 @@ def read_log(table, since: dict[int, int] | None = None) -> dict[int, list[dict]
     from leasekit.log.segments import list_segments
 
     out: dict[int, list[dict]] = {}
-    for bucket, segs in list_segments(table, range(table.num_buckets)).items():
+    for bucket, segs in list_segments(table, range(table.refresh().layout.count)).items():
         rows = []
         for seg in segs:
             if since is not None and seg.end_offset <= since.get(bucket, 0):

@@ -21,7 +21,7 @@ from leasekit.errors import (
     InvalidTypeError,
 )
 from leasekit.tables.bucketing import bucket_ids, murmur3_hash
-from leasekit.tables.layout import ACTIVE, SEALED, BucketLayout, ResidueClass
+from leasekit.tables.layout import ACTIVE, SEALED, BucketLayout
 
 PATH = "/leasekit/tables/t/layout"
 EDGE_HASHES = np.array([-(2**31), -(2**31) + 1, -2, -1, 0, 1, 2, 2**31 - 2, 2**31 - 1], np.int32)
@@ -42,12 +42,12 @@ def _keys(rng: np.random.Generator, size: int) -> pa.Table:
 
 
 def _siblings(layout: BucketLayout) -> list[tuple[int, int]]:
-    """Every pair of active buckets owning the two halves of one residue class."""
-    by_class = {layout.residue_class(b): b for b in layout.active}
+    """Every pair of active buckets one split made."""
+    active = set(layout.active)
     return [
-        (b, by_class[ResidueClass(r + m // 2, m)])
-        for (r, m), b in by_class.items()
-        if m % 2 == 0 and r < m // 2 and ResidueClass(r + m // 2, m) in by_class
+        lin.children
+        for lin in layout.lineage("t")
+        if len(lin.children) == 2 and set(lin.children) <= active
     ]
 
 
@@ -150,11 +150,15 @@ def test_merge_is_the_inverse_of_split():  # K1
     assert layout.active == (0, 1, 2, 3, 4)  # a value: split and merge leave it as it was
 
 
-def test_initial_halves_merge_and_split_back():  # K1: (r, 2m) and (r + m, 2m) of any origin
-    layout, c = BucketLayout.initial(4).merge(1, 3, 5, 6)
-    assert c == 4 and layout.residue_class(4) == (1, 2) and layout.active == (0, 2, 4)
-    layout, (d1, d2) = layout.split(4, 9)
-    assert layout.residue_class(d1) == (1, 4) and layout.residue_class(d2) == (3, 4)
+def test_only_the_buckets_of_one_split_merge():  # K8: "two siblings of one split"
+    with pytest.raises(InvalidArgumentError, match="not siblings"):
+        BucketLayout.initial(4).merge(1, 3, 5, 6)  # halves of (1, 2), but no split made them
+    layout, (c1, c2) = BucketLayout.initial(2).split(1, 3)  # 2 (1 mod 4) and 3 (3 mod 4)
+    layout, (g1, g2) = layout.split(c1, 4)  # 4 (1 mod 8) and 5 (5 mod 8)
+    layout, back = layout.merge(g2, g1, 5, 6)
+    assert layout.residue_class(back) == (1, 4)
+    with pytest.raises(InvalidArgumentError, match="not siblings"):
+        layout.merge(back, c2, 0, 0)  # halves of (1, 2), but of different splits
 
 
 def test_refusals_are_typed():  # K8
@@ -209,7 +213,8 @@ def test_spark_column_routes_like_python(spark):  # W4, K2: the same bucket in S
     deep = BucketLayout.initial(6)
     for bucket, at in [(1, 3), (6, 4), (8, 5), (10, 6)]:  # a lineage split 4 times: sparse moduli
         deep, _ = deep.split(bucket, at)
-    deep, _ = deep.merge(0, 3, 7, 8)  # initial halves merge: an id unequal to its residue
+    deep, (s1, s2) = deep.split(0, 6)
+    deep, _ = deep.merge(s2, s1, 7, 8)  # a split merged back: an id unequal to its residue
     deep, _ = deep.merge(12, 13, 9, 10)  # the deepest halves merge back
     layouts = [BucketLayout.initial(6), deep, _random_layout(4, 3, 60), _random_layout(5, 8, 200)]
     df = spark.createDataFrame(keys.append_column("_rid", pa.array(np.arange(4000))))
@@ -234,7 +239,8 @@ def test_spark_column_at_100000_buckets(spark):  # W4, K2: compact for many buck
         layout, (low, _) = layout.split(bucket, 1)
         if bucket % 1000 == 0:
             layout, _ = layout.split(low, 2)
-    layout, _ = layout.merge(1, 50_001, 3, 4)
+    layout, (m1, m2) = layout.split(1, 3)
+    layout, _ = layout.merge(m1, m2, 3, 4)
     keys = pa.table({"k": np.arange(400_000, dtype=np.int64)})
     routed = layout.route(murmur3_hash(keys, ["k"]))
     moved = np.flatnonzero(routed >= 100_000)  # every key of a new bucket, and 5,000 others
@@ -299,6 +305,7 @@ HOSTILE = {
         {"v": 1, "n": 8, "o": [[3, 8, 1], [3, 8, 1, 2], [3, 16, 4]]}
     ),
     "merge of halves not both active": _packed({"v": 1, "n": 8, "o": [[3, 8, 1], [3, 4, 1, 2]]}),
+    "merge of halves no split made": _packed({"v": 1, "n": 8, "o": [[3, 4, 1, 2]]}),
     "split past modulus 2**31": _packed({"v": 1, "n": 1, "o": [[0, 2**k, 1] for k in range(31)]}),
     "merge past modulus 2**31": _packed({"v": 1, "n": 8, "o": [[0, 2**30 + 1, 1, 2]]}),
 }

@@ -273,7 +273,7 @@ def group_status(
     committed = [
         (by_id[tid], b)
         for tid, b in sorted(view.offsets)
-        if tid in by_id and b < by_id[tid].num_buckets and view.offsets[tid, b].history
+        if tid in by_id and b < by_id[tid].layout.count and view.offsets[tid, b].history
     ]
     now, rows = bucket_rows_now(ctx, view, committed)
     statuses = [

@@ -84,7 +84,7 @@ def bucket_rows_now(
 
 
 def every_bucket(tables: Iterable[TableInfo]) -> list[tuple[TableInfo, int]]:
-    return [(t, b) for t in tables for b in range(t.num_buckets)]
+    return [(t, b) for t in tables for b in t.active]
 
 
 def segments_of(rows: list[Row]) -> dict[TableBucket, list[LogSegment]]:

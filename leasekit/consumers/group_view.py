@@ -13,7 +13,7 @@ from ..structs import MemberInfo, TableBucket
 from ..tables.info import TableInfo
 from ..validate import check_table_name
 from ..zk import GetChildren, GetData, Node, ReadResult
-from ..zk.formats import AssignmentRecord, MemberRecord, OffsetRecord, TableRecord
+from ..zk.formats import AssignmentRecord, MemberRecord, OffsetRecord
 from ..zk.paths import Paths
 from . import offsets as stored
 from .group import member_sequence
@@ -293,7 +293,7 @@ def _owners(
             holder in members
             and table is not None
             and key is not None
-            and key[1] < table.num_buckets
+            and key[1] < table.layout.count
         ):
             owners[TableBucket(table.name, key[1])] = holder
     return owners
@@ -321,9 +321,7 @@ def _tables(ctx: Context, nodes: dict[str, Node | None]) -> dict[str, TableInfo]
         if node is None:
             continue  # dropped meanwhile
         try:
-            out[name] = TableInfo(
-                ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)), node.stat.ctime_ms
-            )
+            out[name] = TableInfo.from_node(ctx, name, node)
         except LeasekitError:
             continue  # unreadable: not described
     return out

@@ -101,7 +101,7 @@ class SubscriptionState:
 
     def subscribed_buckets(self) -> list[TableBucket]:
         """Every bucket of the subscribed tables."""
-        return [TableBucket(t.name, b) for t in self.tables.values() for b in range(t.num_buckets)]
+        return [TableBucket(t.name, b) for t in self.tables.values() for b in t.active]
 
     def set_assignment(self, buckets: Iterable[TableBucket]) -> set[TableBucket]:
         """Make ``buckets`` the assignment; buckets kept keep their state. Returns the buckets

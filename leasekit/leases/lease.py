@@ -52,7 +52,7 @@ def group_buckets(ctx: Context, buckets: Iterable[TableBucket]) -> dict[TableInf
     out: dict[TableInfo, list[int]] = {}
     for name, numbers in by_name.items():
         table = load_table(ctx, name)
-        out[table] = [b for b in numbers if 0 <= b < table.num_buckets]
+        out[table] = [b for b in numbers if 0 <= b < table.layout.count]
     return out
 
 

@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ..structs import OffsetRange, TableBucket
 from ..tables import schema as schemas
-from ..tables.bucketing import bucket_ids
+from ..tables.bucketing import murmur3_hash
 from ..zk import (
     MAX_REQUEST_BYTES,
     MAX_TXN_OPS,
@@ -44,7 +44,7 @@ from .state import read_states
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
-__all__ = ["SegmentFile", "append", "commit_segments"]
+__all__ = ["SegmentFile", "append", "commit_segments", "write_pieces"]
 
 APPEND_TXN_BYTES = int(MAX_REQUEST_BYTES * 0.9)
 """Budget of one append transaction; ``_bucket_bytes`` bounds each bucket's ops from above."""
@@ -63,7 +63,8 @@ class SegmentFile(NamedTuple):
 
 
 def append(table: TableInfo, rows: Any, op: str) -> dict[TableBucket, OffsetRange]:
-    """Write ``rows`` as segment files per bucket, then commit their offsets (W1, W2)."""
+    """Write ``rows`` as segment files per bucket, then commit their offsets (W1, W2); rows of a
+    bucket a rescale sealed meanwhile are routed again by the new layout (K1)."""
     keys_only = op == "delete"
     data = schemas.conform(rows, table.schema, key_columns=table.primary_key, keys_only=keys_only)
     if data.num_rows == 0:
@@ -76,10 +77,29 @@ def append(table: TableInfo, rows: Any, op: str) -> dict[TableBucket, OffsetRang
     ]
     columns.append(pa.array(np.full(data.num_rows, op, dtype=object), pa.string()))
     data = pa.Table.from_arrays(columns, schema=target)
-    ids = bucket_ids(data, table.primary_key, table.num_buckets)
+    ids = table.layout.route(murmur3_hash(data, table.primary_key))
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     data = data.take(pa.array(order))
+
+    with in_flight(table.context) as token:
+        files = write_pieces(table, data, sorted_ids, token)
+
+        def rest(buckets: Sequence[int]) -> pa.Table:
+            """The rows of ``buckets`` as the same operation takes them again."""
+            rows = data.filter(
+                pa.array(np.isin(sorted_ids, np.asarray(buckets, dtype=sorted_ids.dtype)))
+            )
+            return _user_rows(table, rows, keys_only)
+
+        return commit_segments(table, files, token, rest=rest, operation=op)
+
+
+def write_pieces(
+    table: TableInfo, data: pa.Table, sorted_ids: np.ndarray, token: str
+) -> list[SegmentFile]:
+    """Write log rows ``data``, sorted by their buckets ``sorted_ids``, as segment files of the
+    write ``token``: one or more per bucket (``log.segment.max-rows`` each)."""
     max_rows = table.properties["log.segment.max-rows"]
     bounds = np.flatnonzero(np.diff(sorted_ids)) + 1
     starts = np.concatenate(([0], bounds))
@@ -90,31 +110,43 @@ def append(table: TableInfo, rows: Any, op: str) -> dict[TableBucket, OffsetRang
             pieces.append((int(sorted_ids[start]), chunk, min(chunk + max_rows, end)))
     warehouse = table.context.warehouse
 
-    with in_flight(table.context) as token:
+    def write(piece: tuple[int, int, int]) -> SegmentFile:
+        bucket, start, end = piece
+        rel = f"{table.data_dir}/log/{bucket}/{token}-{uuid.uuid4().hex[:8]}.parquet"
+        size = warehouse.write_parquet(rel, data.slice(start, end - start), ROW_GROUP_RECORDS)
+        return SegmentFile(bucket, rel, end - start, size)
 
-        def write(piece: tuple[int, int, int]) -> SegmentFile:
-            bucket, start, end = piece
-            rel = f"{table.data_dir}/log/{bucket}/{token}-{uuid.uuid4().hex[:8]}.parquet"
-            size = warehouse.write_parquet(rel, data.slice(start, end - start), ROW_GROUP_RECORDS)
-            return SegmentFile(bucket, rel, end - start, size)
+    if len(pieces) == 1:
+        return [write(pieces[0])]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(write, pieces))
 
-        if len(pieces) == 1:
-            files = [write(pieces[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=4) as pool:
-                files = list(pool.map(write, pieces))
 
-        def rest(buckets: Sequence[int]) -> pa.Table:
-            """The rows of ``buckets`` as the same operation takes them again."""
-            rows = data.filter(
-                pa.array(np.isin(sorted_ids, np.asarray(buckets, dtype=sorted_ids.dtype)))
-            )
-            wanted = [f for f in table.schema if not keys_only or f.name in table.primary_key]
-            return pa.Table.from_arrays(
-                [rows.column(f.name) for f in wanted], schema=pa.schema(wanted)
-            )
+def _user_rows(table: TableInfo, rows: pa.Table, keys_only: bool) -> pa.Table:
+    """Log rows as the user passes them: the table's columns (its key columns for deletes)."""
+    wanted = [f for f in table.schema if not keys_only or f.name in table.primary_key]
+    return pa.Table.from_arrays([rows.column(f.name) for f in wanted], schema=pa.schema(wanted))
 
-        return commit_segments(table, files, token, rest=rest, operation=op)
+
+class _Sealed(Exception):
+    """Buckets of a pending commit were sealed by a rescale: their rows go elsewhere now."""
+
+    def __init__(self, buckets: list[int]) -> None:
+        super().__init__(f"buckets {buckets} are sealed")
+        self.buckets = buckets
+
+
+def _reroute(table: TableInfo, files: Sequence[SegmentFile], token: str) -> list[SegmentFile]:
+    """The rows of ``files`` (of sealed buckets) written again by the table's layout now, and
+    ``files`` deleted (nothing references them)."""
+    warehouse = table.context.warehouse
+    table.refresh()
+    data = pa.concat_tables([warehouse.read_parquet(f.rel) for f in files])
+    ids = table.layout.route(murmur3_hash(data, table.primary_key))
+    order = np.argsort(ids, kind="stable")
+    moved = write_pieces(table, data.take(pa.array(order)), ids[order], token)
+    warehouse.delete_files([f.rel for f in files])
+    return moved
 
 
 def commit_segments(
@@ -131,27 +163,58 @@ def commit_segments(
     Buckets commit in as few transactions as ZooKeeper's request limit allows (usually
     one), each guarded by the bucket znodes' versions, so concurrent appenders never
     duplicate or skip an offset, and by the write's marker, so files orphan cleanup may
-    have taken are never committed. When a later transaction fails after earlier ones
-    committed, ``PartialAppendError`` says exactly what is visible and carries the rows
-    that are not (``rest`` of the uncommitted buckets) for a retry.
+    have taken are never committed. A bucket found sealed by a rescale has its rows written
+    again for the buckets that own them now, and the transaction is retried (K1). When a later
+    transaction fails after earlier ones committed, ``PartialAppendError`` says exactly what is
+    visible and carries the rows that are not (``rest`` of the uncommitted buckets) for a retry.
     """
-    by_bucket: dict[int, list[SegmentFile]] = {}
+    pending: dict[int, list[SegmentFile]] = {}
     for f in files:
-        by_bucket.setdefault(f.bucket, []).append(f)
-    groups = _groups(table, by_bucket)
+        pending.setdefault(f.bucket, []).append(f)
+    groups = _groups(table, pending)
     result: dict[TableBucket, OffsetRange] = {}
-    for n, group in enumerate(groups):
+    rerouted = False
+    while groups:
+        group = groups.pop(0)
         try:
-            result.update(_commit_group(table, {b: by_bucket[b] for b in group}, token))
+            result.update(_commit_group(table, {b: pending[b] for b in group}, token))
+        except _Sealed as sealed:
+            moved = _reroute(table, [f for b in sealed.buckets for f in pending.pop(b)], token)
+            for f in moved:
+                pending.setdefault(f.bucket, []).append(f)
+            left = {b for g in [group, *groups] for b in g} | {f.bucket for f in moved}
+            groups = _groups(table, {b: pending[b] for b in left if b in pending})
+            rerouted = True
+            continue
         except LeasekitError as exc:
             if not result:
                 raise  # nothing is visible: the plain error ("nothing was committed; retry") holds
             unknown = group if isinstance(exc, ZooKeeperUnavailableError) else []
-            left = [b for g in groups[n:] for b in g if b not in unknown]
-            raise _partial(
-                table, result, left, unknown, exc, rest(left) if rest else None, operation
-            ) from exc
+            left = [b for g in [group, *groups] for b in g if b not in unknown]
+            remaining = _remaining(table, pending, left, rest, rerouted, operation)
+            raise _partial(table, result, left, unknown, exc, remaining, operation) from exc
+        for b in group:
+            pending.pop(b, None)
     return result
+
+
+def _remaining(
+    table: TableInfo,
+    pending: dict[int, list[SegmentFile]],
+    left: list[int],
+    rest: Callable[[list[int]], Any] | None,
+    rerouted: bool,
+    operation: str,
+) -> Any:
+    """The rows of the uncommitted buckets ``left``: by ``rest``, or read back from their files
+    once a rescale routed some rows again (``rest`` knows only the first routing)."""
+    if not rerouted:
+        return rest(left) if rest else None
+    read = table.context.warehouse.read_parquet
+    rows = [read(f.rel) for b in left for f in pending.get(b, [])]
+    if not rows:
+        return None
+    return _user_rows(table, pa.concat_tables(rows), operation == "delete")
 
 
 def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) -> int:
@@ -247,6 +310,9 @@ def _commit_group(
 
     def build() -> list[Op]:
         states = read_states(table, files)
+        sealed = [b for b, state in zip(files, states) if state is not None and state.sealed]
+        if sealed:
+            raise _Sealed(sealed)
         ops: list[Op] = [guard(ctx, token)]
         planned.clear()
         for (bucket, segs), state in zip(files.items(), states):

@@ -158,7 +158,7 @@ def _states_and_stats(
     """One pipelined batch: the log start of each written bucket of ``buckets`` (None: all),
     and the stats of its snapshot and log directories (None: no such directory)."""
     paths, tid = ctx.paths, table.table_id
-    chosen = list(range(table.num_buckets)) if buckets is None else sorted(set(buckets))
+    chosen = list(range(table.layout.count)) if buckets is None else sorted(set(buckets))
     n = len(chosen)
     first = _values(
         ctx,

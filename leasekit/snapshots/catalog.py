@@ -84,7 +84,7 @@ def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[
     """Newest snapshot id per bucket from the table's latest-snapshot arrays (one read per
     chunk)."""
     paths, tid = table.context.paths, table.table_id
-    wanted = range(table.num_buckets) if buckets is None else sorted(set(buckets))
+    wanted = range(table.layout.count) if buckets is None else sorted(set(buckets))
     groups = group_by_chunk(wanted)
     chunk_paths = [paths.latest_chunk(tid, c) for c in groups]
     nodes = table.context.store.get_many(chunk_paths)

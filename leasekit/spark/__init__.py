@@ -27,7 +27,6 @@ from ..log.segments import list_segments
 from ..log.state import read_states
 from ..snapshots.catalog import get_snapshots, list_snapshots
 from ..structs import OffsetRange, Snapshot, TableBucket
-from ..tables.bucketing import spark_bucket_column
 from ..tables.info import TableInfo
 from ..validate import check_int
 from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame, table_ddl
@@ -301,10 +300,10 @@ def _write_segments(
         rel = f"{table.data_dir}/log/bulk-{token}"
         with spark_errors(f"write to {table.name}"), micros_timestamps(spark):
             out = df.select(*columns, F.lit("upsert").alias("_op")).withColumn(
-                "_bucket", spark_bucket_column(list(table.primary_key), table.num_buckets)
+                "_bucket", table.layout.spark_column(list(table.primary_key))
             )
             (
-                out.repartition(max(1, min(table.num_buckets, 256)), "_bucket")
+                out.repartition(max(1, min(len(table.active), 256)), "_bucket")
                 .write.partitionBy("_bucket")
                 .option("maxRecordsPerFile", table.properties["log.segment.max-rows"])
                 .parquet(warehouse.to_spark(warehouse.uri(rel)))
@@ -313,9 +312,7 @@ def _write_segments(
 
         def rest(buckets: list[int]) -> DataFrame:
             """The input rows of ``buckets`` (lazily), for a retry after a partial commit."""
-            return df.where(
-                spark_bucket_column(list(table.primary_key), table.num_buckets).isin(buckets)
-            )
+            return df.where(table.layout.spark_column(list(table.primary_key)).isin(buckets))
 
         return commit_segments(table, [f for f in files if f.rows > 0], token, rest=rest)
 

@@ -13,7 +13,6 @@ from pyspark.sql import functions as F
 from ..log.segments import log_schema
 from ..structs import LogSegment
 from ..tables import schema as schemas
-from ..tables.bucketing import spark_bucket_column
 from .session import is_connect, known_files
 
 if TYPE_CHECKING:
@@ -127,8 +126,8 @@ def kv_state(
     ).unionByName(changes.select(*columns, "_op", F.col("_offset").alias("_ord")))
     group: list[Any] = list(key)
     if by_bucket:
-        union = union.withColumn("_bucket", spark_bucket_column(key, table.num_buckets))
-        union = union.repartition(max(1, min(table.num_buckets, 256)), "_bucket")
+        union = union.withColumn("_bucket", table.layout.spark_column(key))
+        union = union.repartition(max(1, min(len(table.active), 256)), "_bucket")
         group = ["_bucket", *key]
     latest = union.groupBy(*group).agg(F.max_by(F.struct(*values, "_op"), "_ord").alias("_last"))
     out: list[Column | str] = [*group, *[F.col(f"_last.{v}").alias(v) for v in values]]

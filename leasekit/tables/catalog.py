@@ -122,9 +122,8 @@ def load_table(ctx: Context, name: object, *, internal: bool = False) -> TableIn
     node = ctx.store.get(path)
     if node is None:
         raise TableNotFoundError(f"table {name!r} does not exist")
-    record = TableRecord.decode(node.data, path)
     try:
-        return TableInfo(ctx, name, record, node.stat.ctime_ms)
+        return TableInfo.from_node(ctx, name, node)
     except LeasekitError as exc:  # an undecodable schema
         raise CorruptMetadataError(f"table metadata at {path} is invalid: {exc}", path) from None
 
@@ -142,9 +141,7 @@ def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, TableInfo]:
         if node is None:
             continue
         try:
-            out[name] = TableInfo(
-                ctx, name, TableRecord.decode(node.data, ctx.paths.table(name)), node.stat.ctime_ms
-            )
+            out[name] = TableInfo.from_node(ctx, name, node)
         except LeasekitError:
             continue  # unreadable: as if missing (load_table reports it)
     return out

@@ -1,6 +1,7 @@
 """A table's bucket layout: each bucket owns the keys whose ``pmod(hash(key...), m) == r`` for its
-residue class (r, m); any active bucket splits into the two halves of its class, and two active
-halves merge back (K1, K2). Pure values: no ZooKeeper I/O (``zk.layout_formats`` stores them)."""
+residue class (r, m); any active bucket splits into the two halves of its class, and the two
+buckets of one split, while both are active, merge back (K1, K2). Pure values: no ZooKeeper I/O
+(the table's record stores them, in ``zk.layout_formats``'s form)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..structs import BucketLineage, TableBucket
 from ..validate import check_int
 from ..zk.layout_formats import MAX_MODULUS, MAX_OFFSET, LayoutRecord, MergeOp, SplitOp
 from .layout_spark import layout_sql
+from .routes import Route, route_hashes
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -32,8 +34,6 @@ ACTIVE, SEALED = "active", "sealed"
 """States of a bucket (``BucketLineage.state``)."""
 MAX_INITIAL_BUCKETS = 1_000_000
 """Most buckets a layout starts with."""
-_DENSE = 4
-"""A modulus's route is a table of ``m`` ids when ``m`` is at most this many times its buckets."""
 
 
 class ResidueClass(NamedTuple):
@@ -61,35 +61,6 @@ class _Seal(NamedTuple):
     """Its end offset at the seal."""
     children: tuple[int, ...]
     """The buckets it was split or merged into."""
-
-
-class _Route(NamedTuple):
-    """The active buckets of one modulus, by residue."""
-
-    modulus: int
-    residues: np.ndarray
-    """Their residues, ascending (int64)."""
-    ids: np.ndarray
-    """Their bucket ids, in the order of ``residues`` (int32)."""
-    table: np.ndarray | None
-    """Bucket id by residue (-1: none of this modulus), when that table is small enough."""
-
-    @classmethod
-    def of(cls, modulus: int, residues: np.ndarray, ids: np.ndarray) -> _Route:
-        order = np.argsort(residues, kind="stable")
-        residues, ids = residues[order], ids[order].astype(np.int32)
-        table = None
-        if modulus <= _DENSE * residues.size:
-            table = np.full(modulus, -1, np.int32)
-            table[residues] = ids
-        return cls(modulus, residues, ids, table)
-
-    def find(self, residues: np.ndarray) -> np.ndarray:
-        """The bucket owning each residue of this modulus, -1 where no bucket of it does."""
-        if self.table is not None:
-            return self.table[residues]
-        pos = np.minimum(np.searchsorted(self.residues, residues), self.residues.size - 1)
-        return np.where(self.residues[pos] == residues, self.ids[pos], np.int32(-1))
 
 
 class BucketLayout:
@@ -124,6 +95,36 @@ class BucketLayout:
         """The ids of the active buckets, ascending."""
         ids = [route.ids for route in self._routes]
         return tuple(np.sort(np.concatenate(ids)).tolist())
+
+    @property
+    def count(self) -> int:
+        """How many buckets the layout ever had: their ids are ``0 .. count - 1``."""
+        return self._n + len(self._created)
+
+    @property
+    def rescaled(self) -> bool:
+        """Whether any bucket was ever split or merged."""
+        return bool(self._ops)
+
+    def parents(self, bucket: int) -> tuple[int, ...]:
+        """The bucket ``bucket`` was split from, or the two it was merged from; () for a bucket
+        the table was created with."""
+        b = self._bucket(bucket)[0]
+        return () if b < self._n else self._created[b - self._n].parents
+
+    def children(self, bucket: int) -> tuple[int, ...]:
+        """The buckets ``bucket`` was split or merged into; () while it is active."""
+        seal = self._seals.get(self._bucket(bucket)[0])
+        return () if seal is None else seal.children
+
+    def sealed_at(self, bucket: int) -> int | None:
+        """The end offset ``bucket`` was sealed at; None while it is active."""
+        seal = self._seals.get(self._bucket(bucket)[0])
+        return None if seal is None else seal.sealed_at
+
+    def is_active(self, bucket: int) -> bool:
+        """Whether ``bucket`` is one of the layout's buckets and takes appends."""
+        return 0 <= bucket < self.count and bucket not in self._seals
 
     def residue_class(self, bucket: int) -> ResidueClass:
         """The hashes ``bucket`` owns (owned while active, before its seal while sealed).
@@ -164,8 +165,9 @@ class BucketLayout:
     def merge(
         self, bucket_a: int, bucket_b: int, sealed_at_a: int, sealed_at_b: int
     ) -> tuple[BucketLayout, int]:
-        """Seal two active siblings at their end offsets and merge their keys into one new
-        bucket: (r, 2m) and (r + m, 2m) give (r, m), the inverse of a split (K1).
+        """Seal two active siblings (the two buckets one split made) at their end offsets and
+        merge their keys into one new bucket: (r, 2m) and (r + m, 2m) give (r, m), the inverse of
+        that split (K1).
 
         Returns:
             The new layout and the id of the new bucket.
@@ -173,7 +175,7 @@ class BucketLayout:
         Raises:
             InvalidTypeError: an argument is not an int.
             InvalidArgumentError: an offset is outside [0, 2**63), or the buckets are one bucket
-                or not the two halves of one residue class (K8).
+                or not the two buckets of one split (K8).
             BucketNotFoundError: the layout never had one of them (K8).
             IllegalStateError: one of them is sealed (K8).
         """
@@ -185,10 +187,10 @@ class BucketLayout:
             raise InvalidArgumentError(f"bucket {a} cannot be merged with itself")
         (low, lo_id, lo_at), (high, hi_id, hi_at) = sorted([(owns_a, a, at_a), (owns_b, b, at_b)])
         whole = _whole(low, high)
-        if whole is None:
+        if whole is None or not self._siblings(a, b):
             raise InvalidArgumentError(
                 f"buckets {a} ({_describe(owns_a)}) and {b} ({_describe(owns_b)}) are not "
-                "siblings: only the two halves (r, 2m) and (r + m, 2m) of one class merge"
+                "siblings: only the two buckets one split made merge back"
             )
         layout = self._copy()
         return layout, layout._merge(whole, (lo_id, lo_at), (hi_id, hi_at))
@@ -203,17 +205,7 @@ class BucketLayout:
         """
         if not isinstance(hashes, np.ndarray) or hashes.dtype != np.int32:
             raise InvalidTypeError("hashes must be an int32 numpy array")
-        wide = hashes.astype(np.int64).ravel()
-        out = np.full(wide.shape, -1, np.int32)
-        pending = np.arange(wide.size)
-        for route in sorted(self._routes, key=lambda r: -r.ids.size / r.modulus):
-            found = route.find(np.mod(wide[pending], route.modulus))
-            hit = found >= 0
-            out[pending[hit]] = found[hit]
-            pending = pending[~hit]
-            if not pending.size:
-                break
-        return out.reshape(hashes.shape)
+        return route_hashes(self._routes, hashes)
 
     def spark_column(self, key_columns: Sequence[str]) -> Column:
         """Spark column (int) of the active bucket owning each row, the bucket ``route`` gives
@@ -319,6 +311,8 @@ class BucketLayout:
             raise IllegalStateError(f"operation {index} merges halves beyond modulus 2**31")
         low = self._owner_of(ResidueClass(op.residue, 2 * op.modulus))
         high = self._owner_of(ResidueClass(op.residue + op.modulus, 2 * op.modulus))
+        if not self._siblings(low, high):
+            raise IllegalStateError(f"operation {index} merges buckets no split made")
         self._merge(whole, (low, op.sealed_at_low), (high, op.sealed_at_high))
 
     def _split(self, bucket: int, owns: ResidueClass, sealed_at: int) -> tuple[int, int]:
@@ -341,6 +335,13 @@ class BucketLayout:
         self._ops.append(MergeOp(r, m, low[1], high[1]))
         return c
 
+    def _siblings(self, a: int, b: int) -> bool:
+        """Whether ``a`` and ``b`` are the two buckets of one split."""
+        if a < self._n or b < self._n:
+            return False
+        parents = self._created[a - self._n].parents
+        return len(parents) == 1 and parents == self._created[b - self._n].parents
+
     def _create(self, classes: list[ResidueClass], parents: tuple[int, ...]) -> list[int]:
         ids = []
         for owns in classes:
@@ -354,7 +355,7 @@ class BucketLayout:
         self._owner.pop(owns, None)
 
     @cached_property
-    def _routes(self) -> tuple[_Route, ...]:
+    def _routes(self) -> tuple[Route, ...]:
         """The active buckets grouped by modulus, ascending."""
         groups: dict[int, list[tuple[int, int]]] = {}
         for owns, b in self._owner.items():
@@ -368,7 +369,7 @@ class BucketLayout:
             residues, ids = pairs[:, 0], pairs[:, 1]
             if m == self._n:
                 residues, ids = np.concatenate([first, residues]), np.concatenate([first, ids])
-            routes.append(_Route.of(m, residues, ids))
+            routes.append(Route.of(m, residues, ids))
         return tuple(routes)
 
 

@@ -22,7 +22,7 @@ from .group_formats import (
     OffsetRecord,
     OwnerRecord,
 )
-from .layout_formats import LayoutRecord, MergeOp, SplitOp
+from .layout_formats import LayoutRecord, MergeOp, SplitOp, operation
 from .lease_formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from .ops import Node, Stat
 
@@ -84,31 +84,46 @@ class TableRecord(NamedTuple):
     primary_key: tuple[str, ...]
     """Primary-key column names."""
     num_buckets: int
-    """Fixed bucket count."""
+    """Bucket count at creation (ids 0 .. num_buckets - 1)."""
     properties: dict[str, Any]
     """Stored form of the properties set at creation."""
+    rescales: tuple[SplitOp | MergeOp, ...] = ()
+    """Every split and merge of its buckets, oldest first (``LayoutRecord.operations``)."""
 
     VERSION = 1
 
+    @property
+    def layout(self) -> LayoutRecord:
+        """The table's bucket layout as stored."""
+        return LayoutRecord(self.num_buckets, self.rescales)
+
     def encode(self) -> bytes:
-        return codec.encode(
-            {
-                "id": self.table_id,
-                "schema": self.schema,
-                "pk": list(self.primary_key),
-                "n": self.num_buckets,
-                "props": self.properties,
-            },
-            self.VERSION,
-        )
+        value: dict[str, Any] = {
+            "id": self.table_id,
+            "schema": self.schema,
+            "pk": list(self.primary_key),
+            "n": self.num_buckets,
+            "props": self.properties,
+        }
+        if self.rescales:
+            value["o"] = [list(op) for op in self.rescales]
+        return codec.encode(value, self.VERSION)
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> TableRecord:
         def build(v: dict[str, Any]) -> TableRecord:
             if not isinstance(v["schema"], bytes):
                 raise TypeError("schema is not bytes")
+            ops = v.get("o", [])
+            if not isinstance(ops, list):
+                raise TypeError(f"rescales are a {type(ops).__name__}, not a list")
             return cls(
-                string(v["id"]), v["schema"], strs(v["pk"]), int(v["n"]), dict(v.get("props", {}))
+                string(v["id"]),
+                v["schema"],
+                strs(v["pk"]),
+                int(v["n"]),
+                dict(v.get("props", {})),
+                tuple(operation(op) for op in ops),
             )
 
         return load(data, path, cls.VERSION, "table metadata", build)
@@ -175,6 +190,8 @@ class BucketState(NamedTuple):
     """Log offset of the newest snapshot (0 when none)."""
     stat: Stat | None = None
     """The znode's stat: ``version`` for compare-and-set, ``mtime_ms`` = last commit time."""
+    sealed: bool = False
+    """Split or merged away: its log ends at ``end`` and takes no more appends (K1)."""
 
     VERSION = 1
 
@@ -188,9 +205,10 @@ class BucketState(NamedTuple):
         s = self._replace(**changes)
         latest = None if s.latest_snapshot is None else [s.latest_snapshot, s.latest_offset]
         floor = max(s.ts_floor, self.stat.mtime_ms if self.stat else 0)
-        return codec.encode(
-            {"e": s.end, "b": s.begin, "t": floor, "s": s.next_snapshot, "l": latest}, self.VERSION
-        )
+        value = {"e": s.end, "b": s.begin, "t": floor, "s": s.next_snapshot, "l": latest}
+        if s.sealed:
+            value["x"] = True
+        return codec.encode(value, self.VERSION)
 
     @classmethod
     def decode(cls, node: Node, path: str) -> BucketState:
@@ -204,6 +222,7 @@ class BucketState(NamedTuple):
                 int(latest[0]) if latest else None,
                 int(latest[1]) if latest else 0,
                 node.stat,
+                v.get("x", False) is True,
             )
 
         return load(node.data, path, cls.VERSION, "bucket metadata", build)

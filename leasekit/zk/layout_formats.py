@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from .codec import encode
 from .fields import load
 
-__all__ = ["LayoutRecord", "SplitOp", "MergeOp", "MAX_MODULUS", "MAX_OFFSET"]
+__all__ = ["LayoutRecord", "SplitOp", "MergeOp", "MAX_MODULUS", "MAX_OFFSET", "operation"]
 
 MAX_MODULUS = 2**31 - 1
 """Largest modulus of a residue class: Spark's ``pmod`` takes an int."""
@@ -67,12 +67,12 @@ class LayoutRecord(NamedTuple):
             ops = v["o"]
             if not isinstance(ops, list):
                 raise TypeError(f"operations are a {type(ops).__name__}, not a list")
-            return cls(_bounded(v["n"], 1, MAX_MODULUS), tuple(_operation(op) for op in ops))
+            return cls(_bounded(v["n"], 1, MAX_MODULUS), tuple(operation(op) for op in ops))
 
         return load(data, path, cls.VERSION, "bucket layout", build)
 
 
-def _operation(value: Any) -> SplitOp | MergeOp:
+def operation(value: Any) -> SplitOp | MergeOp:
     """A stored split ``[residue, modulus, sealed_at]`` or merge ``[residue, modulus, low,
     high]``, its fields checked."""
     if not isinstance(value, list) or len(value) not in (3, 4):
