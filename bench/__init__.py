@@ -25,6 +25,7 @@ REGISTRY: dict[str, str] = {
     "B8": "bench.b8",
     "B9": "bench.b9",
     "B10": "bench.b10",
+    "B11": "bench.b11",
     "B13": "bench.b13",
     "B13-SCRAPE": "bench.b13_scrape",
 }
