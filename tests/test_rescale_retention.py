@@ -9,6 +9,7 @@ import os
 import pyarrow as pa
 
 import leasekit as lk
+from leasekit import janitor, testing
 from leasekit import spark as lks
 
 TB = lk.TableBucket
@@ -121,7 +122,7 @@ def test_sealed_bucket_files_go_once_its_children_have_snapshots(conn, spark):
     assert lks.read_snapshots(spark, table, {1: snaps[0].snapshot_id}).count() == pinned_rows
     assert TB("t", 1) not in table.latest_snapshots()
     lease.drop()
-    conn.run_retention("t")
+    assert janitor.run_once(conn).errors == []  # a janitor's pass finishes the work
     assert table.snapshots(1) == []
     assert not any(os.path.exists(f) for f in snaps[0].files)
     sealed_at = next(x.sealed_at for x in table.lineage() if x.table_bucket.bucket == 1)
@@ -165,3 +166,30 @@ def test_respect_consumers_holds_a_sealed_bucket_until_groups_reach_its_seal(con
     conn.run_retention("t")
     assert table.snapshots(1) == []
     assert table.beginning_offsets()[TB("t", 1)] == sealed_at
+
+
+def test_a_pin_taken_after_the_plan_keeps_the_sealed_snapshot_and_its_log(conn, spark):
+    # R2, K7: a lease pins a sealed bucket's snapshot between the plan and the deletion: that
+    # snapshot stays, and so does its log from there to the seal
+    import leasekit.retention.apply as reclaim
+
+    table, snaps = _sealed_table(conn, spark)
+    _children_snapshots(table, spark)
+    newest = table.snapshots(1)[-1]
+    real_plan = reclaim.plan
+
+    def plan_then_pin(meta):
+        result = real_plan(meta)
+        conn.acquire_kv_snapshot_lease("late", {TB("t", 1): newest.snapshot_id}, "1h")
+        return result
+
+    reclaim.plan = plan_then_pin
+    try:
+        report = reclaim.run_retention(testing.context(conn), "t")
+    finally:
+        reclaim.plan = real_plan
+    assert any(f"snapshot {newest.snapshot_id}" in e and "late" in e for e in report.errors)
+    assert [s.snapshot_id for s in table.snapshots(1)] == [newest.snapshot_id]
+    assert all(os.path.exists(f) for f in newest.files)
+    assert table.beginning_offsets()[TB("t", 1)] <= newest.log_offset
+    assert TB("t", 1) in table.latest_snapshots()
