@@ -49,8 +49,16 @@ def test_describe_shows_the_lineage(capsys, target, conn) -> None:
     ]  # fmt: skip
     code, out, err = run(capsys, *target, "table", "describe", "t")
     assert code == 0, err
-    lineage = out.split("\nlineage\n", 1)[1]
-    assert "sealed" in lineage and str(sealed_at) in lineage
+    lineage = out.split("\nlineage\n", 1)[1].split("\n")
+    rows = [line.split() for line in lineage if line.strip()]
+    assert rows[0] == ["BUCKET", "STATE", "PARENTS", "CHILDREN", "SEALED-AT"]
+    assert rows[2] == ["1", "sealed", "2,", "3", str(sealed_at)]
+    conn.create_table("u", "id BIGINT, v STRING", "id", buckets=2)
+    code, out, err = run(capsys, *target, "table", "describe", "u")
+    assert code == 0 and "lineage" not in out  # never rescaled: the offsets say it all
+    assert run_json(capsys, *target, "table", "describe", "u")["lineage"][1] == {
+        "bucket": 1, "state": "active", "parents": [], "children": [], "sealed_at": None
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

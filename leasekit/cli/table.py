@@ -157,10 +157,10 @@ def _describe(args: argparse.Namespace) -> int:
 
     def render(i: dict[str, Any]) -> str:
         fields = {k: v for k, v in i.items() if k not in ("bucket_offsets", "lineage")}
-        return (
-            f"{format_fields(fields)}\n\n{format_table(i['bucket_offsets'])}"
-            f"\n\nlineage\n\n{format_table(i['lineage'])}"
-        )
+        text = f"{format_fields(fields)}\n\n{format_table(i['bucket_offsets'])}"
+        if any(r["parents"] or r["children"] for r in i["lineage"]):  # ever rescaled
+            text += f"\n\nlineage\n\n{format_table(i['lineage'])}"
+        return text
 
     emit(args, info, render)
     return 0
