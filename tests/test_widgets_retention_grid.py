@@ -42,3 +42,19 @@ def test_the_grid_holds_a_page_deletes_and_pinned_first(conn, orders, monkeypatc
     assert set(panel.grid.data["action"]) <= {"delete"}
     assert len(panel.grid.data) == min(4, deletes)
     panel.close()
+
+
+def test_sealed_buckets_show_their_children_and_what_holds_them(conn, orders):
+    # K7: the grid marks a split bucket with its new buckets; the reason says what holds it
+    orders.split_bucket(1)
+    panel = RetentionPanel(conn, "orders", auto_refresh=False)
+    panel.refresh()
+    grid = panel.grid.data
+    sealed = grid[grid["bucket"] == "1 (sealed → 4, 5)"]
+    assert len(sealed) and set(grid["bucket"]) >= {"0", "2", "3", "1 (sealed → 4, 5)"}
+    held = "sealed bucket 1: children 4, 5 have no snapshot of their own yet"
+    assert held in set(sealed["reason"])
+    assert (sealed[sealed["reason"] == held]["action"] == "keep").all()
+    panel._show_detail(sealed.iloc[0])
+    assert "orders/1 (sealed → 4, 5)" in panel.detail.value
+    panel.close()

@@ -11,6 +11,7 @@ import traitlets
 from ipydatagrid import DataGrid, TextRenderer, VegaExpr
 
 from leasekit import RetentionPlan, RetentionReport, TableBucket
+from leasekit.errors import LeasekitError
 
 from .base import Panel, esc, html_table
 from .confirm import ConfirmButton, Prepared
@@ -19,7 +20,8 @@ from .formatting import clicked_row, grid_height, human_bytes, utc_text
 __all__ = ["RetentionPanel", "PLAN_COLUMNS"]
 
 PLAN_COLUMNS = ["kind", "table", "bucket", "item_id", "action", "size", "pinned_by", "reason"]
-"""The grid's columns: ``bucket`` is empty for what no bucket holds (leases, orphan files),
+"""The grid's columns: ``bucket`` is empty for what no bucket holds (leases, orphan files) and
+marks a sealed bucket with its children ("3 (sealed → 7, 8)"),
 ``size`` is in the panels' one bytes format, the reason last and wide (in full below the grid
 for the row clicked)."""
 ALL = ""
@@ -34,17 +36,46 @@ class _Plan(NamedTuple):
     tables: list[str]
     plan: RetentionPlan
     pinned_by: dict[tuple[TableBucket, int], list[str]]
+    sealed: dict[TableBucket, tuple[int, ...]] = {}
+    """The children of each sealed bucket in the plan (K7): split or merged into them."""
+
+
+def bucket_text(tb: TableBucket | None, sealed: dict[TableBucket, tuple[int, ...]]) -> str:
+    """The grid's bucket cell: the number, a sealed bucket marked with its children
+    ("3 (sealed → 7, 8)"); empty for what no bucket holds."""
+    if tb is None:
+        return ""
+    children = sealed.get(tb)
+    if children is None:
+        return str(tb.bucket)
+    return f"{tb.bucket} (sealed → {', '.join(map(str, children))})"
+
+
+def sealed_buckets(
+    conn: Any, plan: RetentionPlan, tables: list[str]
+) -> dict[TableBucket, tuple[int, ...]]:
+    """The sealed buckets of the ``tables`` in ``plan``, with their children (one table record
+    read per table; a table dropped meanwhile has none)."""
+    names = sorted({i.table_bucket.table for i in plan.items if i.table_bucket} & set(tables))
+    out: dict[TableBucket, tuple[int, ...]] = {}
+    for name in names:
+        try:
+            lineage = conn.table(name).lineage()
+        except LeasekitError:
+            continue  # dropped since the plan, or internal: shown without lineage
+        out.update({x.table_bucket: x.children for x in lineage if x.state == "sealed"})
+    return out
 
 
 def plan_frame(data: _Plan, items: Any = None) -> pd.DataFrame:
     """The plan's items (or ``items`` of it) in the grid's columns, with the leases pinning each
     snapshot."""
-    pinned = data.pinned_by
+    pinned, sealed = data.pinned_by, data.sealed
     rows = [
         (
             i.kind,
             i.table_bucket.table if i.table_bucket else "",
-            str(i.table_bucket.bucket) if i.table_bucket else "",
+            bucket_text(i.table_bucket, sealed),
             str(i.item_id),
             i.action,
             human_bytes(i.size_bytes),
@@ -141,7 +172,7 @@ class RetentionPanel(Panel):
         for lease in self.conn.leases():
             for tb, sid in lease.pins.items():
                 pinned.setdefault((tb, sid), []).append(lease.lease_id)
-        return _Plan(tables, plan, pinned)
+        return _Plan(tables, plan, pinned, sealed_buckets(self.conn, plan, tables))
 
     def _show(self, data: _Plan) -> None:
         self.planned = data

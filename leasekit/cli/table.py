@@ -1,6 +1,5 @@
-"""``leasekit table create|list|describe|snapshot``: primary-key tables of the namespace.
-
-``snapshot`` starts Spark (or reuses the active session); the others only read metadata.
+"""``leasekit table create|list|describe|snapshot|split|merge``: primary-key tables of the
+namespace. ``snapshot`` starts Spark (or reuses the active session); the others do not.
 """
 
 from __future__ import annotations
@@ -59,6 +58,55 @@ def _bucket_rows(table: Table) -> list[dict[str, Any]]:
     return rows
 
 
+def _lineage_rows(table: Table) -> list[dict[str, Any]]:
+    """Every bucket the table ever had: state, parents, children and seal (K8)."""
+    return [
+        {"bucket": x.table_bucket.bucket, "state": x.state, "parents": list(x.parents),
+         "children": list(x.children), "sealed_at": x.sealed_at}
+        for x in table.lineage()
+    ]  # fmt: skip
+
+
+def _parse_pair(text: str) -> tuple[int, int]:
+    """``A,B``: the two bucket numbers of a merge."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected two bucket numbers A,B, got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def _new_buckets(name: str, created: list[int], parents: list[int]) -> list[dict[str, Any]]:
+    return [{"table": name, "bucket": b, "parents": parents} for b in created]
+
+
+def _split(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        table = conn.table(args.name)
+        created = [tb.bucket for tb in table.split_bucket(args.bucket)]
+    rows = _new_buckets(args.name, created, [args.bucket])
+
+    def render(r: list[dict[str, Any]]) -> str:
+        into = ", ".join(str(x["bucket"]) for x in r)
+        return f"split bucket {args.bucket} of {args.name} into buckets {into}\n\n{format_table(r)}"
+
+    emit(args, rows, render)
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    a, b = args.buckets
+    with connect(args) as conn:
+        table = conn.table(args.name)
+        merged = table.merge_buckets(a, b).bucket
+    rows = _new_buckets(args.name, [merged], [a, b])
+
+    def render(r: list[dict[str, Any]]) -> str:
+        return f"merged buckets {a}, {b} of {args.name} into bucket {merged}\n\n{format_table(r)}"
+
+    emit(args, rows, render)
+    return 0
+
+
 def _create(args: argparse.Namespace) -> int:
     properties: dict[str, str] = {}
     for key, value in args.property or []:
@@ -101,11 +149,18 @@ def _list(args: argparse.Namespace) -> int:
 def _describe(args: argparse.Namespace) -> int:
     with connect(args, read_only=True) as conn:
         table = conn.table(args.name)
-        info = {**_table_info(table), "bucket_offsets": _bucket_rows(table)}
+        info = {
+            **_table_info(table),
+            "bucket_offsets": _bucket_rows(table),
+            "lineage": _lineage_rows(table),
+        }
 
     def render(i: dict[str, Any]) -> str:
-        fields = {k: v for k, v in i.items() if k != "bucket_offsets"}
-        return f"{format_fields(fields)}\n\n{format_table(i['bucket_offsets'])}"
+        fields = {k: v for k, v in i.items() if k not in ("bucket_offsets", "lineage")}
+        text = f"{format_fields(fields)}\n\n{format_table(i['bucket_offsets'])}"
+        if any(r["parents"] or r["children"] for r in i["lineage"]):  # ever rescaled
+            text += f"\n\nlineage\n\n{format_table(i['lineage'])}"
+        return text
 
     emit(args, info, render)
     return 0
@@ -132,8 +187,10 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``table create|list|describe|snapshot`` to the top-level subcommands."""
-    table = add_command(commands, "table", "create, list, describe and snapshot tables", common)
+    """Add ``table create|list|describe|snapshot|split|merge`` to the top-level subcommands."""
+    table = add_command(
+        commands, "table", "create, list, describe, snapshot, split and merge tables", common
+    )
     actions = table.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = add_command(actions, "create", "create a primary-key table", common, _create)
     create.add_argument("name", metavar="NAME")
@@ -158,7 +215,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     add_command(actions, "list", "list the tables of the namespace", common, _list)
     describe = add_command(
-        actions, "describe", "schema, key, properties and per-bucket offsets", common, _describe
+        actions,
+        "describe",
+        "schema, key, properties, per-bucket offsets and lineage",
+        common,
+        _describe,
     )
     describe.add_argument("name", metavar="NAME")
     snapshot = add_command(
@@ -169,3 +230,19 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         _snapshot,
     )
     snapshot.add_argument("name", metavar="NAME")
+    split = add_command(
+        actions, "split", "seal a bucket and split its keys into two new buckets", common, _split
+    )
+    split.add_argument("name", metavar="NAME")
+    split.add_argument("--bucket", required=True, type=int, metavar="B", help="bucket to split")
+    merge = add_command(
+        actions, "merge", "merge the two buckets of one split into a new bucket", common, _merge
+    )
+    merge.add_argument("name", metavar="NAME")
+    merge.add_argument(
+        "--buckets",
+        required=True,
+        type=_parse_pair,
+        metavar="A,B",
+        help="the two buckets one split made",
+    )

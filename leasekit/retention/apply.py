@@ -29,6 +29,7 @@ from .gather import gather, gather_table
 from .meta import Metadata, TableMeta
 from .planner import plan, uris
 from .references import referenced_files, unreferenced
+from .sealed_delete import delete_sealed_snapshot
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -130,8 +131,12 @@ def _delete_snapshots(
     refused: set[tuple[str, int]] = set()
     for item in (i for i in deletes if i.kind == "snapshot"):
         tb = item.table_bucket
-        try:
-            delete_snapshot(tables[tb.table].table, tb.bucket, int(item.item_id))
+        table = tables[tb.table].table
+        sealed = table.layout.sealed_at(tb.bucket) is not None
+        try:  # K7: a sealed bucket's newest snapshot goes too
+            (delete_sealed_snapshot if sealed else delete_snapshot)(
+                table, tb.bucket, int(item.item_id)
+            )
             applied.done.append(item)
         except LeadershipLostError:
             raise

@@ -13,6 +13,7 @@ from ..durations import format_duration, human_duration, to_ms
 from ..structs import RetentionItem, RetentionPlan, TableBucket
 from ..validate import LAG_HISTORY_TABLE
 from ..zk import to_datetime
+from . import sealed
 from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced
 
@@ -233,6 +234,31 @@ def _first_behind(tm: TableMeta, bucket: int, seg: SegmentMeta) -> tuple[str, in
     )
 
 
+def _plan_sealed(
+    meta: Metadata,
+    tm: TableMeta,
+    tb: TableBucket,
+    holders: dict[tuple[str, int, int], list[LeaseMeta]],
+    ending: set[str],
+    policy: _Policy,
+) -> list[RetentionItem]:
+    """A sealed bucket (K7): while a bucket built from it lacks a snapshot of its own, or a
+    group has not consumed it to its seal, the rules of an active bucket with the held log kept
+    and the hold as the reason; once nothing holds it, every file but what a lease pins."""
+    held = sealed.hold(tm, tb.bucket, policy.respect)
+    if held is None:
+        tid = tm.table.table_id
+        pinned = {
+            s.snapshot_id: _pinned((tid, tb.bucket, s.snapshot_id), s, holders, ending)
+            for s in tm.snapshots.get(tb.bucket, ())
+        }
+        return sealed.plan_free(tm, tb, pinned, sealed.free_reason(tm, tb.bucket, policy.respect))
+    reason, start = held
+    snap_items, oldest = _plan_snapshots(tm, tb, holders, ending, policy._replace(newest=reason))
+    segments = _plan_segments(meta, tm, tb, oldest, policy)
+    return snap_items + sealed.relabel_held(tm, tb.bucket, segments, reason, start)
+
+
 def _plan_history(meta: Metadata, tm: TableMeta, tb: TableBucket) -> list[RetentionItem]:
     """Segments of the lag history (M1): each sample is written once and never compacted, so
     its segments need no snapshot; those older than ``monitor.retention`` go, oldest first."""
@@ -322,7 +348,7 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
 
 
 def plan(meta: Metadata) -> RetentionPlan:
-    """Decide every keep and delete (R1, R3, R4, R5, R6): a pure function of ``meta``."""
+    """Decide every keep and delete (R1, R3, R4, R5, R6, K7): a pure function of ``meta``."""
     items, ending = _plan_leases(meta)
     holders = _holders(meta)
     for tm in meta.tables:
@@ -330,12 +356,14 @@ def plan(meta: Metadata) -> RetentionPlan:
         history = tm.table.name == LAG_HISTORY_TABLE
         for bucket in sorted(set(tm.snapshots) | set(tm.segments)):
             tb = TableBucket(tm.table.name, bucket)
-            snap_items, oldest = _plan_snapshots(tm, tb, holders, ending, policy)
-            items += snap_items
             if history:
+                items += _plan_snapshots(tm, tb, holders, ending, policy)[0]
                 items += _plan_history(meta, tm, tb)
+            elif tm.table.layout.sealed_at(bucket) is not None:
+                items += _plan_sealed(meta, tm, tb, holders, ending, policy)
             else:
-                items += _plan_segments(meta, tm, tb, oldest, policy)
+                snap_items, oldest = _plan_snapshots(tm, tb, holders, ending, policy)
+                items += snap_items + _plan_segments(meta, tm, tb, oldest, policy)
     items += _plan_orphans(meta)
     return RetentionPlan(items, to_datetime(meta.now_ms), list(meta.skipped))
 
