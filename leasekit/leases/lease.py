@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ..snapshots.catalog import get_snapshots
 from ..snapshots.cover import cover
-from ..snapshots.sources import Source, depths
+from ..snapshots.sources import Source
 from ..structs import AcquireResult, LeaseInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
@@ -165,14 +165,19 @@ class KvSnapshotLease:
         return result
 
     def acquire_latest(self, tables: str | Iterable[str]) -> AcquireResult:
-        """Pin the newest snapshot of every bucket of ``tables``, like ``acquire``; a bucket
-        whose newest snapshot is deleted meanwhile gets the one after it.
+        """Pin the newest snapshot of every active bucket of ``tables``, like ``acquire``; a
+        bucket whose newest snapshot is deleted meanwhile gets the one after it. A bucket a
+        rescale made that has no snapshot yet gets what its state is built from: the newest
+        snapshots of its parents (of theirs, where they have none), so ``read`` returns the
+        whole table (K4).
 
         Arguments:
             tables: a table name or an iterable of table names.
 
         Returns:
-            What was pinned; buckets without any snapshot are ``unavailable`` with id -1.
+            What was pinned (``acquired`` then also holds sealed buckets: those parents);
+            active buckets with no snapshot, neither their own nor their ancestors', are
+            ``unavailable`` with id -1.
 
         Raises:
             InvalidTypeError: ``tables`` is not a name or an iterable of names.
@@ -296,11 +301,9 @@ class KvSnapshotLease:
                 "their ancestors; acquire them or pass allow_partial=True"
             )
         snaps = get_snapshots(table, {b: pinned[b] for b in used.used})
-        depth = depths(table.layout)
-        sources = [
-            Source(b, depth[b], s, s.log_offset, s.log_offset, used.used[b])
-            for s in snaps
-            for b in [s.table_bucket.bucket]
+        sources = [  # each key in one of them: no order between them (depth 0)
+            Source(b, 0, s, s.log_offset, s.log_offset, used.used[b])
+            for b, s in ((s.table_bucket.bucket, s) for s in snaps)
         ]
         with spark_errors(f"read {table.name} through lease {self.lease_id}"):
             return snapshot_rows(spark, table, sources).drop("_depth")
