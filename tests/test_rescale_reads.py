@@ -244,3 +244,55 @@ def test_read_changes_covers_sealed_buckets_not_yet_consumed(conn, spark):  # K3
     assert got == sorted([(k, "a") for k in range(40)] + [(k, "b") for k in range(40)])
     batch.commit()
     assert lks.read_changes(spark, table, "g").df.count() == 0
+
+
+def _siblings(table) -> list[tuple[int, int]]:
+    """Pairs of active buckets one split made (they may merge back)."""
+    lineage = table.lineage()
+    made: dict[tuple[int, ...], list[int]] = {}
+    for lin in lineage:
+        if lin.state == "active" and len(lin.parents) == 1:
+            made.setdefault(lin.parents, []).append(lin.table_bucket.bucket)
+    return [tuple(pair) for pair in made.values() if len(pair) == 2]
+
+
+def test_random_rescales_writes_and_snapshots_keep_the_state(conn, spark):  # K3, K2
+    rng = np.random.default_rng(11)
+    table = conn.create_table("t", DDL, "k", buckets=2)
+    model: dict = {}
+    history = []
+    script = "split split snapshot split merge split snapshot merge split split merge".split()
+    for step, action in enumerate(script):
+        if action == "split":
+            table.split_bucket(int(rng.choice(table.layout.active)))
+        elif action == "merge":
+            pairs = _siblings(table)
+            table.merge_buckets(*pairs[int(rng.integers(len(pairs)))])
+        else:
+            table.snapshot(spark)
+        _write(table, model, rng.choice(300, 60, replace=False).tolist(), f"s{step}")
+        _delete(table, model, rng.choice(300, 15, replace=False).tolist())
+        history.append((table.end_offsets(), dict(model)))
+        assert _rows(lks.read_at(spark, table)) == _model(model), f"step {step}: {action}"
+    for ends, then in history[::3]:
+        assert _rows(lks.read_at(spark, table, _frontier(table, ends))) == _model(then)
+    table.snapshot(spark)
+    assert _rows(lks.read_at(spark, table)) == _model(model)
+    lease = conn.lease("all")
+    assert lease.acquire_latest("t").unavailable == {}
+    assert _rows(lease.read(spark, table)) == _model(model)
+
+
+def test_two_children_read_at_their_ends_read_their_parent_once(conn):  # K3
+    from leasekit.snapshots.sources import plan_read
+
+    table = conn.create_table("t", DDL, "k", buckets=1)
+    table.append([{"k": k, "v": "a"} for k in range(50)])
+    c1, c2 = table.split_bucket(0)
+    table.split_bucket(c1.bucket)
+    ends = {b: o for b, o in ((tb.bucket, o) for tb, o in table.end_offsets().items())}
+    whole = plan_read(table, {b: ends[b] for b in table.active})
+    assert [(s.bucket, s.within) for s in whole if s.bucket == 0] == [(0, None)]
+    alone = plan_read(table, {c2.bucket: ends[c2.bucket]})
+    (parent,) = [s for s in alone if s.bucket == 0]
+    assert parent.within == (table.layout.residue_class(c2.bucket),)
