@@ -131,7 +131,7 @@ def _frontier(table, ends):
     return {tb: o for tb, o in ends.items() if tb not in parents}
 
 
-def test_one_child_snapshotted_reads_its_sibling_from_the_parent(conn, spark):  # K3
+def test_each_child_read_alone_gets_its_share_of_the_parent(conn, spark):  # K3
     table = conn.create_table("t", DDL, "k", buckets=1)
     model = _history(table)
     c1, c2 = table.split_bucket(0)
