@@ -20,6 +20,7 @@ from ..errors import (
     TableNotFoundError,
 )
 from ..snapshots.catalog import read_latest
+from ..snapshots.cover import cover
 from ..structs import AcquireResult, TableBucket
 from ..tables import fence
 from ..tables.catalog import load_table
@@ -80,17 +81,18 @@ def acquire(
 def acquire_latest(
     ctx: Context, lease_id: str, tables: Any, duration_ms: int, *, holder: str = ""
 ) -> tuple[AcquireResult, int]:
-    """Pin the newest snapshot of every bucket of ``tables`` (L6); also the commit time (ms).
-    A bucket whose newest snapshot goes while pinning is looked up again. ``holder``: as in
-    ``acquire_with_time``."""
+    """Pin the newest snapshot of every active bucket of ``tables`` (L6), or, for one with none
+    yet that a rescale made, the newest snapshots of the ancestors its state is built from (K4:
+    ``acquired`` then holds sealed buckets); also the commit time (ms). An active bucket with
+    neither is unavailable with -1. A bucket whose newest snapshot goes while pinning is looked
+    up again. ``holder``: as in ``acquire_with_time``."""
     wanted: dict[TableInfo, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
     for table in table_list(ctx, tables):
         latest = read_latest(table)
-        wanted[table] = latest
-        missing.update(
-            {TableBucket(table.name, b): -1 for b in range(table.num_buckets) if b not in latest}
-        )
+        used = cover(table.layout, latest)
+        wanted[table] = {b: latest[b] for b in used.used}
+        missing.update({TableBucket(table.name, b): -1 for b in used.uncovered})
     result, committed_ms = acquire_with_time(
         ctx, lease_id, wanted, duration_ms, latest=True, holder=holder
     )

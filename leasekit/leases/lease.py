@@ -23,6 +23,8 @@ from ..errors import (
     ZooKeeperUnavailableError,
 )
 from ..snapshots.catalog import get_snapshots
+from ..snapshots.cover import cover
+from ..snapshots.sources import Source
 from ..structs import AcquireResult, LeaseInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
@@ -163,14 +165,19 @@ class KvSnapshotLease:
         return result
 
     def acquire_latest(self, tables: str | Iterable[str]) -> AcquireResult:
-        """Pin the newest snapshot of every bucket of ``tables``, like ``acquire``; a bucket
-        whose newest snapshot is deleted meanwhile gets the one after it.
+        """Pin the newest snapshot of every active bucket of ``tables``, like ``acquire``; a
+        bucket whose newest snapshot is deleted meanwhile gets the one after it. A bucket a
+        rescale made that has no snapshot yet gets what its state is built from: the newest
+        snapshots of its parents (of theirs, where they have none), so ``read`` returns the
+        whole table (K4).
 
         Arguments:
             tables: a table name or an iterable of table names.
 
         Returns:
-            What was pinned; buckets without any snapshot are ``unavailable`` with id -1.
+            What was pinned (``acquired`` then also holds sealed buckets: those parents);
+            active buckets with no snapshot, neither their own nor their ancestors', are
+            ``unavailable`` with id -1.
 
         Raises:
             InvalidTypeError: ``tables`` is not a name or an iterable of names.
@@ -254,41 +261,52 @@ class KvSnapshotLease:
         return upkeep.info(self._ctx, self.lease_id)
 
     def read(self, spark: Any, table: str | TableInfo, *, allow_partial: bool = False) -> Any:
-        """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12).
+        """A Spark DataFrame of exactly the pinned snapshots' rows of ``table`` (L12): each
+        active bucket's pinned snapshot, or, for one not pinned itself, its pinned ancestors'
+        snapshots restricted to its keys (K4: what ``acquire_latest`` pins for a bucket a
+        rescale made before its first snapshot). No key is read twice.
 
         Arguments:
             spark: the SparkSession to read with.
             table: a table name (or Table).
-            allow_partial: read only the pinned buckets when some are not pinned.
+            allow_partial: read only what the pins cover when some active buckets are covered
+                neither by a pin of their own nor by their ancestors'.
 
         Returns:
             A DataFrame of the table's columns.
 
         Raises:
             TableNotFoundError: the table does not exist.
-            NotPinnedError: some buckets are not pinned and ``allow_partial`` is False.
+            NotPinnedError: some active buckets are not covered and ``allow_partial`` is False.
             LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
-        from ..spark.frames import files_frame
         from ..spark.session import session, spark_errors
+        from ..spark.sources import snapshot_rows
 
         self._check()
         spark = session(spark)
         table = load_table(self._ctx, table)
         acquire.validity(self._ctx, self.lease_id)
-        pinned = pins.pins_of(self._ctx, self.lease_id, table)
-        unpinned = [b for b in range(table.num_buckets) if TableBucket(table.name, b) not in pinned]
-        if unpinned and not allow_partial:
-            shown = ", ".join(map(str, unpinned[:10])) + (" ..." if len(unpinned) > 10 else "")
+        pinned = {
+            tb.bucket: sid for tb, sid in pins.pins_of(self._ctx, self.lease_id, table).items()
+        }
+        used = cover(table.layout, pinned)
+        if used.uncovered and not allow_partial:
+            shown = ", ".join(map(str, used.uncovered[:10]))
+            more = " ..." if len(used.uncovered) > 10 else ""
             raise NotPinnedError(
-                f"lease {self.lease_id!r} does not pin {len(unpinned)} of {table.num_buckets} "
-                f"buckets of {table.name!r} (buckets {shown}); acquire them or pass "
-                "allow_partial=True"
+                f"lease {self.lease_id!r} does not pin {len(used.uncovered)} of "
+                f"{table.num_buckets} buckets of {table.name!r} (buckets {shown}{more}), nor "
+                "their ancestors; acquire them or pass allow_partial=True"
             )
-        snaps = get_snapshots(table, {tb.bucket: sid for tb, sid in pinned.items()})
+        snaps = get_snapshots(table, {b: pinned[b] for b in used.used})
+        sources = [  # each key in one of them: no order between them (depth 0)
+            Source(b, 0, s, s.log_offset, s.log_offset, used.used[b])
+            for b, s in ((s.table_bucket.bucket, s) for s in snaps)
+        ]
         with spark_errors(f"read {table.name} through lease {self.lease_id}"):
-            return files_frame(spark, table, [f for s in snaps for f in s.files])
+            return snapshot_rows(spark, table, sources).drop("_depth")
 
     # -- keepalive ------------------------------------------------------------------------
 

@@ -19,7 +19,14 @@ from ..zk.formats import BucketState, LatestChunk, SnapshotRecord
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
-__all__ = ["decode_snapshot", "list_snapshots", "get_snapshots", "read_latest", "delete_snapshot"]
+__all__ = [
+    "decode_snapshot",
+    "list_snapshots",
+    "get_snapshots",
+    "find_snapshots",
+    "read_latest",
+    "delete_snapshot",
+]
 
 
 def decode_snapshot(table: TableInfo, data: bytes, path: str) -> SnapshotRecord:
@@ -78,6 +85,19 @@ def get_snapshots(table: TableInfo, wanted: Mapping[int, int]) -> list[Snapshot]
         for (b, i), p, n in zip(items, snap_paths, nodes)
         if n is not None
     ]
+
+
+def find_snapshots(table: TableInfo, wanted: Mapping[int, int]) -> dict[int, Snapshot]:
+    """The snapshots ``{bucket: id}`` that exist, by bucket (one pipelined read)."""
+    paths, tid = table.context.paths, table.table_id
+    items = list(wanted.items())
+    snap_paths = [paths.snapshot(tid, b, i) for b, i in items]
+    nodes = table.context.store.get_many(snap_paths)
+    return {
+        b: _snapshot(table, b, i, p, n)
+        for (b, i), p, n in zip(items, snap_paths, nodes)
+        if n is not None
+    }
 
 
 def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[int, int]:

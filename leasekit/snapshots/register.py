@@ -104,14 +104,24 @@ def _chunk_ops(
     )
     ops: list[Op] = [guard(ctx, token)]
     for bucket, node in zip(group, nodes[:-1]):
-        if node is None:
-            raise TableNotFoundError(f"table {table.name!r} was dropped")
-        state = BucketState.decode(node, paths.bucket(tid, bucket))
         w = written[bucket]
+        value = SnapshotRecord(w.log_offset, w.rows, w.size, tuple(w.files)).encode()
+        if node is None:  # a bucket a rescale made, no record yet: its first snapshot (K3);
+            # were the table dropped, these creates fail for want of its data znode
+            sid = 1
+            state = BucketState.new(0, 0)._replace(next_snapshot=2, latest_snapshot=1)
+            ops += [
+                Create(paths.bucket(tid, bucket), state.encode()),
+                Create(paths.log(tid, bucket)),
+                Create(paths.snapshots(tid, bucket)),
+                Create(paths.snapshot(tid, bucket, sid), value),
+            ]
+            chosen[bucket] = sid
+            continue
+        state = BucketState.decode(node, paths.bucket(tid, bucket))
         if state.latest_snapshot is not None and state.latest_offset >= w.log_offset:
             continue
         sid = state.next_snapshot
-        value = SnapshotRecord(w.log_offset, w.rows, w.size, tuple(w.files)).encode()
         ops.append(Create(paths.snapshot(tid, bucket, sid), value))
         ops.append(_advance(paths.bucket(tid, bucket), state, sid, w.log_offset))
         chosen[bucket] = sid

@@ -25,12 +25,14 @@ from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
 from ..log.segments import list_segments
 from ..log.state import read_states
-from ..snapshots.catalog import get_snapshots, list_snapshots
-from ..structs import OffsetRange, Snapshot, TableBucket
+from ..snapshots.catalog import get_snapshots
+from ..snapshots.sources import check_no_ancestor, plan_read
+from ..structs import OffsetRange, TableBucket
 from ..tables.info import TableInfo
 from ..validate import check_int
 from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame, table_ddl
 from .session import micros_timestamps, session, spark_errors, spark_session, struct_type
+from .sources import source_frames
 
 __all__ = ["spark_session", "read_snapshots", "read_at", "read_changes", "ChangeBatch", "write"]
 
@@ -94,69 +96,58 @@ def read_at(
     spark: SparkSession | None, table: TableInfo, offsets: Mapping[Any, int] | None = None
 ) -> DataFrame:
     """Union read: the key-value state at ``offsets``, from the newest snapshot at or below each
-    offset plus the log tail up to it (S1).
+    offset plus the log tail up to it (S1). A bucket with no snapshot there that a rescale made
+    starts from its parents' states at their seals, restricted to its keys (K3).
 
     Arguments:
         spark: the SparkSession; ``None`` uses the active one.
         table: the Table (from ``conn.table``).
-        offsets: offset per ``TableBucket`` (or bucket number); ``None``: the end offsets now.
+        offsets: offset per ``TableBucket`` (or bucket number): exactly the buckets read. A
+            sealed bucket's offset reads its keys as of then, in place of its descendants
+            (``table.end_offsets()`` taken before a rescale reads the same rows after it).
+            ``None``: every active bucket at its end offset now.
 
     Returns:
         A DataFrame of the table's columns, one row per live key.
 
     Raises:
         InvalidTypeError: ``table`` is not a Table, or an offset is not an int.
-        BucketNotFoundError: the table has no such bucket.
+        InvalidArgumentError: ``offsets`` names a bucket and one of its ancestors.
+        BucketNotFoundError: the table never had such a bucket.
         OffsetOutOfRangeError: an offset beyond the log end, or one no snapshot covers whose
             log retention already deleted.
     """
     table = _check_table(table)
     spark = session(spark)
-    states = read_states(table, range(table.num_buckets))
-    targets = _targets(table, states, offsets)
-    base_files: list[str] = []
-    starts: dict[int, int] = {}
-    snaps_by_bucket: dict[int, list[Snapshot]] = {}
-    for snap in list_snapshots(table, [b for b, o in targets.items() if o > 0]):
-        snaps_by_bucket.setdefault(snap.table_bucket.bucket, []).append(snap)
-    for bucket, target in targets.items():
-        usable = [s for s in snaps_by_bucket.get(bucket, []) if s.log_offset <= target]
-        base = max(usable, key=lambda s: s.log_offset, default=None)
-        start = base.log_offset if base else 0
-        begin = states[bucket].begin if states[bucket] else 0
-        if start < begin and start < target:
-            raise OffsetOutOfRangeError(
-                f"bucket {bucket}: the log before offset {begin} is deleted and no snapshot "
-                f"covers offset {target}"
-            )
-        if base:
-            base_files.extend(base.files)
-        starts[bucket] = start
-    ranges = {b: (starts[b], t) for b, t in targets.items() if t > starts[b]}
-    segments = list_segments(table, ranges)
+    table.refresh()  # another client's rescale changes which buckets there are
+    targets = _targets(table, offsets)
+    sources = plan_read(table, targets)
     with spark_errors(f"read {table.name} at offsets"):
-        changes = log_frame(spark, table, segments, ranges)
-        return kv_state(table, files_frame(spark, table, base_files), changes)
+        base, changes = source_frames(spark, table, sources)
+        return kv_state(table, base, changes)
 
 
-def _targets(table: TableInfo, states: list[Any], offsets: Any) -> dict[int, int]:
+def _targets(table: TableInfo, offsets: Any) -> dict[int, int]:
     """The offset to read each bucket at: ``offsets`` checked against the log ends, or the
-    ends."""
+    active buckets' ends."""
     if offsets is None:
-        return {b: (s.end if s else 0) for b, s in enumerate(states)}
+        active = list(table.active)
+        return {b: (s.end if s else 0) for b, s in zip(active, read_states(table, active))}
     if not isinstance(offsets, Mapping):
         raise InvalidTypeError(
             "offsets must be a mapping of TableBucket (or bucket number) to offset"
         )
-    targets = {}
+    wanted: dict[int, int] = {}
     for tb, off in offsets.items():
         bucket = table.bucket_number(tb)
-        off = check_int(off, f"offset for bucket {bucket}")
-        end = states[bucket].end if states[bucket] else 0
+        wanted[bucket] = check_int(off, f"offset for bucket {bucket}")
+    check_no_ancestor(table.layout, wanted)
+    states = read_states(table, wanted)
+    for (bucket, off), state in zip(wanted.items(), states):
+        end = state.end if state else 0
         if not 0 <= off <= end:
             raise OffsetOutOfRangeError(f"offset {off} of bucket {bucket} is outside [0, {end}]")
-        targets[bucket] = off
-    return targets
+    return wanted
 
 
 class ChangeBatch:
@@ -226,9 +217,11 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
     spark = session(spark)
     ctx = table.context
     _refuse_live_members(ctx, group_id)
-    tbs = [TableBucket(table.name, b) for b in range(table.num_buckets)]
+    table.refresh()
+    every = range(table.layout.count)  # sealed buckets too: their records up to the seal
+    tbs = [TableBucket(table.name, b) for b in every]
     committed = stored_offsets.fetch(ctx, group_id, {table.name: table}, tbs)
-    states = read_states(table, range(table.num_buckets))
+    states = read_states(table, every)
     ranges: dict[TableBucket, OffsetRange] = {}
     for tb, state in zip(tbs, states):
         begin, end = (state.begin, state.end) if state else (0, 0)

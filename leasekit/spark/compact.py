@@ -1,31 +1,49 @@
-"""Compaction with Spark: each advanced bucket's previous snapshot plus its log tail becomes a
-new snapshot's files, which ``snapshots.register`` then registers (S1, S2)."""
+"""Compaction with Spark: each advanced active bucket's state (its previous snapshot plus its
+log tail, or, for a bucket a rescale made, its share of its parents' states plus its own log)
+becomes a new snapshot's files, which ``snapshots.register`` then registers (S1, S2, K3)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from ..log.markers import in_flight
-from ..log.segments import list_segments
 from ..log.state import read_states
 from ..progress import progress
-from ..snapshots.catalog import get_snapshots
 from ..snapshots.register import Written, register
+from ..snapshots.sources import Source, has_history, plan_read
 from ..structs import Snapshot, TableBucket
-from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame
+from .frames import bucket_of_path, data_files, kv_state
 from .session import micros_timestamps, session, spark_errors
+from .sources import source_frames
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from ..tables.info import TableInfo
+    from ..tables.layout import BucketLayout
     from ..zk.formats import BucketState
 
-__all__ = ["take_snapshots"]
+__all__ = ["take_snapshots", "advanced"]
+
+
+def advanced(table: TableInfo, states: dict[int, BucketState | None]) -> dict[int, int]:
+    """The end offset of each active bucket whose state moved past its newest snapshot: its log
+    grew, or, with no snapshot yet, it has records or its ancestors had (K3: its first snapshot
+    materialises its share of them)."""
+    out = {}
+    for b, s in states.items():
+        end = s.end if s is not None else 0
+        if s is not None and s.latest_snapshot is not None:
+            if end > s.latest_offset:
+                out[b] = end
+        elif end > 0 or has_history(table.layout, b):
+            out[b] = end
+    return out
 
 
 def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Snapshot]:
-    """Compact every advanced bucket (previous snapshot + log tail) and register the results.
+    """Compact every advanced active bucket and register the results (sealed buckets are not
+    snapshotted: their descendants' snapshots take over their keys).
 
     Arguments:
         table: the table.
@@ -39,28 +57,20 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
         IllegalStateError: Spark failed, or the files could not be registered.
     """
     spark = session(spark)
-    states = read_states(table, range(table.num_buckets))
-    advanced = {
-        b: s
-        for b, s in enumerate(states)
-        if s is not None and s.end > (s.latest_offset if s.latest_snapshot is not None else 0)
-    }
-    if not advanced:
+    layout = table.refresh().layout
+    active = list(layout.active)
+    ends = advanced(table, dict(zip(active, read_states(table, active))))
+    if not ends:
         return {}
     bar = progress(total=3, desc=f"snapshot {table.name}", unit="step", leave=False)
     try:
-        bases = get_snapshots(
-            table, {b: s.latest_snapshot for b, s in advanced.items() if s.latest_snapshot}
-        )
-        starts = {b: s.latest_offset if s.latest_snapshot else 0 for b, s in advanced.items()}
-        ranges = {b: (starts[b], s.end) for b, s in advanced.items()}
-        segments = list_segments(table, ranges)
+        sources = plan_read(table, ends)
         bar.update(1)
         with in_flight(table.context) as token:
             rel = f"{table.data_dir}/snapshots/{token}"
-            _compact(spark, table, [f for s in bases for f in s.files], segments, ranges, rel)
+            _compact(spark, table, layout, sources, rel)
             bar.update(1)
-            result = register(table, _written(table, advanced, rel), token)
+            result = register(table, _written(table, ends, rel), token)
         bar.update(1)
     finally:
         bar.close()
@@ -68,31 +78,22 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
 
 
 def _compact(
-    spark: SparkSession,
-    table: TableInfo,
-    base_files: list[str],
-    segments: Any,
-    ranges: dict[int, tuple[int, int]],
-    rel: str,
+    spark: SparkSession, table: TableInfo, layout: BucketLayout, sources: list[Source], rel: str
 ) -> None:
-    """Write the key-value state of the base snapshots plus the log ranges under ``rel``, one
-    ``_bucket=<n>`` directory per bucket."""
+    """Write the key-value state of ``sources`` under ``rel``, one ``_bucket=<n>`` directory
+    per active bucket of ``layout``."""
     warehouse = table.context.warehouse
     with spark_errors(f"snapshot {table.name}"), micros_timestamps(spark):
-        state = kv_state(
-            table,
-            files_frame(spark, table, base_files),
-            log_frame(spark, table, segments, ranges),
-            by_bucket=True,
-        )
+        base, changes = source_frames(spark, table, sources)
+        state = kv_state(table, base, changes, by_bucket=layout)
         state.write.partitionBy("_bucket").parquet(warehouse.to_spark(warehouse.uri(rel)))
 
 
-def _written(table: TableInfo, advanced: dict[int, BucketState], rel: str) -> dict[int, Written]:
+def _written(table: TableInfo, ends: dict[int, int], rel: str) -> dict[int, Written]:
     """The files Spark wrote under ``rel``, with their rows and bytes, per advanced bucket (its
     side files deleted)."""
     warehouse = table.context.warehouse
-    written = {b: Written(s.end, [], 0, 0) for b, s in advanced.items()}
+    written = {b: Written(end, [], 0, 0) for b, end in ends.items()}
     for entry in data_files(warehouse, rel):
         bucket = bucket_of_path(entry.path)
         if bucket is None or bucket not in written:

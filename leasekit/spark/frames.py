@@ -17,6 +17,7 @@ from .session import is_connect, known_files
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
+    from ..tables.layout import BucketLayout
     from ..warehouse import FileEntry, Warehouse
 
 __all__ = [
@@ -111,23 +112,42 @@ def _file_key(location: str) -> str:
 
 
 def kv_state(
-    table: TableInfo, base: DataFrame, changes: DataFrame, *, by_bucket: bool = False
+    table: TableInfo,
+    base: DataFrame,
+    changes: DataFrame,
+    *,
+    by_bucket: BucketLayout | None = None,
 ) -> DataFrame:
-    """Last write wins per key over ``base`` rows (oldest) then ``changes`` in offset order.
+    """Last write wins per key over ``base`` rows then ``changes`` in offset order, both with a
+    ``_depth`` column (the lineage depth of the bucket they come from): a deeper bucket's rows
+    come after its ancestors' (K2), so the order is (depth, offset), a snapshot row first.
 
-    Deleted keys are dropped. With ``by_bucket`` the result keeps a ``_bucket`` column and is
-    partitioned by it, so each bucket's rows are written by one task.
+    Deleted keys are dropped. With ``by_bucket`` (a layout) the result keeps a ``_bucket``
+    column, the active bucket of each key, and is partitioned by it, so each bucket's rows are
+    written by one task.
     """
     key = list(table.primary_key)
     values = [f.name for f in table.schema if f.name not in table.primary_key]
     columns = [f.name for f in table.schema]
     union = base.select(
-        *columns, F.lit("upsert").alias("_op"), F.lit(-1).cast("long").alias("_ord")
-    ).unionByName(changes.select(*columns, "_op", F.col("_offset").alias("_ord")))
+        *columns,
+        F.lit("upsert").alias("_op"),
+        F.struct(F.col("_depth").cast("int").alias("d"), F.lit(-1).cast("long").alias("o")).alias(
+            "_ord"
+        ),
+    ).unionByName(
+        changes.select(
+            *columns,
+            "_op",
+            F.struct(F.col("_depth").cast("int").alias("d"), F.col("_offset").alias("o")).alias(
+                "_ord"
+            ),
+        )
+    )
     group: list[Any] = list(key)
-    if by_bucket:
-        union = union.withColumn("_bucket", table.layout.spark_column(key))
-        union = union.repartition(max(1, min(len(table.active), 256)), "_bucket")
+    if by_bucket is not None:
+        union = union.withColumn("_bucket", by_bucket.spark_column(key))
+        union = union.repartition(max(1, min(len(by_bucket.active), 256)), "_bucket")
         group = ["_bucket", *key]
     latest = union.groupBy(*group).agg(F.max_by(F.struct(*values, "_op"), "_ord").alias("_last"))
     out: list[Column | str] = [*group, *[F.col(f"_last.{v}").alias(v) for v in values]]
