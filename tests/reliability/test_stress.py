@@ -1,7 +1,8 @@
 """Stress (DESIGN §9): 8 workers do random acquire / renew / release / drop, appends, Spark
-snapshots, retention passes and lease expiry on 2 tables while a checker verifies R2 without
-pause, and ZooKeeper is killed with SIGKILL and restarted in the middle. Afterwards every
-acknowledged write is still there and no orphan pin, lease or snapshot metadata is left.
+snapshots, retention passes, lease expiry and splits and merges of buckets (K1-K8) on 2 tables
+while a checker verifies R2 without pause, and ZooKeeper is killed with SIGKILL and restarted in
+the middle. Afterwards every acknowledged write is still there and no orphan pin, lease or
+snapshot metadata is left.
 
 Run the full target with ``pytest tests/reliability --stress-seconds 60``.
 """
@@ -41,10 +42,28 @@ TABLE_PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "2s"}
 SNAPSHOT_EVERY = 3.0  # seconds between Spark snapshots of one table (2 cores: keep it moderate)
 RETENTION_EVERY = 1.0
 EXPIRE_EVERY = 0.5
+RESCALE_EVERY = 2.0
+RESCALED = "orders"  # the table whose buckets split and merge
+MAX_ACTIVE = 10
 
 
 def _ms(when: datetime) -> int:
     return round(when.timestamp() * 1000)
+
+
+def _uncovered(table, acquired) -> list[int]:
+    """The active buckets of ``table`` that neither a pin of their own nor one of an ancestor's
+    covers (K4)."""
+    pinned = {tb.bucket for tb in acquired if tb.table == table.name}
+
+    def covered(b: int) -> bool:
+        return (
+            b in pinned
+            or bool(table.layout.parents(b))
+            and all(covered(p) for p in table.layout.parents(b))
+        )
+
+    return [b for b in table.active if not covered(b)]
 
 
 class Counts:
@@ -121,6 +140,7 @@ class Stress:
         self.snapshot_busy: set[str] = set()
         self.next_retention = 0.0
         self.next_expire = 0.0
+        self.next_rescale = 0.0
 
     def violation(self, text: str) -> None:
         self.violations.append(text)
@@ -200,10 +220,33 @@ class Stress:
         self.counts.add("expired leases", len(conn.expire_leases()))  # L11
         self.counts.add("expiry passes")
 
+    def op_rescale(self, conn, tables, rng) -> None:
+        if not self._gate("next_rescale", RESCALE_EVERY):
+            return self.op_append(conn, tables, rng)
+        table = tables[RESCALED]
+        active = table.buckets
+        pairs = [
+            lin.children
+            for lin in table.lineage()
+            if len(lin.children) == 2 and all(TB(RESCALED, c) in active for c in lin.children)
+        ]
+        try:
+            if pairs and (len(active) >= MAX_ACTIVE or rng.random() < 0.4):
+                table.merge_buckets(*rng.choice(pairs))  # K1
+                self.counts.add("merges")
+            else:
+                table.split_bucket(rng.choice(active))  # K1
+                self.counts.add("splits")
+        except lk.IllegalStateError as exc:
+            if "another rescale" not in str(exc) and "sealed" not in str(exc):
+                raise
+            self.counts.add("rescale races")  # K8: another worker's rescale came first
+
     def _wanted(self, tables, rng) -> dict[TB, int]:
         table = tables[rng.choice(TABLES)]
         wanted = {}
-        for bucket in rng.sample(range(BUCKETS), rng.randint(1, BUCKETS)):
+        known = range(table.refresh().layout.count)
+        for bucket in rng.sample(known, rng.randint(1, min(len(known), BUCKETS))):
             ids = [s.snapshot_id for s in list_snapshots(table, [bucket])]
             if not ids or rng.random() < 0.1:
                 wanted[TB(table.name, bucket)] = max(ids, default=0) + 1000  # never exists
@@ -232,10 +275,12 @@ class Stress:
                 if rng.random() < 0.4:
                     name = rng.choice(TABLES)
                     result = handle.acquire_latest(name)
-                    if set(result.acquired) != set(tables[name].buckets) or result.unavailable:
-                        # L6: every bucket has a snapshot, and the newest is never deleted
+                    uncovered = _uncovered(tables[name].refresh(), result.acquired)
+                    if uncovered or result.unavailable:
+                        # L6, K4: every bucket has a snapshot of its own or its ancestors'
                         self.violation(
-                            f"acquire_latest of {slot.lease_id} left {result.unavailable} unpinned"
+                            f"acquire_latest of {slot.lease_id} left {result.unavailable} "
+                            f"unpinned, {uncovered} uncovered"
                         )
                 else:
                     wanted = self._wanted(tables, rng)
@@ -344,6 +389,7 @@ class Stress:
             (self.op_snapshot, 6),
             (self.op_retention, 6),
             (self.op_expire, 6),
+            (self.op_rescale, 3),
         ]
         while not self.stop.is_set():
             if self.pause.is_set():
@@ -386,7 +432,7 @@ class Stress:
         stored = {
             (s.table_bucket, s.snapshot_id): s
             for table in tables.values()
-            for s in list_snapshots(table, range(BUCKETS))
+            for s in list_snapshots(table, range(table.refresh().layout.count))
         }
         for info in live:
             for tb, sid in info.pins.items():
@@ -439,12 +485,14 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
     for name in TABLES:
         table = conn.table(name)
         ends, begins = table.end_offsets(), table.beginning_offsets()
-        segments = list_segments(table, range(BUCKETS))
+        known = range(table.layout.count)
+        sealed = {b for b in known if not table.layout.is_active(b)}
+        segments = list_segments(table, known)
         latest = read_latest(table)
         stored = {(s.table_bucket, s.snapshot_id): s for s in table.snapshots()}
-        for bucket in range(BUCKETS):
+        for bucket in known:
             tb = TB(name, bucket)
-            segs = segments[bucket]
+            segs = segments.get(bucket, [])
             bounds = [(s.base_offset, s.end_offset) for s in segs]
             expected = begins[tb]  # W1: the stored log is contiguous from begin to end
             for base, end in bounds:
@@ -489,7 +537,7 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
                 sid,
             ) not in acked.deleted_snapshots and not acked.retention_interrupted:
                 problems.append(f"{tb} snapshot {sid} vanished without retention deleting it")
-            elif sid >= latest.get(tb.bucket, 0):
+            elif sid >= latest.get(tb.bucket, 0) and tb.bucket not in sealed:
                 problems.append(f"{tb} snapshot {sid} (the newest) was deleted")
     now = testing.context(conn).server_time_ms()
     stored_leases = {i.lease_id: i for i in conn.leases()}
@@ -547,16 +595,19 @@ def metadata_consistency(conn) -> list[str]:
     for name in TABLES:
         table = conn.table(name)
         tid = table.table_id
-        for bucket in range(BUCKETS):
-            state = BucketState.decode(
-                store.get(paths.bucket(tid, bucket)), paths.bucket(tid, bucket)
-            )
+        for bucket in range(table.layout.count):
+            node = store.get(paths.bucket(tid, bucket))
+            if node is None:
+                continue  # a new bucket never written
+            state = BucketState.decode(node, paths.bucket(tid, bucket))
             ids = sorted(int(s) for s in store.children(paths.snapshots(tid, bucket)) or [])
             latest = state.latest_snapshot
             if ids and (latest != ids[-1] or state.next_snapshot <= ids[-1]):
                 problems.append(
                     f"{name}/{bucket}: bucket state {state} disagrees with snapshots {ids}"
                 )
+            if state.sealed and not ids:
+                latest = None  # K7: a sealed bucket's last snapshot went, and its array entry
             if read_latest(table, [bucket]).get(bucket) != latest:
                 problems.append(
                     f"{name}/{bucket}: latest-snapshot array disagrees with the bucket state"
@@ -616,10 +667,8 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
             # L4: the keepalive lease moves its "orders" pins to the newest snapshots, so the
             # log below its old ones can go (R3) while "events" stays pinned at snapshot 1
             moved = keeper.acquire_latest("orders")
-            assert (
-                set(moved.acquired) == set(conn.table("orders").buckets) and not moved.unavailable
-            )
-            keeper_pins.update(moved.acquired)
+            assert not moved.unavailable  # K4: a new bucket's ancestors' snapshots instead
+            keeper_pins.update(moved.acquired)  # L4: pins of buckets not acquired again stay
         time.sleep(max(0.0, start + seconds - time.monotonic()))
         stress.stop.set()
         stress.resume.set()
@@ -639,13 +688,16 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
     ctx = testing.context(conn)
     for lease_id in ctx.store.children(ctx.paths.leases) or []:
         conn.drop_kv_snapshot_lease(lease_id)
+    for name in TABLES:  # K3: every active bucket, a new one included, gets its own snapshot
+        conn.table(name).snapshot(spark)
     report = conn.run_retention()
     assert not report.errors, report.errors
     final = metadata_consistency(conn)
     assert not ctx.store.children(ctx.paths.leases)
-    for name in TABLES:  # R1: with no pins left, only the newest snapshot of a bucket stays
+    for name in TABLES:  # R1, K7: with no pins left, only an active bucket's newest snapshot stays
         snapshots = conn.table(name).snapshots()
-        assert sorted(s.table_bucket.bucket for s in snapshots) == list(range(BUCKETS))
+        active = [tb.bucket for tb in conn.table(name).buckets]
+        assert sorted(s.table_bucket.bucket for s in snapshots) == active
         for snap in snapshots:
             assert not testing.context(conn).store.children(
                 testing.context(conn).paths.snapshot(
@@ -663,7 +715,7 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
         f"deleted items={c['deleted items']} (snapshots={c['deleted snapshots']} "
         f"segments={c['deleted segments']} "
         f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired "
-        f"leases={c['expired leases']} "
+        f"leases={c['expired leases']} splits={c['splits']} merges={c['merges']} "
         f"invariant checks={c['invariant checks']} (pins={c['pins checked']}) "
         f"violations={len(stress.violations) + len(final)} zookeeper kills={len(downtimes)} "
         f"(down {', '.join(f'{d:.1f}s' for d in downtimes)}) zookeeper errors ridden out="
