@@ -155,7 +155,9 @@ class Table(TableInfo):
     # -- snapshots --------------------------------------------------------------------------
 
     def snapshot(self, spark: Any = None) -> dict[TableBucket, Snapshot]:
-        """Take a new snapshot of every bucket whose log advanced since its latest one.
+        """Take a new snapshot of every active bucket whose state advanced since its latest one:
+        its log grew, or it was made by a rescale and has no snapshot yet (its first snapshot
+        materialises its share of its parents' state, K3).
 
         Arguments:
             spark: the SparkSession to compact with; ``None`` uses the active one.
