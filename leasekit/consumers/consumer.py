@@ -49,6 +49,7 @@ class Consumer:
         listener: BucketRebalanceListener | None = None,
         max_poll_records: int = 10_000,
         max_poll_interval: Any = "5m",
+        parent_first: bool = True,
     ) -> None:
         options = consumer_options(
             auto_offset_reset=auto_offset_reset,
@@ -57,6 +58,7 @@ class Consumer:
             session_timeout=session_timeout,
             max_poll_interval=max_poll_interval,
             max_poll_records=max_poll_records,
+            parent_first=parent_first,
         )
         chosen = get_assignor(assignor)
         self._sub = SubscriptionState(ctx, listener)
@@ -313,11 +315,7 @@ class Consumer:
         self._sub.pause(tbs, True)
 
     def resume(self, *tbs: TableBucket) -> None:
-        """Hand out records of the paused buckets ``tbs`` again.
-
-        Raises:
-            As ``pause``.
-        """
+        """Hand out records of the paused buckets ``tbs`` again (raises as ``pause``)."""
         self._check_open()
         self._sub.pause(tbs, False)
         self._fetcher.wake()
