@@ -234,3 +234,24 @@ def test_a_pattern_subscription_follows_a_rescale(conn, table):
         keys.check()
     grouped.close()
     alone.close()
+
+
+def test_what_a_consumer_reads_follows_the_lineage_of_splits_and_merges():
+    # K5: sealed buckets until drained; a new bucket once every ancestor is drained (a parent
+    # sealed empty counts as drained, its own parents still first); a merged bucket after both
+    # parents; parent_first=False reads new buckets at once; K6: undrained sealed buckets
+    from leasekit.consumers.lineage import to_read, undrained
+    from leasekit.tables.layout import BucketLayout
+
+    layout, (b2, b3) = BucketLayout.initial(2).split(0, 5)
+    layout, (b4, b5) = layout.split(b2, 0)  # split again before any append: sealed empty
+    assert to_read(layout, {}) == (0, 1)
+    assert to_read(layout, {0: 4}) == (0, 1)
+    assert to_read(layout, {0: 5}) == (1, b3, b4, b5)
+    assert to_read(layout, {}, parent_first=False) == (0, 1, b3, b4, b5)
+    assert undrained(layout, {}) == (0,) and undrained(layout, {0: 5}) == ()
+    layout, b6 = layout.merge(b4, b5, 3, 0)
+    assert to_read(layout, {0: 5, b4: 2}) == (1, b3, b4)
+    assert to_read(layout, {0: 5, b4: 3}) == (1, b3, b6)
+    assert to_read(layout, {0: 5}, parent_first=False) == (1, b3, b4, b6)
+    assert to_read(BucketLayout.initial(3), {}) == (0, 1, 2)

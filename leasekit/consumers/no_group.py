@@ -49,6 +49,8 @@ class NoGroupCoordinator:
         self._watches: dict[str, Watch] = {}
         self._rescaled: set[str] = set()
         """Names of subscribed tables whose record changed since it was read (a rescale)."""
+        self._computed: dict[str, int] = {}
+        """Table name -> the version of its record the assignment was computed from."""
         self._lock = threading.Lock()
 
     def subscription_changed(self, *, in_poll: bool = False) -> None:
@@ -74,6 +76,7 @@ class NoGroupCoordinator:
         positions reached in its sealed buckets."""
         positions = self._sub.positions()
         out = []
+        self._computed = {name: t.record[1] for name, t in self._sub.tables.items()}
         for name, table in self._sub.tables.items():
             drained = self._drained.setdefault(table.table_id, set())
             offsets: dict[int, int | None] = {b: table.layout.sealed_at(b) for b in drained}
@@ -97,8 +100,7 @@ class NoGroupCoordinator:
 
     def _on_table(self, name: str) -> Callable[[bytes | None, Any], None]:
         def changed(data: bytes | None, stat: Any) -> None:
-            table = self._sub.tables.get(name)
-            if stat is not None and table is not None and stat.version != table.record[1]:
+            if stat is not None and stat.version != self._computed.get(name):
                 with self._lock:
                     self._rescaled.add(name)
                 self._wake()
@@ -108,7 +110,9 @@ class NoGroupCoordinator:
     @property
     def has_work(self) -> bool:
         """A subscribed table was rescaled, or an assigned sealed bucket was read to its seal."""
-        if self._rescaled:
+        if self._rescaled or any(
+            t.record[1] != self._computed.get(n) for n, t in self._sub.tables.items()
+        ):  # (a table read again elsewhere: ``table_of`` reads a new bucket's table again)
             return True
         positions = self._sub.positions()
         for name, table in self._sub.tables.items():
