@@ -78,7 +78,8 @@ class Consumer:
     ) -> None:
         """Consume every bucket of ``tables``, or of every table whose name ``pattern`` fully
         matches, now or later (C17); with a group, ``poll`` assigns the buckets. A new
-        subscription replaces the last one.
+        subscription replaces the last one. After a rescale, sealed buckets are read to their
+        seals and new ones after their parents (with ``parent_first``, K5).
 
         Arguments:
             tables: table names or Table objects (not with ``pattern``).
