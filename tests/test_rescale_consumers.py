@@ -255,3 +255,21 @@ def test_what_a_consumer_reads_follows_the_lineage_of_splits_and_merges():
     assert to_read(layout, {0: 5, b4: 3}) == (1, b3, b6)
     assert to_read(layout, {0: 5}, parent_first=False) == (1, b3, b4, b6)
     assert to_read(BucketLayout.initial(3), {}) == (0, 1, 2)
+
+
+def test_a_group_reads_a_new_bucket_from_its_beginning_whatever_the_reset_policy(conn, table):
+    # K6: a new bucket has no committed offset; once its parent is drained the group reads it
+    # from 0 even with auto_offset_reset="latest", so records written to it between the split
+    # and the assignment are not skipped
+    keys = Keys(table)
+    c = member(conn, auto_offset_reset="latest")
+    poll_until([c], keys, lambda: len(c.assignment()) == 10)
+    keys.append(1)
+    poll_until([c], keys, lambda: len(keys.got) == 60)
+    children = set(table.split_bucket(TB("t", 6)))
+    keys.append(2)
+    assert sum(table.end_offsets()[tb] for tb in children) > 0
+    poll_until([c], keys, lambda: children <= c.assignment() and len(set(keys.got)) == 180)
+    assert all(c.committed(tb) == table.end_offsets()[tb] for tb in children)
+    keys.check()
+    c.close()
