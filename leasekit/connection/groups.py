@@ -38,6 +38,7 @@ class GroupMethods:
         listener: Any = None,
         max_poll_records: int = 10_000,
         max_poll_interval: Any = "5m",
+        parent_first: bool = True,
     ) -> Consumer:
         """A consumer of ``tables`` (every bucket); with ``group_id`` it commits for that group.
 
@@ -53,6 +54,10 @@ class GroupMethods:
             listener: a ``BucketRebalanceListener`` told of revoked and assigned buckets.
             max_poll_records: the most records one ``poll`` returns.
             max_poll_interval: the longest time between polls before the member leaves.
+            parent_first: read a bucket made by a split or merge only once its parents are
+                read to their seals (a group: committed); False reads it at once (K5). A new
+                bucket without a committed offset starts at its beginning, whatever
+                ``auto_offset_reset`` says (K6).
 
         Returns:
             The ``Consumer`` (it joins its group on the first poll).
@@ -73,6 +78,7 @@ class GroupMethods:
             listener=listener,
             max_poll_records=max_poll_records,
             max_poll_interval=max_poll_interval,
+            parent_first=parent_first,
         )
 
     def consumer_groups(self) -> list[str]:

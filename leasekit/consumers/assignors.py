@@ -3,7 +3,7 @@ and the current assignment to a new assignment; "sticky" (the default), "range" 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Collection, Mapping, Set
 from typing import Protocol
 
 from ..errors import InvalidArgumentError
@@ -20,8 +20,9 @@ __all__ = [
 
 Members = Mapping[str, frozenset[str]]
 """Member id -> names of the tables it subscribes to."""
-Tables = Mapping[str, int]
-"""Table name -> bucket count."""
+Tables = Mapping[str, Collection[int]]
+"""Table name -> the ids of the buckets to assign (after a rescale: the active ones and the
+sealed ones not drained yet, K5; ids need not be contiguous)."""
 Assignment = dict[str, set[TableBucket]]
 """Member id -> the buckets assigned to it."""
 
@@ -38,19 +39,31 @@ class Assignor(Protocol):
     def assign(
         self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
     ) -> Assignment:
-        """The new assignment. ``tables`` gives the bucket count of every subscribed table (a
-        table missing from it has no buckets); ``current`` is the assignment now, possibly naming
-        members that left or buckets that no longer exist."""
+        """The new assignment. ``tables`` gives the bucket ids to assign of every subscribed
+        table (a table missing from it has none); ``current`` is the assignment now, possibly
+        naming members that left or buckets that are not to be assigned any more."""
         ...
 
 
-def _subscribers(members: Members, tables: Tables) -> dict[str, list[str]]:
-    """Table name -> the sorted ids of its subscribers, for every subscribed table, by name."""
-    for table, count in tables.items():
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+def _bucket_ids(tables: Tables) -> dict[str, tuple[int, ...]]:
+    """Each table's bucket ids, checked (ints >= 0), ascending and without repeats."""
+    out = {}
+    for table, ids in tables.items():
+        if isinstance(ids, (str, bytes, int)) or not isinstance(ids, Collection):
             raise InvalidArgumentError(
-                f"bucket count of table {table!r} must be an int >= 0, not {count!r}"
+                f"buckets of table {table!r} must be a collection of bucket ids, not {ids!r}"
             )
+        for b in ids:
+            if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+                raise InvalidArgumentError(
+                    f"bucket ids of table {table!r} must be ints >= 0, not {b!r}"
+                )
+        out[table] = tuple(sorted(set(ids)))
+    return out
+
+
+def _subscribers(members: Members, tables: Mapping[str, object]) -> dict[str, list[str]]:
+    """Table name -> the sorted ids of its subscribers, for every subscribed table, by name."""
     by_table: dict[str, list[str]] = {}
     for member in sorted(members):
         for table in members[member]:
@@ -69,13 +82,14 @@ class RangeAssignor:
     def assign(
         self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
     ) -> Assignment:
+        ids = _bucket_ids(tables)
         result: Assignment = {member: set() for member in sorted(members)}
-        for table, subscribers in _subscribers(members, tables).items():
-            quota, extra = divmod(tables[table], len(subscribers))
+        for table, subscribers in _subscribers(members, ids).items():
+            quota, extra = divmod(len(ids[table]), len(subscribers))
             start = 0
             for i, member in enumerate(subscribers):
                 end = start + quota + (1 if i < extra else 0)
-                result[member].update(TableBucket(table, b) for b in range(start, end))
+                result[member].update(TableBucket(table, b) for b in ids[table][start:end])
                 start = end
         return result
 
@@ -90,11 +104,12 @@ class RoundRobinAssignor:
     def assign(
         self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
     ) -> Assignment:
+        ids = _bucket_ids(tables)
         order = sorted(members)
         result: Assignment = {member: set() for member in order}
         turn = 0  # index in ``order`` of the next member to deal to: a circular iterator
-        for table in _subscribers(members, tables):
-            for bucket in range(tables[table]):
+        for table in _subscribers(members, ids):
+            for bucket in ids[table]:
                 while table not in members[order[turn]]:
                     turn = (turn + 1) % len(order)
                 result[order[turn]].add(TableBucket(table, bucket))
@@ -120,7 +135,9 @@ class StickyAssignor:
     def assign(
         self, members: Members, tables: Tables, current: Mapping[str, Set[TableBucket]]
     ) -> Assignment:
-        subscribers = _subscribers(members, tables)
+        ids = _bucket_ids(tables)
+        valid = {table: frozenset(buckets) for table, buckets in ids.items()}
+        subscribers = _subscribers(members, ids)
         owned: Assignment = {member: set() for member in sorted(members)}
         # 1. Keep the valid current buckets. Should ``current`` name a bucket twice (it should
         # not), the member with the smallest id keeps it.
@@ -130,14 +147,14 @@ class StickyAssignor:
                 if (
                     tb.table in members[member]
                     and tb.table in subscribers
-                    and 0 <= tb.bucket < tables[tb.table]
+                    and tb.bucket in valid[tb.table]
                     and tb not in taken
                 ):
                     buckets.add(tb)
                     taken.add(tb)
         # 2. Each bucket without a valid owner goes to a subscriber with the fewest buckets.
         for table, candidates in subscribers.items():
-            for bucket in range(tables[table]):
+            for bucket in ids[table]:
                 tb = TableBucket(table, bucket)
                 if tb not in taken:
                     owned[min(candidates, key=lambda m: (len(owned[m]), m))].add(tb)

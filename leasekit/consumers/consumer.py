@@ -49,6 +49,7 @@ class Consumer:
         listener: BucketRebalanceListener | None = None,
         max_poll_records: int = 10_000,
         max_poll_interval: Any = "5m",
+        parent_first: bool = True,
     ) -> None:
         options = consumer_options(
             auto_offset_reset=auto_offset_reset,
@@ -57,6 +58,7 @@ class Consumer:
             session_timeout=session_timeout,
             max_poll_interval=max_poll_interval,
             max_poll_records=max_poll_records,
+            parent_first=parent_first,
         )
         chosen = get_assignor(assignor)
         self._sub = SubscriptionState(ctx, listener)
@@ -76,7 +78,8 @@ class Consumer:
     ) -> None:
         """Consume every bucket of ``tables``, or of every table whose name ``pattern`` fully
         matches, now or later (C17); with a group, ``poll`` assigns the buckets. A new
-        subscription replaces the last one.
+        subscription replaces the last one. After a rescale, sealed buckets are read to their
+        seals and new ones after their parents (with ``parent_first``, K5).
 
         Arguments:
             tables: table names or Table objects (not with ``pattern``).
@@ -313,11 +316,7 @@ class Consumer:
         self._sub.pause(tbs, True)
 
     def resume(self, *tbs: TableBucket) -> None:
-        """Hand out records of the paused buckets ``tbs`` again.
-
-        Raises:
-            As ``pause``.
-        """
+        """Hand out records of the paused buckets ``tbs`` again (raises as ``pause``)."""
         self._check_open()
         self._sub.pause(tbs, False)
         self._fetcher.wake()

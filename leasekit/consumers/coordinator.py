@@ -43,17 +43,9 @@ def coordinator_for(
     """The coordinator of a consumer with ``group_id`` (checked: ``InvalidArgumentError``), or
     one of a consumer without a group when it is None."""
     if group_id is None:
-        return NoGroupCoordinator(subscription)
+        return NoGroupCoordinator(ctx, subscription, wake, parent_first=options.parent_first)
     return GroupCoordinator(
-        ctx,
-        stored.check_group_id(group_id),
-        subscription,
-        auto_commit=options.auto_commit,
-        interval=options.auto_commit_interval,
-        assignor=assignor,
-        wake=wake,
-        session_timeout=options.session_timeout,
-        max_poll_interval=options.max_poll_interval,
+        ctx, stored.check_group_id(group_id), subscription, options, assignor=assignor, wake=wake
     )
 
 
@@ -70,22 +62,20 @@ class GroupCoordinator:
         ctx: Context,
         group: str,
         subscription: SubscriptionState,
+        options: ConsumerOptions,
         *,
-        auto_commit: bool,
-        interval: float,
         assignor: Assignor,
         wake: Callable[[], None],
-        session_timeout: float = 10.0,
-        max_poll_interval: float = 300.0,
     ) -> None:
         self._ctx, self.group_id, self._sub = ctx, group, subscription
-        self._auto_commit, self._interval = auto_commit, interval
-        self._next_auto_commit = time.monotonic() + interval
+        self._parent_first = options.parent_first
+        self._auto_commit, self._interval = options.auto_commit, options.auto_commit_interval
+        self._next_auto_commit = time.monotonic() + self._interval
         self._committed: dict[TableBucket, OffsetAndMetadata] = {}
         """Offsets known stored: a commit that would not change them writes nothing (C3)."""
         self._wake = wake
         self._work = threading.Event()
-        self._assignor, self._session_timeout = assignor, session_timeout
+        self._assignor, self._session_timeout = assignor, options.session_timeout
         self._member: GroupMember | None = None
         """The membership, with a ZooKeeper session of its own, from the first poll to leaving."""
         self._unlisten_member: Callable[[], None] | None = None
@@ -101,7 +91,7 @@ class GroupCoordinator:
         self._suspended: set[str] = set()
         """The sessions (member, connection) whose connection is suspended now."""
         self._lost = False
-        self._polls = PollTimer(max_poll_interval, self._left_idle)
+        self._polls = PollTimer(options.max_poll_interval, self._left_idle)
         self._unlisten = ctx.store.add_state_listener(
             lambda state: self._on_state("connection", state)
         )
@@ -181,7 +171,14 @@ class GroupCoordinator:
         """Open the member's own session (timeout ``session_timeout``) and join through it."""
         store = self._ctx.store.sibling(self._session_timeout)
         store.open()
-        member = GroupMember(self._ctx, store, self.group_id, self._assignor, self._signal)
+        member = GroupMember(
+            self._ctx,
+            store,
+            self.group_id,
+            self._assignor,
+            self._signal,
+            parent_first=self._parent_first,
+        )
         self._unlisten_member = store.add_state_listener(
             lambda state: self._on_state("member", state)
         )

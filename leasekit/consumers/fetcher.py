@@ -196,8 +196,9 @@ class Fetcher:
     # -- positions, and the reset policy (C5) -------------------------------------------------
 
     def ensure_positions(self, buckets: list[TableBucket]) -> None:
-        """Give each of ``buckets`` without a position its committed offset, else one by the
-        reset policy; ``NoOffsetForBucketError`` with "none"."""
+        """Give each of ``buckets`` without a position its committed offset, else (a bucket made
+        by a rescale: its beginning, whatever the policy, K6) one by the reset policy;
+        ``NoOffsetForBucketError`` with "none"."""
         missing = self._sub.without_position(buckets)
         if not missing:
             return
@@ -209,6 +210,8 @@ class Fetcher:
             state, record = self._sub.state(tb), committed.get(tb)
             if record is not None:
                 state.position = record.offset
+            elif self._sub.made_by_rescale(tb):  # K6: read after its parents, all of it is new
+                state.position = bounds[tb].begin
             elif self.reset == "none":
                 raise NoOffsetForBucketError(
                     f"{tb} has no committed offset and auto_offset_reset is 'none'"

@@ -8,6 +8,9 @@
   watches the members (debounced: joins close together make one generation), computes each
   assignment with the group's assignor from the membership it read, and publishes it with the
   next generation in one write that checks its own member znode (C14).
+- **Rescales** (K5): the leader assigns a table's active buckets and its sealed ones until the
+  group has committed them to their seals, a new bucket once its parents are drained; it
+  assigns again on a rescale or on a commit that may drain a parent (``rescales``).
 - **Owners**: a member consumes a bucket only after claiming it (writing its id into the
   bucket's owner znode at the version it read, only when the owner znode is empty or names a
   member that is gone), and releases it after ``on_buckets_revoked``, so the next owner starts
@@ -31,6 +34,7 @@ from ..tables.catalog import load_tables
 from ..zk import Check, Create, Delete, Node, SetData, TxnConflict
 from ..zk.formats import AssignmentRecord, MemberRecord
 from . import owners
+from .rescales import RescaleWatch, group_buckets
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -63,6 +67,8 @@ class GroupMember:
         group_id: str,
         assignor: Assignor,
         wake: Callable[[], None],
+        *,
+        parent_first: bool = True,
     ) -> None:
         self._ctx, self._store, self.group_id, self._assignor, self._wake = (
             ctx,
@@ -71,6 +77,9 @@ class GroupMember:
             assignor,
             wake,
         )
+        self._parent_first = parent_first
+        """As the leader: new buckets are assigned once their parents are drained (K5)."""
+        self._rescales = RescaleWatch(store, ctx, group_id, self._reassign)
         self._lock = threading.RLock()
         self.member_id: str | None = None
         self._watches: list[Watch] = []
@@ -145,6 +154,7 @@ class GroupMember:
             self._member_watches = {}
         for watch in watches:
             watch.remove()
+        self._rescales.close()
         return member
 
     @property
@@ -239,10 +249,10 @@ class GroupMember:
         self._watch_members(names)
         current, members = self._read_members(names)
         subscribed = set().union(*members.values()) if members else set()
-        tables = {
-            name: t.num_buckets for name, t in sorted(load_tables(ctx, sorted(subscribed)).items())
-        }
-        # (dropped ones get no buckets)
+        loaded = load_tables(ctx, sorted(subscribed))  # (dropped ones get no buckets)
+        # K5: sealed buckets until drained, new ones once their parents are drained
+        tables, awaiting = group_buckets(ctx, group, loaded, parent_first=self._parent_first)
+        self._rescales.follow(loaded, awaiting)
         self._assigned_tables = (frozenset(subscribed), frozenset(tables))
         owned = (
             {}

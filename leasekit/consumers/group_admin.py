@@ -195,7 +195,7 @@ def describe_view(
     ctx: Context, group_id: str, view: GroupView, *, stop_after: timedelta, stall_after: timedelta
 ) -> pd.DataFrame:
     """``describe_group``'s frame of a group read with ``read_group``."""
-    now, rows = bucket_rows_now(ctx, view, every_bucket(view.described()))
+    now, rows = bucket_rows_now(ctx, view, every_bucket(view.described(), view.offsets))
     lags = bucket_lags(
         view,
         rows,
@@ -269,11 +269,12 @@ def group_status(
     stall_ms = to_ms(parse_duration(stall_after, what="stall_after"))
     group_id = stored.check_group_id(group_id)
     view = read_group(ctx, group_id)
+    described = set(every_bucket(view.tables.values(), view.offsets))  # K6: until drained
     by_id = {t.table_id: t for t in view.tables.values()}
     committed = [
         (by_id[tid], b)
         for tid, b in sorted(view.offsets)
-        if tid in by_id and b < by_id[tid].layout.count and view.offsets[tid, b].history
+        if tid in by_id and (by_id[tid], b) in described and view.offsets[tid, b].history
     ]
     now, rows = bucket_rows_now(ctx, view, committed)
     statuses = [

@@ -105,7 +105,8 @@ def _rows(
     keys = every_bucket(
         view.described()
         if tables is None
-        else sorted({load_table(ctx, t) for t in tables}, key=lambda t: t.name)
+        else sorted({load_table(ctx, t) for t in tables}, key=lambda t: t.name),
+        view.offsets,  # (sealed buckets not drained too, K6)
     )
     rows = bucket_rows(
         ctx, view, keys, ctx.store.get_many([ctx.paths.bucket(t.table_id, b) for t, b in keys])

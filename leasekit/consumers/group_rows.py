@@ -13,6 +13,7 @@ from ..structs import TableBucket
 from ..tables.info import TableInfo
 from ..zk import Node
 from ..zk.formats import BucketState, OffsetRecord
+from .lineage import sealed, undrained
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -83,8 +84,24 @@ def bucket_rows_now(
     return ctx.clock(now), bucket_rows(ctx, view, keys, nodes)
 
 
-def every_bucket(tables: Iterable[TableInfo]) -> list[tuple[TableInfo, int]]:
-    return [(t, b) for t in tables for b in t.active]
+def every_bucket(
+    tables: Iterable[TableInfo], offsets: Mapping[tuple[str, int], OffsetRecord] | None = None
+) -> list[tuple[TableInfo, int]]:
+    """The active buckets of ``tables`` and, given a group's committed ``offsets`` (by
+    (table id, bucket)), the sealed ones the group has not committed to their seals (K6: a
+    rescale hides no lag), in bucket order."""
+    out = []
+    for t in tables:
+        ids = t.active
+        if offsets is not None and t.layout.rescaled:
+            mine = {
+                b: rec.offset
+                for b in sealed(t.layout)
+                if (rec := offsets.get((t.table_id, b))) is not None
+            }
+            ids = tuple(sorted([*ids, *undrained(t.layout, mine)]))
+        out += [(t, b) for b in ids]
+    return out
 
 
 def segments_of(rows: list[Row]) -> dict[TableBucket, list[LogSegment]]:

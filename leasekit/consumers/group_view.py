@@ -72,13 +72,15 @@ class GroupView(NamedTuple):
         return {name for record in self.members.values() for name in record.tables}
 
     def unowned(self) -> frozenset[TableBucket]:
-        """Buckets of the subscribed tables that no live member owns."""
+        """Buckets of the subscribed tables that no live member owns: active ones, and sealed
+        ones the group has not committed to their seals (K6)."""
+        subscribed = [
+            self.tables[name] for name in sorted(self.subscribed()) if name in self.tables
+        ]
         return frozenset(
             tb
-            for name in self.subscribed()
-            if name in self.tables
-            for tb in self.tables[name].buckets
-            if tb not in self.owners
+            for table, b in every_bucket(subscribed, self.offsets)
+            if (tb := TableBucket(table.name, b)) not in self.owners
         )
 
     def described(self) -> list[TableInfo]:

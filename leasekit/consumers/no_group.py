@@ -1,42 +1,68 @@
 """The coordinator of a consumer without a ``group_id``: every bucket of the tables it
-subscribes to is its own at once, and commits and committed offsets are refused (§6.5)."""
+subscribes to is its own at once (after a rescale: sealed buckets until it has read them to
+their seals, new ones once their parents are, K5), and commits and committed offsets are
+refused (§6.5)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from ..errors import IllegalOperationError
+from ..errors import IllegalOperationError, TableNotFoundError
 from ..structs import OffsetAndMetadata, TableBucket
+from . import lineage
 from .subscription import SUBSCRIBED, SubscriptionState
 
 if TYPE_CHECKING:
+    from ..context import Context
+    from ..zk import Watch
     from .offsets import OffsetRecord
 
 __all__ = ["NoGroupCoordinator"]
 
 
 class NoGroupCoordinator:
-    """A consumer without a group: it is assigned every bucket of the tables it subscribes to
-    at once; it has no member id, no generation and no committed offsets."""
+    """A consumer without a group: it is assigned the buckets of the tables it subscribes to at
+    once; it has no member id, no generation and no committed offsets. It follows rescales of
+    those tables (a watch on each table's record) and drops a sealed bucket once its position
+    reached the seal, adding the new buckets made from it (with ``parent_first``, only then)."""
 
     member_id: str | None = None
     generation: int | None = None
     group_id: str | None = None
-    has_work = suspended = False
+    suspended = False
 
-    def __init__(self, subscription: SubscriptionState) -> None:
-        self._sub = subscription
+    def __init__(
+        self,
+        ctx: Context,
+        subscription: SubscriptionState,
+        wake: Callable[[], None],
+        *,
+        parent_first: bool = True,
+    ) -> None:
+        self._ctx, self._sub, self._wake = ctx, subscription, wake
+        self._parent_first = parent_first
+        self._drained: dict[str, set[int]] = {}
+        """Table id -> the sealed buckets this consumer read to their seals."""
+        self._watches: dict[str, Watch] = {}
+        self._rescaled: set[str] = set()
+        """Names of subscribed tables whose record changed since it was read (a rescale)."""
+        self._computed: dict[str, int] = {}
+        """Table name -> the version of its record the assignment was computed from."""
+        self._lock = threading.Lock()
 
     def subscription_changed(self, *, in_poll: bool = False) -> None:
-        """Assign every bucket of the subscribed tables. A change made inside ``poll`` (a pattern
-        subscription following tables created or dropped, C17) is told to the listener: the
-        buckets that left, then the ones that came."""
+        """Assign the buckets of the subscribed tables to read now. A change made inside
+        ``poll`` (a pattern subscription following tables created or dropped, C17; a rescale or
+        a drained parent, K5) is told to the listener: the buckets that left, then the ones
+        that came."""
         if self._sub.mode != SUBSCRIBED:
             return
+        self._follow_tables()
         before = set(self._sub.assignment())
-        wanted = self._sub.subscribed_buckets()
+        wanted = self._wanted()
         listener = self._sub.listener if in_poll else None
         revoked = before - set(wanted)
         if listener is not None and revoked:
@@ -45,11 +71,73 @@ class NoGroupCoordinator:
         if listener is not None and set(wanted) - before:
             listener.on_buckets_assigned(set(wanted) - before)
 
+    def _wanted(self) -> list[TableBucket]:
+        """The buckets to read now: ``lineage.to_read`` of each subscribed table, with the
+        positions reached in its sealed buckets."""
+        positions = self._sub.positions()
+        out = []
+        self._computed = {name: t.record[1] for name, t in self._sub.tables.items()}
+        for name, table in self._sub.tables.items():
+            drained = self._drained.setdefault(table.table_id, set())
+            offsets: dict[int, int | None] = {b: table.layout.sealed_at(b) for b in drained}
+            for b in lineage.sealed(table.layout):
+                reached = positions.get(TableBucket(name, b))
+                if lineage.drained(table.layout, b, reached):
+                    drained.add(b)
+                    offsets[b] = reached
+            ids = lineage.to_read(table.layout, offsets, parent_first=self._parent_first)
+            out += [TableBucket(name, b) for b in ids]
+        return out
+
+    def _follow_tables(self) -> None:
+        """Watch the record of every subscribed table (and no other)."""
+        names = set(self._sub.tables)
+        for name in [n for n in self._watches if n not in names]:
+            self._watches.pop(name).remove()
+        for name in names - set(self._watches):
+            path = self._ctx.paths.table(name)
+            self._watches[name] = self._ctx.store.watch(path, self._on_table(name))
+
+    def _on_table(self, name: str) -> Callable[[bytes | None, Any], None]:
+        def changed(data: bytes | None, stat: Any) -> None:
+            if stat is not None and stat.version != self._computed.get(name):
+                with self._lock:
+                    self._rescaled.add(name)
+                self._wake()
+
+        return changed
+
+    @property
+    def has_work(self) -> bool:
+        """A subscribed table was rescaled, or an assigned sealed bucket was read to its seal."""
+        if self._rescaled or any(
+            t.record[1] != self._computed.get(n) for n, t in self._sub.tables.items()
+        ):  # (a table read again elsewhere: ``table_of`` reads a new bucket's table again)
+            return True
+        positions = self._sub.positions()
+        for name, table in self._sub.tables.items():
+            layout = table.layout
+            for b in lineage.sealed(layout):
+                tb = TableBucket(name, b)
+                if tb in positions and lineage.drained(layout, b, positions[tb]):
+                    return True
+        return False
+
     def unsubscribe(self) -> None:
-        pass
+        self._unwatch()
 
     def poll(self) -> None:
-        pass
+        """Follow a rescale or a drained sealed bucket (K5)."""
+        if self._sub.mode != SUBSCRIBED or not self.has_work:
+            return
+        with self._lock:
+            rescaled, self._rescaled = self._rescaled, set()
+        for name in rescaled:
+            table = self._sub.tables.get(name)
+            if table is not None:
+                with contextlib.suppress(TableNotFoundError):  # dropped: C17 takes it out
+                    table.refresh()
+        self.subscription_changed(in_poll=True)
 
     def polling(self) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()
@@ -68,8 +156,13 @@ class NoGroupCoordinator:
     ) -> None:
         raise _no_group()
 
+    def _unwatch(self) -> None:
+        watches, self._watches = list(self._watches.values()), {}
+        for watch in watches:
+            watch.remove()
+
     def close(self) -> None:
-        pass
+        self._unwatch()
 
 
 def _no_group() -> IllegalOperationError:

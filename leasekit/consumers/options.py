@@ -38,6 +38,8 @@ class ConsumerOptions(NamedTuple):
     max_poll_interval: float
     """Seconds; a huge one never fires."""
     max_poll_records: int
+    parent_first: bool = True
+    """K5: a new bucket is read only once its parents are drained (False: at once)."""
 
 
 def consumer_options(
@@ -48,6 +50,7 @@ def consumer_options(
     session_timeout: Any,
     max_poll_interval: Any,
     max_poll_records: Any,
+    parent_first: Any = True,
 ) -> ConsumerOptions:
     """The settings checked; ``InvalidArgumentError`` (or ``InvalidTypeError``) for a bad one."""
     if auto_offset_reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
@@ -56,6 +59,7 @@ def consumer_options(
             f"not {auto_offset_reset!r}"
         )
     check_bool(enable_auto_commit, "enable_auto_commit")
+    check_bool(parent_first, "parent_first")
     session = seconds(session_timeout, "session_timeout")
     idle = seconds(max_poll_interval, "max_poll_interval")
     for name, value in (("session_timeout", session), ("max_poll_interval", idle)):
@@ -73,6 +77,7 @@ def consumer_options(
         session,
         idle,
         check_positive_int(max_poll_records, "max_poll_records"),
+        parent_first,
     )
 
 

@@ -4,10 +4,12 @@ bucket its position (C1), pause flag and what its last poll saw."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    BucketNotFoundError,
     IllegalStateError,
     InvalidArgumentError,
     InvalidTypeError,
@@ -98,10 +100,6 @@ class SubscriptionState:
         self.tables = {}
         self.changes += 1
         self.set_assignment([])
-
-    def subscribed_buckets(self) -> list[TableBucket]:
-        """Every bucket of the subscribed tables."""
-        return [TableBucket(t.name, b) for t in self.tables.values() for b in t.active]
 
     def set_assignment(self, buckets: Iterable[TableBucket]) -> set[TableBucket]:
         """Make ``buckets`` the assignment; buckets kept keep their state. Returns the buckets
@@ -219,8 +217,17 @@ class SubscriptionState:
         table = self.known.get(tb.table) if isinstance(tb.table, str) else None
         if table is None:
             table = self.load(tb.table)
-        table.bucket_number(tb.bucket)
+        try:
+            table.bucket_number(tb.bucket)
+        except BucketNotFoundError:  # made by a rescale since the table was read?
+            with contextlib.suppress(TableNotFoundError):
+                table.refresh()
+            table.bucket_number(tb.bucket)
         return table
+
+    def made_by_rescale(self, tb: TableBucket) -> bool:
+        """Whether ``tb`` was made by a split or merge (it has parents, K6)."""
+        return bool(self.table_of(tb).layout.parents(tb.bucket))
 
     def dropped(self, name: str) -> bool:
         """Whether the table this consumer knows by ``name`` was dropped (read now)."""
