@@ -105,7 +105,7 @@ def _read(
     else:
         ids = list(group_ids)
     views = read_groups(ctx, sorted(set(ids)), skip_empty=True, skipped=skipped)
-    keys = {g: every_bucket(view.described()) for g, view in views.items()}
+    keys = {g: every_bucket(view.described(), view.offsets) for g, view in views.items()}
     unique = sorted({(t.table_id, b) for ks in keys.values() for t, b in ks})
     zk_now, nodes = ctx.read_with_clock([ctx.paths.bucket(tid, b) for tid, b in unique])
     now = ctx.clock(zk_now)  # lags are measured on the clock that decides ages (tests shift it)
