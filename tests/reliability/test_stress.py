@@ -518,7 +518,7 @@ def verify_acknowledged(conn, stress: Stress) -> list[str]:
                         f"{tb}: acknowledged {r} is cut by beginning offset {begins[tb]}"
                     )
             mine = [sid for (t, sid) in acked.snapshots if t == tb]
-            if mine and latest.get(bucket, 0) < max(mine):
+            if mine and latest.get(bucket, 0) < max(mine) and bucket not in sealed:  # K7
                 problems.append(
                     f"{tb}: latest snapshot {latest.get(bucket)} < acknowledged {max(mine)}"
                 )
@@ -602,12 +602,12 @@ def metadata_consistency(conn) -> list[str]:
             state = BucketState.decode(node, paths.bucket(tid, bucket))
             ids = sorted(int(s) for s in store.children(paths.snapshots(tid, bucket)) or [])
             latest = state.latest_snapshot
-            if ids and (latest != ids[-1] or state.next_snapshot <= ids[-1]):
+            if state.sealed and latest not in ids:
+                latest = None  # K7: its newest snapshot went (pinned older ones may stay)
+            elif ids and (latest != ids[-1] or state.next_snapshot <= ids[-1]):
                 problems.append(
                     f"{name}/{bucket}: bucket state {state} disagrees with snapshots {ids}"
                 )
-            if state.sealed and not ids:
-                latest = None  # K7: a sealed bucket's last snapshot went, and its array entry
             if read_latest(table, [bucket]).get(bucket) != latest:
                 problems.append(
                     f"{name}/{bucket}: latest-snapshot array disagrees with the bucket state"
