@@ -272,6 +272,7 @@ def test_demo_run(conn, spark) -> None:
         f"9 → {rescale['children_assigned_to'][9]} at generation {rescale['generation']}"
     ) in summary
     assert f"the group read bucket {parent} to its seal before its children" in summary
+    assert "the split copied no file" in summary  # K3
     described = conn.describe_group("demo_orders-audit").set_index("bucket")
     assert sorted(described.index) == [b for b in range(10) if b != parent]  # drained: gone
     for c, member_id in owners.items():  # the describe table printed while they owned them

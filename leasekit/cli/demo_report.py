@@ -122,7 +122,7 @@ def render(
     counts = [{"status": s, "count": n} for s, n in o.final_read[2].items()]
     layout, after_split = o.table.layout, (o.rescale.followed or {}).get("assignment", [])
     plan_bucket = 0 if layout.is_active(0) else min(tb.bucket for tb in o.table.buckets)
-    plan_title = f"bucket {plan_bucket}" + ("" if plan_bucket == 0 else " (bucket 0 was split)")
+    plan_title = f"bucket {plan_bucket}" + ("" if plan_bucket == 0 else ", as bucket 0 was split")
     return (
         f"\n{format_fields(_summary(conn, o, figures, checks, elapsed))}\n\n"
         f"Consumer group {group_id}: {len(joined)} consumers joined in "

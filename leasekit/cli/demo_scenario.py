@@ -90,6 +90,8 @@ class Rescale:
     """The parent's end offset when split (its seal)."""
     after_batch: int
     """The batch (from 1) after which it was split."""
+    copied: int
+    """Files in the table's directory the split added (K3: none; nothing else writes then)."""
     followed: dict[str, Any] | None = None
     """Once the group drained the parent and settled: who drained it, the children's owners,
     the generation and the seconds it took (``ConsumerGroup.follow_split``)."""
@@ -221,9 +223,12 @@ def _split_hottest(orders_table: Table, after_batch: int) -> Rescale:
     """Split the active bucket with the most records (the lowest such id on a tie)."""
     ends = orders_table.end_offsets()
     hottest = max(orders_table.buckets, key=lambda tb: (ends[tb], -tb.bucket))
+    warehouse = orders_table.context.warehouse
+    before = {e.path for e in warehouse.list(orders_table.data_dir)}
     children = orders_table.split_bucket(hottest)
+    copied = len({e.path for e in warehouse.list(orders_table.data_dir)} - before)
     sealed_at = orders_table.refresh().layout.sealed_at(hottest.bucket)
-    return Rescale(hottest, children, sealed_at, after_batch)
+    return Rescale(hottest, children, sealed_at, after_batch, copied)
 
 
 def _write_batch(
@@ -291,6 +296,7 @@ def checks(o: Outcome) -> dict[str, bool]:
             committed[split.parent.bucket] == split.sealed_at
             and o.audit.read_parent_first(split.parent, split.sealed_at)
         ),
+        "the split copied no file": split.copied == 0,
         "every record up to the committed offsets read once, in order (none skipped)": (
             o.audit.read_in_order(o.log_start, committed)
         ),
