@@ -22,10 +22,16 @@ SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 
 def replay_status_counts(table) -> dict[str, int]:
     """Live orders by status from the latest snapshot files read with pyarrow (not Spark),
-    plus any log written after them (the demo's retention trims the older log)."""
+    plus any log written after them (the demo's retention trims the older log). Only the
+    active buckets are read: a bucket made by a split holds its share of its sealed parent's
+    state from its first snapshot on (K3), and the demo snapshots every active bucket, so a
+    sealed parent adds nothing (its records precede its children's, K2)."""
     import pyarrow.parquet as pq
 
-    latest = {s.table_bucket.bucket: s for s in table.snapshots()}  # oldest first: the last wins
+    active = table.refresh().layout.active
+    snaps = [s for s in table.snapshots() if s.table_bucket.bucket in active]
+    latest = {s.table_bucket.bucket: s for s in snaps}  # oldest first: the last wins
+    assert sorted(latest) == sorted(active), "every active bucket has a snapshot"
     frames = [
         pq.read_table(f, columns=["order_id", "status"]).to_pandas()
         for snap in latest.values()
@@ -33,8 +39,8 @@ def replay_status_counts(table) -> dict[str, int]:
     ]
     state = pd.concat(frames) if frames else pd.DataFrame(columns=["order_id", "status"])
     tails = []
-    for bucket, segments in list_segments(table, range(table.num_buckets)).items():
-        start = latest[bucket].log_offset if bucket in latest else 0
+    for bucket, segments in list_segments(table, active).items():
+        start = latest[bucket].log_offset
         for seg in segments:
             frame = pq.read_table(seg.file, columns=["order_id", "status", "_op"]).to_pandas()
             frame["_offset"] = range(seg.base_offset, seg.end_offset)
@@ -197,15 +203,17 @@ def test_demo_run(conn, spark) -> None:
     expected = replay_status_counts(conn.table("demo_orders"))
     assert result["count_by_status"] == expected
     assert result["live_keys"] == sum(expected.values())
-    # L12: the read went through a lease that pinned every bucket, dropped afterwards
-    assert result["lease"]["pinned_buckets"] == result["buckets"]
+    # L12, K4: the read went through a lease that pinned the 8 buckets before the split (still
+    # read the same after it), dropped afterwards; the table has 9 active buckets now
+    assert result["lease"]["pinned_buckets"] == 8 and result["buckets"] == 9
+    assert result["lease"]["snapshot_ids"] == [1]
     assert conn.leases() == []
     summary = lines[-1]
     assert re.search(rf"live keys\s+{result['live_keys']}\n", summary)
     assert "rows read by Spark" in summary and "count by status" in summary
     # the plan kept the snapshot the lease pinned, for that reason, and retention ran
     assert "pinned by lease demo_orders-report until" in summary
-    assert result["retention"]["snapshots_kept_by_lease"] == result["buckets"]
+    assert result["retention"]["snapshots_kept_by_lease"] == 8
     assert result["rows_read_through_lease"] > 0 and result["retention"]["errors"] == []
     # C9: three consumers split the 8 buckets, each bucket once, balanced within 1 (3/3/2), at
     # one generation; the assignment is printed one line per member
@@ -236,18 +244,50 @@ def test_demo_run(conn, spark) -> None:
             summary,
         )
         assert group["read"][r["bucket"]]["by"] == [closed["member"], r["to"]]
-    committed = conn.describe_group("demo_orders-audit").set_index("bucket")["current_offset"]
-    assert {b: r["records"] for b, r in group["read"].items()} == {
-        b: int(committed[b]) for b in range(8)
-    }
+    # K5: after batch 2 the hottest bucket (the most records when the lease pinned: its
+    # snapshot 1) was split; the group read it to its seal, then its children from offset 0
+    table = conn.table("demo_orders")
+    rescale, pinned_ends = (
+        result["rescale"],
+        {s.table_bucket.bucket: s.log_offset for s in table.snapshots() if s.snapshot_id == 1},
+    )
+    hottest = max(range(8), key=lambda b: (pinned_ends[b], -b))
+    parent, children = rescale["bucket"], rescale["children"]
+    lineage = {row.table_bucket.bucket: row for row in table.lineage()}
+    assert parent == hottest and children == [8, 9] and rescale["after_batch"] == 2
+    assert rescale["sealed_at"] == pinned_ends[parent] == lineage[parent].sealed_at > 0
+    assert lineage[parent].children == (8, 9) and lineage[8].parents == lineage[9].parents == (
+        parent,
+    )
+    assert rescale["parent_drained_by"] in others
+    assert set(rescale["children_assigned_to"]) == {8, 9}
+    assert set(rescale["children_assigned_to"].values()) <= others
+    assert rescale["generation"] > takeover["generation"][1]
+    owners = {m["member"]: m["member_id"] for m in joined}
+    owners = {c: owners[m] for c, m in rescale["children_assigned_to"].items()}
+    assert (
+        f"Split after batch 2: bucket {parent} (the hottest, {rescale['sealed_at']} records) "
+        f"sealed at {rescale['sealed_at']} into buckets 8, 9; the group read {parent} to its "
+        f"seal, then 8 → {rescale['children_assigned_to'][8]}, "
+        f"9 → {rescale['children_assigned_to'][9]} at generation {rescale['generation']}"
+    ) in summary
+    assert f"the group read bucket {parent} to its seal before its children" in summary
+    assert "the split copied no file" in summary  # K3
+    described = conn.describe_group("demo_orders-audit").set_index("bucket")
+    assert sorted(described.index) == [b for b in range(10) if b != parent]  # drained: gone
+    for c, member_id in owners.items():  # the describe table printed while they owned them
+        assert re.search(rf"\n\s*{c}(\s+\d+){{3}}\s+\S+\s+{member_id}\s", summary)
+    committed = {b: int(described.loc[b, "current_offset"]) for b in described.index}
+    committed[parent] = rescale["sealed_at"]
+    assert {b: r["records"] for b, r in group["read"].items()} == committed
+    assert group["read"][parent]["by"][-1] == rescale["parent_drained_by"]
+    assert all(group["read"][c]["records"] > 0 for c in (8, 9))  # batch 3's records, from 0
+    assert all(group["read"][c]["by"] == [rescale["children_assigned_to"][c]] for c in (8, 9))
     assert "read once, in order (none skipped)" in summary
     # §6.6: the demo's group read half of what was written; its describe table shows the lag
     # measured now, the time lag and the health; R3: retention kept the log it has not read
     assert group["records_consumed"] == sum(n // 2 for n in (2_000, 2_000, 2_000))
-    assert (
-        group["lag"]
-        == sum(conn.table("demo_orders").end_offsets().values()) - group["records_consumed"]
-    )
+    assert group["lag"] == sum(table.end_offsets().values()) - group["records_consumed"]
     assert group["lag"] > 0 and group["max_time_lag_s"] >= 0 and group["status"] in ("OK", "WARN")
     assert "Consumer group demo_orders-audit" in summary and "TIME-LAG" in summary
     assert "consumer group demo_orders-audit has not committed past it" in summary

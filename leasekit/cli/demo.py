@@ -2,8 +2,10 @@
 Spark, pins the snapshots with a lease, reads through it and checks against what was written;
 meanwhile a group of three consumers splits the table's buckets and reads its log at half the
 rate it is written; one of them leaves halfway and the others take its buckets over from the
-committed offsets. The group's describe table shows lag, time lag and health, and retention
-keeps the log it has not read. The workload, the scenario and the report have a module each.
+committed offsets. Then the hottest bucket is split: the group reads it to its seal before its
+two children are assigned (parent first), and the lease still reads what it pinned. The group's
+describe table shows lag, time lag and health, and retention keeps the log it has not read.
+The workload, the scenario and the report have a module each.
 
 Progress goes to stdout, or to stderr with ``--json`` so stdout holds only the result.
 """
@@ -41,7 +43,8 @@ def run(
     seed: int = 42,
 ) -> dict[str, Any]:
     """Write ``rows`` order upserts in ``batches`` (status changes, then deletes), snapshot
-    them with Spark, read the latest snapshots back and check them; return the figures.
+    them with Spark, split the hottest bucket halfway, read the latest snapshots back and
+    check them; return the figures.
 
     The table is dropped first if it exists, so every run starts from scratch.
 

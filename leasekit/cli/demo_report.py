@@ -48,6 +48,7 @@ def result(conn: Connection, o: Outcome, elapsed: float, warehouse: str) -> dict
             "errors": report.errors,
         },
         "group": _group(o),
+        "rescale": _rescale(o),
         "lease": {
             "lease_id": lease_info.lease_id,
             "pinned_buckets": len(lease_info.pins),
@@ -76,15 +77,28 @@ def _group(o: Outcome) -> dict[str, Any]:
         },
         "read": {
             tb.bucket: {
-                "records": sum(len(offsets) for _, offsets in reads),
-                "by": list(dict.fromkeys(name for name, _ in reads)),
+                "records": sum(len(r.offsets) for r in reads),
+                "by": list(dict.fromkeys(r.member for r in reads)),
             }
-            for tb, reads in o.audit.reads.items()
+            for tb, reads in sorted(o.audit.reads.items(), key=lambda kv: kv[0].bucket)
         },
         "records_consumed": o.audit.consumed,
         "lag": int(lag["lag"].sum()),
         "max_time_lag_s": round(lag["time_lag"].max().total_seconds(), 1),
         "status": o.after.health.status,
+    }
+
+
+def _rescale(o: Outcome) -> dict[str, Any]:
+    split, followed = o.rescale, o.rescale.followed or {}
+    return {
+        "bucket": split.parent.bucket,
+        "children": [tb.bucket for tb in split.children],
+        "sealed_at": split.sealed_at,
+        "after_batch": split.after_batch,
+        "parent_drained_by": followed.get("parent_drained_by"),
+        "children_assigned_to": followed.get("children_assigned_to", {}),
+        "generation": followed.get("generation"),
     }
 
 
@@ -99,12 +113,16 @@ def _kept_by_lease(o: Outcome) -> list[Any]:
 def render(
     conn: Connection, o: Outcome, figures: dict[str, Any], checks: dict[str, bool], elapsed: float
 ) -> str:
-    """The summary, the group's assignment and takeover, its describe table, the retention
-    plan of bucket 0 and Spark's count by status, as printed at the end of the demo."""
+    """The summary, the group's assignment and takeover, the split and the group's assignment
+    after it, its describe table, the retention plan of bucket 0 (or of the first active bucket
+    if 0 was split) and Spark's count by status, as printed at the end of the demo."""
     joined, takeover, group_id = o.joined, o.takeover, o.group_id
     stayed = ", ".join(m.name for m in o.audit.live)
     moved = format_table(takeover["moved"], ["bucket", "from", "to", "committed", "resumed_at"])
     counts = [{"status": s, "count": n} for s, n in o.final_read[2].items()]
+    layout, after_split = o.table.layout, (o.rescale.followed or {}).get("assignment", [])
+    plan_bucket = 0 if layout.is_active(0) else min(tb.bucket for tb in o.table.buckets)
+    plan_title = f"bucket {plan_bucket}" + ("" if plan_bucket == 0 else ", as bucket 0 was split")
     return (
         f"\n{format_fields(_summary(conn, o, figures, checks, elapsed))}\n\n"
         f"Consumer group {group_id}: {len(joined)} consumers joined in "
@@ -114,10 +132,24 @@ def render(
         f"{stayed} own all {BUCKETS} buckets at generation {takeover['generation'][1]} "
         f"(was {takeover['generation'][0]}) after {human_duration(takeover['seconds'])}, "
         f"resuming from the committed offsets\n{moved}\n\n"
+        f"{split_line(figures['rescale'])}\n{format_table(after_split)}\n\n"
         f"Consumer group {group_id} (before retention)\n"
         f"{format_table(frame_rows(o.after.lag), LAG_COLUMNS)}\n"
-        f"\nRetention plan, bucket 0 (before the run)\n"
-        f"{format_table(_plan_rows(o))}\n\nSpark: count by status\n{format_table(counts)}"
+        f"\nRetention plan, {plan_title} (before the run)\n"
+        f"{format_table(_plan_rows(o, plan_bucket))}\n\n"
+        f"Spark: count by status\n{format_table(counts)}"
+    )
+
+
+def split_line(rescale: dict[str, Any]) -> str:
+    """The line saying which bucket was split and how the group followed it."""
+    parent, (low, high) = rescale["bucket"], rescale["children"]
+    owners = rescale["children_assigned_to"]
+    return (
+        f"Split after batch {rescale['after_batch']}: bucket {parent} (the hottest, "
+        f"{rescale['sealed_at']} records) sealed at {rescale['sealed_at']} into buckets {low}, "
+        f"{high}; the group read {parent} to its seal, then {low} → {owners[low]}, "
+        f"{high} → {owners[high]} at generation {rescale['generation']}"
     )
 
 
@@ -129,7 +161,11 @@ def _summary(
         "rows written": o.tally.written,
         "deletes": o.tally.deleted,
         "live keys": figures["live_keys"],
-        "buckets": figures["buckets"],
+        "buckets": (
+            f"{figures['buckets']} (bucket {o.rescale.parent.bucket} split into "
+            + ", ".join(str(tb.bucket) for tb in o.rescale.children)
+            + ")"
+        ),
         "snapshots taken": o.tally.snapshots,
         "lease": (
             f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
@@ -153,10 +189,10 @@ def _summary(
     }
 
 
-def _plan_rows(o: Outcome) -> list[dict[str, Any]]:
-    """The retention plan's snapshots and segments of bucket 0."""
+def _plan_rows(o: Outcome, bucket: int) -> list[dict[str, Any]]:
+    """The retention plan's snapshots and segments of ``bucket``."""
     return [
         {"item": f"{i.kind} {i.item_id}", "action": i.action, "reason": i.reason}
         for i in o.after.plan.items
-        if i.kind in ("snapshot", "segment") and i.table_bucket and i.table_bucket.bucket == 0
+        if i.kind in ("snapshot", "segment") and i.table_bucket and i.table_bucket.bucket == bucket
     ]

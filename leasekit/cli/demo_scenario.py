@@ -1,6 +1,7 @@
 """The demo's scenario: write the orders in batches while the group reads at half the pace,
-snapshot, pin and read through a lease, let a consumer leave, run retention; then the checks
-of what happened against what was written.
+snapshot, pin and read through a lease, let a consumer leave, split the hottest bucket and let
+the group follow it (parent first), run retention; then the checks of what happened against
+what was written.
 """
 
 from __future__ import annotations
@@ -73,9 +74,27 @@ class Aftermath:
     lease_info: LeaseInfo
     """The lease, still held."""
     log_left: dict[TableBucket, int]
-    """First log offset still stored, per bucket, after retention."""
-    committed: dict[TableBucket, Any]
-    """The group's committed offset per bucket (NaN where none)."""
+    """First log offset still stored, per bucket (every bucket ever), after retention."""
+    committed: dict[int, int | None]
+    """The group's committed offset per bucket number, every bucket ever (None where none)."""
+
+
+@dataclass
+class Rescale:
+    """The split of the hottest bucket after the lease pinned, and how the group followed it."""
+
+    parent: TableBucket
+    """The bucket split: the active one with the most records."""
+    children: tuple[TableBucket, TableBucket]
+    sealed_at: int
+    """The parent's end offset when split (its seal)."""
+    after_batch: int
+    """The batch (from 1) after which it was split."""
+    copied: int
+    """Files in the table's directory the split added (K3: none; nothing else writes then)."""
+    followed: dict[str, Any] | None = None
+    """Once the group drained the parent and settled: who drained it, the children's owners,
+    the generation and the seconds it took (``ConsumerGroup.follow_split``)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,7 @@ class Outcome:
     takeover: dict[str, Any]
     """The takeover: who left, the generations, the buckets moved and where they resumed."""
     pinned: Pinned
+    rescale: Rescale
     after: Aftermath
     final_read: ReadSummary
     """A Spark read of the latest snapshots at the end."""
@@ -125,7 +145,7 @@ def play(
     group_id = f"{table}-audit"
     conn.delete_group(group_id)  # a previous run's offsets: the demo owns this group
     log_start = orders_table.beginning_offsets()
-    audit = ConsumerGroup(orders_table.buckets)
+    audit = ConsumerGroup(orders_table)
     tally = Tally()
     with (
         contextlib.closing(audit),
@@ -134,16 +154,18 @@ def play(
         audit.open(conn, table, group_id, GROUP_SIZE)
         join_seconds = audit.settle("join")  # before the first write: joining reads nothing
         joined = audit.assignment()
-        takeover, pinned = _write_batches(
+        takeover, pinned, rescale = _write_batches(
             conn, spark, orders_table, orders, sizes, audit, lease, pin_after, tally
         )
-        after = _aftermath(conn, spark, orders_table, group_id, lease)
+        after = _aftermath(conn, spark, orders_table, group_id, lease, audit)
     for row in takeover["moved"]:
         row["resumed_at"] = audit.first_read(TableBucket(table, row["bucket"]), row["to"])
-    latest = lks.read_snapshots(spark, orders_table, orders_table.latest_snapshots())
+    active = set(orders_table.buckets)  # the children's snapshots hold the parent's share
+    latest = {tb: s for tb, s in orders_table.latest_snapshots().items() if tb in active}
     return Outcome(
         orders_table, group_id, pin_after, tally, orders.by_status(), audit, log_start,
-        joined, join_seconds, takeover, pinned, after, summarize(latest),
+        joined, join_seconds, takeover, pinned, rescale, after,
+        summarize(lks.read_snapshots(spark, orders_table, latest)),
     )  # fmt: skip
 
 
@@ -164,15 +186,20 @@ def _write_batches(
     lease: KvSnapshotLease,
     pin_after: int,
     tally: Tally,
-) -> tuple[dict[str, Any], Pinned]:
+) -> tuple[dict[str, Any], Pinned, Rescale]:
     """Write the batches; after each, the group reads half of what was written so far and
-    commits. After batch ``pin_after`` a consumer leaves and the lease pins the latest
-    snapshots (taken from then on after every batch) and reads through them."""
+    commits. After batch ``pin_after`` a consumer leaves, the lease pins the latest snapshots
+    (taken from then on after every batch) and reads through them, and the hottest bucket is
+    split. Before the last batch is read, the group drains the split bucket and takes on its
+    children (parent first)."""
     from ..progress import progress
 
-    name = orders_table.name
+    name, last = orders_table.name, len(sizes) - 1
+    rescale: Rescale | None = None
     for i in progress(range(len(sizes)), desc=f"demo {name}", unit="batch"):
         _write_batch(conn, orders_table, orders, int(sizes[i]), i, tally)
+        if i == last and rescale is not None:
+            rescale.followed = audit.follow_split(rescale.parent, rescale.sealed_at)
         audit.consume(int((sizes[: i + 1] // 2).sum()) - audit.consumed)  # half the pace
         audit.commit()
         if i == pin_after:  # one consumer leaves; the others take its buckets over
@@ -184,7 +211,24 @@ def _write_batches(
             pinned = Pinned(
                 acquired, orders.by_status(), summarize(lease.read(spark, orders_table))
             )
-    return takeover, pinned
+            rescale = _split_hottest(orders_table, i + 1)
+    assert rescale is not None  # split after batch pin_after
+    if rescale.followed is None:  # split after the last batch: snapshot the children, follow
+        tally.snapshots += len(orders_table.snapshot(spark))
+        rescale.followed = audit.follow_split(rescale.parent, rescale.sealed_at)
+    return takeover, pinned, rescale
+
+
+def _split_hottest(orders_table: Table, after_batch: int) -> Rescale:
+    """Split the active bucket with the most records (the lowest such id on a tie)."""
+    ends = orders_table.end_offsets()
+    hottest = max(orders_table.buckets, key=lambda tb: (ends[tb], -tb.bucket))
+    warehouse = orders_table.context.warehouse
+    before = {e.path for e in warehouse.list(orders_table.data_dir)}
+    children = orders_table.split_bucket(hottest)
+    copied = len({e.path for e in warehouse.list(orders_table.data_dir)} - before)
+    sealed_at = orders_table.refresh().layout.sealed_at(hottest.bucket)
+    return Rescale(hottest, children, sealed_at, after_batch, copied)
 
 
 def _write_batch(
@@ -208,6 +252,7 @@ def _aftermath(
     orders_table: Table,
     group_id: str,
     lease: KvSnapshotLease,
+    audit: ConsumerGroup,
 ) -> Aftermath:
     """The group's lag and health, then retention's plan and run, then a read through the
     lease again."""
@@ -219,32 +264,39 @@ def _aftermath(
     second_read = summarize(lease.read(spark, orders_table))
     lease_info = lease.info()
     log_left = orders_table.beginning_offsets()
-    committed = {TableBucket(name, b): o for b, o in zip(lag["bucket"], lag["current_offset"])}
+    committed = audit.committed()
     return Aftermath(lag, health, plan, report, second_read, lease_info, log_left, committed)
 
 
 def checks(o: Outcome) -> dict[str, bool]:
     """What the demo checks, by what it says; all must hold."""
-    lag, takeover = o.after.lag, o.takeover
+    lag, takeover, split = o.after.lag, o.takeover, o.rescale
     shares = sorted(len(r["buckets"]) for r in o.joined)
-    split = sorted(b for r in o.joined for b in r["buckets"]) == list(range(BUCKETS))
+    spread = sorted(b for r in o.joined for b in r["buckets"]) == list(range(BUCKETS))
     log_left, committed = o.after.log_left, o.after.committed
     return {
         "read through the lease = state when pinned": o.pinned.first_read
         == expected_summary(o.pinned.expected),
-        "same read after retention ran": o.after.second_read == o.pinned.first_read,
+        "same read after the split and retention": o.after.second_read == o.pinned.first_read,
         "latest snapshots = live keys": o.final_read == expected_summary(o.expected),
         "every bucket pinned": not o.pinned.acquired.unavailable,
-        "log the group has not read is kept": all(log_left[tb] <= committed[tb] for tb in log_left),
+        "log the group has not read is kept": all(
+            log_left[tb] <= (committed[tb.bucket] or 0) for tb in log_left
+        ),
         "lag = log end - committed": bool(
             (lag["lag"] == lag["log_end_offset"] - lag["current_offset"]).all()
         ),
-        f"{GROUP_SIZE} consumers split the buckets, each once, balanced within 1": split
+        f"{GROUP_SIZE} consumers split the buckets, each once, balanced within 1": spread
         and shares[-1] - shares[0] <= 1,
         "the new owners resumed at the committed offsets": all(
             r["starts_at"] == r["committed"] and r["resumed_at"] in (None, r["committed"])
             for r in takeover["moved"]
         ),
+        f"the group read bucket {split.parent.bucket} to its seal before its children": (
+            committed[split.parent.bucket] == split.sealed_at
+            and o.audit.read_parent_first(split.parent, split.sealed_at)
+        ),
+        "the split copied no file": split.copied == 0,
         "every record up to the committed offsets read once, in order (none skipped)": (
             o.audit.read_in_order(o.log_start, committed)
         ),
@@ -257,7 +309,7 @@ def failure(o: Outcome, found: dict[str, bool]) -> str:
         f"demo check failed: {found}; through the lease {o.pinned.first_read} then "
         f"{o.after.second_read}, expected {expected_summary(o.pinned.expected)}; latest "
         f"{o.final_read}, expected {expected_summary(o.expected)}; "
-        f"group {o.joined}, takeover {o.takeover}"
+        f"group {o.joined}, takeover {o.takeover}, split {o.rescale}"
     )
 
 

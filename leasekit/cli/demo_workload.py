@@ -5,11 +5,12 @@ group, polled in turn from the calling thread so the demo sets how much the grou
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from ..consumers import lineage
 from ..consumers.listener import BucketRebalanceListener
 from ..errors import IllegalStateError
 from ..structs import TableBucket
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
     from ..connection import Connection
     from ..consumers.consumer import Consumer
+    from ..table import Table
 
 __all__ = ["SCHEMA", "BUCKETS", "PROPERTIES", "GROUP_SIZE", "STATUSES", "Orders", "ConsumerGroup"]
 
@@ -34,7 +36,8 @@ PROPERTIES = {
 """Keep only the newest snapshot and no older log than the consumer group still needs, so the
 plan shows what the lease and the group keep."""
 GROUP_SIZE = 3
-"""Consumers in the demo's group: 8 buckets split 3/3/2, then 4/4 once one has left."""
+"""Consumers in the demo's group: 8 buckets split 3/3/2, then 4/4 once one has left, then 5/4
+once the split bucket is drained and its two children assigned."""
 _SETTLE_SECONDS = 30.0  # a join or takeover not done by then is an error, not a wait
 STATUSES = ("created", "paid", "shipped", "delivered", "cancelled")
 _DELIVERED, _CANCELLED = 3, 4
@@ -110,14 +113,16 @@ class Member(BucketRebalanceListener):
 class ConsumerGroup:
     """The demo's consumer group. Its consumers are polled in turn from the calling thread
     (each used by that thread alone), so the demo decides how much the group reads; every
-    poll's offsets are kept, per bucket in the order read, with the member that read them."""
+    poll's offsets are kept, per bucket in the order read, with the member that read them and
+    the poll's sequence number (across buckets)."""
 
-    def __init__(self, buckets: list[TableBucket]) -> None:
-        self.buckets = set(buckets)
+    def __init__(self, table: Table) -> None:
+        self.table = table
         self.members: list[Member] = []
         self.live: list[Member] = []
-        self.reads: dict[TableBucket, list[tuple[str, np.ndarray]]] = {tb: [] for tb in buckets}
+        self.reads: dict[TableBucket, list[Read]] = {tb: [] for tb in table.buckets}
         self.consumed = 0
+        self.polls = 0
 
     def open(self, conn: Connection, table: str, group_id: str, size: int) -> None:
         """Create ``size`` consumers of ``table`` in ``group_id``; they join at their first poll."""
@@ -162,8 +167,22 @@ class ConsumerGroup:
             len(generations) == 1
             and None not in generations
             and len(owned) == len(set(owned))
-            and set(owned) == self.buckets
+            and set(owned) == self.due()
         )
+
+    def due(self) -> set[TableBucket]:
+        """The buckets the group reads now (K5): the active ones whose ancestors it has
+        drained, and the sealed ones it has not (committed short of their seal)."""
+        layout = self.table.refresh().layout
+        committed = self.committed(lineage.sealed(layout))
+        return {TableBucket(self.table.name, b) for b in lineage.to_read(layout, committed)}
+
+    def committed(self, buckets: Any = None) -> dict[int, int | None]:
+        """The group's committed offset of ``buckets`` (default: every bucket the table ever
+        had), read now; None where it has none."""
+        name, consumer = self.table.name, self.live[0].consumer
+        wanted = range(self.table.refresh().layout.count) if buckets is None else buckets
+        return {b: consumer.committed(TableBucket(name, b)) for b in wanted}
 
     def assignment(self) -> list[dict[str, Any]]:
         """One row per live member: its name, member id, buckets and generation."""
@@ -181,7 +200,8 @@ class ConsumerGroup:
         """Read up to ``records`` records in small polls, the live members in turn, so each
         reads about as much, from each of its buckets; how many were read."""
         left = records
-        chunk = max(1, records // (len(self.live) * len(self.buckets)))
+        owned = sum(len(m.consumer.assignment()) for m in self.live)
+        chunk = max(1, records // max(1, len(self.live) * owned))
         reading = list(self.live)
         while left > 0 and reading:
             for member in list(reading):
@@ -237,28 +257,103 @@ class ConsumerGroup:
             ],
         }
 
+    def follow_split(self, parent: TableBucket, seal: int) -> dict[str, Any]:
+        """Parent first (K5): the member owning the sealed ``parent`` reads it up to ``seal``
+        unless the group has committed that far already, and commits; then the live members
+        poll, holding their buckets, until they own what the group reads now (the children).
+        Who drained it, the children's owners, the generation, the seconds it took and the
+        assignment then (``assignment``)."""
+        if (self.committed([parent.bucket])[parent.bucket] or 0) < seal:
+            owner = next(m for m in self.live if parent in m.consumer.assignment())
+            self._drain(owner, parent, seal)
+        self.commit()
+        for member in self.live:
+            member.hold = True
+            member.consumer.pause(*member.consumer.assignment())
+        seconds = self.settle("split")
+        owners = {tb: m.name for m in self.live for tb in m.consumer.assignment()}
+        for member in self.live:
+            member.hold = False
+            member.consumer.resume(*member.consumer.assignment())
+        last = self.reads[parent][-1].member if self.reads[parent] else None
+        children = self.table.refresh().layout.children(parent.bucket)
+        for child in children:
+            self.reads.setdefault(TableBucket(parent.table, child), [])
+        return {
+            "parent_drained_by": last,
+            "children_assigned_to": {c: owners.get(TableBucket(parent.table, c)) for c in children},
+            "generation": self.live[0].consumer.generation,
+            "seconds": seconds,
+            "assignment": self.assignment(),
+        }
+
+    def _drain(self, member: Member, parent: TableBucket, seal: int) -> None:
+        """``member`` reads ``parent`` alone (its other buckets paused) up to ``seal``."""
+        consumer = member.consumer
+        others = [
+            tb for tb in consumer.assignment() if tb != parent and tb not in consumer.paused()
+        ]
+        consumer.pause(*others)
+        started = time.perf_counter()
+        while consumer.position(parent) < seal:
+            if time.perf_counter() - started > _SETTLE_SECONDS:
+                raise IllegalStateError(
+                    f"{member.name} did not read {parent} to its seal {seal} in "
+                    f"{_SETTLE_SECONDS:.0f} s; at {consumer.position(parent)}"
+                )
+            self._count(member, consumer.poll(timeout="1s"))
+        consumer.resume(*others)
+        consumer.commit()
+
     def _count(self, member: Member, batches: dict[TableBucket, pa.Table]) -> int:
         got = 0
         for tb, data in batches.items():
-            self.reads[tb].append((member.name, data.column("_offset").to_numpy()))
+            self.polls += 1
+            offsets = data.column("_offset").to_numpy()
+            self.reads.setdefault(tb, []).append(Read(member.name, offsets, self.polls))
             got += data.num_rows
         self.consumed += got
         return got
 
     def read_in_order(
-        self, begin: dict[TableBucket, int], committed: dict[TableBucket, Any]
+        self, begin: dict[TableBucket, int], committed: dict[int, int | None]
     ) -> bool:
-        """C12: each bucket's records were returned once each, in order, from ``begin`` to its
-        committed offset, whichever members read them."""
+        """C12: each bucket's records were returned once each, in order, from ``begin`` (0 for
+        a bucket made by a rescale) to its committed offset, whichever members read them."""
         for tb, reads in self.reads.items():
-            end = begin[tb] if pd.isna(committed[tb]) else int(committed[tb])
-            offsets = (
-                np.concatenate([o for _, o in reads]) if reads else np.empty(0, dtype=np.int64)
-            )
-            if not np.array_equal(offsets, np.arange(begin[tb], end)):
+            start = begin.get(tb, 0)
+            end = committed.get(tb.bucket)
+            end = start if end is None else end
+            offsets = np.concatenate([r.offsets for r in reads]) if reads else np.empty(0, np.int64)
+            if not np.array_equal(offsets, np.arange(start, end)):
+                return False
+        return True
+
+    def read_parent_first(self, parent: TableBucket, seal: int) -> bool:
+        """K5: ``parent``'s records were read up to ``seal`` before any of its children's, and
+        each child's first record read was its offset 0."""
+        reads = self.reads[parent]
+        if seal and (not reads or int(reads[-1].offsets[-1]) != seal - 1):
+            return False
+        last = reads[-1].poll if reads else 0
+        children = self.table.refresh().layout.children(parent.bucket)
+        for child in children:
+            first = next(iter(self.reads.get(TableBucket(parent.table, child), [])), None)
+            if first is not None and (first.poll <= last or int(first.offsets[0]) != 0):
                 return False
         return True
 
     def first_read(self, tb: TableBucket, member: str) -> int | None:
         """The first offset ``member`` read of ``tb``; None if it read none."""
-        return next((int(o[0]) for name, o in self.reads[tb] if name == member), None)
+        return next((int(r.offsets[0]) for r in self.reads[tb] if r.member == member), None)
+
+
+class Read(NamedTuple):
+    """One poll's records of one bucket."""
+
+    member: str
+    """The member that read them."""
+    offsets: np.ndarray
+    """Their offsets, ascending."""
+    poll: int
+    """The sequence number of the read, across every bucket and member."""
