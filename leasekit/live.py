@@ -17,7 +17,7 @@ from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
 from .memory import collector_paused
 from .monitor import lag as _lag
-from .structs import MemberInfo
+from .structs import BucketLineage, MemberInfo, TableBucket
 from .zk.changes import watch_targets
 from .zk.watches import Dispatcher
 
@@ -320,6 +320,9 @@ class GroupBoard(NamedTuple):
     """The group's generation, None without live members."""
     leader: str | None
     """The leader's member id, None without live members."""
+    lineage: dict[TableBucket, BucketLineage] = {}
+    """The buckets of rescaled tables that a split or merge sealed or made (K6): where each
+    came from and went; empty when no table of the group was ever rescaled."""
 
 
 def group_board(
@@ -363,7 +366,14 @@ def group_board(
         ],
         dtype="string",
     )
-    return GroupBoard(frame, group_admin.members_of(view), view.generation, view.leader)
+    lineage = {
+        lin.table_bucket: lin
+        for t in view.tables.values()
+        if t.layout.rescaled
+        for lin in t.layout.lineage(t.name)
+        if lin.state == "sealed" or lin.parents
+    }
+    return GroupBoard(frame, group_admin.members_of(view), view.generation, view.leader, lineage)
 
 
 def lag_histories(

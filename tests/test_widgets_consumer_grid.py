@@ -67,3 +67,28 @@ def test_the_rows_are_what_describe_group_says(conn, group):
     assert plain(rows["committed"]) == plain(described["current_offset"])
     assert plain(rows["lag"]) == plain(described["lag"])
     panel.close()
+
+
+def test_sealed_buckets_and_their_children_show_where_they_came_from(conn, group):
+    """K6: a bucket split away stays in the grid, marked with its seal and children, until the
+    group has committed it to its seal; its children say they come after it, then from it."""
+    table = conn.table("orders")
+    c1, c2 = table.split_bucket(3)
+    sealed_at = group[TB("orders", 3)]
+    table.append([{"id": i, "v": "y"} for i in range(800, 1200)])
+    panel = ConsumerPanel(conn, "g", auto_refresh=False)
+    panel.refresh()
+    panel.sort.value = "bucket"
+    rows = panel.rows().set_index("bucket")
+    assert rows.loc[3, "lineage"] == f"sealed at {sealed_at} → {c1.bucket}, {c2.bucket}"
+    assert rows.loc[c1.bucket, "lineage"] == "from 3 (after it)"
+    assert rows.loc[c2.bucket, "lineage"] == "from 3 (after it)"
+    assert rows.loc[0, "lineage"] == ""
+    with conn.consumer(group_id="g", enable_auto_commit=False) as c:
+        c.assign([TB("orders", 3)])
+        c.commit({TB("orders", 3): sealed_at})  # the group drains the sealed bucket
+    panel.refresh()
+    rows = panel.rows().set_index("bucket")
+    assert 3 not in rows.index  # drained: it leaves the grid, as it leaves describe_group
+    assert rows.loc[c1.bucket, "lineage"] == "from 3"
+    panel.close()

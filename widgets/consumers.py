@@ -14,7 +14,7 @@ import pandas as pd
 import traitlets
 from ipydatagrid import BarRenderer, DataGrid, TextRenderer, VegaExpr
 
-from leasekit import TableBucket
+from leasekit import BucketLineage, TableBucket
 from leasekit.live import (
     DESCRIBE_COLUMNS,
     GroupBoard,
@@ -24,7 +24,7 @@ from leasekit.live import (
 )
 
 from .base import Panel, esc
-from .formatting import clicked_row, duration_text, grid_height, utc_text
+from .formatting import clicked_row, duration_text, grid_height, lineage_text, utc_text
 from .lagchart import LagChart
 from .reset import ResetForm
 
@@ -33,6 +33,7 @@ __all__ = ["ConsumerPanel", "GRID_COLUMNS", "GRID_ROWS"]
 GRID_COLUMNS = [
     "table",
     "bucket",
+    "lineage",
     "committed",
     "end",
     "lag",
@@ -74,13 +75,20 @@ class _Group(NamedTuple):
     """``lag_history`` over the chart's range (by bucket when the chart shows one)."""
 
 
-def grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
+def grid_frame(
+    frame: pd.DataFrame,
+    lineage: dict[TableBucket, BucketLineage] | None = None,
+    undrained: set[tuple[str, int]] | None = None,
+) -> pd.DataFrame:
     """``group_board``'s frame in the grid's columns and plain types (missing numbers NaN, the
-    time lag as people read it: "4m 40s")."""
+    time lag as people read it: "4m 40s"), with each bucket's ``lineage`` across rescales
+    (``undrained``: the sealed buckets the group still reads)."""
+    tables, buckets = frame["table"].tolist(), frame["bucket"].tolist()
     return pd.DataFrame(
         {
             "table": frame["table"].astype(object),
             "bucket": frame["bucket"].astype("int64"),
+            "lineage": lineage_text(tables, buckets, lineage or {}, undrained or set()),
             "committed": frame["current_offset"].astype("float64"),
             "end": frame["log_end_offset"].astype("float64"),
             "lag": frame["lag"].astype("float64"),
@@ -291,7 +299,12 @@ class ConsumerPanel(Panel):
                 kind="stable",
                 na_position="last",
             )
-        return grid_frame(picked.head(GRID_ROWS)).reset_index(drop=True), len(picked)
+        lineage = {} if board is None else board.lineage
+        undrained = {
+            (tb.table, tb.bucket) for tb, lin in lineage.items() if lin.state == "sealed"
+        } & set(zip(source["table"].tolist(), source["bucket"].tolist()))
+        rows = grid_frame(picked.head(GRID_ROWS), lineage, undrained)
+        return rows.reset_index(drop=True), len(picked)
 
     def _show_rows(self) -> None:
         frame, matching = self._rows()

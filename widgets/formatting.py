@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leasekit import BucketLineage, TableBucket
 from leasekit.live import human_duration
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "utc_text",
     "grid_height",
     "time_axis",
+    "lineage_text",
     "TICK_STEPS",
 ]
 
@@ -149,3 +151,29 @@ def clicked_row(grid: Any, cell: dict[str, Any]) -> Any:
     frame = grid.data
     row = cell.get("primary_key_row", cell.get("row"))
     return frame.iloc[row] if isinstance(row, int) and 0 <= row < len(frame) else None
+
+
+def lineage_text(
+    tables: list[str],
+    buckets: list[int],
+    lineage: dict[TableBucket, BucketLineage],
+    undrained: set[tuple[str, int]],
+) -> list[str]:
+    """Each row's place in its table's rescales (K6): "sealed at 120 → 7, 8" for a bucket split
+    or merged away that the group has not drained, "from 3 (after it)" for a new bucket whose
+    parent the group still reads (``undrained``: parent first), "from 3" once it has; empty
+    otherwise."""
+    if not lineage:
+        return [""] * len(buckets)
+    out = []
+    for t, b in zip(tables, buckets):
+        lin = lineage.get(TableBucket(t, b))
+        if lin is None:
+            out.append("")
+        elif lin.state == "sealed":
+            out.append(f"sealed at {lin.sealed_at} → {', '.join(map(str, lin.children))}")
+        else:
+            waiting = any((t, p) in undrained for p in lin.parents)
+            parents = ", ".join(map(str, lin.parents))
+            out.append(f"from {parents} (after it)" if waiting else f"from {parents}")
+    return out
