@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import IllegalStateError, SnapshotNotFoundError
-from ..snapshots.catalog import decode_snapshot
-from ..zk import ConflictReason, Delete, SetData, TxnConflict, touch
+from ..snapshots.catalog import decode_snapshot, delete_refused
+from ..zk import Delete, SetData, TxnConflict, touch
 from ..zk.chunked import ChunkArray, chunk_of
 from ..zk.formats import BucketState, LatestChunk
 
@@ -58,15 +58,8 @@ def delete_sealed_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> N
     try:
         ctx.store.commit_retrying(build, what=f"delete snapshot {snapshot_id} of bucket {bucket}")
     except TxnConflict as exc:
-        if exc.reason == ConflictReason.NOTEMPTY:
-            holders = ctx.store.children(path) or []
-            raise IllegalStateError(
-                f"snapshot {snapshot_id} of {table.name}/{bucket} is pinned by lease(s) "
-                f"{', '.join(holders)}"
-            ) from None
-        if exc.reason == ConflictReason.NONODE:
-            raise SnapshotNotFoundError(
-                f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}"
-            ) from None
+        refused = delete_refused(table, bucket, snapshot_id, exc)
+        if refused is not None:
+            raise refused from None
         raise
     ctx.warehouse.delete_files(decode_snapshot(table, found[0], path).files)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import IllegalStateError, SnapshotNotFoundError
+from ..errors import IllegalStateError, LeasekitError, SnapshotNotFoundError
 from ..structs import Snapshot, TableBucket
 from ..warehouse import contained
 from ..zk import ConflictReason, Delete, Node, TxnConflict, to_datetime, touch
@@ -26,6 +26,7 @@ __all__ = [
     "find_snapshots",
     "read_latest",
     "delete_snapshot",
+    "delete_refused",
 ]
 
 
@@ -115,6 +116,26 @@ def read_latest(table: TableInfo, buckets: Iterable[int] | None = None) -> dict[
     return out
 
 
+def delete_refused(
+    table: TableInfo, bucket: int, snapshot_id: int, exc: TxnConflict
+) -> LeasekitError | None:
+    """The error a snapshot delete that failed with ``exc`` means: ``IllegalStateError``
+    naming the leases that pin it, ``SnapshotNotFoundError`` when it is gone; None for any
+    other conflict."""
+    if exc.reason == ConflictReason.NOTEMPTY:
+        path = table.context.paths.snapshot(table.table_id, bucket, snapshot_id)
+        holders = table.context.store.children(path) or []
+        return IllegalStateError(
+            f"snapshot {snapshot_id} of {table.name}/{bucket} is pinned by lease(s) "
+            f"{', '.join(holders)}"
+        )
+    if exc.reason == ConflictReason.NONODE:
+        return SnapshotNotFoundError(
+            f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}"
+        )
+    return None
+
+
 def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot:
     """Delete one snapshot: metadata first, files after (R1, R2).
 
@@ -144,16 +165,9 @@ def delete_snapshot(table: TableInfo, bucket: int, snapshot_id: int) -> Snapshot
             [Delete(path, node.stat.version), touch(ctx.paths.table_changes(table.table_id))]
         )
     except TxnConflict as exc:
-        if exc.reason == ConflictReason.NOTEMPTY:
-            holders = ctx.store.children(path) or []
-            raise IllegalStateError(
-                f"snapshot {snapshot_id} of {snap.table_bucket} is pinned by lease(s) "
-                f"{', '.join(holders)}"
-            ) from None
-        if exc.reason == ConflictReason.NONODE:
-            raise SnapshotNotFoundError(
-                f"table {table.name!r}: no bucket {bucket} snapshot {snapshot_id}"
-            ) from None
+        refused = delete_refused(table, bucket, snapshot_id, exc)
+        if refused is not None:
+            raise refused from None
         raise IllegalStateError(
             f"snapshot {snapshot_id} of {snap.table_bucket} changed while being deleted; try again"
         ) from None
