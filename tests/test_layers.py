@@ -41,7 +41,12 @@ LAYERS: dict[str, float] = {
     "leasekit.snapshots": 5,
     # L6: consumers below spark below leases
     "leasekit.consumers": 6.0,
-    "leasekit.spark": 6.1,
+    "leasekit.spark": 8.6,
+    "leasekit.spark.compact": 6.1,
+    "leasekit.spark.frames": 6.1,
+    "leasekit.spark.session": 6.1,
+    "leasekit.spark.sources": 6.1,
+    "leasekit.spark.datasource": 8.5,
     "leasekit.leases": 6.2,
     # L7: retention, then monitoring (lag history, overviews) above it
     "leasekit.retention": 7,

@@ -30,11 +30,38 @@ from ..snapshots.sources import check_no_ancestor, plan_read
 from ..structs import OffsetRange, TableBucket
 from ..tables.info import TableInfo
 from ..validate import check_int
+from .datasource import register
 from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame, table_ddl
-from .session import micros_timestamps, session, spark_errors, spark_session, struct_type
+from .session import micros_timestamps, session, spark_errors, struct_type
+from .session import spark_session as _new_session
 from .sources import source_frames
 
-__all__ = ["spark_session", "read_snapshots", "read_at", "read_changes", "ChangeBatch", "write"]
+__all__ = [
+    "spark_session",
+    "register",
+    "read_snapshots",
+    "read_at",
+    "read_changes",
+    "ChangeBatch",
+    "write",
+]
+
+
+def spark_session(app_name: str = "leasekit") -> SparkSession:
+    """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise),
+    with ``format("leasekit")`` registered (§6.11).
+
+    Arguments:
+        app_name: the application name of a new session.
+
+    Raises:
+        JavaNotFoundError: no Java was found to start Spark with.
+        IllegalStateError: Spark failed to start.
+    """
+    spark = _new_session(app_name)
+    with spark_errors("register format('leasekit')"):
+        register(spark)
+    return spark
 
 
 # -- public reads -------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""``format("leasekit")``: Spark's Python Data Source for leasekit tables (DESIGN §6.11, D1–D5).
+Batch reads (``batch``), the change-log stream (``stream``) and the stream sink (``sink``); no
+JVM jar, so it runs on Spark Connect and on any warehouse pyarrow reaches."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource
+
+from .options import SourceOptions, parse_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+
+__all__ = ["LeasekitDataSource", "register", "STREAM_COLUMNS"]
+
+STREAM_COLUMNS = "_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, _op STRING"
+"""The columns a stream has before the table's (D2)."""
+
+
+class LeasekitDataSource(DataSource):
+    """``spark.read.format("leasekit")``, ``readStream`` and ``writeStream`` of a table.
+
+    Spark builds one per read or write from its options, on the driver (or the Spark Connect
+    server), and pickles it to the processes that plan and read: it holds the options only,
+    and each step opens its own connection.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "leasekit"
+
+    @property
+    def parsed(self) -> SourceOptions:
+        return parse_options(self.options)
+
+    def schema(self) -> str:
+        from .connect import table_ddl_of
+
+        opts = self.parsed
+        ddl = table_ddl_of(opts)
+        return f"{STREAM_COLUMNS}, {ddl}" if opts.streaming else ddl
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .batch import batch_reader
+
+        return batch_reader(self.parsed, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink import batch_writer
+
+        return batch_writer(self.parsed, schema, overwrite)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import stream_reader
+
+        return stream_reader(self.parsed, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink import stream_writer
+
+        return stream_writer(self.parsed, schema, overwrite)
+
+
+def register(spark: SparkSession | Any) -> None:
+    """Register ``format("leasekit")`` with ``spark`` (classic or Spark Connect); again is a
+    no-op."""
+    spark.dataSource.register(LeasekitDataSource)

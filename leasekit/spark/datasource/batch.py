@@ -1,0 +1,11 @@
+"""(being built)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import IllegalOperationError
+
+
+def batch_reader(*args: Any) -> Any:
+    raise IllegalOperationError("not built yet")
