@@ -168,3 +168,17 @@ def test_bad_writes_are_refused_with_typed_errors(conn, spark, opts):
             df.write.format("leasekit").options(**opts).mode(mode).save("orders")
         assert "InvalidArgumentError" in str(info.value) and said in str(info.value)
     assert _total(table) == 0
+
+
+def test_files_of_a_bucket_sealed_before_the_commit_are_routed_again(conn, spark, opts):
+    # K1, D4: executors route by the layout captured when the query started; a split committed
+    # before the batch's commit seals the parent, and its rows go to the children instead.
+    table = conn.create_table("orders", SCHEMA, "id", buckets=2)
+    sink = stream_writer(parse_options({**opts, "path": "orders"}), ROWS, False)
+    messages = _messages(sink.plan, list(range(40)), "0b0e6a52-4d7e-4c55-8f0e-000000000002")
+    low, high = table.split_bucket(1)
+    sink.commit(messages, 0)
+    ends = {tb.bucket: n for tb, n in table.end_offsets().items()}
+    assert ends[1] == 0 and ends[low.bucket] + ends[high.bucket] > 0
+    assert sum(ends.values()) == 40
+    assert _state(spark, table) == {i: "x" for i in range(40)}
