@@ -37,6 +37,7 @@ from ..zk import (
     touch,
 )
 from ..zk.formats import BucketState, SegmentRecord
+from .batch_marks import BatchMark, mark_bytes, mark_ops
 from .markers import guard, in_flight, lost, lost_error
 from .segments import OP_COLUMN, ROW_GROUP_RECORDS, log_schema
 from .state import read_states
@@ -156,6 +157,7 @@ def commit_segments(
     *,
     rest: Callable[[list[int]], Any] | None = None,
     operation: str = "upsert",
+    mark: BatchMark | None = None,
 ) -> dict[TableBucket, OffsetRange]:
     """Register complete segment files of the in-flight write ``token``, assigning dense
     offsets per bucket.
@@ -167,23 +169,27 @@ def commit_segments(
     again for the buckets that own them now, and the transaction is retried (K1). When a later
     transaction fails after earlier ones committed, ``PartialAppendError`` says exactly what is
     visible and carries the rows that are not (``rest`` of the uncommitted buckets) for a retry.
+    With ``mark``, every transaction also records in the batch's marker what it committed.
     """
     pending: dict[int, list[SegmentFile]] = {}
     for f in files:
         pending.setdefault(f.bucket, []).append(f)
-    groups = _groups(table, pending)
+    extra = mark_bytes(mark, len(pending)) if mark else 0
+    groups = _groups(table, pending, extra)
     result: dict[TableBucket, OffsetRange] = {}
     rerouted = False
     while groups:
         group = groups.pop(0)
         try:
-            result.update(_commit_group(table, {b: pending[b] for b in group}, token))
+            batch = {b: pending[b] for b in group}
+            result.update(_commit_group(table, batch, token, mark, final=not groups))
         except _Sealed as sealed:
             moved = _reroute(table, [f for b in sealed.buckets for f in pending.pop(b)], token)
             for f in moved:
                 pending.setdefault(f.bucket, []).append(f)
             left = {b for g in [group, *groups] for b in g} | {f.bucket for f in moved}
-            groups = _groups(table, {b: pending[b] for b in left if b in pending})
+            extra = mark_bytes(mark, len(pending)) if mark else 0
+            groups = _groups(table, {b: pending[b] for b in left if b in pending}, extra)
             rerouted = True
             continue
         except LeasekitError as exc:
@@ -233,13 +239,16 @@ def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) ->
     return size
 
 
-def _groups(table: TableInfo, by_bucket: dict[int, list[SegmentFile]]) -> list[list[int]]:
-    """Buckets in order, split into transactions of at most APPEND_TXN_BYTES (a bucket
-    whose ops alone exceed it goes alone, and ZooKeeper's limit then refuses it)."""
+def _groups(
+    table: TableInfo, by_bucket: dict[int, list[SegmentFile]], extra: int = 0
+) -> list[list[int]]:
+    """Buckets in order, split into transactions of at most APPEND_TXN_BYTES, each with
+    ``extra`` bytes of other ops (a bucket whose ops alone exceed it goes alone, and
+    ZooKeeper's limit then refuses it)."""
     paths = table.context.paths
     # each transaction also holds the write guard and the table's change marker
     guard_bytes = op_size(guard(table.context, "0" * 32))
-    guard_bytes += op_size(touch(paths.table_changes(table.table_id)))
+    guard_bytes += op_size(touch(paths.table_changes(table.table_id))) + extra
     groups: list[list[int]] = []
     group: list[int] = []
     size = ops = 0
@@ -250,7 +259,7 @@ def _groups(table: TableInfo, by_bucket: dict[int, list[SegmentFile]]) -> list[l
             groups.append(group)
             group, size, ops = [], 0, 0
         if not group:
-            size, ops = guard_bytes, 2
+            size, ops = guard_bytes, 4 if extra else 2
         group.append(bucket)
         size += bucket_bytes
         ops += bucket_ops
@@ -300,8 +309,35 @@ def _partial(
     )
 
 
+def _bucket_ops(
+    table: TableInfo, bucket: int, segs: Sequence[SegmentFile], state: BucketState | None
+) -> tuple[list[Op], OffsetRange]:
+    """A bucket's ops appending ``segs`` after ``state``, and the offsets they take."""
+    paths, tid = table.context.paths, table.table_id
+    start = 0 if state is None else state.end
+    floor = 0 if state is None else max(state.ts_floor, state.stat.mtime_ms)
+    offset = start
+    seg_ops: list[Op] = []
+    for seg in segs:
+        value = SegmentRecord(seg.rel, seg.rows, seg.size, floor).encode()
+        seg_ops.append(Create(paths.segment(tid, bucket, offset), value))
+        offset += seg.rows
+    if state is None:
+        new = BucketState.new(offset, floor).encode()
+        ops: list[Op] = [Create(paths.bucket(tid, bucket), new), Create(paths.log(tid, bucket))]
+        ops.append(Create(paths.snapshots(tid, bucket)))
+    else:
+        value = state.encode(end=offset, ts_floor=floor)
+        ops = [SetData(paths.bucket(tid, bucket), value, state.stat.version)]
+    return ops + seg_ops, OffsetRange(start, offset)
+
+
 def _commit_group(
-    table: TableInfo, files: dict[int, list[SegmentFile]], token: str
+    table: TableInfo,
+    files: dict[int, list[SegmentFile]],
+    token: str,
+    mark: BatchMark | None = None,
+    final: bool = True,
 ) -> dict[TableBucket, OffsetRange]:
     ctx = table.context
     paths = ctx.paths
@@ -316,30 +352,12 @@ def _commit_group(
         ops: list[Op] = [guard(ctx, token)]
         planned.clear()
         for (bucket, segs), state in zip(files.items(), states):
-            start = 0 if state is None else state.end
-            floor = 0 if state is None else max(state.ts_floor, state.stat.mtime_ms)
-            offset = start
-            seg_ops = []
-            for seg in segs:
-                value = SegmentRecord(seg.rel, seg.rows, seg.size, floor).encode()
-                seg_ops.append(Create(paths.segment(tid, bucket, offset), value))
-                offset += seg.rows
-            if state is None:
-                ops += [
-                    Create(paths.bucket(tid, bucket), BucketState.new(offset, floor).encode()),
-                    Create(paths.log(tid, bucket)),
-                    Create(paths.snapshots(tid, bucket)),
-                ]
-            else:
-                ops.append(
-                    SetData(
-                        paths.bucket(tid, bucket),
-                        state.encode(end=offset, ts_floor=floor),
-                        state.stat.version,
-                    )
-                )
-            ops += seg_ops
-            planned[TableBucket(table.name, bucket)] = OffsetRange(start, offset)
+            bucket_ops, planned[TableBucket(table.name, bucket)] = _bucket_ops(
+                table, bucket, segs, state
+            )
+            ops += bucket_ops
+        if mark:
+            ops += mark_ops(ctx, mark, list(files), final)
         return [*ops, touch(paths.table_changes(tid))]  # live views hear of it (one watch)
 
     deadline = time.monotonic() + ctx.store.timeout * 3

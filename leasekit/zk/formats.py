@@ -25,6 +25,7 @@ from .group_formats import (
 from .layout_formats import LayoutRecord, MergeOp, SplitOp, operation
 from .lease_formats import DROPPING, LIVE, LeaseRecord, PinChunk
 from .ops import Node, Stat
+from .sink_formats import SinkMarkRecord
 
 __all__ = [
     "SettingsRecord",
@@ -47,6 +48,7 @@ __all__ = [
     "OwnerRecord",
     "IdentityRecord",
     "AccessRecord",
+    "SinkMarkRecord",
     "LIVE",
     "DROPPING",
     "HISTORY",

@@ -184,6 +184,15 @@ class Paths:
         ``token``): it vanishes with the keepalive's session."""
         return f"{self.keepalives}/{token}"
 
+    def sinks(self, table_id: str) -> str:
+        """Parent of the table's stream sink markers; created on first use."""
+        return f"{self.data}/{table_id}/sinks"
+
+    def sink(self, table_id: str, query_id: str) -> str:
+        """The batch marker of one streaming query writing into the table (``SinkMarkRecord``):
+        it goes with the table's data when the table is dropped."""
+        return f"{self.sinks(table_id)}/{query_id}"
+
     def write(self, token: str) -> str:
         """Ephemeral marker of a write in progress; its files carry ``token`` in their path."""
         return f"{self.writes}/{token}"
