@@ -86,7 +86,7 @@ def test_union_read_equals_read_at_across_a_rescale(conn, spark, fmt, orders):
     assert rows(fmt(snapshots=ids)) == rows(lks.read_snapshots(spark, orders, chosen))
 
 
-def test_tasks_are_per_file_and_pushed_keys_prune_buckets(conn, spark, fmt, opts, orders):
+def test_tasks_are_per_file_and_pushed_keys_prune_buckets(conn, spark, fmt, opts, orders, capsys):
     # D1: one task per snapshot file and per bucket's log tail; id = 5 plans one bucket's
     orders.split_bucket(0)
     orders.append([{"id": i, "status": "split", "qty": 3} for i in range(0, 90, 2)])
@@ -105,6 +105,10 @@ def test_tasks_are_per_file_and_pushed_keys_prune_buckets(conn, spark, fmt, opts
     assert rows(df) == expected
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "BatchScan leasekit" in plan and not FILTER.search(plan), plan
+    capsys.readouterr()
+    df.explain("formatted")
+    (pushed,) = [x for x in capsys.readouterr().out.splitlines() if "PushedFilters" in x]
+    assert "In(id" in pushed and "GreaterThan(qty" in pushed, pushed
     kept = fmt().where("status like '%ai%'")  # not pushed: Spark filters
     assert FILTER.search(kept._jdf.queryExecution().executedPlan().toString())
     assert rows(kept) == rows(lks.read_at(spark, orders).where("status like '%ai%'"))
