@@ -19,18 +19,15 @@ from ..errors import (
     InvalidTypeError,
     LeaseExpiredError,
     LeasekitError,
-    NotPinnedError,
     ZooKeeperUnavailableError,
 )
-from ..snapshots.catalog import get_snapshots
-from ..snapshots.cover import cover
-from ..snapshots.sources import Source
 from ..structs import AcquireResult, LeaseInfo, TableBucket
 from ..tables.catalog import load_table
 from ..tables.info import TableInfo
 from ..validate import check_bool, check_id, check_int
 from ..zk import to_datetime
-from . import acquire, holder, pins, upkeep
+from . import acquire, holder, upkeep
+from .reading import lease_sources
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -287,24 +284,7 @@ class KvSnapshotLease:
         self._check()
         spark = session(spark)
         table = load_table(self._ctx, table)
-        acquire.validity(self._ctx, self.lease_id)
-        pinned = {
-            tb.bucket: sid for tb, sid in pins.pins_of(self._ctx, self.lease_id, table).items()
-        }
-        used = cover(table.layout, pinned)
-        if used.uncovered and not allow_partial:
-            shown = ", ".join(map(str, used.uncovered[:10]))
-            more = " ..." if len(used.uncovered) > 10 else ""
-            raise NotPinnedError(
-                f"lease {self.lease_id!r} does not pin {len(used.uncovered)} of "
-                f"{table.num_buckets} buckets of {table.name!r} (buckets {shown}{more}), nor "
-                "their ancestors; acquire them or pass allow_partial=True"
-            )
-        snaps = get_snapshots(table, {b: pinned[b] for b in used.used})
-        sources = [  # each key in one of them: no order between them (depth 0)
-            Source(b, 0, s, s.log_offset, s.log_offset, used.used[b])
-            for b, s in ((s.table_bucket.bucket, s) for s in snaps)
-        ]
+        sources = lease_sources(self._ctx, self.lease_id, table, allow_partial=allow_partial)
         with spark_errors(f"read {table.name} through lease {self.lease_id}"):
             return snapshot_rows(spark, table, sources).drop("_depth")
 

@@ -70,7 +70,14 @@ class LeasekitDataSource(DataSource):
         return stream_writer(self.parsed, schema, overwrite)
 
 
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+"""Spark's switch for ``pushFilters`` of Python data sources: batch reads push filters, and
+Spark refuses a reader that can while it is off, so ``register`` turns it on (a source that
+pushes nothing is not affected)."""
+
+
 def register(spark: SparkSession | Any) -> None:
-    """Register ``format("leasekit")`` with ``spark`` (classic or Spark Connect); again is a
-    no-op."""
+    """Register ``format("leasekit")`` with ``spark`` (classic or Spark Connect) and turn on
+    filter pushdown for Python data sources (``PUSHDOWN``); again is a no-op."""
     spark.dataSource.register(LeasekitDataSource)
+    spark.conf.set(PUSHDOWN, "true")
