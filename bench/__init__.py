@@ -26,6 +26,7 @@ REGISTRY: dict[str, str] = {
     "B9": "bench.b9",
     "B10": "bench.b10",
     "B11": "bench.b11",
+    "B12": "bench.b12",
     "B13": "bench.b13",
     "B13-SCRAPE": "bench.b13_scrape",
 }
