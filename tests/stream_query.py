@@ -1,7 +1,8 @@
 """A streaming query of ``format("leasekit")`` in a process of its own, for the kill-and-restart
 test (D2): it streams ``TABLE`` of group ``GROUP`` into a Parquet sink at ``OUT`` with the
-checkpoint ``CHECKPOINT`` (a few records per batch), until the sink holds ``--until`` records,
-then stops. Started again with the same checkpoint, it resumes where the last run committed.
+checkpoint ``CHECKPOINT`` (a few records per batch), until a completed batch ends at
+``--until`` records, then stops. Started again with the same checkpoint, it resumes where
+the last run committed.
 
     python tests/stream_query.py ZOOKEEPER WAREHOUSE NAMESPACE TABLE GROUP CHECKPOINT OUT
         [--until N] [--max-records N]
@@ -10,6 +11,7 @@ then stops. Started again with the same checkpoint, it resumes where the last ru
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -59,7 +61,7 @@ def main() -> None:
     print("STARTED", flush=True)
     while query.isActive:
         time.sleep(0.5)
-        if args.until and written(spark, args.out) >= args.until:
+        if args.until and read_to(query) >= args.until:
             break
     error = query.exception()
     query.stop()
@@ -70,14 +72,14 @@ def main() -> None:
     print("DONE", flush=True)
 
 
-def written(spark, out: str) -> int:
-    """Records the sink committed (none before its first batch)."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        return spark.read.parquet(out).count()
-    except AnalysisException:
+def read_to(query) -> int:
+    """Records up to the end offsets of the last completed batch (offsets start at 0)."""
+    progress = query.lastProgress
+    if not progress or not progress["sources"]:
         return 0
+    end = progress["sources"][0]["endOffset"]
+    end = json.loads(end) if isinstance(end, str) else end
+    return sum(end["buckets"].values()) if end else 0
 
 
 if __name__ == "__main__":

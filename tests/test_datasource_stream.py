@@ -12,9 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql.types import StructType
 
 import leasekit as lk
 import leasekit.spark
+from leasekit.spark.datasource.options import parse_options
+from leasekit.spark.datasource.stream import share_limit, stream_reader
+from leasekit.spark.datasource.stream_member import StreamMember
 from leasekit.structs import TableBucket
 
 SCRIPT = Path(__file__).with_name("stream_query.py")
@@ -93,14 +97,14 @@ def test_a_stream_delivers_every_record_once_in_order_and_is_the_groups_only_mem
     # D2: every record exactly once, in offset order per bucket, batches capped by
     # maxRecordsPerTrigger; D3: the query is the group's live member and commits each batch
     table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=3)
-    append(table, range(60))
+    append(table, range(30))
     sink = Collected()
     df = stream(sspark, zookeeper, warehouse, namespace, "orders", "etl", maxRecordsPerTrigger=10)
     assert df.columns[:4] == ["_bucket", "_offset", "_timestamp", "_op"]
     query = start(df, tmp_path, sink)
     try:
-        append(table, range(60, 90))
-        wait_for(lambda: len(sink.rows()) >= 90, what="90 records", query=query)
+        append(table, range(30, 45))
+        wait_for(lambda: len(sink.rows()) >= 45, what="45 records", query=query)
         ends = {tb.bucket: o for tb, o in table.end_offsets().items()}
 
         # D3: committed == log end once idle, consumer id spark-..., its host, health OK
@@ -124,7 +128,7 @@ def test_a_stream_delivers_every_record_once_in_order_and_is_the_groups_only_mem
         query.stop()
     rows = sink.rows()
     assert by_bucket(rows) == {b: list(range(ends[b])) for b in ends}  # once each, in order
-    assert sorted(r[2] for r in rows) == list(range(90))
+    assert sorted(r[2] for r in rows) == list(range(45))
     assert all(len(batch) <= 10 for _, batch in sink.batches if batch)
     assert all(r[3] == "+U" or r[3] for r in rows) and all(r[4] is not None for r in rows)
     wait_for(lambda: not conn.group_members("etl"), timeout=5, what="the stream to leave")
@@ -171,10 +175,31 @@ def test_starting_offsets_committed_earliest_latest(
     finally:
         query.stop()
     assert sorted(r[2] for r in sink.rows()) == list(range(100, 110))
-    with pytest.raises(Exception, match="InvalidArgumentError"):
-        stream(
-            sspark, zookeeper, warehouse, namespace, "orders", "g4", startingOffsets="soon"
-        ).writeStream.foreachBatch(Collected()).start().awaitTermination(30)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"startingOffsets": "soon"}, "startingOffsets must be one of"),
+        ({"maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
+        ({"maxRecordsPerTrigger": "many"}, "maxRecordsPerTrigger must be a positive integer"),
+        ({"group": "no/slash"}, "group id"),
+    ],
+)
+def test_bad_stream_options_are_refused_before_any_io(options, message):
+    # D2: bad options are typed errors, checked on the driver (no ZooKeeper needed)
+    opts = parse_options({"path": "orders", "group": "g", **options})
+    with pytest.raises(lk.InvalidArgumentError, match=message):
+        stream_reader(opts, StructType())
+
+
+def test_max_records_are_shared_by_backlog_at_least_one_per_bucket_with_records():
+    # D2: maxRecordsPerTrigger caps a batch, shared in proportion to each bucket's backlog
+    assert share_limit({0: 90, 1: 10, 2: 0}, 10) == {0: 9, 1: 1, 2: 0}
+    assert share_limit({0: 1000, 1: 1, 2: 1}, 10) == {0: 8, 1: 1, 2: 1}
+    assert share_limit({0: 5, 1: 5}, None) == {0: 5, 1: 5}
+    assert share_limit({0: 3, 1: 4}, 100) == {0: 3, 1: 4}
+    assert sum(share_limit({b: 7 * b + 1 for b in range(9)}, 50).values()) == 50
 
 
 def test_a_stream_on_a_group_with_a_live_consumer_fails(
@@ -201,16 +226,16 @@ def test_a_killed_query_restarted_from_its_checkpoint_writes_every_record_once(
     # D2: restarted from the checkpoint it loses and repeats nothing; D3: the restarted query
     # takes over its own stale member (the killed driver's session has not expired yet)
     table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=3)
-    append(table, range(100))
+    append(table, range(60))
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     args = [sys.executable, str(SCRIPT), zookeeper, warehouse, namespace, "orders", "etl"]
-    args += [str(checkpoint), str(out)]
+    args += [str(checkpoint), str(out), "--max-records", "15"]
     first = subprocess.Popen(args, start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: len(conn.group_members("etl")) == 1, timeout=90, what="the query")
         stale = conn.group_members("etl")[0].member_id
-        for n in range(100, 200, 20):  # appends while it runs
-            append(table, range(n, n + 20))
+        for n in range(60, 120, 15):  # appends while it runs
+            append(table, range(n, n + 15))
             time.sleep(0.3)
         commits = checkpoint / "commits"
         wait_for(lambda: commits.exists() and len(list(commits.iterdir())) >= 3, what="3 batches")
@@ -218,7 +243,7 @@ def test_a_killed_query_restarted_from_its_checkpoint_writes_every_record_once(
         os.killpg(first.pid, signal.SIGKILL)  # driver, JVM and Python workers at once
         first.wait()
     assert [m.member_id for m in conn.group_members("etl")] == [stale]  # still, until expiry
-    total = 200
+    total = 120
     second = subprocess.run(
         [*args, "--until", str(total)], capture_output=True, text=True, timeout=120
     )
@@ -265,3 +290,80 @@ def test_a_stream_follows_a_split_and_fails_when_its_table_is_dropped(
             query.awaitTermination(60)
     finally:
         query.stop()
+
+
+def member_of(conn, zookeeper, warehouse, namespace, group, stream_id):
+    opts = parse_options(
+        {
+            "path": "orders",
+            "group": group,
+            "zookeeper": zookeeper,
+            "warehouse": warehouse,
+            "namespace": namespace,
+        }
+    )
+    return StreamMember(conn, opts, stream_id)
+
+
+def test_a_restarted_stream_takes_over_its_stale_member_and_no_other_stream_joins(
+    conn, zookeeper, warehouse, namespace
+):
+    # D3: a restart (same stream id) replaces the member its killed driver left (session not
+    # expired yet); a stream with another id is refused while it is a member
+    conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    stale = member_of(conn, zookeeper, warehouse, namespace, "etl", "s1")
+    assert stale.poll() == [0, 1]
+    old = [m.member_id for m in conn.group_members("etl")]
+    assert len(old) == 1 and old[0].startswith("spark-s1-")
+    other = member_of(conn, zookeeper, warehouse, namespace, "etl", "s2")
+    with pytest.raises(lk.GroupNotEmptyError, match="live member"):
+        other.poll()
+    other.close()
+    restarted = member_of(conn, zookeeper, warehouse, namespace, "etl", "s1")
+    try:
+        assert restarted.poll() == [0, 1]
+        now = [m.member_id for m in conn.group_members("etl")]
+        assert len(now) == 1 and now[0].startswith("spark-s1-") and now != old
+        restarted.commit({0: 0, 1: 0})  # it owns every bucket
+    finally:
+        restarted.close()
+        stale.close()
+    assert conn.group_members("etl") == []
+
+
+def join_at_once(barrier, results, name, join):
+    barrier.wait()
+    try:
+        join()
+        results[name] = "joined"
+    except lk.GroupNotEmptyError:
+        results[name] = "refused"
+
+
+def test_a_stream_and_a_consumer_joining_at_once_never_are_both_members(
+    conn, zookeeper, warehouse, namespace
+):
+    # D3 race: whichever join commits first wins, the other gets GroupNotEmptyError
+    conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    for i in range(25):
+        group = f"race{i}"
+        member = member_of(conn, zookeeper, warehouse, namespace, group, f"s{i}")
+        consumer = conn.consumer("orders", group_id=group)
+        results: dict[str, str] = {}
+        barrier = threading.Barrier(2)
+        threads = [
+            threading.Thread(target=join_at_once, args=(barrier, results, "stream", member.poll)),
+            threading.Thread(
+                target=join_at_once, args=(barrier, results, "consumer", consumer.poll)
+            ),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        try:
+            assert sorted(results.values()) == ["joined", "refused"], results
+            assert len(conn.group_members(group)) == 1
+        finally:
+            consumer.close()
+            member.close()

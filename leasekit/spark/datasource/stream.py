@@ -163,6 +163,7 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         stream_id, current = _parse(start)
         member = self._membership(stream_id)
+        member.check_table()  # (D5) before the commit, which would name the table otherwise
         member.commit(current)
         assigned = member.poll()
         new = [b for b in assigned if b not in current]
@@ -315,12 +316,15 @@ def share_limit(backlog: dict[int, int], cap: int | None) -> dict[int, int]:
         return dict(backlog)
     share = {b: min(n, max(1, cap * n // total)) if n else 0 for b, n in backlog.items()}
     left = cap - sum(share.values())
-    for b in sorted(backlog, key=lambda b: backlog[b] - share[b], reverse=True):
-        if left <= 0:
-            break
-        more = min(left, backlog[b] - share[b])
+    order = sorted(backlog, key=lambda b: (backlog[b], b), reverse=True)
+    for b in order:  # the rounding's remainder to the largest backlogs
+        more = max(0, min(left, backlog[b] - share[b]))
         share[b] += more
         left -= more
+    for b in order:  # the floors of 1 went over the cap: taken back from the largest shares
+        less = max(0, min(-left, share[b] - 1))
+        share[b] -= less
+        left += less
     return share
 
 
