@@ -24,11 +24,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ...consumers import offsets as stored
 from ...consumers.offsets import check_group_id
 from ...consumers.rescales import group_buckets
 from ...errors import InvalidArgumentError, OffsetOutOfRangeError
 from ...log.segments import OP_COLUMN, list_segments
 from ...log.state import read_states
+from ...structs import TableBucket
 from ...validate import check_positive_int
 from ...warehouse import Warehouse, io_errors
 from .stream_member import StreamMember, open_connection
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from ...connection import Connection
+    from ...tables.info import TableInfo
     from .options import SourceOptions
 
 __all__ = ["stream_reader", "LeasekitStreamReader", "SegmentSlice", "share_limit", "STARTS"]
@@ -342,10 +345,8 @@ def _parse(offset: dict[str, Any]) -> tuple[str, dict[int, int]]:
         ) from None
 
 
-def _committed(table: Any, group: str, buckets: list[int]) -> dict[int, int]:
-    from ...consumers import offsets as stored
-    from ...structs import TableBucket
-
+def _committed(table: TableInfo, group: str, buckets: list[int]) -> dict[int, int]:
+    """The group's committed offsets of ``buckets`` of ``table`` (those it has), read now."""
     found = stored.fetch(
         table.context, group, {table.name: table}, [TableBucket(table.name, b) for b in buckets]
     )
