@@ -50,6 +50,7 @@ class Consumer:
         max_poll_records: int = 10_000,
         max_poll_interval: Any = "5m",
         parent_first: bool = True,
+        exclusive_prefix: str | None = None,
     ) -> None:
         options = consumer_options(
             auto_offset_reset=auto_offset_reset,
@@ -59,7 +60,7 @@ class Consumer:
             max_poll_interval=max_poll_interval,
             max_poll_records=max_poll_records,
             parent_first=parent_first,
-        )
+        )._replace(exclusive_prefix=exclusive_prefix)  # (the data source's stream: D3)
         chosen = get_assignor(assignor)
         self._sub = SubscriptionState(ctx, listener)
         log = LogView(self._sub)

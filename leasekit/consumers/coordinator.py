@@ -68,7 +68,7 @@ class GroupCoordinator:
         wake: Callable[[], None],
     ) -> None:
         self._ctx, self.group_id, self._sub = ctx, group, subscription
-        self._parent_first = options.parent_first
+        self._parent_first, self._exclusive = options.parent_first, options.exclusive_prefix
         self._auto_commit, self._interval = options.auto_commit, options.auto_commit_interval
         self._next_auto_commit = time.monotonic() + self._interval
         self._committed: dict[TableBucket, OffsetAndMetadata] = {}
@@ -178,6 +178,7 @@ class GroupCoordinator:
             self._assignor,
             self._signal,
             parent_first=self._parent_first,
+            exclusive_prefix=self._exclusive,
         )
         self._unlisten_member = store.add_state_listener(
             lambda state: self._on_state("member", state)

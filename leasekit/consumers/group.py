@@ -2,7 +2,9 @@
 
 - **Members** are sequential ephemeral znodes (``members/<host>-<pid>-<id>-<seq>``) carrying
   host and subscription; liveness is the ZooKeeper session. Joining also bumps the data
-  version of ``members``, which commits from outside the group check (§6.5).
+  version of ``members``, which commits from outside the group check (§6.5). An exclusive
+  member (the data source's stream, ``spark-<stream id>-<seq>``) keeps every other out
+  (``exclusive``).
 - **The leader** is the member with the lowest sequence number; each other member watches only
   the member just before it, so a leave wakes one member, not all (no herd effect). The leader
   watches the members (debounced: joins close together make one generation), computes each
@@ -33,7 +35,7 @@ from ..structs import TableBucket
 from ..tables.catalog import load_tables
 from ..zk import Check, Create, Delete, Node, SetData, TxnConflict
 from ..zk.formats import AssignmentRecord, MemberRecord
-from . import owners
+from . import exclusive, owners
 from .rescales import RescaleWatch, group_buckets
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ class GroupMember:
         wake: Callable[[], None],
         *,
         parent_first: bool = True,
+        exclusive_prefix: str | None = None,
     ) -> None:
         self._ctx, self._store, self.group_id, self._assignor, self._wake = (
             ctx,
@@ -79,6 +82,8 @@ class GroupMember:
         )
         self._parent_first = parent_first
         """As the leader: new buckets are assigned once their parents are drained (K5)."""
+        self._exclusive = exclusive_prefix
+        """The member id prefix of an exclusive member (``exclusive``), None for an ordinary one."""
         self._rescales = RescaleWatch(store, ctx, group_id, self._reassign)
         self._lock = threading.RLock()
         self.member_id: str | None = None
@@ -102,20 +107,20 @@ class GroupMember:
         for path in (paths.group_members(self.group_id), paths.group_owners(self.group_id)):
             store.ensure_path(path)
         record = MemberRecord(self._ctx.owner, tuple(sorted(tables)))
-        prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-        # the data version of members counts joins: a commit from outside the group checks it
-        members = paths.group_members(self.group_id)
-        created, _ = store.commit(
-            [
-                Create(
-                    paths.member(self.group_id, prefix),
-                    record.encode(),
-                    ephemeral=True,
-                    sequence=True,
-                ),
-                SetData(members, b""),
-            ]
+        prefix = self._exclusive or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+        me = Create(
+            paths.member(self.group_id, prefix), record.encode(), ephemeral=True, sequence=True
         )
+        if self._exclusive is not None:
+            created = exclusive.exclusive_join(store, paths, self.group_id, prefix, me)
+        else:  # the data version of members counts joins: a commit from outside the group checks it
+            members = paths.group_members(self.group_id)
+            try:
+                created = store.commit(
+                    [me, SetData(members, b""), *exclusive.ordinary_join(paths, self.group_id)]
+                )[0]
+            except TxnConflict as exc:
+                raise exclusive.refused(self.group_id, exc, paths) or exc from None
         with self._lock:
             self.member_id = created.rsplit("/", 1)[1]
             self.assignment = None
@@ -138,8 +143,11 @@ class GroupMember:
         """Delete the member znode (its claims die with it) and stop every watch."""
         member = self.forget()
         if member is not None:
+            gone = [Delete(self._ctx.paths.member(self.group_id, member))]
+            if self._exclusive is not None:
+                gone.append(Delete(exclusive.exclusive_path(self._ctx.paths, self.group_id)))
             try:
-                self._store.commit([Delete(self._ctx.paths.member(self.group_id, member))])
+                self._store.commit(gone)
             except TxnConflict:
                 pass  # its session ended first: it is gone already
             except LeasekitError:

@@ -40,6 +40,9 @@ class ConsumerOptions(NamedTuple):
     max_poll_records: int
     parent_first: bool = True
     """K5: a new bucket is read only once its parents are drained (False: at once)."""
+    exclusive_prefix: str | None = None
+    """The member id prefix of an exclusive member (the data source's stream, D3): it joins
+    only an empty group and keeps every other consumer out (``exclusive``); None: ordinary."""
 
 
 def consumer_options(
