@@ -22,6 +22,16 @@ def rows_of(df: Any) -> list[list[str | None]]:
     return sorted(rows, key=lambda r: [("" if v is None else v) for v in r])
 
 
+def _offsets(frame: Any) -> dict[int, int]:
+    """Committed offset by bucket of a ``describe_group`` frame (buckets never committed left
+    out)."""
+    import pandas as pd
+
+    return {
+        int(b): int(o) for b, o in zip(frame["bucket"], frame["current_offset"]) if not pd.isna(o)
+    }
+
+
 def _until_done(query: Any, done: Any, timeout: float = 120) -> None:
     """Wait until ``done()`` holds (the stream has read to the end), then stop ``query``."""
     deadline = time.monotonic() + timeout
@@ -50,6 +60,10 @@ def datasource_calls(
     """Every ``format("leasekit")`` call on ``spark`` over table ``source`` (connection
     ``options``); the stream reads with ``group`` and writes into table ``sink``, with
     checkpoints under ``checkpoints``."""
+
+    import leasekit as lk
+
+    assert lk.spark_session() is spark  # the active session, with format("leasekit") registered
 
     def read() -> Any:
         return spark.read.format("leasekit").options(**options)
@@ -80,8 +94,7 @@ def datasource_calls(
     )
 
     def committed() -> dict[int, int]:
-        frame = conn.describe_group(group)
-        return {int(b): int(o) for b, o in zip(frame["bucket"], frame["current_offset"]) if o == o}
+        return _offsets(conn.describe_group(group))
 
     _until_done(query, lambda: all(committed().get(b, 0) >= e for b, e in ends.items()))
     out["ds_stream"] = rows_of(spark.table(name))
@@ -103,8 +116,7 @@ def datasource_calls(
     )
 
     def copied() -> bool:
-        frame = conn.describe_group(f"{group}-sink")
-        done = {int(b): int(o) for b, o in zip(frame["bucket"], frame["current_offset"]) if o == o}
+        done = _offsets(conn.describe_group(f"{group}-sink"))
         return all(done.get(b, 0) >= e for b, e in ends.items())
 
     _until_done(copy, copied)

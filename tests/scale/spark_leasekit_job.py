@@ -31,6 +31,8 @@ def rows_of(df: Any) -> list[list[str | None]]:
 
 def run_calls(spark: Any, conn: Any, spec: dict) -> dict:
     """Every public Spark call of leasekit on ``spark``; JSON-ready results by call name."""
+    from datasource_calls import datasource_calls
+
     from leasekit import spark as lks
 
     src = conn.table(SOURCE)
@@ -57,6 +59,19 @@ def run_calls(spark: Any, conn: Any, spec: dict) -> dict:
     written = lks.write(lks.read_at(spark, src), dst)
     out["write"] = {str(tb.bucket): [r.start, r.end] for tb, r in written.items()}
     out["write_read_at"] = rows_of(lks.read_at(spark, dst))
+
+    out.update(
+        datasource_calls(
+            spark,
+            conn,
+            {"zookeeper": conn.zookeeper, "warehouse": conn.warehouse, "namespace": conn.namespace},
+            source=SOURCE,
+            group=f"ds_{spec['suffix']}",
+            sink=f"copy_{spec['suffix']}",
+            checkpoints=spec["checkpoints"],
+            lease_id=spec["lease_id"],
+        )
+    )
 
     snaps = dst.snapshot(spark)
     out["snapshot"] = {

@@ -233,6 +233,7 @@ def make_source(conn: Any, spark: Any, suffixes: tuple[str, ...]) -> dict[str, A
     src = conn.create_table("src", DDL, "id", buckets=3)
     for suffix in suffixes:
         conn.create_table(f"dst_{suffix}", DDL, "id", buckets=2)
+        conn.create_table(f"copy_{suffix}", DDL, "id", buckets=2)
     src.append(_rows(0, 40, "a"))
     src.delete([{"id": i} for i in range(0, 40, 5)])
     middle = {tb.bucket: off for tb, off in src.end_offsets().items()}
@@ -243,6 +244,7 @@ def make_source(conn: Any, spark: Any, suffixes: tuple[str, ...]) -> dict[str, A
     lease = conn.lease(drop_on_exit=False)
     lease.acquire_latest("src")
     return {
+        "ends": {tb.bucket: end for tb, end in src.end_offsets().items()},
         "snapshot_ids": {tb.bucket: s.snapshot_id for tb, s in snaps.items()},
         "offsets": middle,
         "lease_id": lease.lease_id,
@@ -288,13 +290,20 @@ def same_as_local(
     spec = make_source(conn, spark, (suffix, "local"))
     spec.update(connect)
     remote, local = run_job(
-        dict(spec, suffix=suffix, **where),
+        dict(spec, suffix=suffix, checkpoints=str(root / f"ck-{suffix}"), **where),
         root,
-        meanwhile=lambda: run_calls(spark, conn, dict(spec, suffix="local")),
+        meanwhile=lambda: run_calls(
+            spark, conn, dict(spec, suffix="local", checkpoints=str(root / "ck-local"))
+        ),
     )
     assert len(local["read_at"]) == 64  # ids 0-69 less 0, 5, 10, 15, 21 and 55, deleted
     assert local["read_changes_after_commit"] == 0
     assert local["missing_file"] == ["leasekit.errors", "IllegalStateError", True]
+    # D1: format("leasekit") reads what read_at and lease.read return; D2-D4: the stream read
+    # every record, its group committed the ends, and the sink's copy equals the source
+    assert local["ds_read"] == local["read_at"] and local["ds_lease"] == local["lease_read"]
+    assert local["ds_sink"] == local["read_at"] and local["ds_stream_batches"]
+    assert len(local["ds_stream"]) == sum(int(e) for e in spec["ends"].values())
     for name in local:
         assert remote[name] == local[name], name
     assert remote["active_session_is_this"] is True
