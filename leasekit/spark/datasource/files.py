@@ -23,7 +23,11 @@ from ...warehouse import Warehouse, io_errors
 if TYPE_CHECKING:
     from ...tables.layout import ResidueClass
 
-__all__ = ["FileSlice", "open_warehouse", "read_slice", "keep_within", "conform"]
+__all__ = ["FileGone", "FileSlice", "open_warehouse", "read_slice", "keep_within", "conform"]
+
+
+class FileGone(IllegalStateError):
+    """A file the plan named is gone when a task reads it (retention deleted it)."""
 
 
 class FileSlice(NamedTuple):
@@ -72,7 +76,8 @@ def read_slice(
     file, row groups whose statistics rule it out are skipped).
 
     Raises:
-        IllegalStateError: the file is gone (retention deleted it) or cannot be read.
+        FileGone: the file is gone (retention deleted it).
+        IllegalStateError: the file cannot be read.
     """
     path = warehouse.fs_path(part.path)
     what = f"read {warehouse.uri(part.path)}"
@@ -86,7 +91,7 @@ def read_slice(
                 if where is not None:
                     data = data.filter(where)
     except FileNotFoundError:
-        raise IllegalStateError(f"{what}: the file is gone (deleted by retention?)") from None
+        raise FileGone(f"{what}: the file is gone (deleted by retention?)") from None
     return keep_within(data, key, part.within)
 
 

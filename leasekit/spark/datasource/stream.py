@@ -32,7 +32,9 @@ from ...log.segments import OP_COLUMN, list_segments
 from ...log.state import read_states
 from ...structs import TableBucket
 from ...validate import check_positive_int
-from ...warehouse import Warehouse, io_errors
+from ...warehouse import io_errors
+from .files import FileGone, FileSlice, open_warehouse
+from .files import read_slice as read_rows
 from .stream_member import StreamMember, open_connection
 
 if TYPE_CHECKING:
@@ -266,31 +268,19 @@ def _exit(signum: int, frame: Any) -> None:
 
 
 def read_slice(part: SegmentSlice, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``part`` in offset order, one per row group read."""
+    """Record batches of ``part`` in offset order, decoding only the row groups it spans."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     target = to_arrow_schema(schema, timezone="UTC")
     columns = [*schema.fieldNames()[STREAM_COLUMNS:], OP_COLUMN]
-    warehouse = Warehouse(part.warehouse)
-    warehouse.open()
+    rows = FileSlice(part.file, part.start - part.base, part.stop - part.base)
     try:
-        file = warehouse.open_parquet(part.file)
-    except FileNotFoundError:
+        data = read_rows(open_warehouse(part.warehouse), rows, columns, ())
+    except FileGone:
         raise OffsetOutOfRangeError(
             f"segment file {part.file} of bucket {part.bucket} is gone (retention deleted it)"
         ) from None
-    row = 0
-    first, last = part.start - part.base, part.stop - part.base
-    for group in range(file.metadata.num_row_groups):
-        rows = file.metadata.row_group(group).num_rows
-        lo, hi = max(first, row), min(last, row + rows)
-        if lo < hi:
-            with io_errors(f"read {part.file}"):
-                data = file.read_row_group(group, columns=columns).slice(lo - row, hi - lo)
-            yield from _batches(part, data, part.base + lo, target)
-        row += rows
-        if row >= last:
-            break
+    yield from _batches(part, data, part.start, target)
 
 
 def _batches(
