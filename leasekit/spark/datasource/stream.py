@@ -46,7 +46,15 @@ if TYPE_CHECKING:
     from ...tables.info import TableInfo
     from .options import SourceOptions
 
-__all__ = ["stream_reader", "LeasekitStreamReader", "SegmentSlice", "share_limit", "STARTS"]
+__all__ = [
+    "stream_reader",
+    "LeasekitStreamReader",
+    "SegmentSlice",
+    "BucketRun",
+    "runs_of",
+    "share_limit",
+    "STARTS",
+]
 
 STARTS = ("committed", "earliest", "latest")
 """``startingOffsets`` of a new query (a restarted one resumes from its checkpoint)."""
@@ -75,6 +83,38 @@ class SegmentSlice(InputPartition):
         """One past the last offset to read."""
         self.ts = ts
         """The segment's commit time (ZooKeeper clock, ms): every record's ``_timestamp``."""
+
+
+class BucketRun(InputPartition):
+    """Consecutive slices of one bucket's segment files, read in order by one Spark task."""
+
+    def __init__(self, slices: tuple[SegmentSlice, ...]) -> None:
+        super().__init__((slices[0].bucket, slices[0].start))
+        self.slices = slices
+        """The slices, in offset order."""
+
+
+TASK_RECORDS = 250_000
+"""Records one task reads at most, unless one segment slice holds more: a bucket's slices are
+read by as few tasks as that allows (each Python task costs tens of milliseconds to start)."""
+
+
+def runs_of(slices: list[SegmentSlice], size: int = TASK_RECORDS) -> list[BucketRun]:
+    """``slices`` (in offset order per bucket) cut into runs of one bucket of at most ``size``
+    records each (a larger slice makes a run alone)."""
+    out: list[BucketRun] = []
+    run: list[SegmentSlice] = []
+    records = 0
+    for part in slices:
+        n = part.stop - part.start
+        if run and (run[-1].bucket != part.bucket or records + n > size):
+            out.append(BucketRun(tuple(run)))
+            run, records = [], 0
+        run.append(part)
+        records += n
+    if run:
+        out.append(BucketRun(tuple(run)))
+    return out
 
 
 def stream_reader(opts: SourceOptions, schema: StructType) -> LeasekitStreamReader:
@@ -205,9 +245,10 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning and reading -----------------------------------------------------------------
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SegmentSlice]:
-        """One partition per segment file overlapping each bucket's ``[start, end)``, in offset
-        order per bucket (a bucket only in ``end`` is new: read from the next batch on).
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BucketRun]:
+        """The slices of the segment files overlapping each bucket's ``[start, end)``, in offset
+        order, cut into runs of one bucket (``runs_of``): planned per file, never per record (a
+        bucket only in ``end`` is new: read from the next batch on).
 
         Raises:
             OffsetOutOfRangeError: records of the range are gone (retention deleted them).
@@ -243,14 +284,15 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"table {table.name} bucket {bucket}: records {covered}..{hi - 1} are gone "
                     "(retention deleted them before the stream read them)"
                 )
-        return out
+        return runs_of(out)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The records of a ``SegmentSlice``, read from its file through the warehouse's file
+        """The records of a ``BucketRun``, read from its files through the warehouse's file
         system (no ZooKeeper in executors), with exactly the schema's columns."""
-        if not isinstance(partition, SegmentSlice):
+        if not isinstance(partition, BucketRun):
             raise InvalidArgumentError(f"not a leasekit stream partition: {partition!r}")
-        yield from read_slice(partition, self._schema)
+        for part in partition.slices:
+            yield from read_slice(part, self._schema)
 
 
 def _leave_on_sigterm() -> None:
