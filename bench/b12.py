@@ -300,6 +300,8 @@ def _summary(results: list[dict[str, Any]], files: int) -> dict[str, Any]:
             "batches": results[0][action]["batches"] if results else 0,
         }
     figures["ratio"] = figures["count"]["ratio"]
+    figures["spread"] = figures["count"]["spread"]
+    figures["cpu_ratio"] = figures["count"]["cpu_ratio"]
     figures["load_average"] = median([r["load_average"] or 0.0 for r in results])
     figures["note"] = (
         f"count {figures['count']['ratio']:.3f}, every column {figures['columns']['ratio']:.3f} "
