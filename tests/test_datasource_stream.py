@@ -207,6 +207,12 @@ def test_bad_stream_options_are_refused_before_any_io(options, message):
         stream_reader(opts, StructType())
 
 
+def test_a_stream_without_a_group_is_told_to_name_one():
+    # D3: a stream reads as a member of its group, so the group is required
+    with pytest.raises(lk.InvalidArgumentError, match=r"option\('group', 'etl'\)"):
+        stream_reader(parse_options({"path": "orders"}), StructType())
+
+
 def test_max_records_are_shared_by_backlog_at_least_one_per_bucket_with_records():
     # D2: maxRecordsPerTrigger caps a batch, shared in proportion to each bucket's backlog
     assert share_limit({0: 90, 1: 10, 2: 0}, 10) == {0: 9, 1: 1, 2: 0}

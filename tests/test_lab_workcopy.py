@@ -39,6 +39,7 @@ def test_the_shipped_notebooks_are_the_repositorys():
         "pinned_read.ipynb",
         "quickstart.ipynb",
         "retention_audit.ipynb",
+        "streaming_pipeline.ipynb",
     ]
     assert sorted(p.name for p in shipped_dir().glob("*.ipynb")) == SHIPPED
 

@@ -137,6 +137,11 @@ def stream_reader(opts: SourceOptions, schema: StructType) -> LeasekitStreamRead
             raise InvalidArgumentError(
                 f"maxRecordsPerTrigger must be a positive integer, not {raw!r}"
             ) from None
+    if opts.get("group") is None:
+        raise InvalidArgumentError(
+            f"a stream of format('leasekit') reads as a consumer group: give it one, e.g. "
+            f"spark.readStream.format('leasekit').option('group', 'etl').load({opts.table!r})"
+        )
     check_group_id(opts.get("group"))
     return LeasekitStreamReader(opts, schema, start, cap)
 
