@@ -9,8 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import IllegalStateError, LeasekitError, SnapshotNotFoundError
+from ..errors import (
+    IllegalStateError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    LeasekitError,
+    SnapshotNotFoundError,
+)
 from ..structs import Snapshot, TableBucket
+from ..validate import check_int
 from ..warehouse import contained
 from ..zk import ConflictReason, Delete, Node, TxnConflict, to_datetime, touch
 from ..zk.chunked import ChunkArray, group_by_chunk
@@ -20,6 +27,7 @@ if TYPE_CHECKING:
     from ..tables.info import TableInfo
 
 __all__ = [
+    "snapshot_map",
     "decode_snapshot",
     "list_snapshots",
     "get_snapshots",
@@ -28,6 +36,28 @@ __all__ = [
     "delete_snapshot",
     "delete_refused",
 ]
+
+
+def snapshot_map(table: TableInfo, snapshot_ids: object) -> dict[int, int]:
+    """``snapshot_ids`` (snapshot id per ``TableBucket`` or bucket number) checked: by bucket.
+
+    Raises:
+        InvalidTypeError: not a mapping, or an id that is not an int.
+        InvalidArgumentError: a snapshot id below 1.
+        BucketNotFoundError: the table never had such a bucket.
+    """
+    if not isinstance(snapshot_ids, Mapping):
+        raise InvalidTypeError(
+            "snapshot_ids must be a mapping of TableBucket (or bucket number) to snapshot id"
+        )
+    out: dict[int, int] = {}
+    for tb, sid in snapshot_ids.items():
+        bucket = table.bucket_number(tb)
+        sid = check_int(sid, f"snapshot id for bucket {bucket}")
+        if sid < 1:
+            raise InvalidArgumentError(f"snapshot ids start at 1, got {sid} for bucket {bucket}")
+        out[bucket] = sid
+    return out
 
 
 def decode_snapshot(table: TableInfo, data: bytes, path: str) -> SnapshotRecord:

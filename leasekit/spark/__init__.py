@@ -25,7 +25,7 @@ from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
 from ..log.segments import list_segments
 from ..log.state import read_states
-from ..snapshots.catalog import get_snapshots
+from ..snapshots.catalog import get_snapshots, snapshot_map
 from ..snapshots.sources import check_no_ancestor, plan_read
 from ..structs import OffsetRange, TableBucket
 from ..tables.info import TableInfo
@@ -77,21 +77,6 @@ def _check_table(table: object) -> TableInfo:
     return table
 
 
-def _snapshot_map(table: TableInfo, snapshot_ids: Any) -> dict[int, int]:
-    if not isinstance(snapshot_ids, Mapping):
-        raise InvalidTypeError(
-            "snapshot_ids must be a mapping of TableBucket (or bucket number) to snapshot id"
-        )
-    out: dict[int, int] = {}
-    for tb, sid in snapshot_ids.items():
-        bucket = table.bucket_number(tb)
-        sid = check_int(sid, f"snapshot id for bucket {bucket}")
-        if sid < 1:
-            raise InvalidArgumentError(f"snapshot ids start at 1, got {sid} for bucket {bucket}")
-        out[bucket] = sid
-    return out
-
-
 def read_snapshots(
     spark: SparkSession | None, table: TableInfo, snapshot_ids: Mapping[Any, int]
 ) -> DataFrame:
@@ -113,7 +98,7 @@ def read_snapshots(
     """
     table = _check_table(table)
     spark = session(spark)
-    wanted = _snapshot_map(table, snapshot_ids)
+    wanted = snapshot_map(table, snapshot_ids)
     snaps = get_snapshots(table, wanted)
     with spark_errors(f"read snapshots of {table.name}"):
         return files_frame(spark, table, [f for s in snaps for f in s.files])

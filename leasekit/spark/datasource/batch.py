@@ -32,9 +32,8 @@ from ...errors import IllegalStateError, InvalidArgumentError
 from ...leases.reading import lease_sources
 from ...log.segments import OP_COLUMN, list_segments
 from ...log.state import read_states
-from ...snapshots.catalog import get_snapshots, read_latest
+from ...snapshots.catalog import get_snapshots, read_latest, snapshot_map
 from ...snapshots.sources import Source, narrower, plan_read
-from ...validate import check_int
 from .connect import connection
 from .files import FileSlice, conform, open_warehouse, read_slice
 from .options import BATCH_ONLY, CONNECTION, STREAM_ONLY
@@ -127,18 +126,13 @@ def _snapshot_ids(table: TableInfo, given: str) -> dict[int, int]:
             f"option 'snapshots' must be 'latest' or a JSON object of snapshot id by bucket, "
             f'e.g. {{"0": 3, "1": 5}}, not {given!r}'
         )
-    out: dict[int, int] = {}
+    numbered: dict[int, object] = {}
     for bucket, sid in parsed.items():
         try:
-            number = int(bucket)
+            numbered[int(bucket)] = sid
         except ValueError:
             raise InvalidArgumentError(f"option 'snapshots': {bucket!r} is no bucket") from None
-        number = table.bucket_number(number)
-        sid = check_int(sid, f"snapshot id of bucket {number}")
-        if sid < 1:
-            raise InvalidArgumentError(f"snapshot ids start at 1, got {sid} for bucket {number}")
-        out[number] = sid
-    return out
+    return snapshot_map(table, numbered)
 
 
 def _sources(table: TableInfo, request: BatchRequest, hashes: np.ndarray | None) -> list[Source]:
