@@ -17,6 +17,7 @@ from leasekit import testing
 from leasekit.spark.datasource.options import parse_options
 from leasekit.spark.datasource.sink import SinkFiles, stream_writer
 from leasekit.spark.datasource.sink_rows import write_files
+from leasekit.zk import codec
 from leasekit.zk.formats import SinkMarkRecord
 
 SCHEMA = "id BIGINT, v STRING"
@@ -182,3 +183,24 @@ def test_files_of_a_bucket_sealed_before_the_commit_are_routed_again(conn, spark
     assert ends[1] == 0 and ends[low.bucket] + ends[high.bucket] > 0
     assert sum(ends.values()) == 40
     assert _state(spark, table) == {i: "x" for i in range(40)}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"\x00garbage",
+        codec.encode({"b": "7"}, SinkMarkRecord.VERSION),
+        codec.encode({"b": True}, SinkMarkRecord.VERSION),
+        codec.encode({"b": 2**63}, SinkMarkRecord.VERSION),
+        codec.encode({"b": -2}, SinkMarkRecord.VERSION),
+        codec.encode({"b": 3, "p": 4, "k": [1, "x"]}, SinkMarkRecord.VERSION),
+        codec.encode({"b": 3, "p": 4, "k": {"1": 2}}, SinkMarkRecord.VERSION),
+        codec.encode({"p": 4}, SinkMarkRecord.VERSION),
+    ],
+)
+def test_a_hostile_batch_marker_is_corrupt_metadata(value):
+    # D4 / §9: a marker that decoded into a huge or odd batch id would make every later batch
+    # look like a replay and be dropped; it is refused, naming the znode
+    with pytest.raises(lk.CorruptMetadataError, match="sinks/q"):
+        SinkMarkRecord.decode(value, "/ns/data/t/sinks/q")
+    assert SinkMarkRecord.decode(SinkMarkRecord(5, 6, (1, 2)).encode(), "p") == (5, 6, (1, 2))
