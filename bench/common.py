@@ -47,12 +47,17 @@ __all__ = [
     "median",
     "spread",
     "alternate",
+    "counterbalanced",
     "machine_info",
     "settle",
     "load_average",
     "instrumented",
     "zk_cpu_seconds",
     "zk_monitor",
+    "machine_cpu_seconds",
+    "jvm_gc_seconds",
+    "SideMeter",
+    "slow_runs",
 ]
 
 ORDERS_DDL = "id BIGINT NOT NULL, customer STRING, status STRING, amount DOUBLE, ts TIMESTAMP"
@@ -259,6 +264,102 @@ def settle(spark: SparkSession | None) -> None:
     time.sleep(0.5)
 
 
+def machine_cpu_seconds() -> float | None:
+    """CPU seconds every process on the machine has used since boot (``/proc/stat``: user,
+    nice, system, irq, softirq and steal); None off Linux. Its growth over a timed side, less
+    the benchmark's own CPU, is the work other processes did meanwhile."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def jvm_gc_seconds(spark: SparkSession | None) -> float | None:
+    """Seconds the Spark driver JVM (all local executors) has spent in garbage collection,
+    summed over its collectors; None without a JVM."""
+    jvm = spark.sparkContext._jvm if spark is not None else None
+    if jvm is None:
+        return None
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    return sum(max(0, bean.getCollectionTime()) for bean in beans) / 1000.0
+
+
+class SideMeter:
+    """What one timed side cost besides its wall time: its own CPU seconds (Spark's JVM and
+    this process, or this process alone without Spark), the JVM's garbage collection seconds,
+    the CPU seconds the rest of the machine used meanwhile, and the load average before it.
+
+    ``with SideMeter(spark) as m: ...`` then ``m.figures(prefix)``.
+    """
+
+    def __init__(self, spark: SparkSession | None, own: Callable[[], float | None] | None = None):
+        self._spark = spark
+        self._own = own or (
+            (lambda: cpu_seconds(spark)) if spark is not None else time.process_time
+        )
+        self.cpu_s: float | None = None
+        self.gc_s: float | None = None
+        self.other_cpu_s: float | None = None
+        self.load: float | None = None
+
+    def __enter__(self) -> SideMeter:
+        self.load = load_average()
+        self._gc0 = jvm_gc_seconds(self._spark)
+        self._machine0 = machine_cpu_seconds()
+        self._own0 = self._own()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        own1, machine1 = self._own(), machine_cpu_seconds()
+        gc1 = jvm_gc_seconds(self._spark)
+        if self._own0 is not None and own1 is not None:
+            self.cpu_s = round(own1 - self._own0, 3)
+        if self.cpu_s is not None and self._machine0 is not None and machine1 is not None:
+            self.other_cpu_s = round(max(0.0, machine1 - self._machine0 - self.cpu_s), 3)
+        if self._gc0 is not None and gc1 is not None:
+            self.gc_s = round(gc1 - self._gc0, 3)
+
+    def figures(self, prefix: str) -> dict[str, Any]:
+        return {
+            f"{prefix}_cpu_s": self.cpu_s,
+            f"{prefix}_gc_s": self.gc_s,
+            f"{prefix}_other_cpu_s": self.other_cpu_s,
+            f"{prefix}_load": self.load,
+        }
+
+
+def slow_runs(runs: Sequence[dict[str, Any]], key: str, target: float, op: str) -> dict[str, Any]:
+    """Which runs missed ``target`` (per-run ``key``, compared by ``op``) and what the machine
+    did meanwhile: the CPU seconds other processes used during the run's timed sides
+    (``other_cpu_s``) and its load, beside the same figures for the runs that met it."""
+
+    def met(r: dict[str, Any]) -> bool:
+        return r[key] <= target if op == "<=" else r[key] >= target
+
+    def other(rs: Sequence[dict[str, Any]]) -> float | None:
+        values = [r["other_cpu_s"] for r in rs if r.get("other_cpu_s") is not None]
+        return round(median(values), 3) if values else None
+
+    missed = [r for r in runs if not met(r)]
+    return {
+        "missed": len(missed),
+        "missed_runs": [
+            {
+                "run": runs.index(r) + 1,
+                key: round(r[key], 3),
+                "other_cpu_s": r.get("other_cpu_s"),
+                "load_average": r.get("load_average"),
+            }
+            for r in missed
+        ],
+        "other_cpu_s_missed": other(missed),
+        "other_cpu_s_met": other([r for r in runs if met(r)]),
+    }
+
+
 def load_average() -> float | None:
     """The 1-minute load average (other work on the machine skews the figures)."""
     try:
@@ -295,6 +396,15 @@ def spread(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
 def alternate(run_index: int, sides: Sequence[str]) -> list[str]:
     """The order of the sides in run ``run_index``: as given on even runs, reversed on odd ones."""
     return list(sides) if run_index % 2 == 0 else list(reversed(sides))
+
+
+def counterbalanced(run_index: int, sides: Sequence[str]) -> list[str]:
+    """The order of the sides in run ``run_index`` when each runs twice: A B B A on even runs,
+    B A A B on odd ones. Averaging a side's two timings cancels what the position in the run
+    and a steady drift within it add (the first side after a pause, a machine getting busier),
+    which a single alternating pair leaves in every run's ratio."""
+    first = alternate(run_index, sides)
+    return [*first, *reversed(first)]
 
 
 def machine_info(spark: SparkSession | None) -> dict[str, Any]:

@@ -316,6 +316,44 @@ def test_a_watch_set_hears_every_change_of_what_was_read_until_closed(conn):
     assert len(heard) == count
 
 
+def test_data_watches_read_many_znodes_in_one_round_trip_and_deliver_each_newer_value(conn):
+    # what a consumer of many buckets relies on: the first values of every bucket state in one
+    # pipelined round trip (not one per znode), then every change delivered off kazoo's
+    # thread, in order, missing znodes included (their creation is heard), none after removal
+    store, root = context(conn).store, context(conn).paths.root
+    paths = [f"{root}/dw{i}" for i in range(300)]
+    store.commit([Create(p, b"0") for p in paths[:-1]])  # the last one is missing
+    heard: list[tuple[str, bytes | None]] = []
+    threads: set[str] = set()
+
+    def callback(path, node):
+        threads.add(threading.current_thread().name)
+        heard.append((path, None if node is None else node.data))
+
+    watches = store.data_watches(callback)
+    trips = store.round_trips
+    nodes = watches.add(paths)
+    assert store.round_trips - trips == 1
+    assert [n.data for n in nodes[:-1]] == [b"0"] * 299 and nodes[-1] is None
+    store.set(paths[0], b"1")
+    store.set(paths[0], b"2")
+    wait_for(lambda: heard[-1:] == [(paths[0], b"2")])
+    assert [d for p, d in heard if p == paths[0]] in ([b"1", b"2"], [b"2"])  # never older
+    store.commit([Create(paths[-1], b"new")])
+    wait_for(lambda: (paths[-1], b"new") in heard)
+    store.commit([Delete(paths[5])])
+    wait_for(lambda: (paths[5], None) in heard)
+    watches.remove([paths[1]])
+    count = len(heard)
+    store.set(paths[1], b"unheard")
+    time.sleep(0.5)
+    assert len(heard) == count
+    watches.close()
+    store.set(paths[2], b"closed")
+    time.sleep(0.5)
+    assert len(heard) == count and threads == {"leasekit-watches"}
+
+
 def test_watch_on_a_closed_connection_is_a_typed_error(zookeeper, warehouse, namespace):
     other = lk.connect(zookeeper, warehouse, namespace=namespace)
     other.close()

@@ -20,7 +20,8 @@ from ..zk.formats import BucketState
 
 if TYPE_CHECKING:
     from ..tables.info import TableInfo
-    from ..zk import Stat, Watch
+    from ..zk import ZkStore
+    from ..zk.watchset import DataWatches
     from .subscription import SubscriptionState
 
 __all__ = ["Bounds", "LogView", "MAX_WAIT", "SegmentGone"]
@@ -47,7 +48,12 @@ class LogView:
         """A reader per table name, with the id of the table it reads."""
         self._bounds: dict[TableBucket, Bounds] = {}
         self._segments: dict[TableBucket, list[LogSegment]] = {}
-        self._watches: dict[TableBucket, Watch] = {}
+        self._watches: dict[TableBucket, tuple[ZkStore, str]] = {}
+        """Each watched bucket, with the store it is watched through and its state's path."""
+        self._paths: dict[str, TableBucket] = {}
+        """The bucket of each watched bucket-state path."""
+        self._data_watches: dict[int, DataWatches] = {}
+        """One set of data watches per ZooKeeper store (by id)."""
         self._changed = threading.Condition()
         self._version = 0
 
@@ -67,45 +73,65 @@ class LogView:
     # -- bucket bounds, from watches ------------------------------------------------------
 
     def watch(self, buckets: Iterable[TableBucket]) -> None:
-        """Keep the bounds of ``buckets`` current (the first values are read now; buckets
-        already watched cost nothing)."""
-        new = [tb for tb in buckets if tb not in self._watches]
-        for tb in new:
+        """Keep the bounds of ``buckets`` current (the first values are read now, every new
+        bucket's watch set in one pipelined round trip; buckets already watched cost nothing).
+
+        Raises:
+            CorruptMetadataError: a bucket state's bytes are not a bucket state.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
+        new: dict[int, tuple[ZkStore, dict[str, TableBucket]]] = {}
+        for tb in buckets:
+            if tb in self._watches:
+                continue
             table = self._table(tb.table)
-            ctx = table.context
-            path = ctx.paths.bucket(table.table_id, tb.bucket)
+            store = table.context.store
+            path = table.context.paths.bucket(table.table_id, tb.bucket)
+            new.setdefault(id(store), (store, {}))[1][path] = tb
+        for store, paths in new.values():
+            watches = self._data_watches.get(id(store))
+            if watches is None:
+                watches = self._data_watches[id(store)] = store.data_watches(self._on_state)
+            with self._changed:
+                self._paths.update(paths)
+                self._watches.update({tb: (store, path) for path, tb in paths.items()})
+            nodes = watches.add(list(paths))
+            with self._changed:
+                for (path, tb), node in zip(paths.items(), nodes):
+                    if self._watches.get(tb) == (store, path):
+                        self._bounds[tb] = _bounds(path, node)
+                self._version += 1
+                self._changed.notify_all()
 
-            def update(
-                data: bytes | None, stat: Stat | None, tb: TableBucket = tb, path: str = path
-            ) -> None:
-                bounds = Bounds(0, 0)
-                if data is not None and stat is not None:
-                    try:
-                        state = BucketState.decode(Node(data, stat), path)
-                        bounds = Bounds(state.begin, state.end)
-                    except LeasekitError:
-                        return  # keep the last good bounds; reads report the corrupt znode
-                with self._changed:
-                    self._bounds[tb] = bounds
-                    self._version += 1
-                    self._changed.notify_all()
-
-            self._bounds.setdefault(tb, Bounds(0, 0))
-            self._watches[tb] = ctx.store.watch(path, update)
-        if new:
-            self.refresh_bounds(new)
+    def _on_state(self, path: str, node: Node | None) -> None:
+        """A watched bucket state changed (on the store's watch thread)."""
+        try:
+            bounds = _bounds(path, node)
+        except LeasekitError:
+            return  # keep the last good bounds; reads report the corrupt znode
+        with self._changed:
+            tb = self._paths.get(path)
+            if tb is None or tb not in self._watches:
+                return
+            self._bounds[tb] = bounds
+            self._version += 1
+            self._changed.notify_all()
 
     def watched(self) -> list[TableBucket]:
         return list(self._watches)
 
     def unwatch(self, buckets: Iterable[TableBucket]) -> None:
-        for tb in buckets:
-            watch = self._watches.pop(tb, None)
-            if watch is not None:
-                watch.remove()
-            self._segments.pop(tb, None)
-            with self._changed:
+        gone: dict[int, list[str]] = {}
+        with self._changed:
+            for tb in buckets:
+                watched = self._watches.pop(tb, None)
+                if watched is not None:
+                    self._paths.pop(watched[1], None)
+                    gone.setdefault(id(watched[0]), []).append(watched[1])
+                self._segments.pop(tb, None)
                 self._bounds.pop(tb, None)
+        for store_id, paths in gone.items():
+            self._data_watches[store_id].remove(paths)
 
     def refresh_bounds(self, buckets: list[TableBucket]) -> dict[TableBucket, Bounds]:
         """Read the bounds of ``buckets`` from ZooKeeper now (pipelined), and keep them."""
@@ -200,5 +226,20 @@ class LogView:
 
     def close(self) -> None:
         self.unwatch(list(self._watches))
+        for watches in self._data_watches.values():
+            watches.close()
+        self._data_watches.clear()
         for _, reader in self._readers.values():
             reader.close()
+
+
+def _bounds(path: str, node: Node | None) -> Bounds:
+    """The bounds a bucket state gives; empty while it does not exist.
+
+    Raises:
+        CorruptMetadataError: the bytes are not a bucket state.
+    """
+    if node is None:
+        return Bounds(0, 0)
+    state = BucketState.decode(node, path)
+    return Bounds(state.begin, state.end)

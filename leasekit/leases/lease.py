@@ -286,7 +286,7 @@ class KvSnapshotLease:
         table = load_table(self._ctx, table)
         sources = lease_sources(self._ctx, self.lease_id, table, allow_partial=allow_partial)
         with spark_errors(f"read {table.name} through lease {self.lease_id}"):
-            return snapshot_rows(spark, table, sources).drop("_depth")
+            return snapshot_rows(spark, table, sources, depth=False)
 
     # -- keepalive ------------------------------------------------------------------------
 

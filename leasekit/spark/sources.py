@@ -35,14 +35,22 @@ def source_frames(
     return snapshot_rows(spark, table, sources), changes.drop("_bucket")
 
 
-def snapshot_rows(spark: SparkSession, table: TableInfo, sources: Sequence[Source]) -> DataFrame:
-    """The table's columns and ``_depth`` of the sources' snapshots, each restricted to the keys
-    it counts for."""
+def snapshot_rows(
+    spark: SparkSession, table: TableInfo, sources: Sequence[Source], *, depth: bool = True
+) -> DataFrame:
+    """The table's columns (and ``_depth`` unless ``depth`` is False) of the sources'
+    snapshots, each restricted to the keys it counts for. Without ``depth``, sources all at one
+    depth and unrestricted give the plain file read itself: no column added and dropped again,
+    which would cost two more analyses of the plan."""
     snapped = [s for s in sources if s.snapshot is not None and s.snapshot.files]
     files = [f for s in snapped for f in s.snapshot.files]  # type: ignore[union-attr]
     if len({s.depth for s in snapped}) <= 1 and all(s.within is None for s in snapped):
-        depth = snapped[0].depth if snapped else 0
-        return files_frame(spark, table, files).withColumn("_depth", F.lit(depth))
+        plain = files_frame(spark, table, files)
+        return (
+            plain.withColumn("_depth", F.lit(snapped[0].depth if snapped else 0))
+            if depth
+            else plain
+        )
     meta = spark.createDataFrame(
         [(_file_key(f), s.bucket, s.depth) for s in snapped for f in s.snapshot.files],  # type: ignore[union-attr]
         "_file STRING, _src INT, _depth INT",
@@ -57,7 +65,9 @@ def snapshot_rows(spark: SparkSession, table: TableInfo, sources: Sequence[Sourc
         F.broadcast(meta), "_file"
     )
     columns = [f.name for f in table.schema]
-    return _restricted(table, rows, snapped, "_src").select(*columns, "_depth")
+    return _restricted(table, rows, snapped, "_src").select(
+        *columns, *(["_depth"] if depth else [])
+    )
 
 
 def _file_key(location: str) -> str:

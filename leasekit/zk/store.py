@@ -38,7 +38,7 @@ from .reads import GetChildren, GetData, Read, Reader, ReadResult, value_of
 from .session import MAX_SESSION_TIMEOUT, MAX_TIMEOUT, start_client
 from .txn import Pending, acl_bytes, send
 from .watches import Dispatcher, Watch, watch_children, watch_data
-from .watchset import Recorder, Recording, WatchSet
+from .watchset import DataWatches, Recorder, Recording, WatchSet
 
 __all__ = ["ZkStore", "MAX_SESSION_TIMEOUT"]
 
@@ -220,6 +220,10 @@ class ZkStore:
         """Call ``callback(data, stat)`` now and after every change of ``path`` ((None, None)
         while it does not exist), on the store's watch thread; ``Watch.remove()`` stops it."""
         return watch_data(self.client, self._dispatcher, path, callback, debounce=debounce)
+
+    def data_watches(self, callback: Callable[[str, Node | None], None]) -> DataWatches:
+        """Many znodes' data kept current: ``callback(path, node)`` after each change."""
+        return DataWatches(self.client, self._dispatcher.submit, self.get_many, callback)
 
     def watch_children(
         self, path: str, callback: Callable[[list[str] | None], None], *, debounce: float = 0.0

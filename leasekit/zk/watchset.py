@@ -13,7 +13,10 @@ from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-__all__ = ["Recorder", "Recording", "WatchSet"]
+from ..errors import LeasekitError
+from .ops import Node
+
+__all__ = ["Recorder", "Recording", "WatchSet", "DataWatches"]
 
 
 class Recorder:
@@ -167,3 +170,99 @@ class WatchSet:
                 callbacks = table.get(path)
                 if callbacks is not None:
                     callbacks.discard(self._fired)
+
+
+class DataWatches:
+    """The data of many znodes kept current: a ``WatchSet`` on them, and after each change the
+    changed znodes read again in pipelined batches on the dispatcher's thread, each new value
+    given to ``callback(path, node)`` there (``node`` None while the znode does not exist).
+
+    ``add`` reads the first values in one pipelined round trip (a watch per znode set one after
+    another would wait for each), with the watches armed before the read, so no change after
+    the read goes unheard. A value is delivered only when it is newer than the last one seen
+    (by creation zxid, then data version): a slow read never overtakes a newer one. After the
+    session comes back every watched znode is read again.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        submit: Callable[[object, Callable[[], None]], None],
+        read: Callable[[list[str]], list[Node | None]],
+        callback: Callable[[str, Node | None], None],
+    ) -> None:
+        self._submit, self._read, self._callback = submit, read, callback
+        self._lock = threading.Lock()  # _paths, _pending, _seen
+        self._paths: set[str] = set()
+        self._pending: set[str] = set()
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._watches = WatchSet(client, self._changed)
+
+    def add(self, paths: list[str]) -> list[Node | None]:
+        """Watch ``paths`` too; their values now, in order.
+
+        Raises:
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
+        with self._lock:
+            self._paths.update(paths)
+            watched = set(self._paths)
+        self._watches.update(watched, ())
+        nodes = self._read(paths)
+        with self._lock:
+            for path, node in zip(paths, nodes):
+                if path in self._paths and _version(node) > self._seen.get(path, (-1, -1)):
+                    self._seen[path] = _version(node)
+        return nodes
+
+    def remove(self, paths: Iterable[str]) -> None:
+        """Stop watching ``paths``."""
+        with self._lock:
+            self._paths.difference_update(paths)
+            for path in paths:
+                self._seen.pop(path, None)
+            watched = set(self._paths)
+        self._watches.update(watched, ())
+
+    def close(self) -> None:
+        """Stop every watch: nothing calls back afterwards."""
+        with self._lock:
+            self._paths.clear()
+            self._pending.clear()
+        self._watches.close()
+
+    def _changed(self, path: str | None) -> None:
+        # on kazoo's event thread: note what to read, read it on the dispatcher's
+        with self._lock:
+            if path is None:
+                self._pending.update(self._paths)
+            elif path in self._paths:
+                self._pending.add(path)
+            else:
+                return
+        self._submit(self, self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            paths, self._pending = sorted(self._pending), set()
+        if not paths:
+            return
+        try:
+            nodes = self._read(paths)
+        except LeasekitError:
+            return  # the session is down: everything is read again once it is back
+        for path, node in zip(paths, nodes):
+            version = _version(node)
+            with self._lock:
+                seen = self._seen.get(path)
+                if path not in self._paths or (
+                    seen is not None and not (version > seen if node else seen[1] >= 0)
+                ):
+                    continue  # not watched any more, or not newer than what was seen
+                self._seen[path] = version
+            self._callback(path, node)
+
+
+def _version(node: Node | None) -> tuple[int, int]:
+    """A znode value's place in time: (creation zxid, data version); (0, -1) when missing."""
+    return (0, -1) if node is None else (node.stat.czxid, node.stat.version)
