@@ -24,7 +24,9 @@ from .common import (
     Benchmark,
     Outcome,
     SideMeter,
+    Timer,
     counterbalanced,
+    instrumented,
     load_average,
     log,
     median,
@@ -43,6 +45,17 @@ if TYPE_CHECKING:
 __all__ = ["BENCHMARK", "run"]
 
 TARGET = 0.9
+
+# Where a consumer's polls spend their time (exclusive seconds per label), from one extra,
+# untimed pass; the rest is the poll loop's own bookkeeping (positions, round robin, limits).
+PROFILE = {
+    "zk_watch_buckets": "leasekit.consumers.log_view:LogView.watch",
+    "zk_list_segments": "leasekit.consumers.log_view:list_segments",
+    "open_segment_files": "leasekit.log.reader:SegmentReader._file",
+    "decode_row_groups": "leasekit.log.reader:SegmentReader._group",
+    "slice_and_columns": "leasekit.log.reader:SegmentReader.read",
+    "buffer": "leasekit.consumers.buffer:Buffered.table",
+}
 
 FULL = {"records": 2_000_000, "buckets": 4, "append_rows": 100_000, "max_records": 10_000}
 QUICK = {**FULL, "records": 200_000, "append_rows": 20_000}
@@ -79,7 +92,8 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
                 f"CPU ratio {record['cpu_ratio'] or 0:.3f}, other processes "
                 f"{record['other_cpu_s'] or 0:.2f} CPU s"
             )
-    figures = _summary(results, files)
+        breakdown = _profile(conn, p, checks)
+    figures = {**_summary(results, files), "leasekit_breakdown_s": breakdown}
     return Outcome(figures["ratio"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
 
 
@@ -129,6 +143,25 @@ def _one_run(
     other = (record["leasekit_other_cpu_s"], record["pyarrow_other_cpu_s"])
     record["other_cpu_s"] = None if None in other else round(sum(other), 3)  # type: ignore[arg-type]
     return record
+
+
+def _profile(conn: Any, p: dict[str, Any], checks: dict[str, bool]) -> dict[str, float]:
+    """One untimed consumer pass with its library calls timed: seconds per ``PROFILE`` label,
+    the rest of the polls as ``poll_other``."""
+    consumer = conn.consumer(
+        "orders",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=p["max_records"],
+    )
+    timer = Timer()
+    with instrumented(timer, PROFILE):
+        total, _ = timed(functools.partial(_read_with_consumer, consumer, p["records"], checks))
+    consumer.close()
+    out = {k: round(timer.seconds.get(k, 0.0), 4) for k in PROFILE}
+    out["poll_other"] = round(total - sum(out.values()), 4)
+    log(f"B5: profiled pass {total:.3f}s: {out}")
+    return out
 
 
 def _read_with_consumer(consumer: Any, n: int, checks: dict[str, bool]) -> int:
