@@ -234,7 +234,10 @@ def write_readme() -> None:
             intro = text.split(TABLE_START, 1)[0].rstrip("\n") + "\n"
     rows = []
     for path in sorted(RESULTS_DIR.glob("*.json"), key=lambda p: _natural(p.stem)):
-        rows.append(_table_row(json.loads(path.read_text())))
+        result = json.loads(path.read_text())
+        if path.stem != result["id"]:  # another run set kept beside the latest: B1.set1.json
+            result = {**result, "id": f"{result['id']} ({path.stem.split('.', 1)[1]})"}
+        rows.append(_table_row(result))
     header = [
         "| id | what | target | measured | pass | date | parameters |",
         "| --- | --- | --- | --- | --- | --- | --- |",
