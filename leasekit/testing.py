@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .zk import Create, Op
+from .zk.ops import chunk_ops
 from .zk.chunked import ChunkArray
 from .zk.formats import BucketState, LatestChunk, SegmentRecord, SnapshotRecord
 
@@ -125,10 +127,40 @@ def seed_history(
     if file_bytes is not None:
         if not ctx.warehouse.is_local:
             raise ValueError("seed_history writes files into local warehouses only")
-        payload = b"\0" * file_bytes
-        for rel in files:
-            path = os.path.join(ctx.warehouse.location, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(payload)
-    ctx.store.commit_chunked([*ops, *_latest_arrays(ctx, table, snapshots)])
+        _write_placeholders(ctx.warehouse.location, files, b"\0" * file_bytes)
+    _commit_pipelined(ctx, [*ops, *_latest_arrays(ctx, table, snapshots)])
+
+
+_IN_FLIGHT = 16
+"""Seeding transactions sent before the oldest one's answer is awaited."""
+
+
+def _commit_pipelined(ctx: Context, ops: list[Op]) -> None:
+    """``ops`` in as few transactions as ZooKeeper's limits allow, sent without waiting for
+    each answer (one session's requests are applied in order, so a transaction creating
+    children still follows the one creating their parents); the first failure raises."""
+    pending: deque[Any] = deque()
+    for chunk in chunk_ops(ops):
+        pending.append(ctx.store.submit(chunk))
+        if len(pending) >= _IN_FLIGHT:
+            pending.popleft().result()
+    while pending:
+        pending.popleft().result()
+
+
+def _write_placeholders(location: str, files: list[str], payload: bytes) -> None:
+    """Write ``payload`` to every one of ``files`` (warehouse-relative), creating each
+    directory once."""
+    made: set[str] = set()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for rel in files:
+        path = os.path.join(location, rel)
+        directory = os.path.dirname(path)
+        if directory not in made:
+            os.makedirs(directory, exist_ok=True)
+            made.add(directory)
+        fd = os.open(path, flags, 0o644)
+        try:
+            os.write(fd, payload)
+        finally:
+            os.close(fd)
