@@ -6,6 +6,7 @@ production use: nothing here is atomic overall.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import deque
@@ -13,9 +14,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .zk import Create, Op
-from .zk.ops import chunk_ops
 from .zk.chunked import ChunkArray
 from .zk.formats import BucketState, LatestChunk, SegmentRecord, SnapshotRecord
+from .zk.ops import chunk_ops
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -157,8 +158,13 @@ def _write_placeholders(location: str, files: list[str], payload: bytes) -> None
         path = os.path.join(location, rel)
         directory = os.path.dirname(path)
         if directory not in made:
-            os.makedirs(directory, exist_ok=True)
-            made.add(directory)
+            parent = os.path.dirname(directory)
+            if parent in made:  # one mkdir, where makedirs would first stat the parent
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(directory)
+            else:
+                os.makedirs(directory, exist_ok=True)
+            made.update((directory, parent))
         fd = os.open(path, flags, 0o644)
         try:
             os.write(fd, payload)
