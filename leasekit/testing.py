@@ -10,6 +10,7 @@ import contextlib
 import os
 import threading
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -125,11 +126,28 @@ def seed_history(
             ops.append(
                 Create(paths.segment(tid, b, g * rows), SegmentRecord(rel, rows, size, 0).encode())
             )
-    if file_bytes is not None:
-        if not ctx.warehouse.is_local:
-            raise ValueError("seed_history writes files into local warehouses only")
-        _write_placeholders(ctx.warehouse.location, files, b"\0" * file_bytes)
-    _commit_pipelined(ctx, [*ops, *_latest_arrays(ctx, table, snapshots)])
+    if file_bytes is not None and not ctx.warehouse.is_local:
+        raise ValueError("seed_history writes files into local warehouses only")
+    with ThreadPoolExecutor(_WRITERS, thread_name_prefix="leasekit-seed") as pool:
+        # the files on threads of their own, beside the metadata: creating a file is the file
+        # system's work, with the interpreter lock released
+        writes = []
+        if file_bytes is not None:
+            payload, per_bucket = b"\0" * file_bytes, snapshots + segments
+            step = -(-len(table.active) // _WRITERS) * per_bucket  # whole buckets per writer
+            writes = [
+                pool.submit(
+                    _write_placeholders, ctx.warehouse.location, files[i : i + step], payload
+                )
+                for i in range(0, len(files), step or 1)
+            ]
+        _commit_pipelined(ctx, [*ops, *_latest_arrays(ctx, table, snapshots)])
+        for write in writes:
+            write.result()
+
+
+_WRITERS = 2
+"""Threads writing placeholder files, each the files of its own buckets."""
 
 
 _IN_FLIGHT = 16
