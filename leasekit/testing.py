@@ -128,20 +128,27 @@ def seed_history(
             )
     if file_bytes is not None and not ctx.warehouse.is_local:
         raise ValueError("seed_history writes files into local warehouses only")
+    payload = None if file_bytes is None else b"\0" * file_bytes
+    _seed(ctx, [*ops, *_latest_arrays(ctx, table, snapshots)], files, payload, len(table.active))
+
+
+def _seed(
+    ctx: Context, ops: list[Op], files: list[str], payload: bytes | None, buckets: int
+) -> None:
+    """Commit ``ops`` and, with a ``payload``, write it to ``files`` (the same number per
+    bucket, bucket by bucket) on threads of their own, beside the metadata: creating a file is
+    the file system's work, with the interpreter lock released."""
     with ThreadPoolExecutor(_WRITERS, thread_name_prefix="leasekit-seed") as pool:
-        # the files on threads of their own, beside the metadata: creating a file is the file
-        # system's work, with the interpreter lock released
         writes = []
-        if file_bytes is not None:
-            payload, per_bucket = b"\0" * file_bytes, snapshots + segments
-            step = -(-len(table.active) // _WRITERS) * per_bucket  # whole buckets per writer
+        if payload is not None and files:
+            step = -(-buckets // _WRITERS) * (len(files) // buckets)  # whole buckets per writer
             writes = [
                 pool.submit(
                     _write_placeholders, ctx.warehouse.location, files[i : i + step], payload
                 )
-                for i in range(0, len(files), step or 1)
+                for i in range(0, len(files), step)
             ]
-        _commit_pipelined(ctx, [*ops, *_latest_arrays(ctx, table, snapshots)])
+        _commit_pipelined(ctx, ops)
         for write in writes:
             write.result()
 
