@@ -6,14 +6,18 @@ production use: nothing here is atomic overall.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .zk import Create, Op
 from .zk.chunked import ChunkArray
 from .zk.formats import BucketState, LatestChunk, SegmentRecord, SnapshotRecord
+from .zk.ops import chunk_ops
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -122,13 +126,72 @@ def seed_history(
             ops.append(
                 Create(paths.segment(tid, b, g * rows), SegmentRecord(rel, rows, size, 0).encode())
             )
-    if file_bytes is not None:
-        if not ctx.warehouse.is_local:
-            raise ValueError("seed_history writes files into local warehouses only")
-        payload = b"\0" * file_bytes
-        for rel in files:
-            path = os.path.join(ctx.warehouse.location, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(payload)
-    ctx.store.commit_chunked([*ops, *_latest_arrays(ctx, table, snapshots)])
+    if file_bytes is not None and not ctx.warehouse.is_local:
+        raise ValueError("seed_history writes files into local warehouses only")
+    payload = None if file_bytes is None else b"\0" * file_bytes
+    _seed(ctx, [*ops, *_latest_arrays(ctx, table, snapshots)], files, payload, len(table.active))
+
+
+def _seed(
+    ctx: Context, ops: list[Op], files: list[str], payload: bytes | None, buckets: int
+) -> None:
+    """Commit ``ops`` and, with a ``payload``, write it to ``files`` (the same number per
+    bucket, bucket by bucket) on threads of their own, beside the metadata: creating a file is
+    the file system's work, with the interpreter lock released."""
+    with ThreadPoolExecutor(_WRITERS, thread_name_prefix="leasekit-seed") as pool:
+        writes = []
+        if payload is not None and files:
+            step = -(-buckets // _WRITERS) * (len(files) // buckets)  # whole buckets per writer
+            writes = [
+                pool.submit(
+                    _write_placeholders, ctx.warehouse.location, files[i : i + step], payload
+                )
+                for i in range(0, len(files), step)
+            ]
+        _commit_pipelined(ctx, ops)
+        for write in writes:
+            write.result()
+
+
+_WRITERS = 2
+"""Threads writing placeholder files, each the files of its own buckets."""
+
+
+_IN_FLIGHT = 16
+"""Seeding transactions sent before the oldest one's answer is awaited."""
+
+
+def _commit_pipelined(ctx: Context, ops: list[Op]) -> None:
+    """``ops`` in as few transactions as ZooKeeper's limits allow, sent without waiting for
+    each answer (one session's requests are applied in order, so a transaction creating
+    children still follows the one creating their parents); the first failure raises."""
+    pending: deque[Any] = deque()
+    for chunk in chunk_ops(ops):
+        pending.append(ctx.store.submit(chunk))
+        if len(pending) >= _IN_FLIGHT:
+            pending.popleft().result()
+    while pending:
+        pending.popleft().result()
+
+
+def _write_placeholders(location: str, files: list[str], payload: bytes) -> None:
+    """Write ``payload`` to every one of ``files`` (warehouse-relative), creating each
+    directory once."""
+    made: set[str] = set()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for rel in files:
+        path = os.path.join(location, rel)
+        directory = os.path.dirname(path)
+        if directory not in made:
+            parent = os.path.dirname(directory)
+            if parent in made:  # one mkdir, where makedirs would first stat the parent
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(directory)
+            else:
+                os.makedirs(directory, exist_ok=True)
+            made.update((directory, parent))
+        fd = os.open(path, flags, 0o644)
+        try:
+            os.write(fd, payload)
+        finally:
+            os.close(fd)

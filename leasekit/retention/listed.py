@@ -179,7 +179,8 @@ def _again(
     """A snapshot read again for its pins: as read before while its znode is the same znode
     with the same data (czxid and version), else decoded anew (None: gone or unreadable)."""
     if node is not None and (node.stat.czxid, node.stat.version) == (znode.czxid, znode.version):
-        return old._replace(pins=node.stat.num_children)
+        pins = node.stat.num_children
+        return old if old.pins == pins else old._replace(pins=pins)
     return _snapshot(table, znode.path, node, skipped)
 
 

@@ -354,12 +354,14 @@ def plan(meta: Metadata) -> RetentionPlan:
     for tm in meta.tables:
         policy = _Policy.of(tm.table.properties)
         history = tm.table.name == LAG_HISTORY_TABLE
+        layout = tm.table.layout
+        rescaled = layout.rescaled  # only a split or merge seals a bucket
         for bucket in sorted(set(tm.snapshots) | set(tm.segments)):
             tb = TableBucket(tm.table.name, bucket)
             if history:
                 items += _plan_snapshots(tm, tb, holders, ending, policy)[0]
                 items += _plan_history(meta, tm, tb)
-            elif tm.table.layout.sealed_at(bucket) is not None:
+            elif rescaled and layout.sealed_at(bucket) is not None:
                 items += _plan_sealed(meta, tm, tb, holders, ending, policy)
             else:
                 snap_items, oldest = _plan_snapshots(tm, tb, holders, ending, policy)
