@@ -23,7 +23,17 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import Benchmark, Outcome, load_average, log, median, settle, spread, temp_warehouse
+from .common import (
+    Benchmark,
+    Outcome,
+    load_average,
+    log,
+    median,
+    settle,
+    spread,
+    temp_warehouse,
+    zk_monitor,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,13 +52,47 @@ FULL = {
     "session_timeout": "10s",
     "poll_timeout": "0.5s",
 }
+LARGE = {**FULL, "buckets": 10_000, "members": 50}
 QUICK = {**FULL, "buckets": 100, "members": 4}
-SETTLE_TIMEOUT = 120.0
+QUICK_LARGE = {**FULL, "buckets": 1_000, "members": 12}
+LARGE_TARGET = 1.0
+SETTLE_TIMEOUT = 300.0
 REBALANCE_TIMEOUT = 30.0
 
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
-    p = QUICK if quick else FULL
+    """Both sizes, one warehouse each: the headline is the first size (10 + 1 members over
+    1,000 buckets); the second (50 + 1 over 10,000) is checked against the same 1 s."""
+    p, large = (QUICK, QUICK_LARGE) if quick else (FULL, LARGE)
+    small = _run_size(p, runs)
+    big = _run_size(large, runs)
+    figures = small[0]
+    key = f"at_{large['members'] + 1}_members_{large['buckets']}_buckets"
+    figures[key] = big[0]
+    figures["note"] += (
+        f"; a {large['members'] + 1}th member joining {large['members']} over "
+        f"{large['buckets']:,} buckets: {big[0]['value']:.3f} s "
+        f"({big[0]['spread']['min']:.3f}–{big[0]['spread']['max']:.3f}), " + big[0]["note"]
+    )
+    checks = {**small[1], **{f"{k}_at_{large['buckets']}": v for k, v in big[1].items()}}
+    checks[f"rebalance_at_{large['buckets']}_within_{LARGE_TARGET:g}s"] = (
+        big[0]["value"] <= LARGE_TARGET
+    )
+    parameters = {**p, "large_buckets": large["buckets"], "large_members": large["members"]}
+    return Outcome(
+        figures["value"],
+        figures,
+        small[2] + big[2],
+        {**parameters, "runs": runs, "quick": quick},
+        checks,
+    )
+
+
+def _run_size(
+    p: dict[str, Any], runs: int
+) -> tuple[dict[str, Any], dict[str, bool], list[dict[str, Any]]]:
+    """A warehouse of its own, a warm-up and ``runs`` timed rebalances at size ``p``: (figures,
+    checks, runs)."""
     results: list[dict[str, Any]] = []
     checks = {
         "one_new_generation": True,
@@ -62,13 +106,16 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             settle(None)
             result, run_checks = _one_run(conn, p, i)
             label = "warm-up" if i == 0 else f"run {i}/{runs}"
+            zk = result["zookeeper"]
             log(
-                f"B9: {label}: rebalance {result['rebalance_s'] * 1000:.0f} ms (assignment "
-                "published "
+                f"B9 ({p['members'] + 1} members, {p['buckets']:,} buckets): {label}: rebalance "
+                f"{result['rebalance_s'] * 1000:.0f} ms (assignment published "
                 f"{result['published_s'] * 1000:.0f} ms, new member consuming "
                 f"{result['newcomer_s'] * 1000:.0f} ms), "
                 f"{result['moved']} buckets moved, unmoved buckets stalled "
-                f"{result['unmoved_stalled_s']:.3f} s, "
+                f"{result['unmoved_stalled_s']:.3f} s, ZooKeeper {zk['transactions']} "
+                f"transactions / {zk['znode_writes']} znode writes / {zk['reads']} reads, "
+                f"watches {zk['watches_added']:+} (of {zk['watches_after']}), "
                 f"checks {'ok' if all(run_checks.values()) else run_checks}"
             )
             if i == 0:
@@ -76,19 +123,32 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
             results.append(result)
             for name, ok in run_checks.items():
                 checks[name] &= ok
+    return _figures(p, results), checks, results
+
+
+def _figures(p: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the timed runs of one size, with the spread of the rebalance time."""
+
+    def mid(key: str, digits: int = 3) -> float:
+        return round(median([r[key] for r in results]), digits)
+
     rebalance = [r["rebalance_s"] for r in results]
+    zk = {k: round(median([r["zookeeper"][k] for r in results])) for k in results[0]["zookeeper"]}
     figures = {
         "value": round(median(rebalance), 3),
         "spread": spread(rebalance),
-        "published_s": round(median([r["published_s"] for r in results]), 3),
-        "newcomer_s": round(median([r["newcomer_s"] for r in results]), 3),
+        "members": p["members"] + 1,
+        "buckets": p["buckets"],
+        "published_s": mid("published_s"),
+        "newcomer_s": mid("newcomer_s"),
         "moved": round(median([r["moved"] for r in results])),
         "unmoved_stalled_s": max(r["unmoved_stalled_s"] for r in results),
         "unmoved_revoked": max(r["unmoved_revoked"] for r in results),
-        "moved_unowned_bucket_s": round(median([r["moved_unowned_bucket_s"] for r in results]), 3),
-        "moved_unowned_max_s": round(median([r["moved_unowned_max_s"] for r in results]), 3),
-        "eager_paused_bucket_s": round(median([r["eager_paused_bucket_s"] for r in results]), 1),
-        "new_records_consumed_s": round(median([r["new_records_consumed_s"] for r in results]), 3),
+        "moved_unowned_bucket_s": mid("moved_unowned_bucket_s"),
+        "moved_unowned_max_s": mid("moved_unowned_max_s"),
+        "eager_paused_bucket_s": mid("eager_paused_bucket_s", 1),
+        "new_records_consumed_s": mid("new_records_consumed_s"),
+        "zookeeper": zk,
         "load_average": median([r["load_average"] or 0.0 for r in results]),
     }
     figures["note"] = (
@@ -101,9 +161,32 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
         f"{figures['moved_unowned_bucket_s']:.1f} bucket-seconds without a consuming owner (eager "
         "protocol: "
         f"at least {figures['eager_paused_bucket_s']:,.0f}, all {p['buckets']:,} buckets paused "
-        "throughout)"
+        f"throughout); ZooKeeper per rebalance: {zk['transactions']} write requests "
+        f"({zk['znode_writes']} znode writes, {zk['bytes_written']:,} B), {zk['reads']} reads, "
+        f"{zk['watches_added']:+,} watches"
     )
-    return Outcome(figures["value"], figures, results, {**p, "runs": runs, "quick": quick}, checks)
+    return figures
+
+
+def _zk_counters(conn: Connection) -> dict[str, int]:
+    """The server's running counts (``mntr``): write requests (a transaction counts once),
+    znode writes and their bytes in this namespace, reads, and watches held now."""
+    m = zk_monitor(conn)
+    ns = conn.namespace
+    return {
+        "transactions": m.get("cnt_updatelatency", 0),
+        "znode_writes": m.get(f"cnt_{ns}_write_per_namespace", 0),
+        "bytes_written": m.get(f"sum_{ns}_write_per_namespace", 0),
+        "reads": m.get("cnt_readlatency", 0),
+        "watches": m.get("watch_count", 0),
+    }
+
+
+def _zk_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    out = {k: after[k] - before[k] for k in before if k != "watches"}
+    out["watches_before"], out["watches_after"] = before["watches"], after["watches"]
+    out["watches_added"] = after["watches"] - before["watches"]
+    return out
 
 
 def _one_run(
@@ -137,6 +220,7 @@ def _one_run(
         newcomer = PolledMember(
             conn, [name], group, name=f"m{size}", **options
         )  # no I/O: built untimed
+        counted = _zk_counters(conn)  # untimed: before the newcomer's first poll
         newcomer.start()
         record = watch.wait_for(
             lambda r: newcomer.member_id in r.buckets and len(r.buckets) == size + 1,
@@ -146,7 +230,9 @@ def _one_run(
             raise RuntimeError(
                 f"B9: no assignment with {size + 1} members within {REBALANCE_TIMEOUT:g} s"
             )
-        return _outcome(watch, members, newcomer, settled, record, before, mark, table)
+        return _outcome(
+            watch, members, newcomer, settled, record, before, mark, table, conn, counted
+        )
     finally:
         started = [*members, *([newcomer] if newcomer is not None else [])]
         for m in started:
@@ -168,6 +254,8 @@ def _outcome(
     before: dict[str, set[Any]],
     mark: float,
     table: Any,
+    conn: Connection,
+    counted: dict[str, int],
 ) -> tuple[dict[str, Any], dict[str, bool]]:
     """Once the newcomer's assignment is published: wait until every member consumes under
     it, then measure what moved, what stalled and when each member was done; checked."""
@@ -177,6 +265,7 @@ def _outcome(
     done = _wait_consuming(every, record, REBALANCE_TIMEOUT)
     t0 = newcomer.first_poll or mark
     time.sleep(0.3)
+    zookeeper = _zk_delta(counted, _zk_counters(conn))
     latest = watch.latest()
     published = next(t for t, r in watch.seen if r.generation == record.generation)
     after = {m.member_id: buckets_of(record, m.member_id) for m in every}
@@ -210,6 +299,7 @@ def _outcome(
         "moved_unowned_max_s": max(unowned, default=0.0),
         "eager_paused_bucket_s": n * rebalance_s,
         "new_records_consumed_s": consumed_s,
+        "zookeeper": zookeeper,
         "load_average": load_average(),
     }
     return result, checks
@@ -331,7 +421,8 @@ def _new_records(
     appended = time.perf_counter()
     ends = table.end_offsets()
     owner = {tb: m for m in members for tb in buckets_of(record, m.member_id)}
-    deadline = time.monotonic() + 30
+    # one watch callback per bucket on the consumers' shared connection: slower at 10,000
+    deadline = time.monotonic() + max(30.0, 0.015 * table.num_buckets)
     while time.monotonic() < deadline:
         if all(owner[tb].consumed_to().get(tb, 0) >= end for tb, end in ends.items()):
             break

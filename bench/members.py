@@ -191,10 +191,14 @@ class PolledMember:
 
 class AssignmentWatch:
     """The group's published assignments, from a watch on its assignment znode: each generation
-    with the ``perf_counter`` time it was seen."""
+    with the ``perf_counter`` time it was seen. The watch has a ZooKeeper session of its own: on
+    the connection the consumers share, its callback would queue behind theirs (a data watch per
+    bucket) and see a generation late."""
 
     def __init__(self, conn: Connection, group: str) -> None:
         ctx = testing.context(conn)
+        self._store = ctx.store.sibling(ctx.store.session_timeout)
+        self._store.open()
         from leasekit.zk import Node
         from leasekit.zk.formats import AssignmentRecord
 
@@ -211,7 +215,7 @@ class AssignmentWatch:
                     self.seen.append((time.perf_counter(), record))
                 self._lock.notify_all()
 
-        self._watch = ctx.store.watch(path, changed)
+        self._watch = self._store.watch(path, changed)
 
     def latest(self) -> AssignmentRecord | None:
         with self._lock:
@@ -234,6 +238,7 @@ class AssignmentWatch:
 
     def close(self) -> None:
         self._watch.remove()
+        self._store.close()
 
 
 def buckets_of(record: AssignmentRecord, member_id: str | None) -> frozenset[lk.TableBucket]:

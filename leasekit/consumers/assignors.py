@@ -3,6 +3,7 @@ and the current assignment to a new assignment; "sticky" (the default), "range" 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Mapping, Set
 from typing import Protocol
 
@@ -163,11 +164,47 @@ class StickyAssignor:
         # the sum of squared counts, so this ends. With identical subscriptions a member that
         # received a bucket in step 2 was then among the emptiest, so it never gives one away
         # here: only kept buckets move, and only the minimum of them (see the class docstring).
-        while (move := _next_move(members, owned)) is not None:
-            donor, receiver, tb = move
-            owned[donor].remove(tb)
-            owned[receiver].add(tb)
+        if len({frozenset(subscribers).intersection(members[m]) for m in owned}) == 1:
+            _balance_identical(owned)  # the same moves, found in O(log members) each
+        else:
+            while (move := _next_move(members, owned)) is not None:
+                donor, receiver, tb = move
+                owned[donor].remove(tb)
+                owned[receiver].add(tb)
         return owned
+
+
+def _balance_identical(owned: Assignment) -> None:
+    """Step 3 of ``StickyAssignor`` when every member subscribes to every assigned table: each
+    move takes the largest bucket of the fullest member (smallest id first) to the emptiest one
+    (smallest id first), exactly as ``_next_move`` picks it, with heaps instead of sorting every
+    member for every move (51 members x 10,000 buckets: ~200 moves)."""
+    fullest = [(-len(bs), m) for m, bs in owned.items()]
+    emptiest = [(len(bs), m) for m, bs in owned.items()]
+    heapq.heapify(fullest)
+    heapq.heapify(emptiest)
+    ordered: dict[str, list[TableBucket]] = {}  # a donor's buckets, ascending (built lazily)
+    while fullest and emptiest:
+        count, donor = -fullest[0][0], fullest[0][1]
+        if count != len(owned[donor]):
+            heapq.heappop(fullest)  # stale entry
+            continue
+        if emptiest[0][0] != len(owned[emptiest[0][1]]):
+            heapq.heappop(emptiest)
+            continue
+        receiver = emptiest[0][1]
+        if len(owned[receiver]) + 2 > count:
+            return
+        if donor not in ordered:
+            ordered[donor] = sorted(owned[donor])
+        tb = ordered[donor].pop()
+        owned[donor].remove(tb)
+        owned[receiver].add(tb)
+        ordered.pop(receiver, None)
+        heapq.heappush(fullest, (-len(owned[donor]), donor))
+        heapq.heappush(emptiest, (len(owned[donor]), donor))
+        heapq.heappush(fullest, (-len(owned[receiver]), receiver))
+        heapq.heappush(emptiest, (len(owned[receiver]), receiver))
 
 
 def _next_move(members: Members, owned: Assignment) -> tuple[str, str, TableBucket] | None:

@@ -84,7 +84,8 @@ class GroupCoordinator:
         """Claimed buckets and the owner znode version this member wrote."""
         self._pending: set[TableBucket] = set()
         """Assigned, waiting for their last owner to release them."""
-        self._held: dict[TableBucket, Watch] = {}
+        self._held: Watch | None = None
+        """While waiting for buckets other members still own: a watch on the group's marker."""
         self._newly: set[TableBucket] = set()
         self._rebalancing = False
         self._joined = -1
@@ -213,21 +214,24 @@ class GroupCoordinator:
             self._owned.update(got)
             self._pending -= set(got)
             self._newly |= set(got)
-            self._watch_held(held)
             self._sub.set_assignment(list(self._owned))
+        self._watch_releases(bool(self._pending))
         if self._rebalancing and not self._pending:
             self._rebalancing = False
             # at the end of every rebalance, possibly empty (C15)
             if self._sub.listener is not None:
                 self._sub.listener.on_buckets_assigned(set(self._newly))
 
-    def _watch_held(self, held: dict[TableBucket, str]) -> None:
-        """Wake poll when a bucket another member still owns is released."""
-        for tb in [tb for tb in self._held if tb not in held]:
-            self._held.pop(tb).remove()
-        for tb, path in held.items():
-            if tb not in self._held:
-                self._held[tb] = self._ctx.store.watch(path, lambda data, stat: self._signal())
+    def _watch_releases(self, waiting: bool) -> None:
+        """While ``waiting`` for buckets others still own, wake poll when one may be released:
+        one watch on the group's change marker (every release sets it), not one per bucket. Its
+        first call, at once, covers a release between the claim's read and the watch."""
+        if waiting and self._held is None:
+            marker = self._ctx.paths.group_changes(self.group_id)
+            self._held = self._ctx.store.watch(marker, lambda data, stat: self._signal())
+        elif not waiting and self._held is not None:
+            self._held.remove()
+            self._held = None
 
     def _revoke(self, buckets: set[TableBucket], *, lost: bool = False) -> None:
         """Hand back ``buckets``: commit their positions with auto-commit, tell the listener (a
@@ -264,9 +268,9 @@ class GroupCoordinator:
             self._leave()
 
     def _leave(self) -> None:
-        for watch in self._held.values():
-            watch.remove()
-        self._held.clear()
+        if self._held is not None:
+            self._held.remove()
+            self._held = None
         self._pending.clear()
         self.generation = None
         self._close_member()
