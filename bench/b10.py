@@ -292,7 +292,7 @@ def _measure_takeover(
     by their new owners, then time each step from the kill; checked."""
     from .members import buckets_of
 
-    done, polls = _wait_taken_over(survivors, doomed, before, TAKEOVER_TIMEOUT)
+    done, polls = _wait_taken_over(survivors, doomed, before, after, TAKEOVER_TIMEOUT)
     owner = {tb: m.name for m in survivors for tb in buckets_of(after, m.member_id)}
     published = next(t for t, r in watch.seen if r.generation == after.generation)
     claimed = _claimed(survivors, after, killed) or done
@@ -363,25 +363,41 @@ def _consuming(member: PolledMember, record: AssignmentRecord) -> bool:
 
 
 def _wait_taken_over(
-    survivors: list[PolledMember], doomed: frozenset[Any], before: dict[Any, int], timeout: float
+    survivors: list[PolledMember],
+    doomed: frozenset[Any],
+    before: dict[Any, int],
+    after: AssignmentRecord,
+    timeout: float,
 ) -> tuple[float, dict[Any, list[tuple[float, int, str]]]]:
     """When the last of ``doomed`` had its new record returned by a survivor; per bucket, the
-    polls that returned new records (time, first offset, member), in time order."""
+    polls that returned new records (time, first offset, member), in time order.
+
+    While waiting, only each bucket's new owner under ``after`` is asked, about that bucket:
+    this loop shares the interpreter with the members it watches, so it must cost them next to
+    nothing. Every member's polls are gathered once at the end (for the checks)."""
+    from .members import buckets_of
+
+    owner = {tb: m for m in survivors for tb in buckets_of(after, m.member_id) if tb in doomed}
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        polls: dict[Any, list[tuple[float, int, str]]] = {}
-        for m in survivors:
-            for tb, returned in m.returned().items():
-                if tb in doomed:
-                    polls.setdefault(tb, []).extend(
-                        (t, start, m.name) for t, start, end in returned if end > before[tb]
-                    )
-        if all(polls.get(tb) for tb in doomed):
-            return max(min(polls[tb])[0] for tb in doomed), {tb: sorted(polls[tb]) for tb in doomed}
-        time.sleep(0.01)
-    raise RuntimeError(
-        f"B10: the killed member's buckets were not all consumed within {timeout:g} s"
-    )
+    waiting = set(doomed)
+    while waiting and time.monotonic() < deadline:
+        waiting = {
+            tb for tb in waiting if tb not in owner or not owner[tb].returned_past(tb, before[tb])
+        }
+        if waiting:
+            time.sleep(0.02)
+    if waiting:
+        raise RuntimeError(
+            f"B10: the killed member's buckets were not all consumed within {timeout:g} s"
+        )
+    polls: dict[Any, list[tuple[float, int, str]]] = {}
+    for m in survivors:
+        for tb, returned in m.returned().items():
+            if tb in doomed:
+                polls.setdefault(tb, []).extend(
+                    (t, start, m.name) for t, start, end in returned if end > before[tb]
+                )
+    return max(min(polls[tb])[0] for tb in doomed), {tb: sorted(polls[tb]) for tb in doomed}
 
 
 def _claimed(survivors: list[PolledMember], record: AssignmentRecord, since: float) -> float | None:

@@ -350,15 +350,20 @@ def _wait_consuming(
 
     deadline = time.monotonic() + timeout
     done: dict[str, float] = {}
+    # the shares once, and each member's fetches looked at once: this loop shares the
+    # interpreter with the members it watches, so it must cost them next to nothing
+    shares = {m.name: buckets_of(record, m.member_id) for m in members}
+    looked = dict.fromkeys(shares, 0)
     while time.monotonic() < deadline:
         for m in members:
             if m.name in done:
                 continue
-            share = buckets_of(record, m.member_id)
-            for f in m.fetches():
+            fetches = m.fetches_from(looked[m.name])
+            looked[m.name] += len(fetches)
+            for f in fetches:
                 if (
                     f.generation == record.generation
-                    and f.assignment == share
+                    and f.assignment == shares[m.name]
                     and not f.skipped
                     and not f.paused
                 ):
@@ -366,7 +371,7 @@ def _wait_consuming(
                     break
         if len(done) == len(members):
             return done
-        time.sleep(0.01)
+        time.sleep(0.02)
     missing = [m.name for m in members if m.name not in done]
     raise RuntimeError(
         f"B9: {', '.join(missing)} not consuming generation {record.generation} after {timeout:g} s"
@@ -421,12 +426,14 @@ def _new_records(
     appended = time.perf_counter()
     ends = table.end_offsets()
     owner = {tb: m for m in members for tb in buckets_of(record, m.member_id)}
-    # one watch callback per bucket on the consumers' shared connection: slower at 10,000
+    # only the buckets still waiting are asked about, each of its owner: this loop shares the
+    # interpreter with the members it watches, so it must cost them next to nothing
     deadline = time.monotonic() + max(30.0, 0.015 * table.num_buckets)
-    while time.monotonic() < deadline:
-        if all(owner[tb].consumed_to().get(tb, 0) >= end for tb, end in ends.items()):
-            break
-        time.sleep(0.02)
+    waiting = set(ends)
+    while waiting and time.monotonic() < deadline:
+        waiting = {tb for tb in waiting if not owner[tb].returned_past(tb, ends[tb] - 1)}
+        if waiting:
+            time.sleep(0.02)
     last = 0.0
     ok = True
     for m in members:
@@ -436,7 +443,8 @@ def _new_records(
                 continue
             ok &= owner[tb] is m and len(new) == 1 and new[0][1:] == (before[tb], ends[tb])
             last = max(last, new[0][0])
-    ok &= all(owner[tb].consumed_to().get(tb, 0) >= end for tb, end in ends.items())
+    consumed = {m.name: m.consumed_to() for m in members}
+    ok &= all(consumed[owner[tb].name].get(tb, 0) >= end for tb, end in ends.items())
     return last - appended, ok
 
 

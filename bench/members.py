@@ -164,6 +164,11 @@ class PolledMember:
         with self._lock:
             return [f for f in self._fetches if f.end >= since]
 
+    def fetches_from(self, index: int) -> list[Fetch]:
+        """The fetches recorded after the first ``index`` (since the last ``forget``)."""
+        with self._lock:
+            return self._fetches[index:]
+
     def events(self, since: float = 0.0) -> list[Event]:
         with self._lock:
             return [e for e in self._events if e.time >= since]
@@ -176,6 +181,11 @@ class PolledMember:
         """Per bucket, each poll's ``(time, first offset, end offset)`` of the records returned."""
         with self._lock:
             return {tb: list(v) for tb, v in self._returned.items()}
+
+    def returned_past(self, tb: lk.TableBucket, offset: int) -> bool:
+        """Whether a poll returned records of ``tb`` ending past ``offset``."""
+        with self._lock:
+            return any(end > offset for _, _, end in self._returned.get(tb, ()))
 
     def consumed_to(self) -> dict[lk.TableBucket, int]:
         """Per bucket, the end of the records returned so far."""
