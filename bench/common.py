@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -504,21 +505,25 @@ def instrumented(timer: Timer, targets: dict[str, str]) -> Iterator[Timer]:
     """Time calls to library functions for a profile, restoring them on exit.
 
     ``targets`` maps a label to ``"module:attr"`` or ``"module:Class.method"``. Each label
-    gets its calls' exclusive wall time (time in nested instrumented calls goes to theirs),
-    so the labels add up to at most the enclosing wall time. Single-threaded use only.
+    gets its calls' exclusive wall time (time in nested instrumented calls of the same thread
+    goes to theirs); calls on other threads (a read ahead) count too, so with them the labels
+    may add up to more than the enclosing wall time.
     """
     restore: list[tuple[Any, str, Any]] = []
-    nested: list[float] = []  # per active call: time spent in instrumented callees
+    local = threading.local()  # per thread, per active call: time spent in instrumented callees
+    lock = threading.Lock()
 
     def wrap(label: str, func: Callable[..., Any]) -> Callable[..., Any]:
         def timed_call(*args: Any, **kwargs: Any) -> Any:
+            nested = local.__dict__.setdefault("nested", [])
             nested.append(0.0)
             start = time.perf_counter()
             try:
                 return func(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - start
-                timer.add(label, elapsed - nested.pop())
+                with lock:
+                    timer.add(label, elapsed - nested.pop())
                 if nested:
                     nested[-1] += elapsed
 

@@ -94,3 +94,45 @@ def test_a_sequential_read_decodes_each_row_group_once_and_keeps_none_it_finishe
         assert reader._cached_bytes == 0  # every group was read to its end
     finally:
         reader.close()
+
+
+def test_a_read_ahead_decodes_the_next_segment_once_on_its_own_thread(conn, table, monkeypatch):
+    # §6.5: a consumer catching up has the next segment's row group decoded meanwhile; the read
+    # that comes to it uses that decode (never decodes it twice), and a segment deleted under
+    # a read ahead is still reported by the read itself
+    import threading
+
+    import pyarrow.parquet as pq
+
+    decoded: list[tuple[int, str]] = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_group",
+        lambda self, i, **kw: (
+            decoded.append((self.metadata.num_rows, threading.current_thread().name))
+            or real(self, i, **kw)
+        ),
+    )
+    first, second = list_segments(table, [0])[0]
+    reader = lkreader.SegmentReader(table)
+    try:
+        reader.ahead(second, second.base_offset)
+        reader.ahead(second, second.base_offset)  # asked again while under way: nothing more
+        got = reader.read(second, second.base_offset, 10)
+        assert got.column("id").to_pylist() == [7]
+        assert [(n, name.startswith("leasekit-read-ahead")) for n, name in decoded] == [(1, True)]
+    finally:
+        reader.close()
+    ctx = testing.context(conn)
+    gone = lkreader.SegmentReader(table)
+    try:
+        ctx.warehouse.delete_files([ctx.warehouse.relative(first.file)])
+        gone.ahead(first, 0)  # fails on its thread, quietly
+        with pytest.raises(lkreader.SegmentGone, match="deleted"):
+            gone.read(first, 0, 10)
+        gone.ahead(second, second.base_offset)
+    finally:
+        gone.close()  # with a read ahead possibly under way
+    gone.ahead(second, second.base_offset)  # closed: nothing starts
+    assert gone._ahead is None and not gone._pending

@@ -218,11 +218,16 @@ class LogView:
         segment = find_segment(self.segments(tb, position), position)
         if segment is None:
             return None
+        reader = self._readers[tb.table][1]
         try:
-            return self._readers[tb.table][1].read(segment, position, max_records)
+            data = reader.read(segment, position, max_records)
         except SegmentGone:
             self._segments.pop(tb, None)
             raise
+        after = find_segment(self._segments.get(tb, []), segment.end_offset)
+        if after is not None:  # a reader catching up goes on there: decode it meanwhile
+            reader.ahead(after, after.base_offset)
+        return data
 
     def close(self) -> None:
         self.unwatch(list(self._watches))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -30,6 +31,10 @@ CACHE_BYTES = 256 * 1024 * 1024
 """Decoded row groups a reader keeps, in bytes (a poll usually continues where the last one
 ended, one group per bucket it reads): the least recently read go first, and a group read
 to its end is dropped at once."""
+
+
+AHEAD = 2
+"""Segment files a reader decodes ahead of its reads at one time, at most (``ahead``)."""
 
 
 class SegmentGone(IllegalStateError):
@@ -81,6 +86,10 @@ class SegmentReader:
         self._groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
+        self._ahead: ThreadPoolExecutor | None = None
+        self._pending: dict[str, Future[None]] = {}
+        """Files whose next row group is being decoded ahead, by path."""
+        self._closed = False
 
     @property
     def schema(self) -> pa.Schema:
@@ -94,6 +103,10 @@ class SegmentReader:
             )
         first = start - segment.base_offset
         last = min(segment.end_offset, start + max_records) - segment.base_offset
+        with self._lock:
+            pending = self._pending.get(segment.file)
+        if pending is not None:  # decoded ahead now: wait for it rather than decode it twice
+            pending.result()
         handle = self._file(segment)
         groups = range(
             bisect.bisect_right(handle.starts, first) - 1, bisect.bisect_left(handle.starts, last)
@@ -114,6 +127,41 @@ class SegmentReader:
             *(data.column(name) for name in self._schema.names[3:]),
         ]
         return pa.Table.from_arrays(columns, schema=self._schema)
+
+    def ahead(self, segment: LogSegment, offset: int) -> None:
+        """Decode the row group of ``segment`` holding ``offset`` on a thread of the reader's
+        own, so that the read coming to it finds it decoded: the next segment of a bucket a
+        consumer is reading. Decoding releases the interpreter, so it overlaps whatever the
+        caller does meanwhile (reading other buckets, handling records). At most ``AHEAD``
+        files at a time; a failure is left for the read itself to meet."""
+        file = segment.file
+        with self._lock:
+            if self._closed or file in self._pending or len(self._pending) >= AHEAD:
+                return
+            handle = self._open.get(file)
+            if handle is not None:
+                group = bisect.bisect_right(handle.starts, offset - segment.base_offset) - 1
+                if (file, group) in self._groups:
+                    return
+            if self._ahead is None:
+                self._ahead = ThreadPoolExecutor(1, thread_name_prefix="leasekit-read-ahead")
+            done: Future[None] = Future()
+            self._pending[file] = done
+
+        def decode() -> None:
+            try:
+                opened = self._file(segment)
+                at = bisect.bisect_right(opened.starts, offset - segment.base_offset) - 1
+                if 0 <= at < len(opened.starts) - 1:
+                    self._group(file, opened, at)
+            except Exception:  # noqa: BLE001 - the read itself meets it, typed
+                pass
+            finally:
+                with self._lock:
+                    self._pending.pop(file, None)
+                done.set_result(None)
+
+        self._ahead.submit(decode)
 
     def _group(self, file: str, handle: _Open, group: int) -> pa.Table:
         """One decoded row group; the last few stay cached, so consecutive reads of a group
@@ -183,8 +231,16 @@ class SegmentReader:
             handle.file.close()
 
     def close(self) -> None:
-        """Close every open file."""
+        """Close every open file (after a decode ahead under way has ended)."""
         with self._lock:
+            self._closed = True
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for done in self._pending.values():  # cancelled before they ran
+                done.set_result(None)
+            self._pending.clear()
             handles, self._open = list(self._open.values()), OrderedDict()
             self._groups.clear()
             self._cached_bytes = 0
