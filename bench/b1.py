@@ -61,6 +61,15 @@ LEASE_DURATION = "6h"  # outlives a full-size run with room to spare; dropped at
 BENCH_TARGET = 1.05
 CPU_TARGET = 1.02
 
+ROUNDS = 4
+"""Counterbalanced rounds per run (``counterbalanced``): each side is timed twice per round, so
+a run's figure averages eight timings of each side. Within a run, the timings of one side vary
+by about 12% (coefficient of variation, 6-17% run to run) on this shared machine, either side;
+their mean by about 4%, a run's ratio by about 6%."""
+WARM_UP = 3
+"""Untimed queries per side before the runs: the JVM compiles the scan and aggregation's hot
+code over the first few, which would make the early runs' sides slower than the later ones."""
+
 LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 """Above this many paths Spark lists them with a distributed job (default 32). leasekit sets
 it to the maximum around its reads of exact file lists; the floor gets the same setting."""
@@ -187,11 +196,13 @@ def _measure(
         figures[f"{name}_query_s"] = end - built
         return answer
 
-    log("B1: warm-up (untimed)")
+    log(f"B1: warm-up, {WARM_UP} queries per side (untimed)")
     expected = side("baseline", {})
-    warm = side("leasekit", {})
+    agree = sum(n for n, _ in expected.values()) == p["rows"]
+    for _ in range(WARM_UP):
+        agree = agree and _same(expected, side("leasekit", {}))
+        agree = agree and _same(expected, side("baseline", {}))
     results: list[dict[str, Any]] = []
-    agree = _same(expected, warm) and sum(n for n, _ in expected.values()) == p["rows"]
     for i in range(runs):
         figures, same = _one_pair(spark, side, expected, i, runs)
         agree = agree and same
@@ -206,11 +217,11 @@ def _one_pair(
     i: int,
     runs: int,
 ) -> tuple[dict[str, Any], bool]:
-    """Run ``i``: each side twice in counterbalanced order (A B B A), leasekit's profiled, each
-    after a settle step; a side's figures are the means of its two timings. (The run's figures,
-    whether every answer is the expected one.)"""
+    """Run ``i``: each side timed ``2 * ROUNDS`` times in counterbalanced order (A B B A B A A B),
+    leasekit's profiled, each after a settle step; a side's figures are the means of its
+    timings. (The run's figures, whether every answer is the expected one.)"""
     agree = True
-    order = counterbalanced(i, ("leasekit", "baseline"))
+    order = counterbalanced(i, ("leasekit", "baseline"), ROUNDS)
     figures: dict[str, Any] = {"order": order, "load_average": load_average()}
     timer = Timer()
     timings: dict[str, list[dict[str, Any]]] = {"leasekit": [], "baseline": []}
@@ -231,7 +242,7 @@ def _one_pair(
             values = [t[key] for t in both]
             figures[key] = None if None in values else sum(values) / len(values)
         figures[f"{name}_timings_s"] = [round(t[f"{name}_s"], 4) for t in both]
-    breakdown = {k: timer.seconds.get(k, 0.0) / 2 for k in PROFILE}
+    breakdown = {k: timer.seconds.get(k, 0.0) / len(timings["leasekit"]) for k in PROFILE}
     breakdown["frame_other"] = figures["leasekit_frame_s"] - sum(breakdown.values())
     breakdown["query"] = figures["leasekit_query_s"]
     figures["leasekit_breakdown_s"] = breakdown
@@ -297,6 +308,8 @@ def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
     parameters = {
         **p,
         "runs": runs,
+        "rounds_per_run": ROUNDS,
+        "warm_up_queries_per_side": WARM_UP,
         "quick": quick,
         "reader": READER,
         "query": "groupBy(status).agg(count, sum(amount)).collect()",

@@ -399,13 +399,19 @@ def alternate(run_index: int, sides: Sequence[str]) -> list[str]:
     return list(sides) if run_index % 2 == 0 else list(reversed(sides))
 
 
-def counterbalanced(run_index: int, sides: Sequence[str]) -> list[str]:
-    """The order of the sides in run ``run_index`` when each runs twice: A B B A on even runs,
-    B A A B on odd ones. Averaging a side's two timings cancels what the position in the run
-    and a steady drift within it add (the first side after a pause, a machine getting busier),
-    which a single alternating pair leaves in every run's ratio."""
+def counterbalanced(run_index: int, sides: Sequence[str], rounds: int = 1) -> list[str]:
+    """The order of the sides in run ``run_index`` when each runs twice per round: A B B A on
+    even runs, B A A B on odd ones, each further round the mirror of the one before (A B B A
+    B A A B ...). Averaging a side's timings cancels what the position in the run and a steady
+    drift within it add (the first side after a pause, a machine getting busier), which a
+    single alternating pair leaves in every run's ratio; more rounds average more of the
+    machine's noise into each run."""
     first = alternate(run_index, sides)
-    return [*first, *reversed(first)]
+    order: list[str] = []
+    for r in range(rounds):
+        block = [*first, *reversed(first)]
+        order += block if r % 2 == 0 else [*reversed(first), *first]
+    return order
 
 
 def machine_info(spark: SparkSession | None) -> dict[str, Any]:
