@@ -49,6 +49,7 @@ __all__ = [
     "spread",
     "alternate",
     "counterbalanced",
+    "process_cpu_seconds",
     "machine_info",
     "settle",
     "load_average",
@@ -477,13 +478,21 @@ def zk_cpu_seconds(conn: Connection) -> float | None:
 
     try:
         server = embedded.status(os.path.join(conn.warehouse, "_zookeeper"))
-        if server is None:
-            return None
-        with open(f"/proc/{server.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, AttributeError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") + time.process_time()
+    used = None if server is None else process_cpu_seconds(server.pid)
+    return None if used is None else used + time.process_time()
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds process ``pid`` has used so far (user and system); None off Linux or when
+    it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # proc(5) 14, 15
 
 
 def zk_monitor(conn: Connection) -> dict[str, int]:

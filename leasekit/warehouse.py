@@ -155,6 +155,12 @@ class Warehouse:
     def is_local(self) -> bool:
         return self.scheme == "file"
 
+    @property
+    def scan_worker_pid(self) -> int | None:
+        """The process id of the worker making this local warehouse's scans (``LocalScan``);
+        None while this process makes them."""
+        return self._local.worker_pid
+
     def open(self) -> None:
         """Resolve the file system and create the root directory."""
         with io_errors(f"open warehouse {self.location}"):

@@ -3,13 +3,15 @@ with sizes and times read only for the files asked about."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import signal
 import time
 
 import pytest
 
-from leasekit.dirscan import _SETTLED_NS
+from leasekit.dirscan import _SETTLED_NS, LocalScan
 from leasekit.errors import CorruptMetadataError, IllegalStateError
 from leasekit.warehouse import Warehouse, contained
 
@@ -166,3 +168,80 @@ def test_local_deletes_never_follow_a_symbolic_link_out_of_the_warehouse(wh, tmp
     wh.delete_dir("tables/t/snap")
     assert wh.scan("tables").paths == []  # the link is no directory of the warehouse
     assert (victim / "f.parquet").is_file()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_worker_process_makes_the_scans_of_a_large_tree_and_sees_every_change(wh):
+    # R4: the worker (a process of its own, once a scan walked more than worker_dirs
+    # directories) lists what the scan in this process lists, and every change after
+    root = os.path.join(wh.location, "tables/t")
+    here = LocalScan(wh.location, worker_dirs=None)
+    small = LocalScan(wh.location, worker_dirs=100)
+    scan = LocalScan(wh.location, worker_dirs=3)
+    try:
+        top = os.path.join(wh.location, "tables")
+        assert sorted(small.scan(top)) == sorted(here.scan(top))
+        assert small.worker_pid is None  # 7 directories: scanned here
+        first = sorted(scan.scan(top))  # walked here: more than 3 directories
+        pid = scan.worker_pid
+        assert pid is not None and pid != os.getpid() and _alive(pid)
+        assert sorted(scan.scan(top)) == first == sorted(here.scan(top))
+        assert scan.worker_pid == pid  # answered by the worker
+        time.sleep(_SETTLED_NS / 1e9 + 0.2)
+        assert sorted(scan.scan(top)) == first
+        with open(os.path.join(root, "log/0/01.parquet"), "wb") as f:
+            f.write(b"5")
+        os.remove(os.path.join(root, "snap/7/_SUCCESS"))
+        os.makedirs(os.path.join(root, "empty-dir/8"))
+        with open(os.path.join(root, "empty-dir/8/part-0.parquet"), "wb") as f:
+            f.write(b"6")
+        after = sorted(scan.scan(top))
+        assert after == sorted(here.scan(top)) == sorted(e.path for e in wh.list("tables"))
+        assert set(after) ^ set(first) == {
+            "tables/t/log/0/01.parquet",
+            "tables/t/snap/7/_SUCCESS",
+            "tables/t/empty-dir/8/part-0.parquet",
+        }
+        assert sorted(scan.scan(os.path.join(root, "log"))) == [
+            "tables/t/log/0/.00.parquet.crc",
+            "tables/t/log/0/00.parquet",
+            "tables/t/log/0/01.parquet",
+        ]
+        assert scan.scan(os.path.join(root, "nothing-here")) == []
+        assert scan.worker_pid == pid
+    finally:
+        scan.close()
+    assert not _alive(pid)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_scan_goes_on_in_this_process_when_its_worker_dies_and_a_dropped_scan_ends_it(wh):
+    # R4: a worker killed between scans loses no listing: the scan is made here instead
+    top = os.path.join(wh.location, "tables")
+    expected = sorted(e.path for e in wh.list("tables"))
+    scan = LocalScan(wh.location, worker_dirs=0)
+    scan.scan(top)
+    pid = scan.worker_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert sorted(scan.scan(top)) == expected
+    assert scan.worker_pid is None
+    assert sorted(scan.scan(top)) == expected and scan.worker_pid is None  # not started again
+    dropped = LocalScan(wh.location, worker_dirs=0)
+    dropped.scan(top)
+    pid = dropped.worker_pid
+    assert pid is not None and _alive(pid)
+    del dropped
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
