@@ -32,6 +32,10 @@ WORKER_DIRS = 20_000
 
 _FRAME = struct.Struct(">Q")
 """The length that precedes each message between a scan and its worker (a pickle)."""
+_PROTOCOL = "1"
+"""The messages' version, given to the worker on its command line: a worker started from
+another version of this file (leasekit upgraded in place under a running process) exits at
+once, and its caller scans by itself."""
 
 _SETTLED_NS = 2_000_000_000
 """How long before a scan a local directory must have last changed for its listing to be kept:
@@ -109,6 +113,7 @@ class LocalScan:
                     self._worker = _Worker.start(self._location)
                     if self._worker is not None:
                         self._seen.clear()  # the worker keeps its own
+                        self._worker.prime(top)  # its first walk starts now, not next scan
                     else:
                         self._worker_dirs = None
         return paths
@@ -162,7 +167,8 @@ class LocalScan:
 
 class _Worker:
     """A process that makes a ``LocalScan``'s scans: ``python -I -S`` running this module,
-    which imports the standard library alone. It reads requests (the top directory) on its
+    which imports the standard library alone. It reads requests (``("scan", top)``, answered,
+    or ``("prime", top)``, a walk that records the directories and answers nothing) on its
     standard input and answers on its standard output, each a pickle after its length; it
     ends when its input closes (this process ended or closed it)."""
 
@@ -181,7 +187,7 @@ class _Worker:
             return None
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", os.path.abspath(__file__), location],
+                [sys.executable, "-I", "-S", os.path.abspath(__file__), location, _PROTOCOL],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -205,7 +211,7 @@ class _Worker:
             try:
                 if stdin is None or stdout is None:
                     raise EOFError("no pipes")
-                _send(stdin, top)
+                _send(stdin, ("scan", top))
                 reply = _receive(stdout)
             except (OSError, EOFError, ValueError, pickle.UnpicklingError):
                 self.close()
@@ -217,6 +223,16 @@ class _Worker:
             raise OSError(*reply[1:])
         paths: list[str] = reply[1]
         return paths
+
+    def prime(self, top: str) -> None:
+        """Have the worker walk ``top`` now, answering nothing: its record of the directories
+        is then ready for the next scan (a failure shows at that scan)."""
+        with self._lock:
+            try:
+                if self._proc.stdin is not None:
+                    _send(self._proc.stdin, ("prime", top))
+            except (OSError, ValueError):
+                pass
 
     def close(self) -> None:
         self._ended()
@@ -257,21 +273,23 @@ def _receive(stream: IO[bytes]) -> Any:
 
 
 def _serve(location: str) -> None:
-    """The worker's loop: a scan per request, until its input closes."""
+    """The worker's loop: a walk per request, until its input closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     scanner = LocalScan(location, worker_dirs=None)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            top = _receive(inp)
+            kind, top = _receive(inp)
         except EOFError:
             return
         try:
             reply: tuple[Any, ...] = ("ok", scanner.scan(top))
         except OSError as exc:
             reply = ("error", exc.errno, exc.strerror, exc.filename)
-        _send(out, reply)
+        if kind == "scan":
+            _send(out, reply)
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    if sys.argv[2:] == [_PROTOCOL]:
+        _serve(sys.argv[1])
