@@ -259,3 +259,22 @@ def test_a_worker_of_another_version_is_not_used(wh, monkeypatch):
     assert sorted(scan.scan(top)) == expected  # made here; starts the worker
     assert sorted(scan.scan(top)) == expected  # the worker had exited: made here again
     assert scan.worker_pid is None
+
+
+def test_the_worker_lists_names_no_text_encoding_can_spell_as_this_process_does(wh):
+    # R4: a file named with bytes outside UTF-8, or with a newline, comes back from the worker
+    # as the scan in this process gives it (hostile names are still files to plan)
+    root = os.path.join(os.fsencode(wh.location), b"tables", b"t")
+    os.makedirs(os.path.join(root, b"a\nb"))
+    for name in (b"bad\xff\xfe.parquet", b"a\nb/x.parquet"):
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(b"1")
+    top = os.path.join(wh.location, "tables")
+    scan = LocalScan(wh.location, worker_dirs=0)
+    try:
+        here = sorted(LocalScan(wh.location, worker_dirs=None).scan(top))
+        assert sorted(scan.scan(top)) == here  # made here; starts the worker
+        assert sorted(scan.scan(top)) == here and scan.worker_pid is not None  # the worker's
+        assert {"tables/t/bad\udcff\udcfe.parquet", "tables/t/a\nb/x.parquet"} <= set(here)
+    finally:
+        scan.close()
