@@ -6,6 +6,7 @@ the run, and the run fails with ``LagAlert`` when the group is ERR or over a thr
 from __future__ import annotations
 
 import csv
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -228,17 +229,22 @@ def _history_rows(conn, group, ages_s, committed, end):
 
 def test_lag_over_time_reads_the_lag_history_of_the_last_hours(tmp_path, conn, orders):
     # M1: the chart covers hours of samples (not the last 10 commits); `since` decides how many
-    history.append_rows(
-        testing.context(conn), _history_rows(conn, GROUP, [7 * 3600, 5 * 3600, 3 * 3600, 600], 5, 9)
-    )
+    rows = _history_rows(conn, GROUP, [7 * 3600, 5 * 3600, 3 * 3600, 600], 5, 9)
+    history.append_rows(testing.context(conn), rows)
     nb, _, error = _run(tmp_path, conn)
     assert error is None, error
     text = _stream(nb, "history")
     assert "lag history: 3 samples, " in text and "(last 6h)" in text
     nb, _, error = _run(tmp_path, conn, since="8h")
+    end = testing.context(conn).server_clock.fresh_ms()  # after the chart's right end (now)
     assert error is None and "lag history: 4 samples, " in _stream(nb, "history")
     (time_axis,) = [a for a in _axes(nb) if a["label"] == "time (UTC)"]
-    assert time_axis["tick_format"] == "%H:%M"  # 7 hours: hours and minutes, 24-hour clock
+    # 7 hours: hours and minutes on a 24-hour clock, with the date when they cross midnight
+    days = {
+        datetime.fromtimestamp(ms / 1000, timezone.utc).date()
+        for ms in (min(r.time_ms for r in rows), end)
+    }
+    assert time_axis["tick_format"] == ("%H:%M" if len(days) == 1 else "%Y-%m-%d %H:%M")
 
 
 def test_group_at_risk_fails_the_run(tmp_path, conn, orders):
