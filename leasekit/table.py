@@ -13,7 +13,8 @@ from .errors import IllegalStateError
 from .leases.pins import forget_table, leases_pinning
 from .log.append import append
 from .log.state import read_states
-from .snapshots.catalog import list_snapshots, read_latest
+from .snapshots.catalog import list_snapshots
+from .snapshots.cover import latest_cover
 from .structs import BucketLineage, OffsetRange, Snapshot, TableBucket
 from .tables import catalog
 from .tables.info import TableInfo
@@ -190,12 +191,16 @@ class Table(TableInfo):
         return list_snapshots(self, buckets)
 
     def latest_snapshots(self) -> dict[TableBucket, int]:
-        """Newest snapshot id per bucket.
+        """The newest snapshots that stand for the table now: each active bucket's newest, or,
+        for a bucket a rescale made that has none yet, its ancestors' newest (K3, K4). A sealed
+        bucket whose descendants have snapshots of their own is not named, so
+        ``read_snapshots(spark, table, table.latest_snapshots())`` reads every key once.
 
         Returns:
-            The ids; buckets with no snapshot are absent.
+            Snapshot id per bucket; active buckets whose keys no snapshot stands for are absent.
         """
-        return {TableBucket(self.name, b): sid for b, sid in read_latest(self.refresh()).items()}
+        latest = latest_cover(self.refresh())
+        return {TableBucket(self.name, b): sid for b, sid in latest.items()}
 
 
 # -- dropping ---------------------------------------------------------------------------------

@@ -296,3 +296,51 @@ def test_two_children_read_at_their_ends_read_their_parent_once(conn):  # K3
     alone = plan_read(table, {c2.bucket: ends[c2.bucket]})
     (parent,) = [s for s in alone if s.bucket == 0]
     assert parent.within == (table.layout.residue_class(c2.bucket),)
+
+
+# -- "latest" across a split -------------------------------------------------------------------
+
+
+def test_latest_snapshots_after_a_split_read_the_table_once(conn, spark):  # K3, D1
+    table = conn.create_table("t", DDL, "k", buckets=1)
+    model: dict = {}
+    _write(table, model, range(10), "a")
+    table.snapshot(spark)
+    c1, c2 = table.split_bucket(0)
+    # K3: right after the split, "latest" is the parent's snapshot standing for both children
+    assert table.latest_snapshots() == {lk.TableBucket("t", 0): 1}
+    assert _rows(lks.read_snapshots(spark, table, table.latest_snapshots())) == _model(model)
+    _write(table, model, range(5), "b")
+    _delete(table, model, [9])
+    snaps = table.snapshot(spark)
+    latest = table.latest_snapshots()
+    assert latest == {tb: s.snapshot_id for tb, s in snaps.items()} == {c1: 1, c2: 1}
+    expected = _rows(lks.read_at(spark, table))
+    assert expected == _model(model) and len(expected) == 9
+    assert _rows(lks.read_snapshots(spark, table, latest)) == expected
+    lks.register(spark)
+    fmt = spark.read.format("leasekit").options(
+        zookeeper=conn.zookeeper, warehouse=conn.warehouse, namespace=conn.namespace
+    )
+    assert _rows(fmt.option("snapshots", "latest").load("t")) == expected  # D1
+    # a lease pinning the parent keeps its snapshot: "latest" still names only the children
+    conn.lease("old").acquire({lk.TableBucket("t", 0): 1})
+    conn.run_retention("t")
+    assert table.latest_snapshots() == {c1: 1, c2: 1}
+
+
+def test_a_parent_snapshot_stands_only_for_the_children_not_named(conn, spark):  # K3
+    table = conn.create_table("t", DDL, "k", buckets=1)
+    model: dict = {}
+    _write(table, model, range(40), "a")
+    table.snapshot(spark)
+    c1, c2 = table.split_bucket(0)
+    _write(table, model, range(0, 40, 3), "b")
+    table.snapshot(spark)
+    # the parent's snapshot with one child's: the parent counts only for the other child
+    both = {lk.TableBucket("t", 0): 1, c1: 1}
+    rows = _rows(lks.read_snapshots(spark, table, both))
+    assert len(rows) == len({k for k, _ in rows}) == 40
+    # naming a parent beside every bucket built from it reads it for no key: refused
+    with pytest.raises(lk.InvalidArgumentError, match="sealed bucket 0"):
+        lks.read_snapshots(spark, table, {**both, c2: 1})

@@ -160,8 +160,7 @@ def play(
         after = _aftermath(conn, spark, orders_table, group_id, lease, audit)
     for row in takeover["moved"]:
         row["resumed_at"] = audit.first_read(TableBucket(table, row["bucket"]), row["to"])
-    active = set(orders_table.buckets)  # the children's snapshots hold the parent's share
-    latest = {tb: s for tb, s in orders_table.latest_snapshots().items() if tb in active}
+    latest = orders_table.latest_snapshots()  # the children's, not the sealed parent's
     return Outcome(
         orders_table, group_id, pin_after, tally, orders.by_status(), audit, log_start,
         joined, join_seconds, takeover, pinned, rescale, after,

@@ -5,12 +5,17 @@ each counted only for the keys of the descendants it stands in for."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from ..errors import InvalidArgumentError
 from ..tables.layout import BucketLayout, ResidueClass
-from .sources import narrower, within
+from .catalog import get_snapshots, read_latest
+from .sources import Source, narrower, within
 
-__all__ = ["Cover", "cover"]
+if TYPE_CHECKING:
+    from ..tables.info import TableInfo
+
+__all__ = ["Cover", "cover", "latest_cover", "snapshot_sources"]
 
 
 class Cover(NamedTuple):
@@ -60,3 +65,38 @@ def _up(
         elif not _up(layout, p, part, snapshots, wants):
             whole = False
     return whole
+
+
+def latest_cover(table: TableInfo) -> dict[int, int]:
+    """The newest snapshots that stand for ``table``'s active buckets, by bucket: an active
+    bucket's own newest, or, for one a rescale made that has none yet, its ancestors' newest
+    (K3, K4). A sealed bucket whose descendants all have snapshots of their own is not named,
+    nor is an active bucket whose keys no snapshot stands for."""
+    latest = read_latest(table)
+    return {b: latest[b] for b in cover(table.layout, latest).used}
+
+
+def snapshot_sources(table: TableInfo, snapshot_ids: Mapping[int, int]) -> list[Source]:
+    """The read sources of the snapshots ``{bucket: id}``: each counted only for the keys of the
+    active buckets it stands for (a sealed bucket's snapshot for those of its descendants that
+    have none named), so that no key is read twice (K3).
+
+    Raises:
+        InvalidArgumentError: a snapshot stands for no key, every bucket built from its
+            bucket having a snapshot named too.
+        SnapshotNotFoundError: a snapshot is gone.
+    """
+    used = cover(table.layout, snapshot_ids)
+    idle = sorted(set(snapshot_ids) - set(used.used))
+    if idle:
+        names = ", ".join(map(str, idle))
+        raise InvalidArgumentError(
+            f"table {table.name!r}: the snapshot of sealed bucket{'s' if len(idle) > 1 else ''} "
+            f"{names} would be read for no key, every bucket built from it having a snapshot "
+            "named too: leave it out"
+        )
+    snaps = get_snapshots(table, snapshot_ids)
+    return [
+        Source(b, 0, s, s.log_offset, s.log_offset, used.used[b])
+        for b, s in ((s.table_bucket.bucket, s) for s in snaps)
+    ]

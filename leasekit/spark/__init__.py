@@ -25,16 +25,17 @@ from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
 from ..log.segments import list_segments
 from ..log.state import read_states
-from ..snapshots.catalog import get_snapshots, snapshot_map
+from ..snapshots.catalog import snapshot_map
+from ..snapshots.cover import snapshot_sources
 from ..snapshots.sources import check_no_ancestor, plan_read
 from ..structs import OffsetRange, TableBucket
 from ..tables.info import TableInfo
 from ..validate import check_int
 from .datasource import register
-from .frames import bucket_of_path, data_files, files_frame, kv_state, log_frame, table_ddl
+from .frames import bucket_of_path, data_files, kv_state, log_frame, table_ddl
 from .session import micros_timestamps, session, spark_errors, struct_type
 from .session import spark_session as _new_session
-from .sources import source_frames
+from .sources import snapshot_rows, source_frames
 
 __all__ = [
     "spark_session",
@@ -96,12 +97,11 @@ def read_snapshots(
         BucketNotFoundError: the table has no such bucket.
         SnapshotNotFoundError: a snapshot is gone (retention deleted it: pin it with a lease).
     """
-    table = _check_table(table)
+    table = _check_table(table).refresh()
     spark = session(spark)
-    wanted = snapshot_map(table, snapshot_ids)
-    snaps = get_snapshots(table, wanted)
+    sources = snapshot_sources(table, snapshot_map(table, snapshot_ids))
     with spark_errors(f"read snapshots of {table.name}"):
-        return files_frame(spark, table, [f for s in snaps for f in s.files])
+        return snapshot_rows(spark, table, sources, depth=False)
 
 
 def read_at(

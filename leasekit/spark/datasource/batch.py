@@ -32,7 +32,8 @@ from ...errors import IllegalStateError, InvalidArgumentError
 from ...leases.reading import lease_sources
 from ...log.segments import OP_COLUMN, list_segments
 from ...log.state import read_states
-from ...snapshots.catalog import get_snapshots, read_latest, snapshot_map
+from ...snapshots.catalog import snapshot_map
+from ...snapshots.cover import latest_cover, snapshot_sources
 from ...snapshots.sources import Source, narrower, plan_read
 from .connect import connection
 from .files import FileSlice, conform, open_warehouse, read_slice
@@ -116,7 +117,7 @@ def check_batch(opts: SourceOptions) -> BatchRequest:
 def _snapshot_ids(table: TableInfo, given: str) -> dict[int, int]:
     """The snapshot id per bucket that the ``snapshots`` option names."""
     if given.strip().lower() == "latest":
-        return read_latest(table)
+        return latest_cover(table)
     try:
         parsed = json.loads(given)
     except ValueError:
@@ -143,10 +144,7 @@ def _sources(table: TableInfo, request: BatchRequest, hashes: np.ndarray | None)
             table.context, request.lease, table, allow_partial=request.allow_partial
         )
     if request.snapshots is not None:
-        snaps = get_snapshots(table, _snapshot_ids(table, request.snapshots))
-        return [
-            Source(s.table_bucket.bucket, 0, s, s.log_offset, s.log_offset, None) for s in snaps
-        ]
+        return snapshot_sources(table, _snapshot_ids(table, request.snapshots))
     active = list(table.active)
     if hashes is not None:
         owning = set(table.layout.route(hashes.astype(np.int32)).tolist())
