@@ -160,24 +160,39 @@ def _newest_first(snap: SnapshotMeta) -> int:
 def _plan_segments(
     meta: Metadata, tm: TableMeta, tb: TableBucket, oldest: SnapshotMeta | None, policy: _Policy
 ) -> list[RetentionItem]:
+    """An active bucket's segments (R3): those wholly below its oldest kept snapshot go once
+    past log.retention (or over log.retention.bytes), oldest first."""
+    if oldest is None:
+        return _segment_rules(meta, tm, tb, policy, 0, "needed: no snapshot covers it yet", "")
+    needed = f"needed: log tail of kept snapshot {oldest.snapshot_id}"
+    below = f"below log start of snapshot {oldest.snapshot_id}"
+    return _segment_rules(meta, tm, tb, policy, oldest.log_offset, needed, below)
+
+
+def _segment_rules(
+    meta: Metadata,
+    tm: TableMeta,
+    tb: TableBucket,
+    policy: _Policy,
+    cover: int,
+    needed: str,
+    below: str,
+) -> list[RetentionItem]:
+    """Segments ending past ``cover`` are kept (``needed``); those wholly below it go by R3,
+    oldest first, their reason starting with ``below``; the log stays contiguous."""
     segments = sorted(tm.segments.get(tb.bucket, []), key=lambda s: s.base_offset)
     remaining = sum(s.size_bytes for s in segments)
-    cover = oldest.log_offset if oldest else 0
     deleting = True
     items = []
     for seg in segments:
         if seg.end_offset > cover:
-            reason = (
-                f"needed: log tail of kept snapshot {oldest.snapshot_id}"
-                if oldest
-                else "needed: no snapshot covers it yet"
-            )
+            reason = needed
         elif not deleting:
             reason = "after a kept segment (the log stays contiguous)"
         else:
             reason, why = _covered_segment(meta, tm, tb.bucket, seg, remaining, policy)
             if why is not None:
-                why = f"below log start of snapshot {oldest.snapshot_id}; {why}"
+                why = f"{below}; {why}"
                 items.append(
                     RetentionItem("segment", tb, seg.base_offset, "delete", why, seg.size_bytes)
                 )
@@ -244,7 +259,8 @@ def _plan_sealed(
 ) -> list[RetentionItem]:
     """A sealed bucket (K7): while a bucket built from it lacks a snapshot of its own, or a
     group has not consumed it to its seal, the rules of an active bucket with the held log kept
-    and the hold as the reason; once nothing holds it, every file but what a lease pins."""
+    and the hold as the reason; once nothing holds it, every snapshot but what a lease pins,
+    and its log by the rules of every bucket (R3: log.retention still holds it)."""
     held = sealed.hold(tm, tb.bucket, policy.respect)
     if held is None:
         tid = tm.table.table_id
@@ -252,7 +268,14 @@ def _plan_sealed(
             s.snapshot_id: _pinned((tid, tb.bucket, s.snapshot_id), s, holders, ending)
             for s in tm.snapshots.get(tb.bucket, ())
         }
-        return sealed.plan_free(tm, tb, pinned, sealed.free_reason(tm, tb.bucket, policy.respect))
+        free = sealed.free_reason(tm, tb.bucket, policy.respect)
+        items, oldest = sealed.plan_free(tm, tb, pinned, free)
+        if oldest is None:  # the whole log is below the children's snapshots: R3 decides
+            cover, needed = tm.table.layout.sealed_at(tb.bucket) or 0, ""
+        else:
+            cover = oldest.log_offset
+            needed = f"needed: log tail of pinned snapshot {oldest.snapshot_id}"
+        return items + _segment_rules(meta, tm, tb, policy, cover, needed, free)
     reason, start = held
     snap_items, oldest = _plan_snapshots(tm, tb, holders, ending, policy._replace(newest=reason))
     segments = _plan_segments(meta, tm, tb, oldest, policy)

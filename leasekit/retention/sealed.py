@@ -1,13 +1,14 @@
 """Retention of sealed buckets (K7): what holds a split or merged bucket's files — a new bucket
 built from it without a snapshot of its own, a group that has not consumed it to its seal — and
-the plan of a sealed bucket that nothing holds: every file goes but what a lease pins."""
+the plan of a sealed bucket that nothing holds: every snapshot goes but what a lease pins, and
+its log once ``log.retention`` lets it go."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from ..structs import RetentionItem, TableBucket
-from .meta import TableMeta
+from .meta import SnapshotMeta, TableMeta
 
 __all__ = ["hold", "free_reason", "plan_free", "relabel_held"]
 
@@ -79,12 +80,14 @@ def free_reason(tm: TableMeta, bucket: int, respect: bool) -> str:
 
 def plan_free(
     tm: TableMeta, tb: TableBucket, pinned: Mapping[int, str | None], reason: str
-) -> list[RetentionItem]:
-    """The plan of a sealed bucket that nothing but leases holds: every snapshot goes, the
-    newest too, but those pinned (``pinned``: snapshot id -> why, None when not pinned); every
-    segment goes but the log tail of a pinned snapshot (R2, K4)."""
+) -> tuple[list[RetentionItem], SnapshotMeta | None]:
+    """The snapshots of a sealed bucket that nothing but leases holds: every one goes, the
+    newest too, but those pinned (``pinned``: snapshot id -> why, None when not pinned); also
+    the kept one with the lowest log offset (its log tail stays, R2, K4), None when none is.
+    Its segments follow the log rules of every bucket (R3): ``log.retention`` still holds them.
+    """
     items = []
-    kept: list[int] = []
+    kept: list[SnapshotMeta] = []
     for snap in sorted(tm.snapshots.get(tb.bucket, ()), key=lambda s: -s.snapshot_id):
         why = pinned.get(snap.snapshot_id)
         if why is None:
@@ -92,21 +95,11 @@ def plan_free(
                 RetentionItem("snapshot", tb, snap.snapshot_id, "delete", reason, snap.size_bytes)
             )
         else:
-            kept.append(snap.snapshot_id)
+            kept.append(snap)
             items.append(
                 RetentionItem("snapshot", tb, snap.snapshot_id, "keep", why, snap.size_bytes)
             )
-    offsets = {s.snapshot_id: s.log_offset for s in tm.snapshots.get(tb.bucket, ())}
-    oldest = min(kept, key=lambda sid: offsets[sid], default=None)
-    for seg in sorted(tm.segments.get(tb.bucket, ()), key=lambda s: s.base_offset):
-        if oldest is not None and seg.end_offset > offsets[oldest]:
-            why = f"needed: log tail of pinned snapshot {oldest}"
-            items.append(RetentionItem("segment", tb, seg.base_offset, "keep", why, seg.size_bytes))
-        else:
-            items.append(
-                RetentionItem("segment", tb, seg.base_offset, "delete", reason, seg.size_bytes)
-            )
-    return items
+    return items, min(kept, key=lambda s: s.log_offset, default=None)
 
 
 def relabel_held(
