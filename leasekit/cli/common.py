@@ -88,8 +88,9 @@ def connect(args: argparse.Namespace, *, read_only: bool = False) -> Iterator[Co
     if read_only:
         missing = missing_warehouse(args)
         if missing is not None:
+            shown = missing if missing.isprintable() else repr(missing)
             raise InvalidArgumentError(
-                f"no warehouse at {missing}: nothing to read there (check --warehouse or "
+                f"no warehouse at {shown}: nothing to read there (check --warehouse or "
                 "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)"
             )
     with open_connection(args.zookeeper, args.warehouse, namespace=args.namespace) as conn:
