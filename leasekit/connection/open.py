@@ -104,8 +104,10 @@ def _check_connect_string(zookeeper: object) -> None:
         raise InvalidArgumentError("zookeeper must be a connect string like 'zk1:2181,zk2:2181'")
     hosts = zookeeper.split("/", 1)[0]  # an optional chroot follows the hosts
     try:
-        for host in hosts.split(","):
-            check_host(host.strip().rsplit(":", 1)[0].strip("[]") if ":" in host else host)
+        for entry in hosts.split(","):
+            host = entry.strip()
+            host = host.rsplit(":", 1)[0] if ":" in host else host  # the port goes
+            check_host(host.strip("[]"))
     except InvalidArgumentError:
         raise InvalidArgumentError(
             f"invalid ZooKeeper connect string {zookeeper[:200]!r}: give host:port pairs like "

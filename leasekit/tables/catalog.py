@@ -186,7 +186,7 @@ def valid_table_names(
         try:
             out.append(check_table_name(name, internal=internal))
         except LeasekitError as exc:
-            reason = f"table znode under {ctx.paths.tables} skipped: {exc}"
+            reason = f"table znode under {ctx.paths.tables} skipped: {str(exc)[:300]}"
             if skipped is not None:
                 skipped.append(reason)
             _report_once(f"{ctx.paths.tables}/{name}", reason)
