@@ -18,6 +18,7 @@ __all__ = [
     "LAG_HISTORY_TABLE",
     "check_id",
     "check_namespace",
+    "check_host",
 ]
 
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -135,3 +136,26 @@ def check_id(
 def check_namespace(value: object) -> str:
     """Return ``value`` if it is a valid namespace (the id rule)."""
     return check_id(value, what="namespace", error=InvalidArgumentError)
+
+
+def check_host(value: object, what: str = "address") -> str:
+    """``value`` if a socket can use it as a host: a host name or IP address ("" and "0.0.0.0"
+    mean every interface) of printable characters that IDNA encodes, as the socket module does.
+
+    Raises:
+        InvalidTypeError: ``value`` is not a str.
+        InvalidArgumentError: it holds control, direction or surrogate characters, or is no
+            host name (a label over 63 characters, an empty label), naming ``what``.
+    """
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        if not value.isprintable():
+            raise ValueError(value)
+        value.encode("idna")
+    except (UnicodeError, ValueError):
+        raise InvalidArgumentError(
+            f"invalid {what} {value[:100]!r}: give a host name or IP address, like 127.0.0.1, "
+            "0.0.0.0 or ::"
+        ) from None
+    return value

@@ -184,6 +184,75 @@ def test_a_typo_in_the_warehouse_starts_no_server(capsys, tmp_path, no_env, argv
             embedded.stop(missing / "_zookeeper")
 
 
+STOPPED_READS = [
+    ["table", "list"],
+    ["table", "describe", "t"],
+    ["lease", "list"],
+    ["lease", "inventory"],
+    ["consumer", "list"],
+    ["consumer", "describe", "g"],
+    ["consumer", "overview"],
+    ["consumer", "history", "g"],
+    ["retention", "plan"],
+    ["retention", "run", "--dry-run"],
+    ["settings", "show"],
+]
+
+
+def _servers_of(data_dir) -> list[int]:
+    """Ids of the processes whose command line names ``data_dir`` (a ZooKeeper serving it)."""
+    needle = os.fsencode(str(data_dir.resolve()))
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if needle in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def _running(data_dir) -> bool:
+    status = embedded.status(data_dir)
+    return status is not None and status.running
+
+
+def test_read_only_commands_start_no_stopped_embedded_server(capsys, tmp_path, no_env) -> None:
+    # §3: on a warehouse that exists but whose embedded ZooKeeper is stopped, a command that
+    # only reads starts no server: it says the server is stopped and how to start it, exit 2
+    wh = tmp_path / "wh"
+    data_dir = wh / "_zookeeper"
+    try:
+        code, _, err = run(capsys, "--warehouse", str(wh), "table", "create", "t",
+                           "--schema", "id BIGINT", "--primary-key", "id")  # fmt: skip
+        assert code == 0, err
+        assert run(capsys, "--warehouse", str(wh), "zookeeper", "stop")[0] == 0
+        results = {}
+        for argv in STOPPED_READS:
+            code, out, err = run(capsys, "--warehouse", str(wh), *argv)
+            started = _running(data_dir) or bool(_servers_of(data_dir))
+            results[" ".join(argv)] = (code, out, err.strip(), started)
+            embedded.stop(data_dir)  # a server the command started must not stay for the next
+        message = (
+            f"leasekit: error: the embedded ZooKeeper of warehouse {wh} is stopped; a command "
+            "that only reads does not start it: start it with `leasekit zookeeper start`"
+        )
+        assert results == {k: (2, "", message, False) for k in results}
+        code, out, _ = run(capsys, "--warehouse", str(wh), "zookeeper", "status")
+        assert code == 3 and "not running" in out
+        assert not _running(data_dir) and _servers_of(data_dir) == []
+        # a command that writes still starts it, as before
+        code, _, err = run(capsys, "--warehouse", str(wh), "lease", "acquire", "L", "--table", "t")
+        assert code == 0, err
+        assert _running(data_dir)
+        assert run(capsys, "--warehouse", str(wh), "table", "list")[0] == 0
+    finally:
+        embedded.stop(data_dir)
+    assert _servers_of(data_dir) == []
+
+
 @pytest.mark.parametrize(
     "argv",
     [

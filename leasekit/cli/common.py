@@ -72,28 +72,61 @@ def missing_warehouse(args: argparse.Namespace) -> str | None:
 
 
 @contextlib.contextmanager
-def connect(args: argparse.Namespace, *, read_only: bool = False) -> Iterator[Connection]:
+def connect(
+    args: argparse.Namespace, *, read_only: bool = False, start_server: bool | None = None
+) -> Iterator[Connection]:
     """A connection to the ZooKeeper, warehouse and namespace the global options name.
 
     Arguments:
         args: the parsed global options.
         read_only: the command only reads: a local warehouse that does not exist is an error
             (a typo must not create a warehouse or start a ZooKeeper for it, DESIGN §3).
+        start_server: whether the warehouse's embedded ZooKeeper may be started when it is
+            stopped (no --zookeeper nor $LEASEKIT_ZOOKEEPER); default: unless ``read_only``.
 
     Raises:
         InvalidArgumentError: ``read_only`` and the local warehouse does not exist.
+        ZooKeeperUnavailableError: the embedded server is stopped and may not be started.
     """
     from ..connection import connect as open_connection
 
     if read_only:
         missing = missing_warehouse(args)
         if missing is not None:
+            shown = missing if missing.isprintable() else repr(missing)
             raise InvalidArgumentError(
-                f"no warehouse at {missing}: nothing to read there (check --warehouse or "
+                f"no warehouse at {shown}: nothing to read there (check --warehouse or "
                 "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)"
             )
-    with open_connection(args.zookeeper, args.warehouse, namespace=args.namespace) as conn:
+    zookeeper = args.zookeeper
+    if not (not read_only if start_server is None else start_server):
+        zookeeper = _running_server(args)
+    with open_connection(zookeeper, args.warehouse, namespace=args.namespace) as conn:
         yield conn
+
+
+def _running_server(args: argparse.Namespace) -> str | None:
+    """The ZooKeeper the global options name; for the embedded default, the address of the
+    warehouse's server if it runs (``ZooKeeperUnavailableError`` saying how to start it if
+    not), so that opening the connection starts nothing (DESIGN §3)."""
+    from .. import embedded
+    from ..errors import ZooKeeperUnavailableError
+    from ..warehouse import Warehouse
+
+    if args.zookeeper or os.environ.get("LEASEKIT_ZOOKEEPER"):
+        return args.zookeeper  # an external server: nothing is started for it
+    warehouse = Warehouse(warehouse_location(args))
+    if not warehouse.is_local:
+        return args.zookeeper  # connect() refuses the embedded server for it
+    status = embedded.status(os.path.join(warehouse.location, "_zookeeper"))
+    if status is None or not status.running:
+        shown = warehouse.location
+        raise ZooKeeperUnavailableError(
+            f"the embedded ZooKeeper of warehouse {shown if shown.isprintable() else repr(shown)}"
+            " is stopped; a command that only reads does not start it: start it with "
+            "`leasekit zookeeper start`"
+        )
+    return status.address
 
 
 @contextlib.contextmanager

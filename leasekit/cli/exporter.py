@@ -33,7 +33,12 @@ def _exporter(args: argparse.Namespace) -> int:
         else parse_duration(duration_arg(args.interval), what="interval")
     )
     stop = threading.Event()
-    with stderr_logs(), stop_on_signals(stop), connect(args, read_only=True) as conn:
+    # a service: it may start the embedded server (it also writes lag history samples)
+    with (
+        stderr_logs(),
+        stop_on_signals(stop),
+        connect(args, read_only=True, start_server=True) as conn,
+    ):
         with serving_metrics(conn, args.port, args.address, interval, sample_history=True):
             stop.wait()
     return 0

@@ -28,6 +28,7 @@ __all__ = [
     "serving_metrics",
     "add_metrics_options",
     "port_arg",
+    "address_arg",
 ]
 
 DEFAULT_PORT = 9308
@@ -44,6 +45,17 @@ def port_arg(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {port}")
     return port
+
+
+def address_arg(text: str) -> str:
+    """A host name or IP address a socket can listen on (``validate.check_host``)."""
+    from ..errors import LeasekitError
+    from ..validate import check_host
+
+    try:
+        return check_host(text)
+    except LeasekitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -154,6 +166,7 @@ def add_metrics_options(
     )
     cmd.add_argument(
         address,
+        type=address_arg,
         default="0.0.0.0",
         metavar="ADDRESS",
         help="address to serve metrics on (default: 0.0.0.0, every interface)",

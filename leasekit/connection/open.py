@@ -10,7 +10,7 @@ from typing import Any
 from ..context import Context
 from ..durations import parse_duration
 from ..errors import InvalidArgumentError, InvalidDurationError, InvalidTypeError
-from ..validate import check_namespace
+from ..validate import check_host, check_namespace
 from ..warehouse import Warehouse
 from ..zk import ZkStore
 from .facade import Connection
@@ -90,11 +90,29 @@ def _check_arguments(
         raise InvalidArgumentError(str(exc)) from None
     if seconds <= 0:
         raise InvalidArgumentError("timeout must be greater than 0")
-    if zookeeper is not None and (not isinstance(zookeeper, str) or not zookeeper.strip()):
-        raise InvalidArgumentError("zookeeper must be a connect string like 'zk1:2181,zk2:2181'")
+    if zookeeper is not None:
+        _check_connect_string(zookeeper)
     if clock is not None and not callable(clock):
         raise InvalidTypeError("clock must be a callable from epoch ms to epoch ms")
     return seconds
+
+
+def _check_connect_string(zookeeper: object) -> None:
+    """Refuse a connect string that is no str, is blank, or whose hosts no socket can use
+    (control, direction or surrogate characters; kazoo would retry them until the timeout)."""
+    if not isinstance(zookeeper, str) or not zookeeper.strip():
+        raise InvalidArgumentError("zookeeper must be a connect string like 'zk1:2181,zk2:2181'")
+    hosts = zookeeper.split("/", 1)[0]  # an optional chroot follows the hosts
+    try:
+        for entry in hosts.split(","):
+            host = entry.strip()
+            host = host.rsplit(":", 1)[0] if ":" in host else host  # the port goes
+            check_host(host.strip("[]"))
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"invalid ZooKeeper connect string {zookeeper[:200]!r}: give host:port pairs like "
+            "'zk1:2181,zk2:2181'"
+        ) from None
 
 
 def _zookeeper_address(zookeeper: str | None, wh: Warehouse) -> str:
@@ -102,6 +120,7 @@ def _zookeeper_address(zookeeper: str | None, wh: Warehouse) -> str:
     of the (local) warehouse, started here if it is not running."""
     zookeeper = zookeeper or os.environ.get("LEASEKIT_ZOOKEEPER") or None
     if zookeeper is not None:
+        _check_connect_string(zookeeper)
         return zookeeper
     if not wh.is_local:
         raise InvalidArgumentError(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ..tables.catalog import valid_table_names
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -48,6 +49,7 @@ class TableWatch:
 
     def __init__(self, ctx: Context, pattern: re.Pattern[str], wake: Callable[[], None]) -> None:
         self.pattern = pattern
+        self._ctx = ctx
         self._wake = wake
         self._lock = threading.Lock()
         self._news: list[str] | None = None
@@ -60,7 +62,7 @@ class TableWatch:
         """On the store's watch thread."""
         with self._lock:
             # None: the tables znode went (namespace deleted)
-            self._news = self.matching(names or [])
+            self._news = self.matching(valid_table_names(self._ctx, names or []))
         self._wake()
 
     @property

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..durations import parse_duration
 from ..errors import IllegalStateError
-from ..validate import check_bool, check_int
+from ..validate import check_bool, check_host, check_int
 from .exposition import metrics_app, serve_http
 from .metrics import LeasekitCollector
 from .sampler import Sampler
@@ -39,8 +39,10 @@ class MetricsServer:
             samples on its own).
 
     Raises:
-        InvalidTypeError: ``port`` is not an int, or ``sample_history`` not a bool.
-        InvalidArgumentError: ``port`` is not in 0..65535.
+        InvalidTypeError: ``port`` is not an int, ``address`` not a str, or ``sample_history``
+            not a bool.
+        InvalidArgumentError: ``port`` is not in 0..65535, or ``address`` is no host name or
+            IP address (``validate.check_host``).
         InvalidDurationError: a bad ``interval``.
     """
 
@@ -55,7 +57,7 @@ class MetricsServer:
     ) -> None:
         self._ctx = ctx
         self._port = check_int(port, "port", minimum=0, maximum=65535)
-        self.address = address
+        self.address = check_host(address)
         seconds = None if interval is None else parse_duration(interval, what="interval")
         self.sampler = Sampler(
             ctx,
@@ -75,6 +77,7 @@ class MetricsServer:
     def url(self) -> str:
         """The metrics URL (with 127.0.0.1 for an address of every interface)."""
         host = "127.0.0.1" if self.address in ("", "0.0.0.0", "::") else self.address
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
         return f"http://{host}:{self.port}/metrics"
 
     def start(self) -> MetricsServer:
@@ -97,7 +100,8 @@ class MetricsServer:
         except OSError as exc:
             collector.close()
             raise IllegalStateError(
-                f"cannot serve metrics on {self.address}:{self._port}: {exc.strerror or exc}"
+                f"cannot serve metrics on {self.address!r}, port {self._port}: "
+                f"{exc.strerror or exc}"
             ) from None
         self._collector = collector
         self.sampler.start()

@@ -162,7 +162,7 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
         scan = pool.submit(ctx.warehouse.scan, root if name is None else f"{root}/{name}")
         skipped: list[str] = []
         protected: list[str] = []
-        names = [table] if table is not None else list_tables(ctx, internal=True)
+        names = [table] if table is not None else list_tables(ctx, internal=True, skipped=skipped)
         tables: list[TableMeta] = []
         for each in names:
             before = len(skipped)

@@ -8,6 +8,8 @@ buckets, log and snapshots live under ``data/<id>`` (see ``zk.paths``).
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ __all__ = [
     "load_table",
     "load_tables",
     "list_tables",
+    "valid_table_names",
     "DropFence",
     "mark_for_drop",
     "commit_drop",
@@ -51,6 +54,8 @@ __all__ = [
 ]
 
 MAX_BUCKETS = 1_000_000
+
+log = logging.getLogger(__name__)
 
 
 def create_table(
@@ -147,11 +152,55 @@ def load_tables(ctx: Context, names: Sequence[str]) -> dict[str, TableInfo]:
     return out
 
 
-def list_tables(ctx: Context, *, internal: bool = False) -> list[str]:
+def list_tables(
+    ctx: Context, *, internal: bool = False, skipped: list[str] | None = None
+) -> list[str]:
     """Names of every table of the namespace; leasekit's internal tables only with
-    ``internal`` (retention covers them; listings for people leave them out)."""
+    ``internal`` (retention covers them; listings for people leave them out).
+
+    A child of the tables znode whose name breaks the table-name rule (anyone may create one
+    on a namespace without ``auth``) is left out, said in ``skipped`` and logged once.
+    """
     names = ctx.store.children(ctx.paths.tables) or []
-    return names if internal else [n for n in names if not is_internal_table(n)]
+    return valid_table_names(ctx, names, internal=internal, skipped=skipped)
+
+
+_reported: set[str] = set()
+_reported_lock = threading.Lock()
+_REPORTED_MAX = 10_000
+"""Invalid table znodes remembered so that each is logged once per process."""
+
+
+def valid_table_names(
+    ctx: Context, names: Sequence[str], *, internal: bool = False, skipped: list[str] | None = None
+) -> list[str]:
+    """The valid table names among ``names`` (children of the tables znode), in order.
+
+    Internal tables' names are left out silently unless ``internal``; any other invalid name
+    is left out, said in ``skipped`` and logged as a warning the first time it is seen.
+    """
+    out = []
+    for name in names:
+        if is_internal_table(name) and not internal:
+            continue
+        try:
+            out.append(check_table_name(name, internal=internal))
+        except LeasekitError as exc:
+            reason = f"table znode under {ctx.paths.tables} skipped: {str(exc)[:300]}"
+            if skipped is not None:
+                skipped.append(reason)
+            _report_once(f"{ctx.paths.tables}/{name}", reason)
+    return out
+
+
+def _report_once(path: str, reason: str) -> None:
+    with _reported_lock:
+        if path in _reported:
+            return
+        if len(_reported) >= _REPORTED_MAX:
+            _reported.clear()
+        _reported.add(path)
+    log.warning("%s", reason)
 
 
 @dataclass(frozen=True)

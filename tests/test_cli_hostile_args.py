@@ -1,0 +1,82 @@
+"""Command-line strings that reach sockets and paths — addresses, ports, connect strings,
+warehouses — holding a right-to-left override, a lone surrogate (bytes not in UTF-8, as the
+shell passes them) or a control character: one readable error line and exit 2, never a
+traceback (DESIGN §6.9, §9)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import leasekit as lk
+from leasekit import testing
+from leasekit.monitor.serve import MetricsServer
+
+HOSTILE = ["\u202e", "\udcff", "a\udcffb", "\u202eevil.example", "a\x01b"]
+
+
+def _run(*argv: str, timeout: float = 60) -> tuple[int, str]:
+    """Run ``leasekit`` as a process with ``argv`` passed as the shell would (surrogates as the
+    bytes they stand for); (exit code, stderr)."""
+    command = [os.fsencode(a) for a in (sys.executable, "-m", "leasekit.cli", *argv)]
+    done = subprocess.run(command, capture_output=True, timeout=timeout)
+    return done.returncode, done.stderr.decode("utf-8", "backslashreplace")
+
+
+def _one_error_line(code: int, err: str, *expected: str) -> str:
+    assert "Traceback" not in err, err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    line = lines[-1]
+    assert line.startswith("leasekit") and "error:" in line, err
+    assert line.isprintable(), line  # no control or direction characters reach the terminal
+    for text in expected:
+        assert text in line, line
+    return line
+
+
+@pytest.mark.parametrize("bad", HOSTILE, ids=ascii)
+def test_exporter_and_janitor_refuse_an_unusable_address(conn, target, bad):
+    # §6.9, §9: --address / --metrics-address that no socket can use: exit 2, one line
+    started = time.monotonic()
+    code, err = _run(*target, "exporter", "--port", "0", "--address", bad)
+    _one_error_line(code, err, "address", ascii(bad)[1:-1])
+    code, err = _run(*target, "janitor", "--metrics-port", "0", "--metrics-address", bad)
+    _one_error_line(code, err, "address")
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("bad", HOSTILE[:3], ids=ascii)
+def test_port_zookeeper_and_warehouse_with_hostile_characters(conn, target, warehouse, bad):
+    # §6.9, §9: a port, a connect string and a warehouse path with such characters: exit 2
+    # with one printable line (the connect string is refused at once, not after the timeout)
+    code, err = _run(*target, "exporter", "--port", bad)
+    _one_error_line(code, err, "port")
+    started = time.monotonic()
+    code, err = _run("--zookeeper", f"{bad}:2181", "--warehouse", warehouse, "table", "list")
+    _one_error_line(code, err, "ZooKeeper connect string")
+    assert time.monotonic() - started < 8  # less than the 10 s connect timeout
+    missing = os.path.join(warehouse, f"x{bad}")
+    code, err = _run("--zookeeper", target[1], "--warehouse", missing, "table", "list")
+    _one_error_line(code, err, "no warehouse at")
+
+
+@pytest.mark.parametrize("bad", [*HOSTILE, "a\x00b", 7], ids=ascii)
+def test_metrics_server_refuses_an_unusable_address(conn, bad):
+    # §6.12: the library refuses it as bad input, before anything is served
+    error = lk.InvalidTypeError if not isinstance(bad, str) else lk.InvalidArgumentError
+    with pytest.raises(error):
+        MetricsServer(testing.context(conn), port=0, address=bad)
+
+
+def test_metrics_url_of_an_ipv6_address(conn):
+    # §6.12: the URL the exporter prints can be opened (an IPv6 address in brackets)
+    server = MetricsServer(testing.context(conn), port=9999, address="::1")
+    assert server.url == "http://[::1]:9999/metrics"
+    assert MetricsServer(testing.context(conn), port=1, address="::").url == (
+        "http://127.0.0.1:1/metrics"
+    )
