@@ -259,7 +259,8 @@ def test_bytes_read_from_pinned_buckets_match_the_plan_of_the_whole_namespace(co
     # M4, R1, R3, R5, L5: the inventory reads only the buckets leases pin, and plans only those
     # where nothing else keeps the pinned snapshot; its figures equal those of retention's
     # planner over every bucket, whatever keeps a snapshot: the newest 2, another lease, a lease
-    # past its grace (which keeps nothing), a pin of no known lease, a group not read past a
+    # past its grace (which keeps nothing), a pin of no lease (which keeps nothing: retention
+    # reclaims it, L5), a group not read past a
     # segment (respect-consumers), or nothing but the lease itself
     ctx = testing.context(conn)
     t = conn.create_table("t", "id BIGINT", "id", buckets=6, properties={"log.retention": "1s"})
@@ -299,7 +300,7 @@ def test_bytes_read_from_pinned_buckets_match_the_plan_of_the_whole_namespace(co
     assert got["a"] == (100, 0) and got["b"] == (200, 100 + 100)  # t/1 shared, t/3 alone
     assert got["after-gone"] == (100, 300)  # "gone" keeps nothing: past its grace (R5, L11)
     assert got["gone"] == (100, 0)  # held as if valid, but after-gone keeps it too
-    assert got["stray"] == (100, 0)  # a pin of no known lease keeps it
+    assert got["stray"] == (100, 300)  # L5: a pin of no lease keeps nothing (reclaimed)
     # the snapshots only: the group at 15 keeps the log of slow/0 from [10, 20) on, and of
     # slow/1, where it committed nothing, all of it
     assert got["slow"] == (200, 100 + 100)

@@ -60,11 +60,19 @@ def test_a_new_pin_on_an_old_snapshot_keeps_it_in_the_next_plan(
     assert _items(conn.retention_plan("t"), "snapshot", 0)[1][0] == "delete"
 
 
-def test_a_pin_of_no_known_lease_keeps_an_old_snapshot_in_the_next_plan(conn):
-    # R2: a pin znode whose lease is not (yet, or any more) readable still protects
+def test_a_pin_of_no_lease_shows_in_the_next_plan_and_goes_with_its_snapshot(conn):
+    # L5: a pin znode whose lease does not exist (a pin and its lease are written in one
+    # transaction, so one was left behind) protects nothing: the next plan reclaims it, and the
+    # snapshot it alone pinned goes in the same pass; an unreadable lease's pin still protects
     ctx, table = _seeded(conn)
     assert _items(conn.retention_plan("t"), "snapshot", 1)[2][0] == "delete"
-    ctx.store.commit([Create(ctx.paths.pin(table.table_id, 1, 2, "half-acquired"))])
+    ctx.store.commit([Create(ctx.paths.pin(table.table_id, 1, 2, "left-behind"))])
+    plan = conn.retention_plan("t")
+    (item,) = [i for i in plan.items if i.kind == "lease"]
+    assert (item.item_id, item.action) == ("left-behind", "delete")
+    assert item.reason == "pins of lease left-behind, which no longer exists: t/1 snapshot 2"
+    assert _items(plan, "snapshot", 1)[2][0] == "delete"
+    ctx.store.commit([Create(ctx.paths.lease("left-behind"), b"\xc1garbage")])
     plan = conn.retention_plan("t")
     assert _items(plan, "snapshot", 1)[2][:2] == ("keep", "pinned by 1 pin(s) of no known lease")
     assert _items(plan, "snapshot", 1)[1][0] == "delete"

@@ -9,13 +9,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ..durations import to_ms
-from ..errors import CorruptMetadataError, LeaseNotFoundError
+from ..errors import CorruptMetadataError, IllegalStateError, LeasekitError, LeaseNotFoundError
 from ..structs import LeaseInfo
 from ..validate import check_id
 from ..zk import (
     MAX_TXN_OPS,
     Check,
     ConflictReason,
+    Create,
     Delete,
     Node,
     Op,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["release", "drop", "remove", "expire", "info", "list_leases"]
+__all__ = ["release", "drop", "remove", "expire", "info", "list_leases", "reclaim_pin"]
 
 
 log = logging.getLogger("leasekit.leases")  # expire's warnings keep the leases API's logger name
@@ -203,3 +204,37 @@ def list_leases(ctx: Context) -> list[LeaseInfo]:
             if item is not None:
                 out.append(item)
     return out
+
+
+def reclaim_pin(ctx: Context, lease_id: str, table_id: str, bucket: int, snapshot_id: int) -> bool:
+    """Delete the pin of ``lease_id`` on a snapshot while no lease of that id exists (L5: a pin
+    whose lease is gone protects nothing). The absence is checked inside the deleting
+    transaction (the lease created and deleted again in it), so a lease acquired under that id
+    meanwhile keeps the pin.
+
+    Returns:
+        True when the pin was deleted; False when it was already gone.
+
+    Raises:
+        IllegalStateError: a lease of that id exists (again).
+        LeadershipLostError: in a fenced janitor pass that no longer leads.
+    """
+    pin = ctx.paths.pin(table_id, bucket, snapshot_id, lease_id)
+    try:
+        check_id(lease_id)
+    except LeasekitError:  # no lease can ever have this id: nothing to check
+        guard: list[Op] = []
+    else:
+        lease = ctx.paths.lease(lease_id)
+        guard = [Create(lease), Delete(lease)]
+    try:
+        ctx.store.commit([*guard, Delete(pin)])
+    except TxnConflict as exc:
+        if exc.op.path == pin and exc.reason == ConflictReason.NONODE:
+            return False
+        if guard and exc.op.path == guard[0].path and exc.reason == ConflictReason.EXISTS:
+            raise IllegalStateError(
+                f"lease {lease_id!r} exists again: its pin on snapshot {snapshot_id} is kept"
+            ) from None
+        raise
+    return True

@@ -5,7 +5,7 @@ keeps never counts.
 
 Retention decides each bucket on its own, and a pin changes a bucket's plan only when nothing
 else keeps its snapshot: not among the newest of its bucket, pinned by no lease that outlives
-this pass, by no pin of an unknown lease. A survey of the pinned snapshots finds those
+this pass, by no pin of an unreadable lease. A survey of the pinned snapshots finds those
 buckets; only they are read in full and planned twice per lease: held (as if valid now,
 though expired) and dropped.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..durations import to_ms
 from ..errors import CorruptMetadataError
-from ..retention.gather import gather_table
+from ..retention.gather import gather_table, stray_pins
 from ..retention.meta import LeaseMeta, Metadata, TableMeta
 from ..retention.planner import plan
 from ..tables.catalog import load_tables
@@ -140,6 +140,9 @@ def lease_bytes(ctx: Context, book: LeaseBook) -> dict[str, tuple[int, int]]:
     )
     live = [(e, m) for e, m in zip(book.leases, base.leases) if e.live]
     survey = survey_pins(ctx, tables, (pin for e, _ in live for pin in e.pins), skipped)
+    base = base._replace(
+        stray_pins=stray_pins(ctx, {p: s.pins for p, s in survey.items()}, base.leases)
+    )
     contested = _contested(base, live, survey, tables)
     gathered = _gather(ctx, tables, contested, skipped)
     by_bucket: dict[tuple[str, int], list[tuple[str, Pin]]] = {}
@@ -163,7 +166,8 @@ def _contested(
 ) -> dict[str, dict[Pin, None]]:
     """Per live lease, its pins whose snapshot nothing else keeps (R1, L5): not among the
     ``kv.snapshot.num-retained`` newest of its bucket, pinned by no other lease that outlives
-    this pass (R5, L11) and by no pin of an unknown lease. In any other bucket its plan is the
+    this pass (R5, L11) and by no pin of an unreadable lease (a pin of no lease at all keeps
+    nothing: retention reclaims it). In any other bucket its plan is the
     same with the lease and without it."""
     ending = {
         m.lease_id
@@ -174,6 +178,10 @@ def _contested(
     for m in base.leases:
         for pin in m.pins:
             holders.setdefault(pin, []).append(m.lease_id)
+    stray: dict[Pin, int] = {}  # pins of no lease: retention reclaims them (L5)
+    for keys in base.stray_pins.values():
+        for pin in keys:
+            stray[pin] = stray.get(pin, 0) + 1
     out: dict[str, dict[Pin, None]] = {}
     for entry, meta in live:
         out[entry.lease_id] = {}
@@ -186,7 +194,7 @@ def _contested(
             if (
                 found.newer >= retained
                 and all(i in ending for i in others)
-                and found.pins <= len(holders[pin])
+                and found.pins - stray.get(pin, 0) <= len(holders[pin])
             ):
                 out[entry.lease_id][pin] = None
     return out

@@ -106,6 +106,11 @@ def _expire_leases(
     §9 Fencing: only the lease the plan saw (its creation id), not renewed since."""
     seen = {x.lease_id: x for x in meta.leases}
     for item in (i for i in deletes if i.kind == "lease"):
+        if str(item.item_id) not in seen:
+            _reclaim_pins(
+                ctx, str(item.item_id), meta.stray_pins.get(str(item.item_id), []), item, applied
+            )
+            continue
         lease = seen[str(item.item_id)]
         try:
             if lease_upkeep.remove(
@@ -121,6 +126,26 @@ def _expire_leases(
         except LeasekitError as exc:
             applied.errors.append(f"lease {item.item_id}: {exc}")
         applied.step(1)
+
+
+def _reclaim_pins(
+    ctx: Context,
+    lease_id: str,
+    keys: list[tuple[str, int, int]],
+    item: RetentionItem,
+    applied: _Applied,
+) -> None:
+    """L5: delete the pins of ``lease_id``, a lease that no longer exists, each only while no
+    lease of that id exists (checked in its transaction)."""
+    try:
+        for key in keys:
+            lease_upkeep.reclaim_pin(ctx, lease_id, *key)
+        applied.done.append(item)
+    except LeadershipLostError:
+        raise
+    except LeasekitError as exc:
+        applied.errors.append(f"pins of lease {lease_id}: {exc}")
+    applied.step(1)
 
 
 def _delete_snapshots(

@@ -3,6 +3,7 @@ tables' snapshots and segments, every lease with its pins, writes in progress, t
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from ..context import Context
     from ..tables.info import TableInfo
 
-__all__ = ["gather", "gather_table"]
+__all__ = ["gather", "gather_table", "stray_pins"]
+
+Pin = tuple[str, int, int]
+"""(table_id, bucket, snapshot_id) of a pinned snapshot."""
 
 
 def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
@@ -142,6 +146,46 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
     return out
 
 
+def _stray_pins(
+    ctx: Context, tables: list[TableMeta], leases: list[LeaseMeta]
+) -> dict[str, list[tuple[str, int, int]]]:
+    """Pins of no lease that exists among the snapshots of ``tables`` (see ``stray_pins``)."""
+    counted = {
+        (tm.table.table_id, b, snap.snapshot_id): snap.pins
+        for tm in tables
+        for b, snaps in tm.snapshots.items()
+        for snap in snaps
+    }
+    return stray_pins(ctx, counted, leases)
+
+
+def stray_pins(
+    ctx: Context, counted: Mapping[Pin, int], leases: Iterable[LeaseMeta]
+) -> dict[str, list[Pin]]:
+    """Pins of no lease that exists, by the lease id they name (L5: such a pin protects
+    nothing; a pin and its lease are written in one transaction, so one was left behind).
+
+    ``counted``: the pin znodes under each snapshot, as read. Only a snapshot with more than
+    the ``leases`` read pin it is listed; then the leases are listed again, so a lease that is
+    unreadable, or acquired since, never has a stray pin (one dropped since shows as one, and
+    deleting its pin then finds it gone)."""
+    known: dict[Pin, int] = {}
+    for lease in leases:
+        for key in lease.pins:
+            known[key] = known.get(key, 0) + 1
+    suspects = [key for key, pins in counted.items() if pins > known.get(key, 0)]
+    if not suspects:
+        return {}
+    names = ctx.store.children_many([ctx.paths.snapshot(*key) for key in suspects])
+    ids = set(ctx.store.children(ctx.paths.leases) or ())
+    out: dict[str, list[Pin]] = {}
+    for key, children in zip(suspects, names):
+        for name in children or ():
+            if name not in ids:
+                out.setdefault(name, []).append(key)
+    return out
+
+
 def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
     """Read what a retention plan needs: tables (or one), every lease, the warehouse files.
 
@@ -173,6 +217,7 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
             if len(skipped) > before:  # R4: unreadable metadata may reference any of its files
                 protected.append(f"{root}/{each}/")
         leases = _gather_leases(ctx, skipped)
+        stray = _stray_pins(ctx, tables, leases)
         settings = ctx.settings()
         listing = scan.result()
         files = listing.entries(unreferenced(listing.paths, referenced_files(tables)))
@@ -188,4 +233,5 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
         tuple(protected),
         in_flight,
         to_ms(settings["monitor.retention"]),
+        stray,
     )

@@ -14,6 +14,7 @@ from ..structs import RetentionItem, RetentionPlan, TableBucket
 from ..validate import LAG_HISTORY_TABLE
 from ..zk import to_datetime
 from . import sealed
+from .leases import holders_of, pinned_by, plan_leases
 from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced
 
@@ -21,11 +22,6 @@ if TYPE_CHECKING:
     from ..warehouse import Warehouse
 
 __all__ = ["plan", "uris"]
-
-
-@lru_cache(maxsize=4096)
-def _when(ms: int) -> str:
-    return to_datetime(ms).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _age(ms: int) -> str:
@@ -36,62 +32,6 @@ def _age(ms: int) -> str:
 @lru_cache(maxsize=65536)  # many segments share an age in seconds: one formatting each
 def _seconds(seconds: int) -> str:
     return human_duration(seconds) if seconds else "0s"
-
-
-def _plan_leases(meta: Metadata) -> tuple[list[RetentionItem], set[str]]:
-    items, ending = [], set()
-    grace = human_duration(timedelta(milliseconds=meta.grace_ms))
-    for lease in sorted(meta.leases, key=lambda x: x.lease_id):
-        if lease.state != "live":
-            action, reason = "delete", "being dropped: finishing the drop"
-        elif meta.now_ms > lease.expires_ms + meta.grace_ms:
-            action, reason = (
-                "delete",
-                f"lease expired at {_when(lease.expires_ms)} (+{grace} grace)",
-            )
-        elif meta.now_ms > lease.expires_ms:
-            action, reason = (
-                "keep",
-                (
-                    f"expired at {_when(lease.expires_ms)}; reclaimed after the {grace} grace, "
-                    f"at {_when(lease.expires_ms + meta.grace_ms)}"
-                ),
-            )
-        else:
-            action, reason = "keep", f"valid until {_when(lease.expires_ms)}"
-        if action == "delete":
-            ending.add(lease.lease_id)
-        items.append(RetentionItem("lease", None, lease.lease_id, action, reason, 0))
-    return items, ending
-
-
-def _holders(meta: Metadata) -> dict[tuple[str, int, int], list[LeaseMeta]]:
-    """The leases pinning each snapshot, keyed (table_id, bucket, snapshot_id)."""
-    holders: dict[tuple[str, int, int], list[LeaseMeta]] = {}
-    for lease in meta.leases:
-        for key in lease.pins:
-            holders.setdefault(key, []).append(lease)
-    return holders
-
-
-def _pinned(
-    key: tuple[str, int, int],
-    snap: SnapshotMeta,
-    holders: dict[tuple[str, int, int], list[LeaseMeta]],
-    ending: set[str],
-) -> str | None:
-    """Why a snapshot beyond the newest of its bucket is kept (R2, L5): pinned by a lease that
-    does not end in this pass (``ending``), or by pins of no known lease; None: it is not."""
-    leases = holders.get(key)
-    if not leases:
-        return f"pinned by {snap.pins} pin(s) of no known lease" if snap.pins > 0 else None
-    live = [x for x in leases if x.lease_id not in ending]
-    if live:
-        return "pinned by " + ", ".join(
-            f"lease {x.lease_id} until {_when(x.expires_ms)}" for x in live
-        )
-    unknown = snap.pins - len(leases)
-    return f"pinned by {unknown} pin(s) of no known lease" if unknown > 0 else None
 
 
 class _Policy(NamedTuple):
@@ -132,7 +72,7 @@ def _plan_snapshots(
     snaps = sorted(tm.snapshots.get(bucket, ()), key=_newest_first)
     for rank, snap in enumerate(snaps):
         key = (tid, bucket, snap.snapshot_id)
-        reason = policy.newest if rank < retained else _pinned(key, snap, holders, ending)
+        reason = policy.newest if rank < retained else pinned_by(key, snap, holders, ending)
         if reason is None:
             ending_leases = holders.get(key)
             gone = (
@@ -265,7 +205,7 @@ def _plan_sealed(
     if held is None:
         tid = tm.table.table_id
         pinned = {
-            s.snapshot_id: _pinned((tid, tb.bucket, s.snapshot_id), s, holders, ending)
+            s.snapshot_id: pinned_by((tid, tb.bucket, s.snapshot_id), s, holders, ending)
             for s in tm.snapshots.get(tb.bucket, ())
         }
         free = sealed.free_reason(tm, tb.bucket, policy.respect)
@@ -372,8 +312,8 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
 
 def plan(meta: Metadata) -> RetentionPlan:
     """Decide every keep and delete (R1, R3, R4, R5, R6, K7): a pure function of ``meta``."""
-    items, ending = _plan_leases(meta)
-    holders = _holders(meta)
+    items, ending = plan_leases(meta)
+    holders = holders_of(meta)
     for tm in meta.tables:
         policy = _Policy.of(tm.table.properties)
         history = tm.table.name == LAG_HISTORY_TABLE
