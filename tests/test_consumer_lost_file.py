@@ -110,3 +110,46 @@ def test_describe_group_and_the_panel_show_the_bucket_as_missing(conn, orders):
         assert list(panel.rows()["bucket"]) == [0]
     finally:
         panel.close()
+
+
+def test_read_changes_raises_naming_the_lost_file_and_its_bucket(conn, spark, orders):
+    # §6.4, §6.10: a change read over a lost segment file raises DataFileMissingError naming
+    # the file and the bucket (not a Spark error, not an empty read)
+    from leasekit import spark as lks
+
+    lost = _segments(orders, 1)[1]
+    os.remove(lost.file)
+    with pytest.raises(lk.DataFileMissingError) as caught:
+        lks.read_changes(spark, orders, "etl").df.collect()
+    assert caught.value.file == lost.file and caught.value.bucket == TB1
+    assert lost.file in str(caught.value)
+
+
+def test_the_stream_reads_task_raises_naming_the_lost_file_and_its_bucket(conn, orders):
+    # §6.11, §6.10: a task of the Spark stream reading a segment whose file is gone raises a
+    # leasekit error naming the file and the bucket, not an OS or pyarrow error
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from leasekit.spark.datasource import stream
+
+    segment = _segments(orders, 1)[1]
+    warehouse = orders.context.warehouse
+    rel = warehouse.relative(segment.file)
+    os.remove(segment.file)
+    part = stream.SegmentSlice(
+        warehouse.location,
+        rel,
+        1,
+        segment.base_offset,
+        segment.base_offset,
+        segment.end_offset,
+        segment.timestamp_ms,
+    )
+    schema = StructType(
+        [StructField("_bucket", LongType()), StructField("_offset", LongType())]
+        + [StructField("_timestamp", LongType()), StructField("_op", StringType())]
+        + [StructField("id", LongType())]
+    )
+    with pytest.raises(lk.OffsetOutOfRangeError, match="bucket 1") as caught:
+        list(stream.read_slice(part, schema))
+    assert rel in str(caught.value)

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
-from ..errors import DataFileMissingError, LeasekitError
+from ..errors import LeasekitError
 from ..log.reader import SegmentGone, SegmentReader, find_segment
-from ..log.segments import list_segments
+from ..log.segments import list_segments, lost_file
 from ..structs import LogSegment, TableBucket
 from ..zk import Node
 from ..zk.formats import BucketState
@@ -230,14 +230,7 @@ class LogView:
         except SegmentGone:
             self._segments.pop(tb, None)
             if segment in self.segments(tb, position):  # listed afresh: not retention's doing
-                raise DataFileMissingError(
-                    f"the file {segment.file} of {tb} (offsets {segment.base_offset} to "
-                    f"{segment.end_offset - 1}) is missing while the table's metadata lists it: "
-                    f"its records cannot be read; restore the file, or seek past "
-                    f"{segment.end_offset - 1}",
-                    segment.file,
-                    tb,
-                ) from None
+                raise lost_file(segment) from None
             raise
         after = find_segment(self._segments.get(tb, []), segment.end_offset)
         if after is not None:  # a reader catching up goes on there: decode it meanwhile
