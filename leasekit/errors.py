@@ -27,6 +27,7 @@ __all__ = [
     "IllegalStateError",
     "PartialAppendError",
     "SessionLostError",
+    "DataFileMissingError",
     "IllegalOperationError",
     "CommitFailedError",
     "NoOffsetForBucketError",
@@ -101,6 +102,17 @@ class SessionLostError(IllegalStateError):
     nothing of it was committed and its files become orphans; retrying it is safe."""
 
     retriable = True
+
+
+class DataFileMissingError(IllegalStateError):
+    """A file the metadata still lists is missing (a disk fault, a file deleted by hand): its
+    records cannot be read. ``file`` names it; ``bucket`` is the TableBucket whose log it holds
+    (None for a file that is not a log segment's)."""
+
+    def __init__(self, message: str, file: str, bucket: TableBucket | None = None) -> None:
+        super().__init__(message)
+        self.file = file
+        self.bucket = bucket
 
 
 class PartialAppendError(IllegalStateError):

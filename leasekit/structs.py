@@ -118,12 +118,14 @@ class MemberInfo(NamedTuple):
 
 
 class GroupStatus(NamedTuple):
-    """A group's lag health: the worst bucket's, with STOP, STALL and REWIND reported as ERR."""
+    """A group's lag health: the worst bucket's, with STOP, STALL, REWIND and MISSING reported
+    as ERR."""
 
     status: str
     """"OK", "WARN" or "ERR"."""
     buckets: dict[TableBucket, str]
-    """Each committed bucket's own status: OK, WARN, STOP, STALL or REWIND."""
+    """Each committed bucket's own status: OK, WARN, STOP, STALL, REWIND, or MISSING (the
+    segment file holding its next record is missing while the metadata lists it)."""
     generation: int | None = None
     """The published assignment's generation (None before the first)."""
     unowned: frozenset[TableBucket] = frozenset()

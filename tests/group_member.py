@@ -9,10 +9,12 @@ consumes ``orders`` and writes what happens to an event file, one line each, flu
     REFUSED <time> <error>                               (the commit raised CommitFailedError)
 
 After each batch it commits the positions it reached (at least once: records are written
-before their commit), after sleeping ``--pause`` seconds when asked to.
+before their commit), after sleeping ``--pause`` seconds when asked to. With ``--getone N``
+it takes records one at a time instead (``getone``: the rest of what it read stays buffered),
+N in a row, then sleeps ``--pause`` seconds, and commits nothing.
 
     python tests/group_member.py ZOOKEEPER WAREHOUSE NAMESPACE EVENTS
-        [--session-timeout S] [--pause S]
+        [--session-timeout S] [--pause S] [--getone N]
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def main(argv: list[str]) -> int:
         parser.add_argument(name)
     parser.add_argument("--session-timeout", default="2s")
     parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--getone", type=int, default=0)
     args = parser.parse_args(argv)
     events = Events(args.events)
     with lk.connect(args.zookeeper, args.warehouse, namespace=args.namespace) as conn:
@@ -67,6 +70,8 @@ def main(argv: list[str]) -> int:
             listener=events,
         )
         events.consumer = consumer
+        if args.getone:
+            return take_one_at_a_time(consumer, events, args.getone, args.pause)
         while True:
             batch = consumer.poll(timeout="0.2s")
             if not batch:
@@ -83,6 +88,15 @@ def main(argv: list[str]) -> int:
                 events.line("COMMITTED", time.time())
             except lk.CommitFailedError as exc:
                 events.line("REFUSED", time.time(), str(exc).replace("\n", " "))
+
+
+def take_one_at_a_time(consumer: lk.Consumer, events: Events, n: int, pause: float) -> int:
+    while True:
+        for _ in range(n):
+            record = consumer.getone(timeout="0.1s")
+            if record is not None:
+                events.line("R", record.table_bucket.bucket, record.offset)
+        time.sleep(pause)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,8 @@ class TcpProxy:
         self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._held: set[int] = set()
+        """Clients (by id) whose connections carry nothing any more and are never closed."""
         self._cut = False
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="test-proxy").start()
@@ -160,17 +162,19 @@ class TcpProxy:
                 upstream = socket.create_connection(self._upstream)
                 self._pairs.append((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pump, args=(a, b, id(client)), daemon=True).start()
 
-    @staticmethod
-    def _pump(source, target) -> None:
+    def _pump(self, source, target, client: int) -> None:
         import socket
 
         try:
             while data := source.recv(65536):
-                target.sendall(data)
+                if client not in self._held:
+                    target.sendall(data)
         except OSError:
             pass
+        if client in self._held:
+            return  # the client hears nothing, not even that the server closed the connection
         for s in (source, target):
             try:
                 s.shutdown(socket.SHUT_RDWR)
@@ -191,6 +195,13 @@ class TcpProxy:
                 except OSError:
                     pass
                 s.close()
+
+    def hold(self) -> None:
+        """From now on the connections open now carry nothing either way and stay open, even
+        when the server closes its side: their clients hear of nothing until their own
+        timeouts (as across a network that loses the server's FIN); new connections work."""
+        with self._lock:
+            self._held |= {id(client) for client, _ in self._pairs}
 
     def restore(self) -> None:
         with self._lock:

@@ -5,7 +5,11 @@ not polling, hears its whole assignment revoked and rejoins as a new member."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import Recorder, TcpProxy
@@ -229,3 +233,83 @@ def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders
     ctx.store.commit([Delete(ctx.paths.member("g", b.member_id))])
     b.close()  # its closing commit is refused: nothing raised, nothing written
     a.close()
+
+
+MEMBER = str(Path(__file__).parent / "group_member.py")
+
+
+def _lines(path):
+    return [line.split(" ") for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait(what, until, process, seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while not until():
+        assert process.poll() is None, f"the member exited with {process.returncode}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_member_paused_past_its_session_hands_out_none_of_what_it_had_buffered(
+    conn, proxy, zookeeper, warehouse, namespace, tmp_path
+):
+    # C16 (Kafka's consumer drops its fetch buffer when it finds its membership lost): a member
+    # that read ahead (records buffered, not handed out) is stopped with SIGSTOP past its
+    # session; the other member takes its buckets over and reads them from the committed
+    # offsets. Resumed, the first member hears its whole assignment revoked before it hands
+    # out anything, and never hands out the records it had buffered: the new owner has them.
+    # (Its connections go through the proxy, held while it is stopped: resumed, its ZooKeeper
+    # client hears nothing of the expiry until its own ping times out, which makes the window
+    # between resuming and hearing of it, otherwise a race with the server's closing of the
+    # connection, last about a second.)
+    table = conn.create_table("orders", "id BIGINT", "id", buckets=2)
+    table.append([{"id": i} for i in range(400)])  # one segment of ~200 records per bucket
+    events = tmp_path / "a.events"
+    a = subprocess.Popen(
+        [sys.executable, MEMBER, proxy.address, warehouse, namespace, str(events)]
+        + ["--session-timeout", "2s", "--getone", "5", "--pause", "1.0"]
+    )
+    b = None
+    try:
+        _wait("a to hand out records", lambda: sum(f[0] == "R" for f in _lines(events)) >= 5, a)
+        a.send_signal(signal.SIGSTOP)  # between two bursts: the rest of a segment buffered
+        proxy.hold()
+        handed = {(int(f[1]), int(f[2])) for f in _lines(events) if f[0] == "R"}
+        b = conn.consumer(
+            "orders",
+            group_id="g",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout="2s",
+        )
+        ends = {tb.bucket: end for tb, end in table.end_offsets().items()}
+        got = poll_until(
+            [b],
+            lambda: (
+                all(b.position(tb) == ends[tb.bucket] for tb in b.assignment())
+                and len(b.assignment()) == 2
+            ),
+            seconds=20,
+        )
+        b.commit()  # what a reads after rejoining starts from the end
+        resumed_at = len(_lines(events))
+        a.send_signal(signal.SIGCONT)
+        _wait(
+            "a to hear its buckets revoked",
+            lambda: any(f[0] == "REVOKED" for f in _lines(events)[resumed_at:]),
+            a,
+            seconds=15,
+        )
+        time.sleep(1.0)  # a goes on taking records meanwhile
+        after = _lines(events)[resumed_at:]
+        again = {(int(f[1]), int(f[2])) for f in after if f[0] == "R"}
+        from_b = {(tb.bucket, o) for tb, o in got}
+        assert handed and handed <= from_b  # b read what a had handed out too (C12)
+        assert again & from_b == set(), f"a handed out {len(again & from_b)} buffered records"
+        assert after[0][0] == "REVOKED"  # before anything else (C16)
+    finally:
+        a.send_signal(signal.SIGCONT)
+        a.kill()
+        a.wait(timeout=30)
+        if b is not None:
+            b.close()

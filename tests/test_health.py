@@ -95,7 +95,7 @@ def test_thresholds_are_parameters():
 def test_group_status_is_the_worst_bucket_with_errors_as_err():
     assert health.group_status([]).status == "OK"
     assert health.group_status([(TB("t", 0), "OK"), (TB("t", 1), "WARN")]).status == "WARN"
-    for err in ("STOP", "STALL", "REWIND"):
+    for err in ("STOP", "STALL", "REWIND", "MISSING"):  # MISSING: a lost segment file (§6.6)
         status = health.group_status([(TB("t", 0), "WARN"), (TB("t", 1), err)])
         assert status.status == "ERR" and status.buckets[TB("t", 1)] == err
 

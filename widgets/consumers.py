@@ -44,7 +44,7 @@ GRID_COLUMNS = [
     "last_commit",
     "metadata",
 ]
-BAD = ("STOP", "STALL", "REWIND")
+BAD = ("STOP", "STALL", "REWIND", "MISSING")
 STATUS_COLOURS = {"OK": "#d4edda", "WARN": "#fff3cd", **{s: "#f8d7da" for s in BAD}}
 FILTERS = [
     ("all", "all"),
@@ -54,6 +54,7 @@ FILTERS = [
     ("STOP", "STOP"),
     ("STALL", "STALL"),
     ("REWIND", "REWIND"),
+    ("MISSING", "MISSING"),
     ("never committed", "none"),
 ]
 GRID_ROWS = 2000

@@ -18,6 +18,7 @@ from . import offsets as stored
 from .group import GroupMember
 from .no_group import NoGroupCoordinator
 from .poll_timer import PollTimer
+from .session_check import SessionCheck
 from .subscription import SUBSCRIBED, SubscriptionState
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class GroupCoordinator:
         self._suspended: set[str] = set()
         """The sessions (member, connection) whose connection is suspended now."""
         self._lost = False
+        self._session = SessionCheck(options.session_timeout, group)
         self._polls = PollTimer(options.max_poll_interval, self._left_idle)
         self._unlisten = ctx.store.add_state_listener(
             lambda state: self._on_state("connection", state)
@@ -116,8 +118,7 @@ class GroupCoordinator:
 
     def _left_idle(self) -> None:
         """On the poll timer's thread, ``max_poll_interval`` after the last poll: leave the
-        group as Kafka does, so the buckets move to members that poll; the next poll finds
-        its assignment lost and rejoins."""
+        group as Kafka does (its buckets move to members that poll); the next poll rejoins."""
         member = self._member
         if member is None or member.member_id is None:
             return
@@ -138,8 +139,8 @@ class GroupCoordinator:
         return self._work.is_set()
 
     @property
-    def suspended(self) -> bool:
-        return bool(self._suspended)
+    def suspended(self) -> bool:  # (or its membership could not be confirmed after a gap)
+        return bool(self._suspended) or self._session.unconfirmed
 
     def polling(self) -> PollTimer:
         """A context manager around ``poll``: time spent inside it counts as polling."""
@@ -154,8 +155,8 @@ class GroupCoordinator:
     def poll(self) -> None:
         """Join or rejoin, follow the published assignment, then auto-commit when due (C8)."""
         self._work.clear()
-        if self._lost and not self._suspended:
-            self._on_lost()
+        if not self._suspended and (self._lost or self._session.gone(self._member, self._owned)):
+            self._on_lost()  # (C16: a session that ended unnoticed is found before any hand-out)
         if self._sub.mode == SUBSCRIBED and not self._suspended:
             if self._member is None:
                 self._join()

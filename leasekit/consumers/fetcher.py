@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..errors import InvalidTypeError, NoOffsetForBucketError, OffsetOutOfRangeError
+from ..errors import (
+    DataFileMissingError,
+    InvalidTypeError,
+    NoOffsetForBucketError,
+    OffsetOutOfRangeError,
+)
 from ..structs import Record, TableBucket
 from . import offsets as stored
 from .buffer import Buffered
@@ -114,14 +119,20 @@ class Fetcher:
 
     def fetch(self, limit: int) -> dict[TableBucket, pa.Table]:
         """Up to ``limit`` records, buffered ones first, reading buckets whose buffer is empty
-        (round robin); positions move past what is handed out only (C1)."""
+        (round robin); positions move past what is handed out only (C1). A bucket whose file is
+        lost raises ``DataFileMissingError`` when nothing was read before it."""
         out: dict[TableBucket, pa.Table] = {}
         order = self._round_robin()
         now = int(time.time() * 1000)
         for tb, state in order:
             if limit <= 0:
                 break
-            buffer = self._next_batch(tb, state, limit, now)
+            try:
+                buffer = self._next_batch(tb, state, limit, now)
+            except DataFileMissingError:
+                if out:  # what is read is handed out; the bucket raises again at the next poll
+                    return out
+                raise
             if buffer is not None:
                 out[tb] = data = buffer.table(limit)
                 state.position += data.num_rows  # C1

@@ -4,6 +4,7 @@ and deletions are in ``group_reset``; this module is the one place callers impor
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -12,7 +13,7 @@ from ..structs import GroupStatus, MemberInfo, TableBucket
 from . import health
 from . import offsets as stored
 from .group_reset import RESET_COLUMNS, delete_group, delete_offsets, reset_offsets
-from .group_rows import Row, bucket_rows_now, every_bucket, record_times
+from .group_rows import Row, bucket_rows_now, every_bucket, missing_files, record_segments
 from .group_view import GroupView, live_members, members_of, read_group, read_groups
 
 if TYPE_CHECKING:
@@ -152,8 +153,10 @@ def bucket_lags(
     *,
     stop_after_ms: int,
     stall_after_ms: int,
+    missing: Collection[tuple[str, int, int]] = (),
 ) -> list[BucketLag]:
-    """Each row of a group read at ``now``, measured (``times``: ``group_rows.record_times``)."""
+    """Each row of a group read at ``now``, measured (``times``: ``group_rows.record_times``;
+    ``missing``: the same keys, of records whose segment file is missing: ``MISSING``)."""
     out = []
     for row in rows:
         rec = row.record
@@ -167,7 +170,9 @@ def bucket_lags(
         stamp = times.get((row.table.table_id, row.tb.bucket, rec.offset))
         time_lag = 0 if lag == 0 or stamp is None else max(0, now - stamp)
         status = (
-            None
+            health.MISSING
+            if (row.table.table_id, row.tb.bucket, rec.offset) in missing
+            else None
             if not rec.history
             else health.bucket_status(
                 rec.history,
@@ -196,13 +201,15 @@ def describe_view(
 ) -> pd.DataFrame:
     """``describe_group``'s frame of a group read with ``read_group``."""
     now, rows = bucket_rows_now(ctx, view, every_bucket(view.described(), view.offsets))
+    held = record_segments(ctx, rows)
     lags = bucket_lags(
         view,
         rows,
         now,
-        record_times(ctx, rows),
+        {key: h.stamp for key, h in held.items()},
         stop_after_ms=to_ms(stop_after),
         stall_after_ms=to_ms(stall_after),
+        missing=missing_files(ctx, held),
     )
     return describe_frame(group_id, lags, view.generation, view.leader)
 
@@ -277,10 +284,13 @@ def group_status(
         if tid in by_id and (by_id[tid], b) in described and view.offsets[tid, b].history
     ]
     now, rows = bucket_rows_now(ctx, view, committed)
+    missing = missing_files(ctx, record_segments(ctx, rows))
     statuses = [
         (
             row.tb,
-            health.bucket_status(
+            health.MISSING
+            if (row.table.table_id, row.tb.bucket, row.record.offset) in missing
+            else health.bucket_status(
                 row.record.history,
                 max(0, row.end - row.record.offset),
                 row.tb in view.owners,

@@ -26,6 +26,9 @@ __all__ = [
     "every_bucket",
     "segments_of",
     "record_times",
+    "record_segments",
+    "missing_files",
+    "Held",
 ]
 
 
@@ -126,6 +129,20 @@ def record_times(ctx: Context, rows: Iterable[Row]) -> dict[_Wanted, int]:
     holds it. Two pipelined round trips for all rows: the log listings of their buckets, then
     only the segment znodes that hold the offsets (offsets below the log start count as the
     log start)."""
+    return {key: held.stamp for key, held in record_segments(ctx, rows).items()}
+
+
+class Held(NamedTuple):
+    """The segment holding a record: the record's ``_timestamp`` (ms), the segment's file
+    (warehouse-relative) and znode."""
+
+    stamp: int
+    file: str
+    znode: str
+
+
+def record_segments(ctx: Context, rows: Iterable[Row]) -> dict[_Wanted, Held]:
+    """As ``record_times``, with the segment holding each record."""
     tables: dict[tuple[str, int], TableInfo] = {}
     targets: dict[_Wanted, int] = {}
     for r in rows:
@@ -147,18 +164,37 @@ def record_times(ctx: Context, rows: Iterable[Row]) -> dict[_Wanted, int]:
             found[tid, b, offset] = base
     wanted = sorted({(tid, b, base) for (tid, b, _), base in found.items()})
     seg_paths = [paths.segment(tid, b, base) for tid, b, base in wanted]
-    times: dict[tuple[str, int, int], tuple[int, int]] = {}
+    segments: dict[tuple[str, int, int], tuple[int, Held]] = {}
     for (tid, b, base), path, node in zip(wanted, seg_paths, ctx.store.get_many(seg_paths)):
         if node is None:
             continue  # deleted by retention between listing and reading
         rec = decode_segment(tables[tid, b], node.data, path)
-        times[tid, b, base] = base + rec.rows, max(node.stat.ctime_ms, rec.ts_floor)
+        stamp = max(node.stat.ctime_ms, rec.ts_floor)
+        segments[tid, b, base] = base + rec.rows, Held(stamp, rec.file, path)
     out = {}
     for (tid, b, offset), base in found.items():
-        end, stamp = times.get((tid, b, base), (base, 0))
-        if targets[tid, b, offset] < end:
-            out[tid, b, offset] = stamp
+        end, held = segments.get((tid, b, base), (base, None))
+        if held is not None and targets[tid, b, offset] < end:
+            out[tid, b, offset] = held
     return out
+
+
+def missing_files(ctx: Context, segments: Mapping[_Wanted, Held]) -> dict[_Wanted, str]:
+    """The records of ``segments`` (``record_segments``) whose segment file is missing while
+    the metadata still lists it (a disk fault, a file deleted by hand), with the file's
+    location: one batched look-up of the files, then (only when one is missing) one read of
+    those segments' znodes, so a segment retention deleted meanwhile (its znode first) is not
+    taken for a lost file."""
+    there = {e.path for e in ctx.warehouse.stat(sorted({h.file for h in segments.values()}))}
+    gone = {key: held for key, held in segments.items() if held.file not in there}
+    if not gone:
+        return {}
+    nodes = ctx.store.get_many([held.znode for held in gone.values()])
+    return {
+        key: ctx.warehouse.uri(held.file)
+        for (key, held), node in zip(gone.items(), nodes)
+        if node is not None
+    }
 
 
 def _floor(bases: list[int], offset: int) -> int | None:

@@ -1,6 +1,8 @@
 """Lag health of a group's buckets (DESIGN §6.6, after Burrow's evaluator): a pure function
 of the window of last commits (each with its time and the log end then), the lag now,
-whether a live member owns the bucket and the time now. The first rule that applies decides."""
+whether a live member owns the bucket and the time now. The first rule that applies decides.
+Before them, a bucket whose next record (at the committed offset) lies in a segment whose file
+is missing while the metadata lists it is ``MISSING``: no consumer can read on (an ERR)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ __all__ = [
     "STOP",
     "STALL",
     "REWIND",
+    "MISSING",
     "GroupStatus",
     "bucket_status",
     "group_status",
@@ -28,6 +31,8 @@ __all__ = [
 
 OK, WARN, ERR = "OK", "WARN", "ERR"
 STOP, STALL, REWIND = "STOP", "STALL", "REWIND"
+MISSING = "MISSING"
+"""The segment file holding the bucket's next record is missing (reported as ERR)."""
 STOP_AFTER_MS = STALL_AFTER_MS = 60_000
 _SEVERITY = {OK: 0, WARN: 1, ERR: 2}
 

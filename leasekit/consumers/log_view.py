@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..errors import LeasekitError
 from ..log.reader import SegmentGone, SegmentReader, find_segment
-from ..log.segments import list_segments
+from ..log.segments import list_segments, lost_file
 from ..structs import LogSegment, TableBucket
 from ..zk import Node
 from ..zk.formats import BucketState
@@ -214,7 +214,13 @@ class LogView:
 
     def read(self, tb: TableBucket, position: int, max_records: int) -> pa.Table | None:
         """Records from ``position`` (at most ``max_records``, within one segment); None when
-        no stored segment holds ``position``. ``SegmentGone`` when its file was deleted."""
+        no stored segment holds ``position``.
+
+        Raises:
+            SegmentGone: its file was deleted with its metadata (retention deletes the metadata
+                first, then the file).
+            DataFileMissingError: its file is missing while the metadata still lists it.
+        """
         segment = find_segment(self.segments(tb, position), position)
         if segment is None:
             return None
@@ -223,6 +229,8 @@ class LogView:
             data = reader.read(segment, position, max_records)
         except SegmentGone:
             self._segments.pop(tb, None)
+            if segment in self.segments(tb, position):  # listed afresh: not retention's doing
+                raise lost_file(segment) from None
             raise
         after = find_segment(self._segments.get(tb, []), segment.end_offset)
         if after is not None:  # a reader catching up goes on there: decode it meanwhile

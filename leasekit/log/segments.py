@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from ..errors import DataFileMissingError
 from ..structs import LogSegment, TableBucket
 from ..warehouse import contained
 from ..zk import Delete, Op, SetData, touch
@@ -23,6 +24,8 @@ __all__ = [
     "decode_segment",
     "list_segments",
     "delete_segments",
+    "lost_file",
+    "check_files",
 ]
 
 OP_COLUMN = "_op"
@@ -112,3 +115,34 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
     ctx.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")
     ctx.warehouse.delete_files(f for f, _ in deleted)
     return [f for f, _ in deleted], sum(size for _, size in deleted)
+
+
+def lost_file(segment: LogSegment) -> DataFileMissingError:
+    """The error of a segment whose file is missing while the metadata lists it."""
+    tb = segment.table_bucket
+    return DataFileMissingError(
+        f"the file {segment.file} of {tb} (offsets {segment.base_offset} to "
+        f"{segment.end_offset - 1}) is missing while the table's metadata lists it: its "
+        f"records cannot be read; restore the file, or move past offset {segment.end_offset - 1}",
+        segment.file,
+        tb,
+    )
+
+
+def check_files(table: TableInfo, segments: Iterable[LogSegment]) -> None:
+    """Check that the files of ``segments`` (of ``table``) exist, in one batched look-up.
+
+    Raises:
+        DataFileMissingError: a file is missing while the metadata still lists its segment.
+        IllegalStateError: the warehouse could not be read.
+    """
+    warehouse = table.context.warehouse
+    wanted = {warehouse.relative(s.file): s for s in segments}
+    there = {entry.path for entry in warehouse.stat(sorted(wanted))}
+    gone = [s for rel, s in wanted.items() if rel not in there]
+    if not gone:
+        return
+    listed = list_segments(table, sorted({s.table_bucket.bucket for s in gone}))
+    for segment in gone:  # listed still: lost (retention deletes the metadata first)
+        if segment in listed[segment.table_bucket.bucket]:
+            raise lost_file(segment)

@@ -23,7 +23,7 @@ from ..errors import (
 )
 from ..log.append import SegmentFile, commit_segments
 from ..log.markers import in_flight
-from ..log.segments import list_segments
+from ..log.segments import check_files, list_segments
 from ..log.state import read_states
 from ..snapshots.catalog import snapshot_map
 from ..snapshots.cover import snapshot_sources
@@ -223,6 +223,8 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
         InvalidArgumentError: a bad group id.
         GroupNotEmptyError: the group has live consumer members (they are its readers).
         OffsetOutOfRangeError: a committed offset below the log start: reset the group first.
+        DataFileMissingError: a segment file of the range is missing while the metadata lists
+            it (``file`` and ``bucket`` name it).
     """
     table = _check_table(table)
     group_id = stored_offsets.check_group_id(group_id)
@@ -246,6 +248,15 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
         ranges[tb] = OffsetRange(start, max(start, end))
     reading = {tb.bucket: (r.start, r.end) for tb, r in ranges.items() if len(r)}
     segments = list_segments(table, reading)
+    check_files(  # the segments the frame reads (as ``log_frame`` picks them)
+        table,
+        (
+            s
+            for b, segs in segments.items()
+            for s in segs
+            if s.base_offset < reading[b][1] and s.end_offset > reading[b][0]
+        ),
+    )
     with spark_errors(f"read changes of {table.name}"):
         df = log_frame(spark, table, segments, reading)
     return ChangeBatch(table, group_id, ranges, df)

@@ -81,8 +81,8 @@ def read_slice(
     """
     path = warehouse.fs_path(part.path)
     what = f"read {warehouse.uri(part.path)}"
-    try:
-        with io_errors(what):
+    with io_errors(what):  # (any other OS or pyarrow error: IllegalStateError)
+        try:
             source = pads.dataset(path, filesystem=warehouse.fs, format="parquet")
             if part.first == 0 and part.stop is None:
                 data = source.to_table(columns=list(columns), filter=where)
@@ -90,8 +90,8 @@ def read_slice(
                 data = _row_range(source, columns, part.first, part.stop)
                 if where is not None:
                     data = data.filter(where)
-    except FileNotFoundError:
-        raise FileGone(f"{what}: the file is gone (deleted by retention?)") from None
+        except FileNotFoundError:
+            raise FileGone(f"{what}: the file is gone (deleted by retention?)") from None
     return keep_within(data, key, part.within)
 
 

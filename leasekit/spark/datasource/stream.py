@@ -325,7 +325,8 @@ def read_slice(part: SegmentSlice, schema: StructType) -> Iterator[pa.RecordBatc
         data = read_rows(open_warehouse(part.warehouse), rows, columns, ())
     except FileGone:
         raise OffsetOutOfRangeError(
-            f"segment file {part.file} of bucket {part.bucket} is gone (retention deleted it)"
+            f"segment file {part.file} of bucket {part.bucket} is gone (retention deleted it, or "
+            "it was lost: the driver's next batch tells which)"
         ) from None
     yield from _batches(part, data, part.start, target)
 
