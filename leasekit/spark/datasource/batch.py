@@ -119,7 +119,7 @@ def _snapshot_ids(table: TableInfo, given: str) -> dict[int, int]:
         return read_latest(table)
     try:
         parsed = json.loads(given)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         parsed = None
     if not isinstance(parsed, dict):
         raise InvalidArgumentError(
