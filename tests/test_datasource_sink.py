@@ -4,6 +4,7 @@ once, a batch Spark replays is skipped, rows go to the buckets Python appends ch
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +14,9 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import leasekit as lk
 import leasekit.log.append as lkappend
+import leasekit.retention.apply as lkapply
 from leasekit import testing
+from leasekit.log.segments import list_segments
 from leasekit.spark.datasource.options import parse_options
 from leasekit.spark.datasource.sink import SinkFiles, stream_writer
 from leasekit.spark.datasource.sink_rows import write_files
@@ -204,3 +207,78 @@ def test_a_hostile_batch_marker_is_corrupt_metadata(value):
     with pytest.raises(lk.CorruptMetadataError, match="sinks/q"):
         SinkMarkRecord.decode(value, "/ns/data/t/sinks/q")
     assert SinkMarkRecord.decode(SinkMarkRecord(5, 6, (1, 2)).encode(), "p") == (5, 6, (1, 2))
+
+
+def _gone(table) -> list[str]:
+    """Files that the table's committed log segments name but that do not exist."""
+    segments = list_segments(table, range(table.num_buckets)).values()
+    return [s.file for segs in segments for s in segs if not os.path.exists(s.file)]
+
+
+def test_orphan_cleanup_never_deletes_a_sink_file_committed_after_its_recheck(
+    conn, spark, opts, monkeypatch
+):
+    # R4, W2, §9 (orphan cleanup with orphan.min-age 0 never deletes a file that committed
+    # metadata names): a sink task's files wait for the driver's commit. A retention pass that
+    # took them for orphans and re-checked them, then paused (as a janitor may) while the batch
+    # committed, must not delete a file the commit named: the commit fails cleanly instead,
+    # and Spark's replay of the batch (new task files) lands whole.
+    conn.update_settings({"orphan.min-age": "0s"})
+    table = conn.create_table("orders", SCHEMA, "id", buckets=2)
+    sink = stream_writer(parse_options({**opts, "path": "orders"}), ROWS, False)
+    query = "0b0e6a52-4d7e-4c55-8f0e-000000000004"
+    ids = list(range(40))
+    messages = _messages(sink.plan, ids, query)  # the executor tasks' step
+    written = {f.rel for f in messages[0].files}
+    real = lkapply.still_orphans
+    outcome: dict[str, object] = {}
+
+    def recheck_then_commit(ctx, paths):
+        current = real(ctx, paths)
+        if written & current and not outcome:
+            try:  # the driver's commit of the batch lands between the re-check and the delete
+                outcome["offsets"] = sink.commit(messages, 0)
+            except lk.LeasekitError as exc:
+                outcome["error"] = exc
+        return current
+
+    monkeypatch.setattr(lkapply, "still_orphans", recheck_then_commit)
+    conn.run_retention()
+    monkeypatch.setattr(lkapply, "still_orphans", real)
+    assert outcome, "the pass never re-checked the task's files as orphans"
+    assert _gone(table) == []  # no committed metadata names a deleted file
+    if "error" in outcome:  # the commit lost cleanly: nothing of the batch is visible
+        assert "orphan cleanup" in str(outcome["error"]), outcome["error"]
+        assert _total(table) == 0
+        sink.commit(_messages(sink.plan, ids, query), 0)  # Spark's replay of batch 0
+    assert _total(table) == 40 and _gone(table) == []
+    assert _state(spark, table) == {i: "x" for i in ids}
+
+
+def test_a_held_task_marker_keeps_its_files_until_orphan_min_age_then_is_claimed(
+    conn, spark, opts, clock
+):
+    # R4: a task's files are a write in progress until orphan.min-age (default 1h); after that
+    # the pass claims the task's marker before deleting them, and a commit coming later fails
+    # cleanly (W2), appending nothing.
+    table = conn.create_table("orders", SCHEMA, "id", buckets=2)
+    sink = stream_writer(parse_options({**opts, "path": "orders"}), ROWS, False)
+    query = "0b0e6a52-4d7e-4c55-8f0e-000000000003"
+    messages = _messages(sink.plan, list(range(20)), query)
+    files = [f.rel for f in messages[0].files]
+    warehouse = testing.context(conn).warehouse
+    reasons = {i.reason for i in conn.retention_plan().items if i.kind == "orphan"}
+    assert reasons and all("still in progress" in r for r in reasons), reasons
+    conn.run_retention()
+    assert all(warehouse.exists(f) for f in files)
+    clock.advance(timedelta(hours=2))
+    report = conn.run_retention()
+    assert sum(1 for i in report.deleted if i.kind == "orphan") == len(files)
+    assert not any(warehouse.exists(f) for f in files)
+    with pytest.raises(lk.LeasekitError, match="orphan cleanup"):
+        sink.commit(messages, 0)
+    assert _total(table) == 0 and _gone(table) == []
+    sink.commit(_messages(sink.plan, list(range(20)), query), 0)  # Spark's replay lands
+    assert _total(table) == 20
+    ctx = testing.context(conn)
+    assert ctx.store.children(ctx.paths.writes) == []  # the commit released its task markers

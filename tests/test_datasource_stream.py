@@ -392,3 +392,36 @@ def test_a_stream_and_a_consumer_joining_at_once_never_are_both_members(
         finally:
             consumer.close()
             member.close()
+
+
+def test_a_stopped_stream_leaves_its_group_promptly_every_time(
+    sspark, conn, zookeeper, warehouse, namespace, tmp_path
+):
+    # D3, C13: the query is a live member only while it runs; once query.stop() returns the
+    # member leaves at once, so reset_offsets is accepted within a second or two, not refused
+    # with GroupNotEmptyError until the member's session (10 s) expires. Stop can come at any
+    # point of the reader's life: while it joins, between batches, or during a batch.
+    table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+    append(table, range(20))
+    slow: list[str] = []
+    for cycle in range(12):
+        df = stream(sspark, zookeeper, warehouse, namespace, "orders", "etl")
+        query = start(df, tmp_path, Collected(), name=f"c{cycle}", processingTime="0.2 seconds")
+        try:
+            wait_for(lambda: conn.group_members("etl"), what="the stream to join", query=query)
+            time.sleep(0.1 * (cycle % 4))  # stop at different points of its batches
+            append(table, [100 + cycle])
+        finally:
+            query.stop()
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                conn.reset_offsets("etl", to="earliest", dry_run=False)
+                break
+            except lk.GroupNotEmptyError:
+                if time.monotonic() > deadline:
+                    slow.append(f"cycle {cycle}: {conn.group_members('etl')}")
+                    wait_for(lambda: not conn.group_members("etl"), timeout=20)
+                    break
+                time.sleep(0.05)
+    assert not slow, f"{len(slow)} of 12 stopped streams stayed in the group: {slow}"

@@ -38,7 +38,7 @@ from ..zk import (
 )
 from ..zk.formats import BucketState, SegmentRecord
 from .batch_marks import BatchMark, mark_bytes, mark_ops
-from .markers import guard, in_flight, lost, lost_error
+from .markers import claimed_error, guard, in_flight, lost, lost_error
 from .segments import OP_COLUMN, ROW_GROUP_RECORDS, log_schema
 from .state import read_states
 
@@ -158,15 +158,16 @@ def commit_segments(
     rest: Callable[[list[int]], Any] | None = None,
     operation: str = "upsert",
     mark: BatchMark | None = None,
+    held: Sequence[str] = (),
 ) -> dict[TableBucket, OffsetRange]:
-    """Register complete segment files of the in-flight write ``token``, assigning dense
-    offsets per bucket.
+    """Register complete segment files of the in-flight write ``token`` (and of the held writes
+    ``held``: Spark tasks' files), assigning dense offsets per bucket.
 
     Buckets commit in as few transactions as ZooKeeper's request limit allows (usually
     one), each guarded by the bucket znodes' versions, so concurrent appenders never
-    duplicate or skip an offset, and by the write's marker, so files orphan cleanup may
-    have taken are never committed. A bucket found sealed by a rescale has its rows written
-    again for the buckets that own them now, and the transaction is retried (K1). When a later
+    duplicate or skip an offset, and by the write markers, so files orphan cleanup may have
+    taken are never committed. A bucket found sealed by a rescale has its rows written again
+    for the buckets that own them now, and the transaction is retried (K1). When a later
     transaction fails after earlier ones committed, ``PartialAppendError`` says exactly what is
     visible and carries the rows that are not (``rest`` of the uncommitted buckets) for a retry.
     With ``mark``, every transaction also records in the batch's marker what it committed.
@@ -175,21 +176,21 @@ def commit_segments(
     for f in files:
         pending.setdefault(f.bucket, []).append(f)
     extra = mark_bytes(mark, len(pending)) if mark else 0
-    groups = _groups(table, pending, extra)
+    groups = _groups(table, pending, extra, len(held))
     result: dict[TableBucket, OffsetRange] = {}
     rerouted = False
     while groups:
         group = groups.pop(0)
         try:
             batch = {b: pending[b] for b in group}
-            result.update(_commit_group(table, batch, token, mark, final=not groups))
+            result.update(_commit_group(table, batch, (token, *held), mark, final=not groups))
         except _Sealed as sealed:
             moved = _reroute(table, [f for b in sealed.buckets for f in pending.pop(b)], token)
             for f in moved:
                 pending.setdefault(f.bucket, []).append(f)
             left = {b for g in [group, *groups] for b in g} | {f.bucket for f in moved}
             extra = mark_bytes(mark, len(pending)) if mark else 0
-            groups = _groups(table, {b: pending[b] for b in left if b in pending}, extra)
+            groups = _groups(table, {b: pending[b] for b in left if b in pending}, extra, len(held))
             rerouted = True
             continue
         except LeasekitError as exc:
@@ -240,14 +241,14 @@ def _bucket_bytes(table: TableInfo, bucket: int, segs: Sequence[SegmentFile]) ->
 
 
 def _groups(
-    table: TableInfo, by_bucket: dict[int, list[SegmentFile]], extra: int = 0
+    table: TableInfo, by_bucket: dict[int, list[SegmentFile]], extra: int = 0, held: int = 0
 ) -> list[list[int]]:
     """Buckets in order, split into transactions of at most APPEND_TXN_BYTES, each with
-    ``extra`` bytes of other ops (a bucket whose ops alone exceed it goes alone, and
-    ZooKeeper's limit then refuses it)."""
+    ``extra`` bytes of other ops and ``held`` more write guards (a bucket whose ops alone
+    exceed it goes alone, and ZooKeeper's limit then refuses it)."""
     paths = table.context.paths
     # each transaction also holds the write guard and the table's change marker
-    guard_bytes = op_size(guard(table.context, "0" * 32))
+    guard_bytes = op_size(guard(table.context, "0" * 32)) * (1 + held)
     guard_bytes += op_size(touch(paths.table_changes(table.table_id))) + extra
     groups: list[list[int]] = []
     group: list[int] = []
@@ -259,7 +260,7 @@ def _groups(
             groups.append(group)
             group, size, ops = [], 0, 0
         if not group:
-            size, ops = guard_bytes, 4 if extra else 2
+            size, ops = guard_bytes, (4 if extra else 2) + held
         group.append(bucket)
         size += bucket_bytes
         ops += bucket_ops
@@ -335,7 +336,7 @@ def _bucket_ops(
 def _commit_group(
     table: TableInfo,
     files: dict[int, list[SegmentFile]],
-    token: str,
+    tokens: tuple[str, ...],
     mark: BatchMark | None = None,
     final: bool = True,
 ) -> dict[TableBucket, OffsetRange]:
@@ -349,7 +350,7 @@ def _commit_group(
         sealed = [b for b, state in zip(files, states) if state is not None and state.sealed]
         if sealed:
             raise _Sealed(sealed)
-        ops: list[Op] = [guard(ctx, token)]
+        ops: list[Op] = [guard(ctx, t) for t in tokens]
         planned.clear()
         for (bucket, segs), state in zip(files.items(), states):
             bucket_ops, planned[TableBucket(table.name, bucket)] = _bucket_ops(
@@ -366,8 +367,9 @@ def _commit_group(
             ctx.store.commit_retrying(build, what=f"append to {table.name}")
             return dict(planned)
         except TxnConflict as exc:
-            if lost(ctx, exc, token):
-                raise lost_error(token) from None
+            gone = [t for t in tokens if lost(ctx, exc, t)]
+            if gone:  # this write's session ended, or orphan cleanup claimed a held write
+                raise (lost_error if gone[0] == tokens[0] else claimed_error)(gone[0]) from None
             if exc.reason == ConflictReason.NONODE:
                 raise TableNotFoundError(f"table {table.name!r} was dropped") from None
             raise

@@ -19,7 +19,7 @@ from ..errors import (
     TableNotFoundError,
 )
 from ..leases import upkeep as lease_upkeep
-from ..log.markers import live_tokens
+from ..log.markers import claim_stale, live_tokens
 from ..log.segments import delete_segments
 from ..memory import collector_paused
 from ..snapshots.catalog import delete_snapshot
@@ -81,7 +81,7 @@ def run_retention(
     _expire_leases(ctx, meta, result.deletes, applied)
     refused = _delete_snapshots(meta, result.deletes, applied)
     _delete_segments(meta, result.deletes, refused, applied)
-    _delete_orphans(ctx, result.deletes, applied)
+    _delete_orphans(ctx, meta.orphan_min_age_ms, result.deletes, applied)
     done, errors = applied.done, applied.errors
     freed = sum(i.size_bytes for i in done)
     log.info(
@@ -199,8 +199,19 @@ def _delete_segments(
         applied.step(len(items))
 
 
-def _delete_orphans(ctx: Context, deletes: list[RetentionItem], applied: _Applied) -> None:
-    """Delete the planned orphan files that are orphans still, in fenced batches."""
+def _delete_orphans(
+    ctx: Context, min_age_ms: int, deletes: list[RetentionItem], applied: _Applied
+) -> None:
+    """Claim the held writes older than ``min_age_ms``, then delete the planned orphan files
+    that are orphans still, in fenced batches."""
+    try:
+        # R4, W2: a Spark task's marker outlives no orphan.min-age; deleting it (fenced) makes
+        # a later commit of its files fail on its check, so its files are orphans for good
+        claim_stale(ctx, min_age_ms)
+    except LeadershipLostError:
+        raise
+    except LeasekitError as exc:  # the markers left keep their files (still_orphans)
+        applied.errors.append(f"orphans: could not claim stale write markers: {exc}")
     orphans = [i for i in deletes if i.kind == "orphan"]
     if orphans:
         # R4, W2: the plan read markers, metadata and files one after another; a write may
@@ -233,6 +244,8 @@ def still_orphans(ctx: Context, paths: Iterable[str]) -> set[str]:
 
     Closes the window between a plan's reads: a write that committed after the plan read
     its table is referenced now, and one still in progress carries a live marker (R4, W2).
+    And the window after this re-check: every commit checks its write's marker, markers are
+    read here first and never come back, so a file this returns can never be committed.
     """
     paths = sorted(set(paths))
     if not paths:

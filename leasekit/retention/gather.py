@@ -194,8 +194,10 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
     # R4, W2: write markers first. A write that commits after its table's metadata was read
     # then still shows its marker here; one that starts later has files too young to be
     # orphans, or files that the applier re-checks before it deletes them
-    # (``retention.apply.still_orphans``): a plan alone never deletes anything.
-    in_flight = live_tokens(ctx)
+    # (``retention.apply.still_orphans``): a plan alone never deletes anything. Held markers
+    # (Spark tasks') older than orphan.min-age are not in progress: a pass claims them first.
+    settings = ctx.settings()
+    in_flight = live_tokens(ctx, to_ms(settings["orphan.min-age"]))
     name = (
         None
         if table is None
@@ -218,7 +220,6 @@ def gather(ctx: Context, table: str | TableInfo | None = None) -> Metadata:
                 protected.append(f"{root}/{each}/")
         leases = _gather_leases(ctx, skipped)
         stray = _stray_pins(ctx, tables, leases)
-        settings = ctx.settings()
         listing = scan.result()
         files = listing.entries(unreferenced(listing.paths, referenced_files(tables)))
     now = ctx.now_ms()

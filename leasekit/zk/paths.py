@@ -194,7 +194,8 @@ class Paths:
         return f"{self.sinks(table_id)}/{query_id}"
 
     def write(self, token: str) -> str:
-        """Ephemeral marker of a write in progress; its files carry ``token`` in their path."""
+        """Marker of a write in progress (ephemeral, or persistent for Spark tasks); its files
+        carry ``token`` in their path."""
         return f"{self.writes}/{token}"
 
 

@@ -120,7 +120,7 @@ def _snapshot_ids(table: TableInfo, given: str) -> dict[int, int]:
         return latest_cover(table)
     try:
         parsed = json.loads(given)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         parsed = None
     if not isinstance(parsed, dict):
         raise InvalidArgumentError(

@@ -1,5 +1,7 @@
 """Writes of ``format("leasekit")``: the stream sink (D4) and batch appends. Executors write
-segment files; the driver commits each batch's files at once, a stream's with its batch marker.
+segment files, each task under a held write marker; the driver commits each batch's files at
+once, a stream's with its batch marker, checking the tasks' markers in every transaction, and
+deletes the markers after its commit or abort (R4, W2: orphan cleanup never races a commit).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from ...connection import context_of
 from ...errors import IllegalStateError, InvalidArgumentError, TableNotFoundError
 from ...log.append import SegmentFile, commit_segments
 from ...log.batch_marks import BatchMark, mark_ops, read_mark
-from ...log.markers import in_flight
+from ...log.markers import in_flight, release
 from ...warehouse import Warehouse
 from .connect import connection
-from .sink_rows import SinkPlan, plan_of, write_files
+from .sink_rows import SinkPlan, plan_of, tokens_of, write_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,29 +91,36 @@ def _files(messages: Sequence[WriterCommitMessage | None]) -> list[SegmentFile]:
 
 
 def _delete(plan: SinkPlan, files: Sequence[SegmentFile]) -> None:
+    """Delete the files of an aborted write, then their tasks' markers."""
     if files:
         warehouse = Warehouse(plan.warehouse)
         warehouse.open()
         warehouse.delete_files(f.rel for f in files)
+        with connection(plan.opts) as conn:
+            release(context_of(conn), tokens_of(files))
 
 
 def _commit(
     plan: SinkPlan, files: list[SegmentFile], query_id: str | None, batch_id: int | None
 ) -> dict[TableBucket, OffsetRange]:
-    """Commit ``files`` to the table (with the batch marker of a stream's batch)."""
+    """Commit ``files`` to the table (with the batch marker of a stream's batch), then delete
+    their tasks' markers, whatever the outcome (files not committed are orphans now)."""
     with connection(plan.opts) as conn:
         table = conn.table(plan.table)
-        if table.table_id != plan.table_id:
-            table.context.warehouse.delete_files(f.rel for f in files)
-            raise TableNotFoundError(
-                f"table {plan.table!r} was dropped and created again while it was written to; "
-                "nothing of this batch was committed"
-            )
-        if query_id is None or batch_id is None:
-            with in_flight(table.context) as token:
-                _check_present(table, files)
-                return commit_segments(table, files, token)
-        return commit_batch(table, files, query_id, batch_id)
+        try:
+            if table.table_id != plan.table_id:
+                table.context.warehouse.delete_files(f.rel for f in files)
+                raise TableNotFoundError(
+                    f"table {plan.table!r} was dropped and created again while it was written "
+                    "to; nothing of this batch was committed"
+                )
+            if query_id is None or batch_id is None:
+                with in_flight(table.context) as token:
+                    _check_present(table, files)
+                    return commit_segments(table, files, token, held=tokens_of(files))
+            return commit_batch(table, files, query_id, batch_id)
+        finally:
+            release(context_of(conn), tokens_of(files))
 
 
 def commit_batch(
@@ -147,7 +157,7 @@ def commit_batch(
         return {}  # an empty batch: nothing to commit, and its replay appends nothing either
     with in_flight(ctx) as token:
         _check_present(table, files)
-        return commit_segments(table, files, token, mark=mark)
+        return commit_segments(table, files, token, mark=mark, held=tokens_of(files))
 
 
 def _check_query_id(query_id: str) -> str:

@@ -4,19 +4,23 @@ routed by the table's layout (captured on the driver) and written as segment fil
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...connection import context_of
 from ...errors import InvalidArgumentError
 from ...log.append import SegmentFile
+from ...log.markers import hold
 from ...log.segments import OP_COLUMN, ROW_GROUP_RECORDS, log_schema
 from ...tables import schema as schemas
 from ...tables.bucketing import murmur3_hash
 from ...warehouse import Warehouse
+from .connect import connection
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -25,7 +29,7 @@ if TYPE_CHECKING:
     from ...tables.layout import BucketLayout
     from .options import SourceOptions
 
-__all__ = ["SinkPlan", "plan_of", "write_files", "IGNORED_COLUMNS"]
+__all__ = ["SinkPlan", "plan_of", "write_files", "tokens_of", "IGNORED_COLUMNS"]
 
 IGNORED_COLUMNS = ("_bucket", "_offset", "_timestamp")
 """Columns of a leasekit stream that a sink drops: the target assigns its own."""
@@ -60,8 +64,6 @@ class SinkPlan(NamedTuple):
     """(input column, table column) pairs."""
     op_column: str | None
     """The input's ``_op`` column, if it has one."""
-    token: str
-    """Carried by the file names of this write (one per writer Spark creates)."""
 
 
 def plan_of(table: TableInfo, schema: StructType, opts: SourceOptions) -> SinkPlan:
@@ -114,7 +116,6 @@ def plan_of(table: TableInfo, schema: StructType, opts: SourceOptions) -> SinkPl
         int(table.properties["log.segment.max-rows"]),
         tuple((given, column) for column, given in pairs.items()),
         op_column,
-        uuid.uuid4().hex,
     )
 
 
@@ -172,11 +173,14 @@ def log_rows(plan: SinkPlan, data: pa.Table) -> pa.Table:
 
 def write_files(plan: SinkPlan, batches: Iterable[pa.RecordBatch]) -> list[SegmentFile]:
     """Write the rows of ``batches`` as segment files, one or more per bucket, in row order
-    within each bucket."""
+    within each bucket, under a held write marker made first (``log.markers.hold``): the
+    driver's commit checks it and its commit or abort deletes it (R4, W2)."""
     collected = list(batches)
     if not collected or not any(b.num_rows for b in collected):
         return []
     data = log_rows(plan, pa.Table.from_batches(collected))
+    with connection(plan.opts) as conn:
+        token = hold(context_of(conn))
     ids = plan.layout.route(murmur3_hash(data, plan.primary_key))
     order = np.argsort(ids, kind="stable")
     ids, data = ids[order], data.take(pa.array(order))
@@ -189,7 +193,12 @@ def write_files(plan: SinkPlan, batches: Iterable[pa.RecordBatch]) -> list[Segme
         bucket = int(ids[start])
         for chunk in range(start, end, plan.max_rows):
             rows = data.slice(chunk, min(plan.max_rows, end - chunk))
-            rel = f"{plan.data_dir}/log/{bucket}/{plan.token}-{uuid.uuid4().hex[:8]}.parquet"
+            rel = f"{plan.data_dir}/log/{bucket}/{token}-{uuid.uuid4().hex[:8]}.parquet"
             size = warehouse.write_parquet(rel, rows, ROW_GROUP_RECORDS)
             files.append(SegmentFile(bucket, rel, rows.num_rows, size))
     return files
+
+
+def tokens_of(files: Sequence[SegmentFile]) -> list[str]:
+    """The held write markers of the tasks that wrote ``files`` (their names' first part)."""
+    return sorted({PurePosixPath(f.rel).name.split("-", 1)[0] for f in files})

@@ -9,8 +9,6 @@ see it), so the group member is named ``spark-<stream id>-<sequence>``.
 
 from __future__ import annotations
 
-import signal
-import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +33,7 @@ from ...validate import check_positive_int
 from ...warehouse import io_errors
 from .files import FileGone, FileSlice, open_warehouse
 from .files import read_slice as read_rows
-from .stream_member import StreamMember, open_connection
+from .stream_member import StreamMember, Termination, leave_on_sigterm, open_connection
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -173,8 +171,8 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._member.close()
             self._member = None
         if self._member is None:
+            leave_on_sigterm()  # before the join: a SIGTERM while joining still leaves
             self._member = StreamMember(self._connection(), self._opts, stream_id)
-            _leave_on_sigterm()
         return self._member
 
     # -- offsets ------------------------------------------------------------------------------
@@ -238,15 +236,17 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         once the batch completed (Spark's commit trails by a batch)."""
 
     def stop(self) -> None:
-        """Leave the group, committing nothing, and close the connection."""
+        """Leave the group, committing nothing, and close the connection; a SIGTERM meanwhile
+        waits until it is done (D3: the member leaves at once, not at its session's end)."""
         member, self._member = self._member, None
         conn, self._conn = self._conn, None
-        try:
-            if member is not None:
-                member.close()
-        finally:
-            if conn is not None:
-                conn.close()
+        with Termination.deferred():
+            try:
+                if member is not None:
+                    member.close()
+            finally:
+                if conn is not None:
+                    conn.close()
 
     # -- planning and reading -----------------------------------------------------------------
 
@@ -298,20 +298,6 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise InvalidArgumentError(f"not a leasekit stream partition: {partition!r}")
         for part in partition.slices:
             yield from read_slice(part, self._schema)
-
-
-def _leave_on_sigterm() -> None:
-    """Spark ends the reader's process with SIGTERM when the query stops, without calling
-    ``stop``: turn it into ``SystemExit``, so the runner's own ``finally`` calls ``stop`` and the
-    member leaves the group at once instead of at its session's end."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _exit)
-
-
-def _exit(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
 
 
 def read_slice(part: SegmentSlice, schema: StructType) -> Iterator[pa.RecordBatch]:

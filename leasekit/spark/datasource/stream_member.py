@@ -3,8 +3,13 @@ query is the group's only live member, owning every bucket, and commits each com
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ...connection import connect
 from ...consumers.consumer import Consumer
@@ -18,7 +23,7 @@ if TYPE_CHECKING:
     from ...tables.info import TableInfo
     from .options import SourceOptions
 
-__all__ = ["StreamMember", "open_connection", "MEMBER_PREFIX"]
+__all__ = ["StreamMember", "open_connection", "leave_on_sigterm", "Termination", "MEMBER_PREFIX"]
 
 MEMBER_PREFIX = "spark-"
 """Member ids of a stream are ``spark-<stream id>-<sequence>``."""
@@ -131,3 +136,44 @@ class StreamMember:
     def close(self) -> None:
         """Leave the group (its member znode goes at once), committing nothing."""
         self._consumer.close()
+
+
+def leave_on_sigterm() -> None:
+    """Spark ends the reader's process with SIGTERM when the query stops, without calling
+    ``stop``: turn it into ``SystemExit``, so the runner's own ``finally`` calls ``stop`` and the
+    member leaves the group at once instead of at its session's end."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, Termination.on_signal)
+
+
+class Termination:
+    """SIGTERM in the reader's process. Spark may send it more than once, or while ``stop``
+    already runs (the runner's socket closed first): one that lands inside ``stop`` must not
+    cut the leave short, or the member stays in its group until its session expires. So inside
+    ``stop`` (or after the first one, which is on its way there) it only sets a deadline
+    (``GRACE``) after which the process ends regardless."""
+
+    GRACE = 10.0
+    """Seconds a deferred SIGTERM waits for ``stop`` before the process exits anyway."""
+    stopping = 0
+    signalled = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def deferred(cls) -> Iterator[None]:
+        cls.stopping += 1
+        try:
+            yield
+        finally:
+            cls.stopping -= 1
+
+    @classmethod
+    def on_signal(cls, signum: int, frame: Any) -> None:
+        if not cls.stopping and not cls.signalled:
+            cls.signalled = True
+            raise SystemExit(128 + signum)
+        timer = threading.Timer(cls.GRACE, os._exit, (128 + signum,))
+        timer.daemon = True
+        timer.start()
