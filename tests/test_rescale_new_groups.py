@@ -206,3 +206,29 @@ def test_without_a_group_earliest_reads_the_parent_then_the_children_from_0(conn
     last_parent = max(i for i, tb in enumerate(r.order) if tb == parent)
     assert last_parent < min(i for i, tb in enumerate(r.order) if tb in children)
     c.close()
+
+
+def test_which_new_buckets_are_read_from_0_follows_what_was_consumed():
+    # K6, C5: from 0 only after a consumed parent (one of a merge's two is enough); a parent the
+    # reset put at its seal (False) or without an offset (None) leaves the reset policy; a
+    # parent sealed empty without an offset stands for its own parents, and one the table was
+    # created with gives the default
+    from leasekit.consumers.lineage import from_beginning
+    from leasekit.tables.layout import BucketLayout
+
+    layout, (b2, b3) = BucketLayout.initial(2).split(0, 5)
+    layout, (b4, b5) = layout.split(b2, 0)  # sealed empty
+    assert from_beginning(layout, b3, {0: True}.get, False)
+    assert not from_beginning(layout, b3, {0: False}.get, True)
+    assert not from_beginning(layout, b3, {}.get, True)
+    assert from_beginning(layout, b4, {0: True}.get, False)  # through the empty b2
+    assert not from_beginning(layout, b4, {0: False}.get, True)
+    assert not from_beginning(layout, 1, {}.get, True)  # not made by a rescale
+    layout, b6 = layout.merge(b4, b5, 0, 0)
+    assert from_beginning(layout, b6, {0: True}.get, False)
+    empty, (c1, _) = BucketLayout.initial(2).split(1, 0)  # bucket 1 sealed empty at creation
+    assert from_beginning(empty, c1, {}.get, True) and not from_beginning(empty, c1, {}.get, False)
+    merged, (m1, m2) = BucketLayout.initial(1).split(0, 4)
+    merged, m3 = merged.merge(m1, m2, 2, 3)
+    assert from_beginning(merged, m3, {0: False, m1: False, m2: True}.get, False)  # one is enough
+    assert not from_beginning(merged, m3, {0: False, m1: False, m2: False}.get, True)
