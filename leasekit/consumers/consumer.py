@@ -15,7 +15,7 @@ from ..errors import IllegalStateError
 from ..structs import OffsetAndMetadata, Record, TableBucket
 from ..validate import check_positive_int
 from .assignors import get_assignor
-from .coordinator import coordinator_for
+from .coordinators import coordinator_for
 from .fetcher import Fetcher
 from .log_view import LogView
 from .options import RESET_POLICIES, consumer_options

@@ -16,8 +16,8 @@ from ..structs import OffsetAndMetadata, TableBucket
 from ..zk import Check, TxnConflict
 from . import offsets as stored
 from .group import GroupMember
-from .no_group import NoGroupCoordinator
 from .poll_timer import PollTimer
+from .seals import SealCommits
 from .session_check import SessionCheck
 from .subscription import SUBSCRIBED, SubscriptionState
 
@@ -28,26 +28,9 @@ if TYPE_CHECKING:
     from .offsets import OffsetRecord
     from .options import ConsumerOptions
 
-__all__ = ["GroupCoordinator", "coordinator_for"]
+__all__ = ["GroupCoordinator"]
 
 log = logging.getLogger("leasekit.consumers")
-
-
-def coordinator_for(
-    ctx: Context,
-    group_id: str | None,
-    subscription: SubscriptionState,
-    options: ConsumerOptions,
-    assignor: Assignor,
-    wake: Callable[[], None],
-) -> GroupCoordinator | NoGroupCoordinator:
-    """The coordinator of a consumer with ``group_id`` (checked: ``InvalidArgumentError``), or
-    one of a consumer without a group when it is None."""
-    if group_id is None:
-        return NoGroupCoordinator(ctx, subscription, wake, parent_first=options.parent_first)
-    return GroupCoordinator(
-        ctx, stored.check_group_id(group_id), subscription, options, assignor=assignor, wake=wake
-    )
 
 
 class GroupCoordinator:
@@ -74,6 +57,7 @@ class GroupCoordinator:
         self._next_auto_commit = time.monotonic() + self._interval
         self._committed: dict[TableBucket, OffsetAndMetadata] = {}
         """Offsets known stored: a commit that would not change them writes nothing (C3)."""
+        self._seals = SealCommits(ctx, group, subscription)
         self._wake = wake
         self._work = threading.Event()
         self._assignor, self._session_timeout = assignor, options.session_timeout
@@ -167,6 +151,7 @@ class GroupCoordinator:
                 self._member.update(self._sub.tables)
                 self._joined = self._sub.changes
             self._follow()
+        self._commit_seals()
         self.maybe_auto_commit()
 
     def _join(self) -> None:
@@ -302,6 +287,20 @@ class GroupCoordinator:
         """Committed offsets to start ``buckets`` from (buckets without one are left out)."""
         return self.fetch_committed(buckets)
 
+    def from_beginning(self, buckets: list[TableBucket]) -> set[TableBucket]:
+        """Of ``buckets`` (made by rescales, without committed offsets), those read from 0."""
+        return self._seals.from_beginning(buckets)
+
+    def reset_to_seal(self, tb: TableBucket, seal: int, *, consumed: bool) -> None:
+        """The reset policy put this member at ``tb``'s seal: commit it (``seals``, K5 K6)."""
+        if self._sub.mode == SUBSCRIBED:  # (a manual assignment: the group's members drain it)
+            self._seals.add(tb, seal, consumed)
+            self._commit_seals()
+
+    def _commit_seals(self) -> None:
+        if not (self._suspended or self._lost) and not self._seals.commit(self.commit, self._owned):
+            self._lost = True  # fenced: it rejoins at its next poll
+
     def fetch_committed(self, buckets: Iterable[TableBucket]) -> dict[TableBucket, OffsetRecord]:
         """The group's committed offsets of ``buckets``, read now."""
         buckets = list(buckets)
@@ -311,13 +310,11 @@ class GroupCoordinator:
             self._committed[tb] = OffsetAndMetadata(record.offset, record.metadata)
         return found
 
-    def commit(
-        self, offsets: Mapping[TableBucket, OffsetAndMetadata], *, skip_dropped: bool = False
-    ) -> None:
+    def commit(self, offsets: Mapping[TableBucket, OffsetAndMetadata], **flags: bool) -> None:
         """Store ``offsets`` (checked already); those known stored are not written (C3). A
         member's commit is fenced: it must be live and own every bucket (C11). Offsets of a
-        dropped table's buckets raise ``TableNotFoundError``, or are left out with
-        ``skip_dropped`` (C17)."""
+        dropped table's buckets raise ``TableNotFoundError``, or are left out with the flag
+        ``skip_dropped`` (C17); ``reset``: seals a reset put the member at (``seals``)."""
         changed = {tb: o for tb, o in offsets.items() if self._committed.get(tb) != o}  # {} too
         if not changed:
             return
@@ -343,8 +340,8 @@ class GroupCoordinator:
                 changed,
                 tables,
                 fence=fence,
-                skip_dropped=skip_dropped,
                 outside=self._sub.mode != SUBSCRIBED,
+                **flags,
             )
         except TxnConflict as exc:
             if exc.op in fence:

@@ -207,13 +207,16 @@ class Fetcher:
     # -- positions, and the reset policy (C5) -------------------------------------------------
 
     def ensure_positions(self, buckets: list[TableBucket]) -> None:
-        """Give each of ``buckets`` without a position its committed offset, else (a bucket made
-        by a rescale: its beginning, whatever the policy, K6) one by the reset policy;
+        """Give each of ``buckets`` without a position its committed offset, else its beginning
+        (a bucket made by a rescale, when a parent was consumed, K6), else one by the reset
+        policy (C5; a reset to a sealed bucket's seal is told to the coordinator, K5);
         ``NoOffsetForBucketError`` with "none"."""
         missing = self._sub.without_position(buckets)
         if not missing:
             return
         committed = self._coordinator.starting_offsets(missing)
+        new = [tb for tb in missing if tb not in committed and self._sub.made_by_rescale(tb)]
+        fresh = self._coordinator.from_beginning(new) if new else set()
         known = {tb: self._log.bounds(tb) for tb in missing}  # watched: current already
         bounds = {tb: b for tb, b in known.items() if b is not None}
         bounds.update(self._log.refresh_bounds([tb for tb in missing if tb not in bounds]))
@@ -221,14 +224,23 @@ class Fetcher:
             state, record = self._sub.state(tb), committed.get(tb)
             if record is not None:
                 state.position = record.offset
-            elif self._sub.made_by_rescale(tb):  # K6: read after its parents, all of it is new
+            elif tb in fresh:  # K6: read after parents it consumed, all of it is new
                 state.position = bounds[tb].begin
             elif self.reset == "none":
+                made = " (nor a consumed parent: it was made by a rescale)" if tb in new else ""
                 raise NoOffsetForBucketError(
-                    f"{tb} has no committed offset and auto_offset_reset is 'none'"
+                    f"{tb} has no committed offset{made} and auto_offset_reset is 'none'"
                 )
             else:
                 state.position = bounds[tb].begin if self.reset == "earliest" else bounds[tb].end
+                self._at_seal(tb, state.position, consumed=False)
+
+    def _at_seal(self, tb: TableBucket, position: int, *, consumed: bool) -> None:
+        """After a reset to ``position``: when that is the seal of the sealed ``tb`` (not sealed
+        empty), the coordinator drains it for the group (K5); ``consumed``: the consumer was
+        inside it before (its children are then read from 0, K6)."""
+        if position > 0 and self._sub.table_of(tb).layout.sealed_at(tb.bucket) == position:
+            self._coordinator.reset_to_seal(tb, position, consumed=consumed)
 
     def _reset_position(self, tb: TableBucket, state: BucketState, bounds: Bounds) -> int:
         """Move ``state``, whose position ``bounds`` do not hold, by the reset policy; the new
@@ -239,6 +251,7 @@ class Fetcher:
                 f"[{bounds.begin}, {bounds.end}]"
             )
         state.position = bounds.begin if self.reset == "earliest" else bounds.end
+        self._at_seal(tb, state.position, consumed=True)
         return state.position
 
     def position(self, tb: TableBucket) -> int:

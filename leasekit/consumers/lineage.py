@@ -3,18 +3,21 @@ sealed one not drained yet, a new bucket only once its parents are drained (pare
 
 A sealed bucket is drained once the consumer got to its seal: a group's committed offset, or a
 consumer's position without a group, is at least ``sealed_at`` (a bucket sealed empty is drained
-from the start). Pure functions of a table's ``BucketLayout`` and those offsets.
+from the start). A new bucket is read from its beginning only by a consumer that consumed one of
+its parents (``from_beginning``); one that never did (the reset policy put it at the seal, or it
+had no offset at all) starts it by its reset policy (K6, C5). Pure functions of a table's
+``BucketLayout`` and those offsets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..tables.layout import BucketLayout
 
-__all__ = ["drained", "ready", "sealed", "to_read", "undrained"]
+__all__ = ["ancestors", "drained", "from_beginning", "ready", "sealed", "to_read", "undrained"]
 
 
 def sealed(layout: BucketLayout) -> tuple[int, ...]:
@@ -65,3 +68,42 @@ def to_read(
 def undrained(layout: BucketLayout, offsets: Mapping[int, int | None]) -> tuple[int, ...]:
     """The sealed buckets not drained yet, ascending (describe_group and lag cover them, K6)."""
     return tuple(b for b in sealed(layout) if not drained(layout, b, offsets.get(b)))
+
+
+def ancestors(layout: BucketLayout, bucket: int) -> set[int]:
+    """Every bucket ``bucket`` was made from, through every split and merge."""
+    stack, seen = list(layout.parents(bucket)), set()
+    while stack:
+        parent = stack.pop()
+        if parent not in seen:
+            seen.add(parent)
+            stack.extend(layout.parents(parent))
+    return seen
+
+
+def from_beginning(
+    layout: BucketLayout, bucket: int, consumed: Callable[[int], bool | None], default: bool
+) -> bool:
+    """Whether a consumer without an offset for ``bucket`` reads it from its beginning: it was
+    made by a rescale and the consumer consumed one of its parents (K6; merged buckets: one
+    parent is enough, so no record of a key it was reading is skipped). ``consumed(parent)``:
+    True (read or committed up to or into it), False (never: the reset policy put it at the
+    seal), None (no offset); a parent sealed empty without one stands for its own parents, and
+    one the table was created with gives ``default``. Otherwise the reset policy applies."""
+    stack, seen = list(layout.parents(bucket)), set()
+    if not stack:
+        return False
+    while stack:
+        parent = stack.pop()
+        if parent in seen:
+            continue
+        seen.add(parent)
+        verdict = consumed(parent)
+        if verdict is None and layout.sealed_at(parent) == 0:
+            grand = layout.parents(parent)
+            if not grand and default:
+                return True
+            stack.extend(grand)
+        elif verdict:
+            return True
+    return False

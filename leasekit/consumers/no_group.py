@@ -46,6 +46,9 @@ class NoGroupCoordinator:
         self._parent_first = parent_first
         self._drained: dict[str, set[int]] = {}
         """Table id -> the sealed buckets this consumer read to their seals."""
+        self._skipped: dict[str, set[int]] = {}
+        """Table id -> the sealed buckets the reset policy put at their seals, without this
+        consumer having been inside them (their new buckets start by the policy too, K6)."""
         self._watches: dict[str, Watch] = {}
         self._rescaled: set[str] = set()
         """Names of subscribed tables whose record changed since it was read (a rescale)."""
@@ -147,6 +150,37 @@ class NoGroupCoordinator:
 
     def starting_offsets(self, buckets: list[TableBucket]) -> dict[TableBucket, OffsetRecord]:
         return {}
+
+    def from_beginning(self, buckets: list[TableBucket]) -> set[TableBucket]:
+        """Of ``buckets`` (made by rescales), those read from their beginning: this consumer
+        consumed one of their parents (it held a position in it, not one the reset policy put
+        at its seal, K6)."""
+        positions = self._sub.positions()
+        out = set()
+        for tb in buckets:
+            table = self._sub.table_of(tb)
+            drained = self._drained.get(table.table_id, set())
+            skipped = self._skipped.get(table.table_id, set())
+
+            def consumed(
+                b: int,
+                name: str = tb.table,
+                drained: set[int] = drained,
+                skipped: set[int] = skipped,
+            ) -> bool | None:
+                if b in skipped:
+                    return False
+                return True if b in drained or TableBucket(name, b) in positions else None
+
+            if lineage.from_beginning(table.layout, tb.bucket, consumed, default=False):
+                out.add(tb)
+        return out
+
+    def reset_to_seal(self, tb: TableBucket, seal: int, *, consumed: bool) -> None:
+        """The reset policy put ``tb`` at its seal ``seal``; unless this consumer was inside it
+        (``consumed``), its new buckets start by the policy too (K6)."""
+        if not consumed:
+            self._skipped.setdefault(self._sub.table_of(tb).table_id, set()).add(tb.bucket)
 
     def fetch_committed(self, buckets: list[TableBucket]) -> dict[TableBucket, OffsetRecord]:
         raise _no_group()

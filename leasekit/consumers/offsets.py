@@ -18,7 +18,7 @@ with an empty member list.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import (
     CommitFailedError,
@@ -158,6 +158,18 @@ def log_ends(states: Sequence[Any], paths: Sequence[str]) -> list[int]:
     ]
 
 
+_RETRIED = (ConflictReason.VERSION, ConflictReason.EXISTS, ConflictReason.NONODE)
+"""Conflicts a commit retries (unless a fence check failed)."""
+
+
+class _How(NamedTuple):
+    """How ``commit`` writes: its ``outside``, ``expected`` and ``reset`` arguments."""
+
+    outside: bool
+    expected: Mapping[TableBucket, int | None] | None
+    reset: bool
+
+
 class _Dropped(Exception):
     def __init__(self, names: list[str]) -> None:
         super().__init__(names)
@@ -174,6 +186,7 @@ def commit(
     skip_dropped: bool = False,
     outside: bool = False,
     expected: Mapping[TableBucket, int | None] | None = None,
+    reset: bool = False,
 ) -> dict[TableBucket, OffsetRecord]:
     """Commit ``offsets`` (checked) for the group; the records written, by bucket (unchanged
     offsets are left out: nothing is written for them).
@@ -183,6 +196,7 @@ def commit(
         skip_dropped: leave out the offsets of dropped tables' buckets instead of raising.
         outside: the committer is not a member: refused while the group has live members.
         expected: the offset each bucket must still hold (None: none), checked in the transaction.
+        reset: the offsets are seals where the reset policy put a member (``OffsetRecord.reset``).
 
     Returns:
         The records written, by bucket.
@@ -200,9 +214,8 @@ def commit(
         if not pending:
             return written
         try:
-            written.update(
-                _commit_once(ctx, group_id, pending, tables, fence, written, outside, expected)
-            )
+            how = _How(outside, expected, reset)
+            written.update(_commit_once(ctx, group_id, pending, tables, fence, written, how))
             return written
         except _Dropped as exc:
             if not skip_dropped:
@@ -213,11 +226,7 @@ def commit(
                 ) from None
             pending = {tb: o for tb, o in pending.items() if tb.table not in exc.names}
         except TxnConflict as exc:
-            if exc.reason not in (
-                ConflictReason.VERSION,
-                ConflictReason.EXISTS,
-                ConflictReason.NONODE,
-            ) or any(op == exc.op for op in fence):
+            if exc.reason not in _RETRIED or any(op == exc.op for op in fence):
                 raise
             for tb in written:
                 pending.pop(tb, None)
@@ -233,10 +242,9 @@ def _commit_once(
     tables: Mapping[str, TableInfo],
     fence: Sequence[Check],
     written: dict[TableBucket, OffsetRecord],
-    outside: bool = False,
-    expected: Mapping[TableBucket, int | None] | None = None,
+    how: _How,
 ) -> dict[TableBucket, OffsetRecord]:
-    paths = ctx.paths
+    paths, (outside, expected, reset) = ctx.paths, how
     keys = list(pending)
     names = sorted({tb.table for tb in keys})
     offset_paths = [paths.offset(group_id, tables[tb.table].table_id, tb.bucket) for tb in keys]
@@ -273,7 +281,7 @@ def _commit_once(
         if old is not None and (old.offset, old.metadata) == (offset, metadata):
             continue  # C3: unchanged offsets are not written
         base = old if old is not None else OffsetRecord.empty(tb.table)
-        record = base.committed(offset, metadata, tb.table, now, end)
+        record = base.committed(offset, metadata, tb.table, now, end, reset=reset)
         records[path] = (tb, record)
         ops.append(
             Create(path, record.encode())

@@ -39,6 +39,9 @@ class OffsetRecord(NamedTuple):
     """The last HISTORY commits, oldest first; the last one is this offset's."""
     stat: Stat | None = None
     """The znode's stat (None for a record not yet stored)."""
+    reset: bool = False
+    """The offset is a sealed bucket's seal where the reset policy put a member that had no
+    offset for it: the group did not consume the bucket (K6, C5)."""
 
     VERSION = 1
 
@@ -50,23 +53,30 @@ class OffsetRecord(NamedTuple):
         )
 
     def committed(
-        self, offset: int, metadata: str, table: str, now_ms: int, log_end: int
+        self,
+        offset: int,
+        metadata: str,
+        table: str,
+        now_ms: int,
+        log_end: int,
+        *,
+        reset: bool = False,
     ) -> OffsetRecord:
-        """The record after committing ``offset`` at ``now_ms`` with the log end then."""
-        return OffsetRecord(
-            offset, metadata, table, (*self.history, Commit(now_ms, offset, log_end))[-HISTORY:]
-        )
+        """The record after committing ``offset`` at ``now_ms`` with the log end then (by a
+        reset to a seal with ``reset``)."""
+        history = (*self.history, Commit(now_ms, offset, log_end))[-HISTORY:]
+        return OffsetRecord(offset, metadata, table, history, reset=reset)
 
     def encode(self) -> bytes:
-        return encode(
-            {
-                "o": self.offset,
-                "m": self.metadata,
-                "t": self.table,
-                "h": [list(c) for c in self.history],
-            },
-            self.VERSION,
-        )
+        value: dict[str, Any] = {
+            "o": self.offset,
+            "m": self.metadata,
+            "t": self.table,
+            "h": [list(c) for c in self.history],
+        }
+        if self.reset:  # (absent otherwise: records written before it existed read the same)
+            value["r"] = True
+        return encode(value, self.VERSION)
 
     @classmethod
     def decode(cls, node: Node, path: str) -> OffsetRecord:
@@ -77,7 +87,10 @@ class OffsetRecord(NamedTuple):
             offset = int(v["o"])
             if offset < 0:
                 raise ValueError(f"negative offset {offset}")
-            return cls(offset, string(v["m"]), string(v["t"]), history, node.stat)
+            reset = v.get("r", False)
+            if not isinstance(reset, bool):
+                raise TypeError(f"reset flag {reset!r:.40} is not a bool")
+            return cls(offset, string(v["m"]), string(v["t"]), history, node.stat, reset)
 
         return load(node.data, path, cls.VERSION, "committed offset", build)
 
