@@ -232,3 +232,19 @@ def test_which_new_buckets_are_read_from_0_follows_what_was_consumed():
     merged, m3 = merged.merge(m1, m2, 2, 3)
     assert from_beginning(merged, m3, {0: False, m1: False, m2: True}.get, False)  # one is enough
     assert not from_beginning(merged, m3, {0: False, m1: False, m2: False}.get, True)
+
+
+def test_a_manual_commit_member_positioned_before_a_split_moves_on_to_the_children(conn, table):
+    # K5, K6, C5: a new group with "latest" and manual commits, positioned at bucket 1's end
+    # by its reset before bucket 1 was split and handed nothing of it since: its position is
+    # the seal, so the group moves on to the children and reads them from 0 (it was inside the
+    # parent, so nothing written after it joined is skipped)
+    append(table, 1)
+    with conn.consumer("t", group_id="late", auto_offset_reset="latest",
+                       enable_auto_commit=False) as consumer:  # fmt: skip
+        reader = Reader(consumer, commit_records=True)
+        reader.positioned([TB("t", b) for b in range(4)])
+        children = set(table.split_bucket(1))
+        append(table, 2)
+        reader.until(lambda: set(reader.got) >= everything(2))
+        assert set(reader.got) == everything(2) and children <= consumer.assignment()

@@ -4,6 +4,7 @@ it hands out records from the positions and moves them past what it hands out on
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -16,6 +17,7 @@ from ..errors import (
     InvalidTypeError,
     NoOffsetForBucketError,
     OffsetOutOfRangeError,
+    TableNotFoundError,
 )
 from ..structs import Record, TableBucket
 from . import offsets as stored
@@ -52,6 +54,10 @@ class Fetcher:
         """The bucket take_one handed a record of last: the next comes from its buffer first."""
         self._turn = itertools.count()
         self._seen_assignment = subscription.assignments
+        self._reset_at: dict[TableBucket, int] = {}
+        """Buckets the reset policy positioned, not sealed then: where (``_reached_seals``)."""
+        self._reset_seen = -1
+        """The log view's version when they were last looked at."""
 
     def wait(self, timeout: float, ready: Callable[[], bool]) -> bool:
         """Wait up to ``timeout`` seconds until ``ready()`` holds (re-checked when a watched
@@ -147,6 +153,7 @@ class Fetcher:
             return []
         self._log.watch(buckets)
         self.ensure_positions(buckets)
+        self._reached_seals()
         states = {tb: self._sub.state(tb) for tb in buckets}
         readable = {}
         for tb, state in states.items():
@@ -233,14 +240,36 @@ class Fetcher:
                 )
             else:
                 state.position = bounds[tb].begin if self.reset == "earliest" else bounds[tb].end
-                self._at_seal(tb, state.position, consumed=False)
+                if not self._at_seal(tb, state.position, consumed=False):
+                    self._reset_at[tb] = state.position
 
-    def _at_seal(self, tb: TableBucket, position: int, *, consumed: bool) -> None:
+    def _reached_seals(self) -> None:
+        """K5: a bucket the reset policy positioned before a rescale sealed it, with nothing
+        handed out since, sits at its seal: the coordinator drains it for the group as after a
+        reset to the seal (nothing handed out is committed), its children read from 0 (it was
+        inside it, K6). Looked at only when watched bounds changed."""
+        if not self._reset_at or self._log.version == self._reset_seen:
+            return
+        self._reset_seen = self._log.version
+        for tb, at in list(self._reset_at.items()):
+            bounds = self._log.bounds(tb)
+            if not self._sub.is_assigned(tb) or self._sub.state(tb).position != at:
+                del self._reset_at[tb]  # handed out records, or moved: the caller's commits count
+            elif bounds is not None and bounds.sealed:
+                del self._reset_at[tb]
+                if bounds.end == at:
+                    with contextlib.suppress(TableNotFoundError):  # dropped: it leaves anyway
+                        self._sub.table_of(tb).refresh()  # its layout with the seal
+                        self._at_seal(tb, at, consumed=True)
+
+    def _at_seal(self, tb: TableBucket, position: int, *, consumed: bool) -> bool:
         """After a reset to ``position``: when that is the seal of the sealed ``tb`` (not sealed
         empty), the coordinator drains it for the group (K5); ``consumed``: the consumer was
-        inside it before (its children are then read from 0, K6)."""
-        if position > 0 and self._sub.table_of(tb).layout.sealed_at(tb.bucket) == position:
+        inside it before (its children are then read from 0, K6). Whether it was sealed."""
+        sealed = self._sub.table_of(tb).layout.sealed_at(tb.bucket)
+        if sealed is not None and position > 0 and sealed == position:
             self._coordinator.reset_to_seal(tb, position, consumed=consumed)
+        return sealed is not None
 
     def _reset_position(self, tb: TableBucket, state: BucketState, bounds: Bounds) -> int:
         """Move ``state``, whose position ``bounds`` do not hold, by the reset policy; the new

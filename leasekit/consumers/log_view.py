@@ -35,6 +35,8 @@ class Bounds(NamedTuple):
 
     begin: int
     end: int
+    sealed: bool = False
+    """A rescale sealed the bucket at ``end`` (K1)."""
 
 
 class LogView:
@@ -148,7 +150,7 @@ class LogView:
                     out[tb] = Bounds(0, 0)
                 else:
                     state = BucketState.decode(node, path)
-                    out[tb] = Bounds(state.begin, state.end)
+                    out[tb] = Bounds(state.begin, state.end, state.sealed)
         with self._changed:
             for tb, bounds in out.items():
                 if tb in self._watches or tb in self._bounds:
@@ -156,6 +158,11 @@ class LogView:
                     if old is None or bounds.end >= old.end:
                         self._bounds[tb] = bounds
         return out
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever a watched bucket's bounds do."""
+        return self._version
 
     def bounds(self, tb: TableBucket) -> Bounds | None:
         """The last known bounds of a watched bucket."""
@@ -255,4 +262,4 @@ def _bounds(path: str, node: Node | None) -> Bounds:
     if node is None:
         return Bounds(0, 0)
     state = BucketState.decode(node, path)
-    return Bounds(state.begin, state.end)
+    return Bounds(state.begin, state.end, state.sealed)
