@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from ..snapshots.sources import ancestors
+
 if TYPE_CHECKING:
     from ..tables.layout import BucketLayout
 
@@ -68,17 +70,6 @@ def to_read(
 def undrained(layout: BucketLayout, offsets: Mapping[int, int | None]) -> tuple[int, ...]:
     """The sealed buckets not drained yet, ascending (describe_group and lag cover them, K6)."""
     return tuple(b for b in sealed(layout) if not drained(layout, b, offsets.get(b)))
-
-
-def ancestors(layout: BucketLayout, bucket: int) -> set[int]:
-    """Every bucket ``bucket`` was made from, through every split and merge."""
-    stack, seen = list(layout.parents(bucket)), set()
-    while stack:
-        parent = stack.pop()
-        if parent not in seen:
-            seen.add(parent)
-            stack.extend(layout.parents(parent))
-    return seen
 
 
 def from_beginning(
