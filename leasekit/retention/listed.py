@@ -108,9 +108,10 @@ def read_buckets(
     First the bucket states and the stats of both directories of every bucket (the stat before
     anything listed under it: a session's reads are answered in order, so an unchanged stat
     later proves the listing taken after it current). A directory proven unchanged since the
-    last read gives its children as read then, except the snapshots beyond the newest
-    ``kv.snapshot.num-retained``: their pin counts decide whether retention may delete them,
-    so they are read again. Every other directory is listed and its children read."""
+    last read gives its children as read then, except the snapshots beyond an active bucket's
+    newest ``kv.snapshot.num-retained`` and every snapshot of a sealed bucket: their pin counts
+    decide whether retention may delete them, so they are read again. Every other directory
+    is listed and its children read."""
     paths, tid = ctx.paths, table.table_id
     begin, dir_nodes = _states_and_stats(ctx, table, buckets, skipped)
     known = _known.get(ctx.store, {}).get(table.data_dir, {})
@@ -132,9 +133,10 @@ def read_buckets(
                 stale.append(_Dir(b, d, proof))
                 continue
             now[d] = was
-            if of_snapshots:
-                snapshots[b].extend(was.items[:retained])
-                recheck += [(b, *old) for old in zip(was.items[retained:], was.znodes[retained:])]
+            if of_snapshots:  # K7: a sealed bucket's newest snapshots go too, unless pinned
+                kept = retained if table.layout.is_active(b) else 0
+                snapshots[b].extend(was.items[:kept])
+                recheck += [(b, *old) for old in zip(was.items[kept:], was.znodes[kept:])]
             else:
                 segments[b].extend(was.items)
     listings = _values(

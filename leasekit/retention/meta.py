@@ -20,8 +20,9 @@ class SnapshotMeta(NamedTuple):
     """Warehouse-relative paths."""
     pins: int
     """Pin znodes under the snapshot (from its stat). Read at every plan for the snapshots
-    beyond the newest ``kv.snapshot.num-retained`` of the bucket; for those newest ones, which
-    are kept whatever pins them, it may be the count of an earlier read."""
+    beyond the newest ``kv.snapshot.num-retained`` of an active bucket and for every snapshot
+    of a sealed one (K7); for an active bucket's newest ones, which are kept whatever pins
+    them, it may be the count of an earlier read."""
 
 
 class SegmentMeta(NamedTuple):
