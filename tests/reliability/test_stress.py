@@ -1,8 +1,10 @@
 """Stress (DESIGN §9): 8 workers do random acquire / renew / release / drop, appends, Spark
 snapshots, retention passes, lease expiry and splits and merges of buckets (K1-K8) on 2 tables
-while a checker verifies R2 without pause, and ZooKeeper is killed with SIGKILL and restarted in
-the middle. Afterwards every acknowledged write is still there and no orphan pin, lease or
-snapshot metadata is left.
+while a checker verifies R2 and that every listed segment has its file without pause, another
+thread compares the rows of the latest snapshots with ``read_at`` at their offsets every few
+seconds, and ZooKeeper is killed with SIGKILL and restarted in the middle. Afterwards every
+acknowledged write is still there and, after a janitor pass, no orphan pin (sealed buckets'
+included), lease or snapshot metadata is left.
 
 Run the full target with ``pytest tests/reliability --stress-seconds 60``.
 """
