@@ -335,3 +335,23 @@ def test_a_stray_pin_whose_lease_comes_back_before_the_delete_stays(conn, spark)
     assert any("back" in e for e in report.errors)
     assert [s.snapshot_id for s in table.snapshots(0)][0] == old.snapshot_id
     assert all(os.path.exists(f) for f in old.files)
+
+
+def test_a_sealed_snapshot_goes_once_the_lease_that_pinned_it_is_dropped(conn, spark):
+    # K7, R1: a sealed bucket's newest snapshot is not "kept whatever pins it" like an active
+    # bucket's: once the only lease pinning it is dropped, the next pass deletes it, even when
+    # the bucket's snapshot directory is unchanged since a plan that counted that pin
+    table, _ = _sealed_table(conn, spark)
+    _children_snapshots(table, spark)
+    newest = table.snapshots(1)[-1]
+    lease = conn.lease("reader", "1h")
+    lease.acquire({TB("t", 1): newest.snapshot_id})
+    conn.run_retention("t")  # the older snapshot goes; the pinned one stays (R2)
+    plan = conn.retention_plan("t")
+    assert _items(plan, 1, "snapshot")[newest.snapshot_id][1].startswith("pinned by lease reader")
+    lease.drop()
+    free = "sealed bucket 1: its children have snapshots of their own"
+    plan = conn.retention_plan("t")
+    assert _items(plan, 1, "snapshot") == {newest.snapshot_id: ("delete", free)}
+    conn.run_retention("t")
+    assert table.snapshots(1) == []

@@ -17,7 +17,7 @@ from ..errors import LeaseNotFoundError
 from ..structs import TableBucket
 from ..validate import check_id
 from .common import add_command, bucket_arg, connect, duration_arg
-from .output import emit, format_table, frame_rows, to_json
+from .output import emit, format_table, frame_rows, listing, to_json, unreadable
 
 if TYPE_CHECKING:
     from ..connection import Connection
@@ -60,18 +60,34 @@ def _lease_row(info: LeaseInfo, now: datetime) -> dict[str, Any]:
     }
 
 
+def _corrupt_row(lease_id: str, exc: Exception) -> dict[str, Any]:
+    """A lease whose stored record cannot be read (§9: listed as such, the rest goes on)."""
+    row: dict[str, Any] = dict.fromkeys(_LIST_COLUMNS)
+    return {**row, "lease_id": lease_id, "state": "corrupt", "error": unreadable(exc)}
+
+
+_LIST_COLUMNS = ["lease_id", "pins", "tables", "duration", "renewed_at", "expires_at",
+                 "expires_in", "owner"]  # fmt: skip
+
+
 def _list(args: argparse.Namespace) -> int:
+    from ..connection import context_of
+    from ..leases.upkeep import read_leases
+
     with connect(args, read_only=True) as conn:
         now = conn.server_time()
-        rows = [_lease_row(info, now) for info in conn.leases()]
+        leases, corrupt = read_leases(context_of(conn))
+    rows = [{**_lease_row(info, now), "state": "ok", "error": None} for info in leases]
+    rows += [_corrupt_row(lease_id, exc) for lease_id, exc in corrupt.items()]
+    rows.sort(key=lambda row: row["lease_id"])
 
     def render(r: list[dict[str, Any]]) -> str:
-        if not r:
-            return f"no leases in namespace {args.namespace!r}"
-        shown = [{**row, "pins": len(row["pins"]), "tables": ",".join(row["tables"])} for row in r]
-        columns = ["lease_id", "pins", "tables", "duration", "renewed_at", "expires_at",
-                   "expires_in", "owner"]  # fmt: skip
-        return format_table(shown, columns)
+        shown = [
+            {**row, "pins": len(row["pins"]), "tables": ",".join(row["tables"])}
+            if row["state"] == "ok" else row
+            for row in r
+        ]  # fmt: skip
+        return listing(shown, "lease", _LIST_COLUMNS, f"no leases in namespace {args.namespace!r}")
 
     emit(args, rows, render)
     return 0

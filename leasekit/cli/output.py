@@ -13,7 +13,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["format_table", "format_fields", "frame_rows", "to_json", "emit", "note"]
+__all__ = [
+    "format_table",
+    "format_fields",
+    "frame_rows",
+    "to_json",
+    "emit",
+    "note",
+    "listing",
+    "unreadable",
+]
 
 
 def _iso(value: datetime) -> str:
@@ -104,6 +113,25 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers), *(line(r) for r in cells)])
+
+
+def unreadable(exc: Exception) -> str:
+    """A listed record that cannot be read, as a listing's row shows it: the error's type and
+    message (which names the znode)."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def listing(
+    rows: Sequence[Mapping[str, Any]], what: str, columns: Sequence[str], empty: str
+) -> str:
+    """A listing's text: its readable rows as a table, then one line per row whose stored
+    record is unreadable (``state`` "corrupt", with its ``error``), named by its first column
+    (``what`` says what it is); ``empty`` if there are no rows."""
+    good = [r for r in rows if r.get("state") != "corrupt"]
+    bad = [f"{what} {r[columns[0]]!r} unreadable: {r['error']}" for r in rows if r not in good]
+    if not rows:
+        return empty
+    return "\n".join([*([format_table(good, columns)] if good else []), *bad])
 
 
 def format_fields(fields: Mapping[str, Any]) -> str:

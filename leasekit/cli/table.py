@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from .common import add_command, connect, spark
-from .output import emit, format_fields, format_table
+from .output import emit, format_fields, format_table, listing, unreadable
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -123,7 +123,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ..errors import TableNotFoundError
+    from ..errors import CorruptMetadataError, TableNotFoundError
 
     rows = []
     with connect(args, read_only=True) as conn:
@@ -132,15 +132,23 @@ def _list(args: argparse.Namespace) -> int:
                 table = conn.table(name)
             except TableNotFoundError:  # dropped meanwhile
                 continue
+            except CorruptMetadataError as exc:  # §9: shown as unreadable, the rest is listed
+                shown = unreadable(exc)
+                rows.append({"table": name, "buckets": None, "primary_key": None,
+                             "created_at": None, "state": "corrupt", "error": shown})  # fmt: skip
+                continue
             rows.append({
                 "table": name,
                 "buckets": table.num_buckets,
                 "primary_key": list(table.primary_key),
                 "created_at": table.created_at,
+                "state": "ok",
+                "error": None,
             })  # fmt: skip
 
     def render(r: list[dict[str, Any]]) -> str:
-        return format_table(r) if r else f"no tables in namespace {args.namespace!r}"
+        return listing(r, "table", ["table", "buckets", "primary_key", "created_at"],
+                       f"no tables in namespace {args.namespace!r}")  # fmt: skip
 
     emit(args, rows, render)
     return 0

@@ -193,16 +193,32 @@ def info(ctx: Context, lease_id: str) -> LeaseInfo:
     return result
 
 
-def list_leases(ctx: Context) -> list[LeaseInfo]:
-    """Every lease of the namespace (expired ones too, until reclaimed), by id."""
+def read_leases(ctx: Context) -> tuple[list[LeaseInfo], dict[str, CorruptMetadataError]]:
+    """Every lease of the namespace (expired ones too, until reclaimed), by id, and the error of
+    each lease whose stored record or pins cannot be read (a listing shows it and goes on)."""
     ids = ctx.store.children(ctx.paths.leases) or []
     nodes = ctx.store.get_many([ctx.paths.lease(i) for i in ids])
     out = []
+    corrupt: dict[str, CorruptMetadataError] = {}
     for lease_id, node in zip(ids, nodes):
-        if node is not None:
+        if node is None:
+            continue
+        try:
             item = _info(ctx, lease_id, node)
-            if item is not None:
-                out.append(item)
+        except CorruptMetadataError as exc:
+            corrupt[lease_id] = exc
+            continue
+        if item is not None:
+            out.append(item)
+    return out, corrupt
+
+
+def list_leases(ctx: Context) -> list[LeaseInfo]:
+    """Every lease of the namespace (expired ones too, until reclaimed), by id;
+    ``CorruptMetadataError`` naming the first lease that cannot be read."""
+    out, corrupt = read_leases(ctx)
+    for exc in corrupt.values():
+        raise exc
     return out
 
 

@@ -108,10 +108,10 @@ def read_buckets(
     First the bucket states and the stats of both directories of every bucket (the stat before
     anything listed under it: a session's reads are answered in order, so an unchanged stat
     later proves the listing taken after it current). A directory proven unchanged since the
-    last read gives its children as read then, except the snapshots beyond the newest
-    ``kv.snapshot.num-retained`` (every snapshot of a sealed bucket): their pin counts decide
-    whether retention may delete them, so they are read again. Every other directory is
-    listed and its children read."""
+    last read gives its children as read then, except the snapshots beyond an active bucket's
+    newest ``kv.snapshot.num-retained`` and every snapshot of a sealed bucket: their pin counts
+    decide whether retention may delete them, so they are read again. Every other directory
+    is listed and its children read."""
     paths, tid = ctx.paths, table.table_id
     begin, dir_nodes = _states_and_stats(ctx, table, buckets, skipped)
     known = _known.get(ctx.store, {}).get(table.data_dir, {})
@@ -133,10 +133,10 @@ def read_buckets(
                 stale.append(_Dir(b, d, proof))
                 continue
             now[d] = was
-            if of_snapshots:  # K7: a sealed bucket's newest snapshots may go too
-                keep = 0 if table.layout.sealed_at(b) is not None else retained
-                snapshots[b].extend(was.items[:keep])
-                recheck += [(b, *old) for old in zip(was.items[keep:], was.znodes[keep:])]
+            if of_snapshots:  # K7: a sealed bucket's newest snapshots go too, unless pinned
+                kept = retained if table.layout.is_active(b) else 0
+                snapshots[b].extend(was.items[:kept])
+                recheck += [(b, *old) for old in zip(was.items[kept:], was.znodes[kept:])]
             else:
                 segments[b].extend(was.items)
     listings = _values(

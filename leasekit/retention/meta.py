@@ -21,8 +21,8 @@ class SnapshotMeta(NamedTuple):
     pins: int
     """Pin znodes under the snapshot (from its stat). Read at every plan for the snapshots
     beyond the newest ``kv.snapshot.num-retained`` of an active bucket and for every snapshot
-    of a sealed one; for an active bucket's newest, kept whatever pins them, it may be the
-    count of an earlier read."""
+    of a sealed one (K7); for an active bucket's newest ones, which are kept whatever pins
+    them, it may be the count of an earlier read."""
 
 
 class SegmentMeta(NamedTuple):
@@ -78,6 +78,3 @@ class Metadata(NamedTuple):
     """Tokens of writes in progress: files carrying one are not orphans yet."""
     monitor_retention_ms: int = 7 * 86_400_000
     """How long the lag history is kept (the namespace setting ``monitor.retention``)."""
-    stray_pins: dict[str, list[tuple[str, int, int]]] = {}
-    """Pins whose lease does not exist, by the lease id they name: (table_id, bucket,
-    snapshot_id) of each."""

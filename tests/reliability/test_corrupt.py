@@ -7,7 +7,7 @@ import os
 
 import msgpack
 import pytest
-from helpers import namespace_tree, warehouse_files
+from helpers import namespace_tree, run_cli, run_cli_json, warehouse_files
 
 import leasekit as lk
 from leasekit import testing
@@ -224,3 +224,69 @@ def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(
     report = conn.run_retention()
     assert not [i for i in report.deleted if i.kind == "orphan"]
     assert newest and all(os.path.exists(f) for f in newest)
+
+
+CLI_GARBAGE = [p for p in TABLE_GARBAGE if p.id in ("not-msgpack", "missing-fields")]
+
+
+@pytest.mark.parametrize("garbage", CLI_GARBAGE)
+def test_cli_table_list_shows_a_corrupt_table_and_lists_the_rest(conn, capsys, target, garbage):
+    # §5, §9: like the janitor, `table list` carries on past an unreadable table record: the
+    # good tables are listed, the corrupt one is shown with CorruptMetadataError and its path
+    conn.create_table("sane", "id BIGINT", "id", buckets=2)
+    conn.create_table("bad", "id BIGINT", "id", buckets=2)
+    path = testing.context(conn).paths.table("bad")
+    _corrupt(conn, path, garbage)
+
+    code, out, err = run_cli(capsys, *target, "table", "list")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["TABLE", "BUCKETS", "PRIMARY-KEY", "CREATED-AT"]
+    assert lines[1].split()[:3] == ["sane", "2", "id"]
+    unreadable = [line for line in lines if "CorruptMetadataError" in line]
+    assert len(unreadable) == 1 and path in unreadable[0] and "'bad'" in unreadable[0]
+
+    rows = run_cli_json(capsys, *target, "table", "list")
+    assert [(r["table"], r["state"]) for r in rows] == [("bad", "corrupt"), ("sane", "ok")]
+    assert rows[0]["buckets"] is None and rows[0]["error"].startswith("CorruptMetadataError")
+    assert path in rows[0]["error"]
+    assert rows[1]["buckets"] == 2 and rows[1]["error"] is None
+
+
+@pytest.mark.parametrize("garbage", CLI_GARBAGE)
+def test_cli_lease_and_consumer_list_show_corrupt_records_and_list_the_rest(
+    conn, capsys, target, garbage
+):
+    # §9: garbage bytes in a lease or offset znode: `lease list` shows the lease as unreadable
+    # (CorruptMetadataError naming the path) beside the good ones; `consumer list` still lists
+    # the group whose offset znode holds garbage
+    ctx = testing.context(conn)
+    table = conn.create_table("orders", "id BIGINT", "id", buckets=2)
+    conn.acquire_kv_snapshot_lease("bad", {}, "1h")
+    conn.acquire_kv_snapshot_lease("sane", {}, "1h")
+    with conn.consumer(group_id="billing", enable_auto_commit=False) as c:
+        c.assign([TB("orders", 0)])
+        c.commit({TB("orders", 0): 0})
+    lease_path = ctx.paths.lease("bad")
+    _corrupt(conn, lease_path, garbage)
+    offsets = ctx.paths.group_offsets("billing")
+    offset_path = f"{offsets}/{ctx.store.children(offsets)[0]}"
+    _corrupt(conn, offset_path, garbage)
+    assert table.num_buckets == 2
+
+    code, out, err = run_cli(capsys, *target, "lease", "list")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[0] == "LEASE-ID"
+    assert [line.split()[0] for line in lines[1:] if "CorruptMetadataError" not in line] == ["sane"]
+    unreadable = [line for line in lines if "CorruptMetadataError" in line]
+    assert len(unreadable) == 1 and lease_path in unreadable[0] and "'bad'" in unreadable[0]
+
+    rows = run_cli_json(capsys, *target, "lease", "list")
+    assert [(r["lease_id"], r["state"]) for r in rows] == [("bad", "corrupt"), ("sane", "ok")]
+    assert rows[0]["error"].startswith("CorruptMetadataError") and lease_path in rows[0]["error"]
+    assert rows[1]["error"] is None and rows[1]["duration"] == "1h"
+
+    assert run_cli_json(capsys, *target, "consumer", "list") == {"groups": ["billing"]}
+    code, out, err = run_cli(capsys, *target, "consumer", "list")
+    assert (code, out.split()) == (0, ["billing"]), err

@@ -1,8 +1,10 @@
 """Stress (DESIGN §9): 8 workers do random acquire / renew / release / drop, appends, Spark
 snapshots, retention passes, lease expiry and splits and merges of buckets (K1-K8) on 2 tables
-while a checker verifies R2 without pause, and ZooKeeper is killed with SIGKILL and restarted in
-the middle. Afterwards every acknowledged write is still there and no orphan pin, lease or
-snapshot metadata is left.
+while a checker verifies R2 and that every listed segment has its file without pause, another
+thread compares the rows of the latest snapshots with ``read_at`` at their offsets every few
+seconds, and ZooKeeper is killed with SIGKILL and restarted in the middle. Afterwards every
+acknowledged write is still there and, after a janitor pass, no orphan pin (sealed buckets'
+included), lease or snapshot metadata is left.
 
 Run the full target with ``pytest tests/reliability --stress-seconds 60``.
 """
@@ -19,11 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import pyarrow as pa
+
 import leasekit as lk
-from leasekit import testing
+from leasekit import janitor, testing
+from leasekit import spark as lks
 from leasekit.leases import upkeep as lease_upkeep
 from leasekit.log.segments import list_segments
 from leasekit.snapshots.catalog import list_snapshots, read_latest
+from leasekit.snapshots.cover import cover
+from leasekit.tables.bucketing import murmur3_hash
 from leasekit.zk.formats import BucketState, LeaseRecord, PinChunk, SnapshotRecord
 
 TB = lk.TableBucket
@@ -45,6 +52,7 @@ EXPIRE_EVERY = 0.5
 RESCALE_EVERY = 2.0
 RESCALED = "orders"  # the table whose buckets split and merge
 MAX_ACTIVE = 10
+LATEST_CHECK_EVERY = 10.0  # seconds between reads of the latest snapshots (Spark: 2 cores)
 
 
 def _ms(when: datetime) -> int:
@@ -64,6 +72,112 @@ def _uncovered(table, acquired) -> list[int]:
         )
 
     return [b for b in table.active if not covered(b)]
+
+
+def _sealed(table, bucket: int) -> str:
+    return "active" if table.layout.is_active(bucket) else "sealed"
+
+
+def missing_segment_files(table, buckets) -> list[str]:
+    """W1, R3: every segment the log of ``buckets`` lists has its file; a file found missing
+    counts only if the segment is listed again (retention deletes the znode first, the file
+    after) and its file is still missing."""
+    problems = []
+    for bucket, segs in list_segments(table, buckets).items():
+        if all(os.path.exists(s.file) for s in segs):
+            continue
+        again = list_segments(table, [bucket])[bucket]
+        for seg in again:
+            if not os.path.exists(seg.file) and any(s.file == seg.file for s in segs):
+                problems.append(
+                    f"W1, R3: {table.name}/{bucket} ({_sealed(table, bucket)}) lists segment "
+                    f"[{seg.base_offset}, {seg.end_offset}) but its file {seg.file} is missing"
+                )
+    return problems
+
+
+def _rows(df) -> tuple[dict[int, str], list[int]]:
+    """The rows of ``df`` by key, and the keys it holds more than once."""
+    keys = Counter()
+    rows = {}
+    for row in df.collect():
+        keys[row["id"]] += 1
+        rows[row["id"]] = row["v"]
+    return rows, sorted(k for k, n in keys.items() if n > 1)
+
+
+def _owned(rows: dict[int, str], classes) -> dict[int, str]:
+    """The rows whose key hashes into one of the residue classes (None: all of them)."""
+    if classes is None or not rows:
+        return rows
+    keys = list(rows)
+    hashes = murmur3_hash(pa.table({"id": pa.array(keys, pa.int64())}), ["id"]).astype("int64")
+    return {
+        k: rows[k]
+        for k, h in zip(keys, hashes.tolist())
+        if any(h % c.modulus == c.residue for c in classes)
+    }
+
+
+def _state_at(spark, table, offsets: dict[int, int]) -> dict[int, str]:
+    """S1, K3: the table's state at ``offsets`` (bucket: offset), each key read at the offset of
+    the bucket that stands for it: one read when no bucket descends from another, else each
+    bucket's read restricted to the keys it stands for (``cover``), as ``read_snapshots``
+    counts them."""
+    used = cover(table.refresh().layout, offsets).used
+    whole = {b: off for b, off in offsets.items() if used.get(b, ()) is None}
+    state, _ = _rows(lks.read_at(spark, table, whole)) if whole else ({}, [])
+    for b, classes in used.items():
+        if classes is not None:
+            part, _ = _rows(lks.read_at(spark, table, {b: offsets[b]}))
+            state.update(_owned(part, classes))
+    return state
+
+
+def _differences(got: dict[int, str], want: dict[int, str]) -> list[str]:
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    differ = sorted(k for k in set(got) & set(want) if got[k] != want[k])
+    return [
+        f"{len(keys)} keys {what} (e.g. {keys[:5]})"
+        for what, keys in (("missing", missing), ("extra", extra), ("with other values", differ))
+        if keys
+    ]
+
+
+def check_latest(conn, spark, name: str, lease_id: str) -> list[str] | None:
+    """K3, K4, S1: ``read_snapshots`` of ``latest_snapshots()`` holds each key once and equals
+    ``read_at`` at the offsets those snapshots were taken at. The snapshots are pinned by lease
+    ``lease_id`` meanwhile (retention may delete them otherwise); None when one of them went
+    before it was pinned."""
+    table = conn.table(name)
+    latest = table.latest_snapshots()
+    if not latest:
+        return []
+    with conn.lease(lease_id, "2m") as lease:  # dropped at the end of the block
+        if lease.acquire(latest).acquired != latest:
+            return None  # one was deleted meanwhile: another round
+        stored = {
+            (s.table_bucket, s.snapshot_id): s
+            for s in list_snapshots(table, sorted(tb.bucket for tb in latest))
+        }
+        if any(key not in stored for key in latest.items()):
+            return [f"{name}: pinned latest snapshots {latest} are not all stored"]
+        offsets = {tb.bucket: stored[(tb, sid)].log_offset for tb, sid in latest.items()}
+        shown = {tb.bucket: sid for tb, sid in latest.items()}
+        try:
+            got, twice = _rows(lks.read_snapshots(spark, table, latest))
+            want = _state_at(spark, table, offsets)
+        except (lk.InvalidArgumentError, lk.OffsetOutOfRangeError) as exc:
+            return [f"{name}: latest snapshots {shown} cannot be read: {exc}"]
+    problems = [f"{len(twice)} keys read twice (e.g. {twice[:5]})"] if twice else []
+    problems += _differences(got, want)
+    if not problems:
+        return []
+    return [
+        f"K3, S1: {name}: read_snapshots of latest snapshots {shown} != read_at at their "
+        f"offsets {offsets}: " + "; ".join(problems)
+    ]
 
 
 class Counts:
@@ -126,6 +240,7 @@ class Stress:
 
     def __init__(self, connect: Callable[..., lk.Connection], spark, seconds: float) -> None:
         self.connect, self.spark, self.seconds = connect, spark, seconds
+        self.ends_at = time.monotonic() + seconds
         self.counts = Counts()
         self.acked = Acked()
         self.violations: list[str] = []
@@ -418,6 +533,9 @@ class Stress:
         while not self.stop.is_set():
             try:
                 self._check_pins(conn, tables)
+                for table in tables.values():  # every bucket ever, sealed ones too
+                    for problem in missing_segment_files(table, range(table.layout.count)):
+                        self._seen(problem)
                 self.counts.add("invariant checks")
             except lk.ZooKeeperUnavailableError:
                 self.counts.add("zookeeper errors ridden out")
@@ -425,6 +543,36 @@ class Stress:
             except Exception:
                 self.failures.append(f"checker: {traceback.format_exc()}")
                 time.sleep(0.1)
+
+    def _seen(self, problem: str) -> None:
+        """A violation, said once however many rounds of the checker see it."""
+        if problem not in self.violations:
+            self.violation(problem)
+
+    def latest_checker(self) -> None:
+        # K3, K4, S1: every LATEST_CHECK_EVERY seconds, the rows of the rescaled table's latest
+        # snapshots are its state at their offsets (Spark reads: slow, so not in the checker)
+        conn = self.connect()
+        rounds = 0
+        while not self.stop.wait(LATEST_CHECK_EVERY):
+            if time.monotonic() + LATEST_CHECK_EVERY > self.ends_at:
+                break  # a round takes seconds: none that would hold up the end (the CI run)
+            rounds += 1
+            began = time.monotonic()
+            try:
+                problems = check_latest(conn, self.spark, RESCALED, f"latest-check-{rounds}")
+            except (lk.ZooKeeperUnavailableError, lk.SessionLostError):
+                self.counts.add("zookeeper errors ridden out")
+                continue
+            except Exception:
+                self.failures.append(f"latest checker: {traceback.format_exc()}")
+                continue
+            if problems is None:
+                self.counts.add("latest checks skipped")
+            else:
+                self.violations.extend(problems)
+                self.counts.add("latest checks")
+            self.counts.add("latest check ms", round(1000 * (time.monotonic() - began)))
 
     def _check_pins(self, conn, tables) -> None:
         now = testing.context(conn).server_time_ms()
@@ -619,9 +767,16 @@ def metadata_consistency(conn) -> list[str]:
                     problems.append(
                         f"orphan snapshot metadata: {name}/{bucket} snapshot {sid} lost files"
                     )
-                for holder in store.children(snap_path) or []:
-                    if arrays.get(holder, {}).get((tid, bucket)) != sid:
-                        problems.append(f"orphan pin: {snap_path}/{holder}")
+                for holder in store.children(snap_path) or []:  # sealed buckets' too
+                    where = f"{snap_path}/{holder} ({_sealed(table, bucket)} bucket {bucket})"
+                    if holder not in lease_ids:
+                        problems.append(f"orphan pin: {where}: lease {holder!r} does not exist")
+                    elif arrays.get(holder, {}).get((tid, bucket)) != sid:
+                        pinned = arrays.get(holder, {}).get((tid, bucket))
+                        problems.append(
+                            f"orphan pin: {where}: lease {holder!r} pins snapshot {pinned} there"
+                        )
+        problems += missing_segment_files(table, range(table.layout.count))
     return problems
 
 
@@ -646,6 +801,7 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
         threading.Thread(target=stress.worker, args=(i,), daemon=True) for i in range(WORKERS)
     ]
     threads.append(threading.Thread(target=stress.checker, daemon=True))
+    threads.append(threading.Thread(target=stress.latest_checker, daemon=True))
     start = time.monotonic()
     kills = [0.4] if seconds < 30 else [0.3, 0.65]
     downtimes = []
@@ -683,6 +839,16 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
     assert not stress.failures, "\n".join(stress.failures[:5])
     stress.violations += verify_acknowledged(conn, stress)
     stress.violations += metadata_consistency(conn)
+    ended = time.monotonic()
+    problems = check_latest(conn, spark, RESCALED, "latest-check-end")  # K3, S1: quiet
+    assert problems is not None, "a latest snapshot went with retention stopped"
+    stress.violations += problems
+    stress.counts.add("latest checks")
+    # R5, L10, L11: after a janitor pass no pin is left without its lease, on a sealed bucket's
+    # snapshot neither, and no committed segment of any bucket ever lacks its file
+    janitor.run_once(conn)
+    stress.violations += [f"after a janitor pass: {p}" for p in metadata_consistency(conn)]
+    stress.counts.add("end check ms", round(1000 * (time.monotonic() - ended)))
 
     # the end: drop every remaining lease, one more retention pass
     ctx = testing.context(conn)
@@ -692,18 +858,29 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
         conn.table(name).snapshot(spark)
     report = conn.run_retention()
     assert not report.errors, report.errors
-    final = metadata_consistency(conn)
+    final = metadata_consistency(conn)  # R5, L10: no pin outlives its lease, sealed or not
     assert not ctx.store.children(ctx.paths.leases)
     for name in TABLES:  # R1, K7: with no pins left, only an active bucket's newest snapshot stays
-        snapshots = conn.table(name).snapshots()
-        active = [tb.bucket for tb in conn.table(name).buckets]
-        assert sorted(s.table_bucket.bucket for s in snapshots) == active
-        for snap in snapshots:
-            assert not testing.context(conn).store.children(
-                testing.context(conn).paths.snapshot(
-                    conn.table(name).table_id, snap.table_bucket.bucket, snap.snapshot_id
-                )
+        table = conn.table(name)
+        snapshots = table.snapshots()
+        active = [tb.bucket for tb in table.buckets]
+        kept = sorted(s.table_bucket.bucket for s in snapshots)
+        if kept != active:
+            reasons = [
+                f"{i.table_bucket.bucket}/{i.item_id} {i.action}: {i.reason}"
+                for i in conn.retention_plan(name).items
+                if i.kind == "snapshot" and i.table_bucket.bucket not in active
+            ]
+            final.append(
+                f"R1, K7: {name}: snapshots of buckets {kept} kept, active {active}; the plan "
+                f"now: {reasons}"
             )
+        for snap in snapshots:
+            pins = ctx.store.children(
+                ctx.paths.snapshot(table.table_id, snap.table_bucket.bucket, snap.snapshot_id)
+            )
+            if pins:
+                final.append(f"{name}: {snap.table_bucket} snapshot {snap.snapshot_id} pins {pins}")
 
     c = stress.counts
     summary = (
@@ -717,6 +894,8 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
         f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired "
         f"leases={c['expired leases']} splits={c['splits']} merges={c['merges']} "
         f"invariant checks={c['invariant checks']} (pins={c['pins checked']}) "
+        f"latest checks={c['latest checks']} (skipped={c['latest checks skipped']}, "
+        f"{c['latest check ms'] / 1000:.1f}s; at the end {c['end check ms'] / 1000:.1f}s) "
         f"violations={len(stress.violations) + len(final)} zookeeper kills={len(downtimes)} "
         f"(down {', '.join(f'{d:.1f}s' for d in downtimes)}) zookeeper errors ridden out="
         f"{c['zookeeper errors ridden out']}"
