@@ -78,3 +78,6 @@ class Metadata(NamedTuple):
     """Tokens of writes in progress: files carrying one are not orphans yet."""
     monitor_retention_ms: int = 7 * 86_400_000
     """How long the lag history is kept (the namespace setting ``monitor.retention``)."""
+    stray_pins: dict[str, list[tuple[str, int, int]]] = {}
+    """Pins whose lease does not exist, by the lease id they name: (table_id, bucket,
+    snapshot_id) of each."""
