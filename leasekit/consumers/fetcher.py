@@ -184,7 +184,7 @@ class Fetcher:
         position = state.position
         if not bounds.begin <= position <= bounds.end:
             bounds = self._log.refresh_bounds([tb])[tb]
-            if bounds == (0, 0) and self._sub.dropped(tb.table):  # no reset: its buckets leave
+            if bounds.end == 0 and self._sub.dropped(tb.table):  # no reset: its buckets leave
                 self._sub.mark_gone(tb)  # the subscription at a coming poll (C17)
                 return None
             if not bounds.begin <= position <= bounds.end:
