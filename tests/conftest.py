@@ -1,5 +1,6 @@
 """Shared fixtures: one real embedded ZooKeeper and one real local SparkSession per test
-session; a fresh namespace (and warehouse directory) per test."""
+session (per pytest-xdist worker when ``make test`` runs the suite in parallel); a fresh
+namespace (and warehouse directory) per test."""
 
 from __future__ import annotations
 
@@ -11,6 +12,28 @@ import pytest
 
 import leasekit as lk
 from leasekit import embedded, testing
+
+
+GROUPED_FIXTURES = ("zk_ensemble",)
+"""Session fixtures too costly to start once per worker: their tests share one worker."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup``, keep on one worker the tests that share a costly server:
+    a module's tests that use a module-scoped fixture (its own ZooKeeper, S3 or Spark cluster),
+    and the tests of each fixture in ``GROUPED_FIXTURES``. Without xdist this changes nothing."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = [name for name in GROUPED_FIXTURES if name in info.names_closure]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+            continue
+        defs = [d for ds in info.name2fixturedefs.values() for d in ds]
+        if any(d.scope == "module" for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")
