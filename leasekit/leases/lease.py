@@ -154,9 +154,8 @@ class KvSnapshotLease:
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check()
-        wanted = acquire.check_snapshot_ids(self._ctx, snapshot_ids)
         result, committed_ms = acquire.acquire_with_time(
-            self._ctx, self.lease_id, wanted, self._duration_ms, holder=self._holder
+            self._ctx, self.lease_id, snapshot_ids, self._duration_ms, holder=self._holder
         )
         self._note(_ms(result.expires_at), committed_ms)
         return result
