@@ -18,7 +18,7 @@ from .assignors import get_assignor
 from .coordinators import coordinator_for
 from .fetcher import Fetcher
 from .log_view import LogView
-from .options import RESET_POLICIES, consumer_options
+from .options import RESET_POLICIES, ConsumerSettings, consumer_options
 from .options import timeout as timeout_seconds
 from .subscription import SubscriptionState
 
@@ -33,38 +33,25 @@ T = TypeVar("T")
 
 
 class Consumer:
-    """Reads buckets of tables by offset; built by ``Connection.consumer`` (see its arguments)."""
+    """Reads buckets of tables by offset; built by ``Connection.consumer`` (see its arguments:
+    ``settings`` are those keywords, ``ConsumerSettings``)."""
 
     def __init__(
         self,
         ctx: Context,
         tables: Iterable[TableInfo],
         *,
-        group_id: str | None = None,
-        auto_offset_reset: str = "latest",
-        enable_auto_commit: bool = True,
-        auto_commit_interval: Any = "5s",
-        session_timeout: Any = "10s",
-        assignor: str = "sticky",
-        listener: BucketRebalanceListener | None = None,
-        max_poll_records: int = 10_000,
-        max_poll_interval: Any = "5m",
-        parent_first: bool = True,
         exclusive_prefix: str | None = None,
+        **settings: Any,
     ) -> None:
-        options = consumer_options(
-            auto_offset_reset=auto_offset_reset,
-            enable_auto_commit=enable_auto_commit,
-            auto_commit_interval=auto_commit_interval,
-            session_timeout=session_timeout,
-            max_poll_interval=max_poll_interval,
-            max_poll_records=max_poll_records,
-            parent_first=parent_first,
-        )._replace(exclusive_prefix=exclusive_prefix)  # (the data source's stream: D3)
-        chosen = get_assignor(assignor)
-        self._sub = SubscriptionState(ctx, listener)
+        asked = ConsumerSettings(**settings)
+        options = consumer_options(asked, exclusive_prefix)  # (exclusive: the data source, D3)
+        chosen = get_assignor(asked.assignor)
+        self._sub = SubscriptionState(ctx, asked.listener)
         log = LogView(self._sub)
-        self._coordinator = coordinator_for(ctx, group_id, self._sub, options, chosen, log.wake)
+        self._coordinator = coordinator_for(
+            ctx, asked.group_id, self._sub, options, chosen, log.wake
+        )
         self._fetcher = Fetcher(self._sub, log, self._coordinator, options)
         self._closed = False
         if tables := list(tables):
