@@ -34,7 +34,8 @@ class TableBucket(NamedTuple):
     table: str
     """Table name."""
     bucket: int
-    """Bucket number, 0 <= bucket < the table's bucket count."""
+    """Bucket id in the table's layout, active or sealed: 0 <= bucket < the number of buckets
+    the table has ever had (after a rescale the active ids need not be contiguous)."""
 
 
 class BucketLineage(NamedTuple):

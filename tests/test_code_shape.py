@@ -1,4 +1,4 @@
-"""The shape of the code (house style 2, 13): modules under 400 lines, functions under 60,
+"""The shape of the code (house style 2, 13): modules under 400 lines of code, functions under 60,
 ruff clean at 100 columns, and nothing outside the library reaching into a connection."""
 
 from __future__ import annotations
@@ -29,14 +29,28 @@ def _rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def test_no_library_module_is_over_400_lines():
-    # house style 2: one concept per module, under ~400 lines
+def _code_lines(source: str) -> int:
+    """Lines outside the docstrings of the module, its classes and functions: the Arguments,
+    Returns and Raises a public method documents (house style 16) never push one concept
+    into two files (house style 19)."""
+    docs = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    docs += first.end_lineno - first.lineno + 1
+    return len(source.splitlines()) - docs
+
+
+def test_no_library_module_is_over_400_lines_of_code():
+    # house style 2: one concept per module, under ~400 lines (docstrings aside, style 19)
     long = [
-        f"{_rel(p)}: {n} lines"
+        f"{_rel(p)}: {n} lines of code"
         for p in _python_files(*LIBRARY)
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+        if (n := _code_lines(p.read_text(encoding="utf-8"))) > MAX_MODULE_LINES
     ]
-    assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long)
+    assert not long, f"modules over {MAX_MODULE_LINES} lines of code:\n" + "\n".join(long)
 
 
 def test_no_function_outside_tests_is_over_60_lines():

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..consumers import group_admin
 from ..consumers.consumer import Consumer
+from ..consumers.options import DEFAULT_SETTINGS as _DEFAULT
 from ..memory import collector_paused
 from ..structs import GroupStatus, MemberInfo, TableBucket
 from ..tables import catalog as _tables
@@ -29,16 +30,16 @@ class GroupMethods:
     def consumer(
         self,
         *tables: str | Table,
-        group_id: str | None = None,
-        auto_offset_reset: str = "latest",
-        enable_auto_commit: bool = True,
-        auto_commit_interval: Any = "5s",
-        session_timeout: Any = "10s",
-        assignor: str = "sticky",
-        listener: Any = None,
-        max_poll_records: int = 10_000,
-        max_poll_interval: Any = "5m",
-        parent_first: bool = True,
+        group_id: str | None = _DEFAULT.group_id,
+        auto_offset_reset: str = _DEFAULT.auto_offset_reset,
+        enable_auto_commit: bool = _DEFAULT.enable_auto_commit,
+        auto_commit_interval: Any = _DEFAULT.auto_commit_interval,
+        session_timeout: Any = _DEFAULT.session_timeout,
+        assignor: str = _DEFAULT.assignor,
+        listener: Any = _DEFAULT.listener,
+        max_poll_records: int = _DEFAULT.max_poll_records,
+        max_poll_interval: Any = _DEFAULT.max_poll_interval,
+        parent_first: bool = _DEFAULT.parent_first,
     ) -> Consumer:
         """A consumer of ``tables`` (every bucket); with ``group_id`` it commits for that group.
 
@@ -48,7 +49,7 @@ class GroupMethods:
             auto_offset_reset: "earliest", "latest" or "none": where to start without a
                 committed offset.
             enable_auto_commit: commit the positions every ``auto_commit_interval``.
-            auto_commit_interval: a duration.
+            auto_commit_interval: how often to commit (a duration).
             session_timeout: how long a silent member stays in the group (a duration).
             assignor: how buckets are spread over members: "sticky", "range" or "roundrobin".
             listener: a ``BucketRebalanceListener`` told of revoked and assigned buckets.
