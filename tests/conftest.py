@@ -13,7 +13,6 @@ import pytest
 import leasekit as lk
 from leasekit import embedded, testing
 
-
 GROUPED_FIXTURES = ("zk_ensemble",)
 """Session fixtures too costly to start once per worker: their tests share one worker."""
 
