@@ -18,7 +18,7 @@ from helpers import run_cli
 from leasekit.cli.workcopy import MANIFEST, prepare, shipped_dir
 from leasekit.errors import InvalidArgumentError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from leasekit import embedded
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 RUNNER = """
 import sys

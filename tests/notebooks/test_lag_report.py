@@ -18,7 +18,7 @@ import leasekit as lk
 from leasekit import testing
 from leasekit.monitor import history
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "consumer_lag_report.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "consumer_lag_report.ipynb"
 TB = lk.TableBucket
 GROUP = "billing"
 

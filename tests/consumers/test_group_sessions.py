@@ -235,7 +235,7 @@ def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders
     a.close()
 
 
-MEMBER = str(Path(__file__).parent / "group_member.py")
+MEMBER = str(Path(__file__).resolve().parents[1] / "group_member.py")
 
 
 def _lines(path):

@@ -22,7 +22,7 @@ import leasekit as lk
 from leasekit import embedded
 
 TB = lk.TableBucket
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 # -- running notebooks ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 from leasekit import embedded
 from leasekit.errors import InvalidArgumentError, JavaNotFoundError, ZooKeeperUnavailableError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STARTER = (
     "import sys; from leasekit.embedded.server import ensure_running; "
     "print(ensure_running(sys.argv[1]))"

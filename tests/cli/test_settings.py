@@ -12,10 +12,10 @@ import pytest
 from helpers import grow
 from helpers import run_cli as run
 from helpers import run_cli_json as run_json
-from test_connection import GARBAGE, settings_warnings, write_raw
 
 import leasekit as lk
 from leasekit import embedded, testing
+from tests.connection.test_connection import GARBAGE, settings_warnings, write_raw
 
 
 @pytest.fixture

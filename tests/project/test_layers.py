@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {"leasekit": ROOT / "leasekit", "leasekit.widgets": ROOT / "widgets"}
 
 LAYERS: dict[str, float] = {
@@ -158,7 +158,9 @@ def layer_violations() -> list[str]:
             continue
         mine = layer_of(module)
         if mine is None:
-            out.append(f"{_where(module, 1)}: {module} has no layer in tests/test_layers.py")
+            out.append(
+                f"{_where(module, 1)}: {module} has no layer in tests/project/test_layers.py"
+            )
             continue
         for target, line in targets:
             theirs = layer_of(target) if not target.startswith("leasekit.widgets") else 11
@@ -208,7 +210,7 @@ def import_cycles() -> list[list[str]]:
 
 def test_the_map_places_every_module_of_the_library():
     unmapped = [m for m in MODULES if not m.startswith("leasekit.widgets") and layer_of(m) is None]
-    assert not unmapped, f"modules with no layer in tests/test_layers.py: {unmapped}"
+    assert not unmapped, f"modules with no layer in tests/project/test_layers.py: {unmapped}"
 
 
 def test_imports_go_only_downwards():

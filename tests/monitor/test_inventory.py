@@ -20,7 +20,7 @@ from leasekit import TableBucket, testing
 from leasekit.cli import main as cli
 from leasekit.zk import Create
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _by_id(conn) -> dict[str, dict]:
@@ -93,7 +93,7 @@ def test_orphaned_after_holder_killed(conn, clock, zookeeper, warehouse, namespa
     table = conn.create_table("t", "id BIGINT", "id", buckets=2)
     seed_empty_snapshots(testing.context(conn), table)
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "lease_holder.py"), zookeeper, warehouse, namespace, "t",
+        [sys.executable, str(TESTS / "lease_holder.py"), zookeeper, warehouse, namespace, "t",
          "held", "--duration", "1h"],
         stdout=subprocess.PIPE,
         text=True,

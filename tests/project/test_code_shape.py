@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ("leasekit", "widgets")
 NOT_TESTS = ("leasekit", "widgets", "bench")
 CALLERS = ("widgets", "notebooks", "bench", "tests")
