@@ -16,6 +16,7 @@ NOT_TESTS = ("leasekit", "widgets", "bench")
 CALLERS = ("widgets", "notebooks", "bench", "tests")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
+MAX_TEST_FILE_LINES = 500
 INTERNALS = ("store", "paths", "clock")
 """What only the library may reach on a connection (tests use ``leasekit.testing.context``)."""
 
@@ -51,6 +52,16 @@ def test_no_library_module_is_over_400_lines_of_code():
         if (n := _code_lines(p.read_text(encoding="utf-8"))) > MAX_MODULE_LINES
     ]
     assert not long, f"modules over {MAX_MODULE_LINES} lines of code:\n" + "\n".join(long)
+
+
+def test_no_test_file_is_over_500_lines():
+    # house style 20: tests mirror the packages, split by concern rather than grown without end
+    long = [
+        f"{_rel(p)}: {n} lines"
+        for p in _python_files("tests")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_TEST_FILE_LINES
+    ]
+    assert not long, f"test files over {MAX_TEST_FILE_LINES} lines:\n" + "\n".join(long)
 
 
 def test_no_function_outside_tests_is_over_60_lines():

@@ -16,7 +16,7 @@ from leasekit import errors, testing
 from leasekit.connection import Connection
 from leasekit.consumers.options import ConsumerSettings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FACES = {
     "leasekit/consumers/consumer.py": "Consumer",
     "leasekit/table.py": "Table",
