@@ -170,7 +170,7 @@ class Table(TableInfo):
             TableNotFoundError: the table was dropped meanwhile.
             IllegalStateError: Spark failed to compact.
         """
-        from .spark.compact import take_snapshots  # Spark loads on first use
+        from .sparkio.compact import take_snapshots  # Spark loads on first use
 
         return take_snapshots(self, spark)
 

@@ -278,8 +278,8 @@ class KvSnapshotLease:
             LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
-        from ..spark.session import session, spark_errors
-        from ..spark.sources import snapshot_rows
+        from ..sparkio.session import session, spark_errors
+        from ..sparkio.snapshot_frames import snapshot_rows
 
         self._check()
         spark = session(spark)
