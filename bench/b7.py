@@ -68,15 +68,15 @@ QUICK = {**FULL, "records": 200_000, "keys": 100_000, "batch_rows": 50_000}
 # Where table.snapshot() spends its time (exclusive seconds per label); the rest is the
 # Spark job (compaction and Parquet write) plus glue.
 PROFILE = {
-    "zk_read_states": "leasekit.spark.compact:read_states",
-    "zk_get_snapshots": "leasekit.spark.compact:get_snapshots",
-    "zk_list_segments": "leasekit.spark.compact:list_segments",
-    "plan_files_frame": "leasekit.spark.compact:files_frame",
-    "plan_log_frame": "leasekit.spark.compact:log_frame",
-    "plan_kv_state": "leasekit.spark.compact:kv_state",
+    "zk_read_states": "leasekit.sparkio.compact:read_states",
+    "zk_get_snapshots": "leasekit.sparkio.compact:get_snapshots",
+    "zk_list_segments": "leasekit.sparkio.compact:list_segments",
+    "plan_files_frame": "leasekit.sparkio.compact:files_frame",
+    "plan_log_frame": "leasekit.sparkio.compact:log_frame",
+    "plan_kv_state": "leasekit.sparkio.compact:kv_state",
     "file_listing": "leasekit.warehouse:Warehouse.list",
     "footer_reads": "leasekit.warehouse:Warehouse.parquet_metadata",
-    "zk_register": "leasekit.spark.compact:register",
+    "zk_register": "leasekit.sparkio.compact:register",
 }
 
 LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
@@ -205,7 +205,7 @@ def _one_run(
     ctx = testing.context(conn)
     from leasekit.log.segments import list_segments, log_schema
     from leasekit.spark import read_snapshots
-    from leasekit.spark.session import session_conf
+    from leasekit.sparkio.session import session_conf
     from leasekit.tables.schema import to_ddl
 
     build_s, table = timed(lambda: build(conn, f"orders_{label}", work, p["buckets"]))

@@ -224,7 +224,7 @@ class Table(TableInfo):
             PermissionDeniedError: this connection's credentials may not write the namespace.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
-        from .spark.compact import take_snapshots  # Spark loads on first use
+        from .sparkio.compact import take_snapshots  # Spark loads on first use
 
         return take_snapshots(self, spark)
 

@@ -4,13 +4,14 @@ groups (DESIGN §6.5, §6.6)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..consumers import group_admin
 from ..consumers.consumer import Consumer
 from ..consumers.options import DEFAULT_SETTINGS as _DEFAULT
 from ..memory import collector_paused
-from ..structs import GroupStatus, MemberInfo, TableBucket
+from ..structs import GroupBoard, GroupStatus, MemberInfo, TableBucket
 from ..tables import catalog as _tables
 
 if TYPE_CHECKING:
@@ -106,6 +107,34 @@ class GroupMethods:
             CorruptMetadataError: the group's stored records cannot be read.
         """
         return group_admin.describe_group(self._context, group_id)
+
+    def group_board(
+        self,
+        group_id: str,
+        *,
+        stop_after: timedelta = timedelta(seconds=60),
+        stall_after: timedelta = timedelta(seconds=60),
+    ) -> GroupBoard:
+        """Read a consumer group once, as a dashboard shows it (the round trips of
+        ``describe_group``): each bucket's row with its commit metadata, and the live members.
+        Its lag over time is ``lag_history``.
+
+        Arguments:
+            group_id: the group.
+            stop_after: Burrow's STOP threshold (rule 3 of the health rules).
+            stall_after: Burrow's STALL threshold (rule 5).
+
+        Returns:
+            The group's ``GroupBoard``.
+
+        Raises:
+            InvalidArgumentError: ``group_id`` is not a valid id.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+            IllegalStateError: the connection is closed.
+        """
+        return group_admin.group_board(
+            self._context, group_id, stop_after=stop_after, stall_after=stall_after
+        )
 
     def group_members(self, group_id: str) -> list[MemberInfo]:
         """The group's live members.

@@ -300,8 +300,8 @@ class KvSnapshotLease:
             IllegalStateError: Spark failed to read the files.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
-        from ..spark.session import session, spark_errors
-        from ..spark.sources import snapshot_rows
+        from ..sparkio.session import session, spark_errors
+        from ..sparkio.snapshot_frames import snapshot_rows
 
         self._check()
         spark = session(spark)

@@ -130,7 +130,7 @@ def test_the_stream_reads_task_raises_naming_the_lost_file_and_its_bucket(conn, 
     # leasekit error naming the file and the bucket, not an OS or pyarrow error
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from leasekit.spark.datasource import stream
+    from leasekit.datasource import stream
 
     segment = _segments(orders, 1)[1]
     warehouse = orders.context.warehouse

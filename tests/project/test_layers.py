@@ -3,14 +3,17 @@ check that every import of leasekit/ and widgets/ follows it (README "Code map" 
 
 Every ``import``/``from`` counts, wherever it is: at the top, inside a function, or under
 ``if TYPE_CHECKING:``. Modules of the same layer may import each other; the import graph has
-no cycle either way.
+no cycle either way. Faces stay faces: ``import leasekit.spark`` loads nothing beyond it, and
+the live views, widgets and notebooks use only public names (no connection's context).
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,14 +42,11 @@ LAYERS: dict[str, float] = {
     "leasekit.tables": 3,
     "leasekit.log": 4,
     "leasekit.snapshots": 5,
-    # L6: consumers below spark below leases
+    # Spark I/O the library uses (session, frames, compaction, reads, log writes): above the
+    # log and snapshots, below everything that reads or writes through Spark
+    "leasekit.sparkio": 5.5,
+    # L6: consumers below leases
     "leasekit.consumers": 6.0,
-    "leasekit.spark": 8.6,
-    "leasekit.spark.compact": 6.1,
-    "leasekit.spark.frames": 6.1,
-    "leasekit.spark.session": 6.1,
-    "leasekit.spark.sources": 6.1,
-    "leasekit.spark.datasource": 8.5,
     "leasekit.leases": 6.2,
     # L7: retention, then monitoring (lag history, overviews) above it
     "leasekit.retention": 7,
@@ -57,8 +57,12 @@ LAYERS: dict[str, float] = {
     "leasekit.connection": 8,
     "leasekit.testing": 8,
     "leasekit.live": 8,
+    # format("leasekit"), Spark's data source: it opens connections, so above them
+    "leasekit.datasource": 8.5,
     # L9: the command line (the demo included)
     "leasekit.cli": 9,
+    # the Spark face (its names load lazily) stands with the package face
+    "leasekit.spark": 10,
 }
 """Layer of each package or module of leasekit/, by longest dotted prefix."""
 
@@ -67,6 +71,13 @@ FACE_LAYER = 10
 
 WIDGETS_MAY_IMPORT = ("leasekit", "leasekit.errors", "leasekit.live")
 """What widgets/ may import of leasekit, besides ``leasekit.widgets`` itself."""
+
+NOTEBOOKS_MAY_IMPORT = (*WIDGETS_MAY_IMPORT, "leasekit.widgets")
+"""What the notebooks may import of leasekit: the public face, its errors, the live views and
+the panels."""
+
+LIVE_MAY_NOT_IMPORT = ("leasekit.consumers", "leasekit.monitor", "leasekit.zk", "leasekit.context")
+"""What ``leasekit.live`` reaches only through the connection's public methods."""
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -242,3 +253,75 @@ def test_no_import_cycles_per_the_shared_tool():
     command += ["--map", "leasekit.widgets=widgets"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _loaded_by(statement: str) -> set[str]:
+    """The leasekit, pyspark and py4j modules a fresh interpreter has loaded after
+    ``statement``."""
+    code = f"import sys; {statement}; print(*sorted(sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return {m for m in done.stdout.split() if m.split(".")[0] in ("leasekit", "pyspark", "py4j")}
+
+
+def test_importing_the_spark_face_loads_nothing_beyond_it():
+    # house style 18: leasekit.spark is a face; its names load on first use, Spark with them
+    package = _loaded_by("import leasekit")
+    face = _loaded_by("import leasekit.spark")
+    assert face - package == {"leasekit.spark"}, (
+        f"import leasekit.spark loads more than its face: {sorted(face - package)}"
+    )
+
+
+def _notebook_code(path: Path) -> Iterator[tuple[int, str]]:
+    """Each code cell of a notebook by number, its IPython magics and shell lines blanked."""
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    for number, cell in enumerate(c for c in cells if c.get("cell_type") == "code"):
+        lines = "".join(cell.get("source", [])).splitlines()
+        magic = ("%", "!")
+        yield number, "\n".join("" if t.lstrip().startswith(magic) else t for t in lines)
+
+
+def _leasekit_imports(source: str, where: str) -> Iterator[tuple[str, int]]:
+    """The leasekit modules an ``import`` or ``from ... import`` of ``source`` names."""
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        yield from ((n, node.lineno) for n in names if n.split(".")[0] == "leasekit")
+
+
+def test_notebooks_import_only_the_public_face():
+    # house style 13: the notebooks are the user's entry points and use what users use
+    found = [
+        f"{path.relative_to(ROOT)} (code cell {number}):{line}: imports {name}"
+        for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for number, code in _notebook_code(path)
+        for name, line in _leasekit_imports(code, f"{path.name} cell {number}")
+        if name not in NOTEBOOKS_MAY_IMPORT
+    ]
+    allowed = ", ".join(NOTEBOOKS_MAY_IMPORT)
+    assert not found, f"notebooks may import only {allowed}:\n" + "\n".join(found)
+
+
+def test_live_views_widgets_and_notebooks_never_take_a_connections_context():
+    # house style 13: a connection's context is the library's own; views use its methods
+    files = [ROOT / "leasekit" / "live.py", *sorted((ROOT / "widgets").rglob("*.py"))]
+    files += sorted((ROOT / "notebooks").glob("*.ipynb"))
+    found = [str(p.relative_to(ROOT)) for p in files if "context_of" in p.read_text("utf-8")]
+    assert not found, f"context_of in {', '.join(found)}"
+
+
+def test_live_views_reach_the_library_through_the_connection():
+    # house style 14: leasekit.live stands beside the connection, not on the floors below it
+    found = [
+        f"{_where('leasekit.live', line)}: imports {target}"
+        for target, line in _edges()["leasekit.live"]
+        if any(target == m or target.startswith(m + ".") for m in LIVE_MAY_NOT_IMPORT)
+    ]
+    assert not found, "\n".join(found)

@@ -254,7 +254,7 @@ def test_bulk_written_segments_are_told_apart_from_each_other(conn, spark):
     )
     table.append([{"id": i, "amount": 2.0} for i in range(1000)])
     from leasekit.log.segments import list_segments
-    from leasekit.spark.frames import log_frame
+    from leasekit.sparkio.frames import log_frame
 
     segments = list_segments(table, range(16))
     names = [s.file.rsplit("/", 1)[1] for segs in segments.values() for s in segs]

@@ -12,8 +12,8 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, In
 
 import leasekit as lk
 from leasekit import spark as lks
-from leasekit.spark.datasource.batch import check_batch, plan_parts
-from leasekit.spark.datasource.options import parse_options
+from leasekit.datasource.batch import check_batch, plan_parts
+from leasekit.datasource.options import parse_options
 
 TB = lk.TableBucket
 FILTER = re.compile(r"\bFilter\b")

@@ -16,10 +16,9 @@ import leasekit as lk
 import leasekit.log.append as lkappend
 import leasekit.retention.apply as lkapply
 from leasekit import testing
+from leasekit.datasource.options import parse_options
+from leasekit.datasource.sink import SinkFiles, stream_writer, write_files
 from leasekit.log.segments import list_segments
-from leasekit.spark.datasource.options import parse_options
-from leasekit.spark.datasource.sink import SinkFiles, stream_writer
-from leasekit.spark.datasource.sink_rows import write_files
 from leasekit.zk import codec
 from leasekit.zk.formats import SinkMarkRecord
 

@@ -17,9 +17,9 @@ from pyspark.sql.types import StructType
 
 import leasekit as lk
 import leasekit.spark
-from leasekit.spark.datasource.options import parse_options
-from leasekit.spark.datasource.stream import share_limit, stream_reader
-from leasekit.spark.datasource.stream_member import StreamMember
+from leasekit.datasource.options import parse_options
+from leasekit.datasource.stream import share_limit, stream_reader
+from leasekit.datasource.stream_member import StreamMember
 from leasekit.structs import TableBucket
 
 SCRIPT = Path(__file__).resolve().parents[2] / "stream_query.py"

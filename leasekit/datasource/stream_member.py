@@ -11,16 +11,16 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...connection import connect
-from ...consumers.consumer import Consumer
-from ...consumers.listener import BucketRebalanceListener
-from ...errors import IllegalStateError, TableNotFoundError
-from ...structs import OffsetAndMetadata, TableBucket
-from ...tables.catalog import load_table
+from ..connection import connect
+from ..consumers.consumer import Consumer
+from ..consumers.listener import BucketRebalanceListener
+from ..errors import IllegalStateError, TableNotFoundError
+from ..structs import OffsetAndMetadata, TableBucket
+from ..tables.catalog import load_table
 
 if TYPE_CHECKING:
-    from ...connection import Connection
-    from ...tables.info import TableInfo
+    from ..connection import Connection
+    from ..tables.info import TableInfo
     from .options import SourceOptions
 
 __all__ = ["StreamMember", "open_connection", "leave_on_sigterm", "Termination", "MEMBER_PREFIX"]

@@ -14,7 +14,7 @@ from ..snapshots.sources import Source, has_history, plan_read
 from ..structs import Snapshot, TableBucket
 from .frames import bucket_of_path, data_files, kv_state
 from .session import micros_timestamps, session, spark_errors
-from .sources import source_frames
+from .snapshot_frames import source_frames
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ...errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 __all__ = ["SourceOptions", "parse_options", "STREAM_ONLY", "BATCH_ONLY", "CONNECTION"]
 

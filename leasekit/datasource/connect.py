@@ -7,10 +7,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ...connection import connect
+from ..connection import connect
 
 if TYPE_CHECKING:
-    from ...connection import Connection
+    from ..connection import Connection
     from .options import SourceOptions
 
 __all__ = ["connection", "table_ddl_of"]
@@ -32,7 +32,7 @@ def table_ddl_of(opts: SourceOptions) -> str:
     Raises:
         TableNotFoundError: no such table.
     """
-    from ..frames import table_ddl
+    from ..sparkio.frames import table_ddl
 
     with connection(opts) as conn:
         return table_ddl(conn.table(opts.table))

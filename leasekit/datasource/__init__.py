@@ -1,6 +1,7 @@
 """``format("leasekit")``: Spark's Python Data Source for leasekit tables (DESIGN §6.11, D1–D5).
 Batch reads (``batch``), the change-log stream (``stream``) and the stream sink (``sink``); no
-JVM jar, so it runs on Spark Connect and on any warehouse pyarrow reaches."""
+JVM jar, so it runs on Spark Connect and on any warehouse pyarrow reaches. ``spark_session``
+gives a session with the format registered."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     )
     from pyspark.sql.types import StructType
 
-__all__ = ["LeasekitDataSource", "register", "STREAM_COLUMNS"]
+__all__ = ["LeasekitDataSource", "register", "spark_session", "STREAM_COLUMNS"]
 
 STREAM_COLUMNS = "_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, _op STRING"
 """The columns a stream has before the table's (D2)."""
@@ -81,3 +82,26 @@ def register(spark: SparkSession | Any) -> None:
     filter pushdown for Python data sources (``PUSHDOWN``); again is a no-op."""
     spark.dataSource.register(LeasekitDataSource)
     spark.conf.set(PUSHDOWN, "true")
+
+
+def spark_session(app_name: str = "leasekit") -> SparkSession:
+    """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise),
+    with ``format("leasekit")`` registered (§6.11).
+
+    Arguments:
+        app_name: the application name of a new session.
+
+    Returns:
+        The SparkSession.
+
+    Raises:
+        JavaNotFoundError: no Java was found to start Spark with.
+        IllegalStateError: Spark failed to start.
+    """
+    from ..sparkio.session import spark_errors
+    from ..sparkio.session import spark_session as new_session
+
+    spark = new_session(app_name)
+    with spark_errors("register format('leasekit')"):
+        register(spark)
+    return spark

@@ -22,15 +22,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ...consumers import offsets as stored
-from ...consumers.offsets import check_group_id
-from ...consumers.rescales import group_buckets
-from ...errors import InvalidArgumentError, OffsetOutOfRangeError
-from ...log.segments import OP_COLUMN, list_segments
-from ...log.state import read_states
-from ...structs import TableBucket
-from ...validate import check_positive_int
-from ...warehouse import io_errors
+from ..consumers import offsets as stored
+from ..consumers.offsets import check_group_id
+from ..consumers.rescales import group_buckets
+from ..errors import InvalidArgumentError, OffsetOutOfRangeError
+from ..log.segments import OP_COLUMN, list_segments
+from ..log.state import read_states
+from ..structs import TableBucket
+from ..validate import check_positive_int
+from ..warehouse import io_errors
 from .files import FileGone, FileSlice, open_warehouse
 from .files import read_slice as read_rows
 from .stream_member import StreamMember, Termination, leave_on_sigterm, open_connection
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
     from pyspark.sql.types import StructType
 
-    from ...connection import Connection
-    from ...tables.info import TableInfo
+    from ..connection import Connection
+    from ..tables.info import TableInfo
     from .options import SourceOptions
 
 __all__ = [

@@ -32,13 +32,13 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from ...tables.bucketing import murmur3_hash
+from ..tables.bucketing import murmur3_hash
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter
     from pyspark.sql.types import DataType, StructType
 
-    from ...tables.info import TableInfo
+    from ..tables.info import TableInfo
 
 __all__ = ["supported", "row_filter", "key_hashes", "MAX_KEYS"]
 

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from ...errors import IllegalStateError
-from ...tables.bucketing import murmur3_hash
-from ...warehouse import Warehouse, io_errors
+from ..errors import IllegalStateError
+from ..tables.bucketing import murmur3_hash
+from ..warehouse import Warehouse, io_errors
 
 if TYPE_CHECKING:
-    from ...tables.layout import ResidueClass
+    from ..tables.layout import ResidueClass
 
 __all__ = ["FileGone", "FileSlice", "open_warehouse", "read_slice", "keep_within", "conform"]
 

@@ -28,13 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ...errors import IllegalStateError, InvalidArgumentError
-from ...leases.reading import lease_sources
-from ...log.segments import OP_COLUMN, list_segments
-from ...log.state import read_states
-from ...snapshots.catalog import snapshot_map
-from ...snapshots.cover import latest_cover, snapshot_sources
-from ...snapshots.sources import Source, narrower, plan_read
+from ..errors import IllegalStateError, InvalidArgumentError
+from ..leases.reading import lease_sources
+from ..log.segments import OP_COLUMN, list_segments
+from ..log.state import read_states
+from ..snapshots.catalog import snapshot_map
+from ..snapshots.cover import latest_cover, snapshot_sources
+from ..snapshots.sources import Source, narrower, plan_read
 from .connect import connection
 from .files import FileSlice, conform, open_warehouse, read_slice
 from .options import BATCH_ONLY, CONNECTION, STREAM_ONLY
@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter
     from pyspark.sql.types import StructType
 
-    from ...connection import Connection
-    from ...tables.info import TableInfo
-    from ...tables.layout import ResidueClass
+    from ..connection import Connection
+    from ..tables.info import TableInfo
+    from ..tables.layout import ResidueClass
     from .options import SourceOptions
 
 __all__ = ["BatchRequest", "FilePart", "check_batch", "plan_parts", "batch_reader"]
