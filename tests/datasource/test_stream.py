@@ -22,7 +22,7 @@ from leasekit.datasource.stream import share_limit, stream_reader
 from leasekit.datasource.stream_member import StreamMember
 from leasekit.structs import TableBucket
 
-SCRIPT = Path(__file__).resolve().parents[2] / "stream_query.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "stream_query.py"
 
 
 @pytest.fixture(scope="module")
