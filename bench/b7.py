@@ -69,10 +69,8 @@ QUICK = {**FULL, "records": 200_000, "keys": 100_000, "batch_rows": 50_000}
 # Spark job (compaction and Parquet write) plus glue.
 PROFILE = {
     "zk_read_states": "leasekit.sparkio.compact:read_states",
-    "zk_get_snapshots": "leasekit.sparkio.compact:get_snapshots",
-    "zk_list_segments": "leasekit.sparkio.compact:list_segments",
-    "plan_files_frame": "leasekit.sparkio.compact:files_frame",
-    "plan_log_frame": "leasekit.sparkio.compact:log_frame",
+    "zk_plan_read": "leasekit.sparkio.compact:plan_read",
+    "plan_source_frames": "leasekit.sparkio.compact:source_frames",
     "plan_kv_state": "leasekit.sparkio.compact:kv_state",
     "file_listing": "leasekit.warehouse:Warehouse.list",
     "footer_reads": "leasekit.warehouse:Warehouse.parquet_metadata",
