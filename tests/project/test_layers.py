@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,53 +22,54 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {"leasekit": ROOT / "leasekit", "leasekit.widgets": ROOT / "widgets"}
 
-LAYERS: dict[str, float] = {
-    # L0: records, errors and pure helpers
-    "leasekit.errors": 0,
-    "leasekit.structs": 0,
-    "leasekit.durations": 0,
-    "leasekit.validate": 0,
-    "leasekit.properties": 0,
-    "leasekit.memory": 0,
-    "leasekit.progress": 0,
-    "leasekit.dirscan": 0,
-    # L1: the ZooKeeper layer; the embedded server is a leaf beside it
-    "leasekit.zk": 1,
-    "leasekit.embedded": 1.5,
-    # L2: the warehouse, who owns it, and the context the services take
-    "leasekit.warehouse": 2,
-    "leasekit.ownership": 2,
-    "leasekit.context": 2,
-    # L3-L5: tables (the catalog returns TableInfo), the offset log, snapshot metadata
-    "leasekit.tables": 3,
-    "leasekit.log": 4,
-    "leasekit.snapshots": 5,
-    # Spark I/O the library uses (session, frames, compaction, reads, log writes): above the
-    # log and snapshots, below everything that reads or writes through Spark
-    "leasekit.sparkio": 5.5,
-    # L6: consumers below leases
-    "leasekit.consumers": 6.0,
-    "leasekit.leases": 6.2,
-    # L7: retention, then monitoring (lag history, overviews) above it
-    "leasekit.retention": 7,
-    "leasekit.monitor": 7.5,
-    # L8: the table handle, the connection, the janitor, test support and the live views
-    "leasekit.janitor": 8,
-    "leasekit.table": 8,
-    "leasekit.connection": 8,
-    "leasekit.testing": 8,
-    "leasekit.live": 8,
-    # format("leasekit"), Spark's data source: it opens connections, so above them
-    "leasekit.datasource": 8.5,
-    # L9: the command line (the demo included)
-    "leasekit.cli": 9,
-    # the Spark face (its names load lazily) stands with the package face
-    "leasekit.spark": 10,
-}
-"""Layer of each package or module of leasekit/, by longest dotted prefix."""
+FLOORS: list[dict[str, str]] = [
+    {
+        "leasekit.errors": "one error root, every public error beneath it",
+        "leasekit.structs": "the value records users get, a docstring per field",
+        "leasekit.durations": "parsing durations and the one people-facing duration format",
+        "leasekit.validate": "checks of names, ids, ints, bools and host names",
+        "leasekit.properties": "table properties and namespace settings",
+        "leasekit.memory": "the cycle collector paused while bulk work builds many objects",
+        "leasekit.progress": "progress bars",
+        "leasekit.dirscan": "listing a local directory tree again only where it changed",
+    },
+    {
+        "leasekit.zk": "the only kazoo user: session, paths, codec, records, transactions, watches",
+        "leasekit.embedded": "the embedded ZooKeeper server and ensemble, Java discovery",
+    },
+    {
+        "leasekit.warehouse": "data files through pyarrow.fs",
+        "leasekit.ownership": "which namespace owns a warehouse directory",
+        "leasekit.context": "the Context every service takes",
+    },
+    {"leasekit.tables": "names, schemas, bucketing, the bucket layout, rescaling, the catalog"},
+    {"leasekit.log": "the per-bucket offset log: states, appends, segments, reads by offset"},
+    {"leasekit.snapshots": "snapshot metadata, and what a read of a rescaled table is built from"},
+    {"leasekit.sparkio": "Spark I/O: the session, frames over files, compaction, reads, writes"},
+    {"leasekit.consumers": "the Consumer, its group protocol, offsets and group administration"},
+    {"leasekit.leases": "KV snapshot leases: acquire, renew, release, drop, expiry, lease reads"},
+    {"leasekit.retention": "explained retention: gather, plan (pure), apply"},
+    {"leasekit.monitor": "lag history and overview, lease inventory, the Prometheus exporter"},
+    {
+        "leasekit.table": "the Table handle users hold",
+        "leasekit.connection": "connect() and the Connection facade",
+        "leasekit.janitor": "the leader-elected janitor",
+        "leasekit.testing": "what tests and benchmarks need of the inside",
+        "leasekit.live": "live views over the connection's public methods",
+    },
+    {"leasekit.datasource": 'format("leasekit"): Spark\'s Python data source, batch, stream, sink'},
+    {"leasekit.cli": "the leasekit command line and the demo"},
+    {"leasekit.spark": "the public Spark functions, a face whose names load on first use"},
+]
+"""The floors of leasekit/, lowest first: a module imports its own floor and the floors below
+it. One line per package (or top-level module) saying what it owns; README "Code map" and
+docs/architecture.md show the same list."""
 
-FACE_LAYER = 10
-"""``leasekit/__init__.py``, the public face: above every module of the library."""
+LAYERS: dict[str, int] = {name: n for n, floor in enumerate(FLOORS) for name in floor}
+"""Floor of each package or module of leasekit/, by longest dotted prefix."""
+
+FACE_LAYER = len(FLOORS) - 1
+"""``leasekit/__init__.py``, the public face, stands with the Spark face on the top floor."""
 
 WIDGETS_MAY_IMPORT = ("leasekit", "leasekit.errors", "leasekit.live")
 """What widgets/ may import of leasekit, besides ``leasekit.widgets`` itself."""
@@ -134,7 +136,7 @@ def _edges() -> dict[str, list[tuple[str, int]]]:
     return graph
 
 
-def layer_of(module: str) -> float | None:
+def layer_of(module: str) -> int | None:
     """The layer of a module of leasekit/ (None: not in the map)."""
     if module == "leasekit":
         return FACE_LAYER
@@ -174,7 +176,9 @@ def layer_violations() -> list[str]:
             )
             continue
         for target, line in targets:
-            theirs = layer_of(target) if not target.startswith("leasekit.widgets") else 11
+            theirs = (
+                layer_of(target) if not target.startswith("leasekit.widgets") else FACE_LAYER + 1
+            )
             if theirs is not None and theirs > mine:
                 out.append(
                     f"{_where(module, line)}: {module} (L{mine:g}) imports {target} "
@@ -325,3 +329,17 @@ def test_live_views_reach_the_library_through_the_connection():
         if any(target == m or target.startswith(m + ".") for m in LIVE_MAY_NOT_IMPORT)
     ]
     assert not found, "\n".join(found)
+
+
+def _docs_floors() -> list[tuple[int, str]]:
+    """(floor, module) of each row of docs/architecture.md's table."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| `([^`]+)` \|", text, re.M)
+    return [
+        (int(n), path.removesuffix("/").removesuffix(".py").replace("/", ".")) for n, path in rows
+    ]
+
+
+def test_the_architecture_page_shows_the_same_floors():
+    # house style 14: the documented layers are the tested ones, in the same order
+    assert _docs_floors() == [(n, name) for n, floor in enumerate(FLOORS) for name in floor]
