@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 # The suite runs on TEST_WORKERS pytest-xdist workers, each with its own embedded ZooKeeper and
 # SparkSession (tests/conftest.py keeps tests that share a costly server on one worker).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: install browser demo test bench lab lint clean

@@ -4,6 +4,7 @@ membership and ownership."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -156,8 +157,17 @@ def test_members_joining_together_make_one_generation(conn, orders):
     poll_all([a], lambda: a.assignment() == set(orders.buckets))
     assert a.generation == 0
     others = [member(conn) for _ in range(3)]
-    for o in others:
-        o.poll()  # all three join within the leader's debounce
+    start = threading.Barrier(len(others))
+
+    def join(o) -> None:
+        start.wait()
+        o.poll()
+
+    joins = [threading.Thread(target=join, args=(o,)) for o in others]
+    for t in joins:  # all three join at once, within the leader's debounce even on a busy machine
+        t.start()
+    for t in joins:
+        t.join()
     poll_all([a, *others], lambda: all(len(x.assignment()) == 1 for x in (a, *others)))
     assert {x.generation for x in (a, *others)} == {1}
     for x in (a, *others):

@@ -150,11 +150,8 @@ def test_a_group_consumes_a_matching_table_created_later_split_between_members(c
     assert len(set(got)) == 50 and {tb.table for tb, _ in got} == {"day_1", "day_2"}
     assert a.assignment() | b.assignment() == set(new.buckets) | {TB("day_1", 0), TB("day_1", 1)}
     assert not a.assignment() & b.assignment()
-    assert (
-        {tb.table for tb in a.assignment()}
-        == {tb.table for tb in b.assignment()}
-        == {"day_1", "day_2"}
-    )
+    # which member gives up which bucket is the sticky assignor's choice: the members may see
+    # the new table a moment apart, and the leader assigns each change as it hears of it
     # §6.6: describe_group lists every bucket of the tables the group subscribes to by pattern
     a.commit()
     b.commit()
