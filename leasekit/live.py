@@ -264,15 +264,9 @@ def freshness(refreshed_at: datetime | None, connected: bool, *, failed: bool = 
 
 
 def server_time_estimate(conn: Connection) -> int | None:
-    """The ZooKeeper clock (epoch ms) estimated from the last reading, without I/O: the base of
-    countdowns between refreshes.
-
-    Arguments:
-        conn: the Connection.
-
-    Returns:
-        Epoch milliseconds, or None before the connection first read the clock.
-    """
+    """The ZooKeeper clock (epoch ms) estimated from the last reading, without I/O (the base of
+    countdowns between refreshes): ``conn.server_time_estimate()``, None before the first
+    reading."""
     return conn.server_time_estimate()
 
 
@@ -286,43 +280,15 @@ def group_board(
     stop_after: timedelta = timedelta(seconds=60),
     stall_after: timedelta = timedelta(seconds=60),
 ) -> GroupBoard:
-    """Read a consumer group once (the round trips of ``describe_group``): each bucket's row
-    with its commit metadata, and the live members. Its lag over time is ``lag_history``.
-
-    Arguments:
-        conn: the Connection.
-        group_id: the group.
-        stop_after: Burrow's STOP threshold (rule 3 of the health rules).
-        stall_after: Burrow's STALL threshold (rule 5).
-
-    Returns:
-        The group's ``GroupBoard``.
-
-    Raises:
-        InvalidArgumentError: ``group_id`` is not a valid id.
-        ZooKeeperUnavailableError: ZooKeeper did not answer.
-        IllegalStateError: the connection is closed.
-    """
+    """Read a consumer group once, as a dashboard shows it: ``conn.group_board(group_id, ...)``,
+    whose docstring gives the arguments, the return and the errors."""
     return conn.group_board(group_id, stop_after=stop_after, stall_after=stall_after)
 
 
 def lag_histories(
     conn: Connection, group_ids: list[str], *, since: Any = None, until: Any = None
 ) -> dict[str, pd.DataFrame]:
-    """Each group's lag over time, as ``conn.lag_history(group, since=..., until=...)`` gives
-    it, from one read of the history: what a view of every group's trend reads (one
-    ``lag_history`` per group would read the same files once per group).
-
-    Arguments:
-        conn: the Connection.
-        group_ids: the groups; one without samples in the range gets an empty frame.
-        since, until: as ``lag_history`` takes them.
-
-    Returns:
-        A frame of ``lag_history``'s columns per group id.
-
-    Raises:
-        InvalidArgumentError: a bad group id, or ``until`` before ``since``.
-        InvalidDurationError: a bad duration.
-    """
+    """Each group's lag over time from one read of the history (the Overview's trends):
+    ``conn.lag_histories(group_ids, ...)``, whose docstring gives the arguments, the return and
+    the errors."""
     return conn.lag_histories(group_ids, since=since, until=until)
