@@ -171,7 +171,7 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._member.close()
             self._member = None
         if self._member is None:
-            leave_on_sigterm()  # before the join: a SIGTERM while joining still leaves
+            leave_on_sigterm(self.stop)  # before the join: a SIGTERM while joining still leaves
             self._member = StreamMember(self._connection(), self._opts, stream_id)
         return self._member
 
@@ -238,9 +238,9 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """Leave the group, committing nothing, and close the connection; a SIGTERM meanwhile
         waits until it is done (D3: the member leaves at once, not at its session's end)."""
-        member, self._member = self._member, None
-        conn, self._conn = self._conn, None
-        with Termination.deferred():
+        with Termination.stopping():
+            member, self._member = self._member, None
+            conn, self._conn = self._conn, None
             try:
                 if member is not None:
                     member.close()

@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..connection import connect
@@ -88,7 +88,7 @@ class StreamMember:
             self._consumer.poll(0)
             if self._consumer.generation is not None:
                 self._assigned = True
-            if self._assigned or time.monotonic() > deadline:
+            if self._assigned or time.monotonic() > deadline or Termination.requested.is_set():
                 break
             time.sleep(0.02)
         if not self._assigned:
@@ -138,42 +138,58 @@ class StreamMember:
         self._consumer.close()
 
 
-def leave_on_sigterm() -> None:
-    """Spark ends the reader's process with SIGTERM when the query stops, without calling
-    ``stop``: turn it into ``SystemExit``, so the runner's own ``finally`` calls ``stop`` and the
-    member leaves the group at once instead of at its session's end."""
+def leave_on_sigterm(stop: Callable[[], None]) -> None:
+    """Spark ends the reader's process with SIGTERM when the query stops (and closes its socket
+    right after, or not at all when the whole session stops), without calling ``stop``: make the
+    signal run ``stop`` (the reader's newest), so the member leaves the group at once instead
+    of at its session's end (D3). Called in the main thread before the reader joins."""
     if threading.current_thread() is not threading.main_thread():
         return
+    Termination.stop = stop
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        threading.Thread(target=Termination.watch, name="leasekit-sigterm", daemon=True).start()
         signal.signal(signal.SIGTERM, Termination.on_signal)
 
 
 class Termination:
-    """SIGTERM in the reader's process. Spark may send it more than once, or while ``stop``
-    already runs (the runner's socket closed first): one that lands inside ``stop`` must not
-    cut the leave short, or the member stays in its group until its session expires. So inside
-    ``stop`` (or after the first one, which is on its way there) it only sets a deadline
-    (``GRACE``) after which the process ends regardless."""
+    """SIGTERM in the reader's process. The handler raises nothing: an exception thrown into the
+    main thread at an arbitrary point can land between the runner's read of its closed socket and
+    its call of ``stop`` (or inside ``stop``), skip the leave, and keep the member in its group
+    until its session expires. So the handler only records the signal. The main thread, which
+    sees its socket close, stops and exits by itself; a watchdog thread gives it ``WAIT``
+    seconds, then (the main thread busy in a long call, or no socket closed) calls ``stop``
+    itself, after any stop under way (at most ``GRACE`` seconds), and ends the process."""
 
+    WAIT = 1.0
+    """Seconds the main thread gets to stop and exit after SIGTERM before the watchdog acts."""
     GRACE = 10.0
-    """Seconds a deferred SIGTERM waits for ``stop`` before the process exits anyway."""
-    stopping = 0
-    signalled = False
+    """Seconds a stop under way may take before the process ends regardless."""
+    requested = threading.Event()
+    """Set by SIGTERM; a wait in the reader (the first assignment) gives up on it."""
+    stop: Callable[[], None] | None = None
+    """The newest reader's ``stop``."""
+    _lock = threading.RLock()
 
     @classmethod
     @contextlib.contextmanager
-    def deferred(cls) -> Iterator[None]:
-        cls.stopping += 1
-        try:
+    def stopping(cls) -> Iterator[None]:
+        """Around ``stop``: one at a time, whether the main thread's or the watchdog's."""
+        with cls._lock:
             yield
-        finally:
-            cls.stopping -= 1
 
     @classmethod
     def on_signal(cls, signum: int, frame: Any) -> None:
-        if not cls.stopping and not cls.signalled:
-            cls.signalled = True
-            raise SystemExit(128 + signum)
-        timer = threading.Timer(cls.GRACE, os._exit, (128 + signum,))
-        timer.daemon = True
-        timer.start()
+        cls.requested.set()
+
+    @classmethod
+    def watch(cls) -> None:
+        cls.requested.wait()
+        time.sleep(cls.WAIT)
+        if cls._lock.acquire(timeout=cls.GRACE):
+            try:
+                if cls.stop is not None:
+                    with contextlib.suppress(Exception):
+                        cls.stop()
+            finally:
+                cls._lock.release()
+        os._exit(128 + signal.SIGTERM)

@@ -1,0 +1,77 @@
+"""A stream's member leaves its group at once however Spark ends the reader's process (D3):
+SIGTERM and the socket's close in either order, SIGTERM alone, SIGTERM mid-call. The reader
+runs in a process of its own, driven as PySpark's streaming source runner drives it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import wait_for
+
+RUNNER = Path(__file__).resolve().parents[1] / "stream_runner.py"
+LEFT_WITHIN = 3.0
+"""Seconds a stopped reader's member may take to leave: far below its 10 s session."""
+
+
+@pytest.fixture
+def orders(conn):
+    return conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
+
+
+def joined_reader(zookeeper, warehouse, namespace, *flags: str) -> subprocess.Popen:
+    args = [sys.executable, str(RUNNER), zookeeper, warehouse, namespace, "orders", "etl"]
+    proc = subprocess.Popen([*args, *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc.stdin.write(b"j")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"joined\n"
+    return proc
+
+
+def seconds_to_leave(conn, proc: subprocess.Popen) -> float:
+    began = time.monotonic()
+    try:
+        wait_for(lambda: not conn.group_members("etl"), timeout=30, what="the member to leave")
+        return time.monotonic() - began
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_sigterm_between_the_closed_socket_and_stop_still_leaves(
+    conn, orders, zookeeper, warehouse, namespace
+):
+    # D3: Spark closes the runner's socket and sends SIGTERM at once; a signal landing after
+    # the runner saw the end of its input but before it called stop must not cut the leave
+    for _ in range(3):
+        proc = joined_reader(zookeeper, warehouse, namespace, "--kill-before-stop")
+        proc.stdin.close()
+        assert seconds_to_leave(conn, proc) < LEFT_WITHIN
+
+
+def test_sigterm_without_a_closed_socket_leaves_and_ends_the_process(
+    conn, orders, zookeeper, warehouse, namespace
+):
+    # D3: a session that stops signals its readers without closing their sockets: the member
+    # still leaves at once, and the process ends although its input stays open
+    proc = joined_reader(zookeeper, warehouse, namespace)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=15)  # ended: no TimeoutExpired
+    assert seconds_to_leave(conn, proc) < LEFT_WITHIN
+    proc.stdin.close()
+
+
+def test_sigterm_during_calls_leaves_at_once(conn, orders, zookeeper, warehouse, namespace):
+    # D3: stopped while it answers a queue of latestOffset calls (each a commit and a poll)
+    for delay in (0.0, 0.05, 0.2):
+        proc = joined_reader(zookeeper, warehouse, namespace)
+        proc.stdin.write(b"x" * 100)
+        proc.stdin.flush()
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        proc.stdin.close()
+        assert seconds_to_leave(conn, proc) < LEFT_WITHIN
