@@ -16,7 +16,7 @@ from .consumers.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
 from .memory import collector_paused
-from .monitor import lag as _lag
+from .monitor.lag import series as _lag
 from .structs import BucketLineage, MemberInfo, TableBucket
 from .zk.changes import watch_targets
 from .zk.watches import Dispatcher

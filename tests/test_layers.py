@@ -48,15 +48,20 @@ LAYERS: dict[str, float] = {
     "leasekit.spark.sources": 6.1,
     "leasekit.spark.datasource": 8.5,
     "leasekit.leases": 6.2,
-    # L7: retention, then monitoring (lag history, overviews) above it
+    # L7: retention, then monitoring above it: the lag of groups and its history, the lease
+    # inventory (side by side; neither imports the other)
     "leasekit.retention": 7,
     "leasekit.monitor": 7.5,
+    "leasekit.monitor.lag": 7.5,
+    "leasekit.monitor.leases": 7.5,
     # L8: the table handle, the connection, the janitor, test support and the live views
     "leasekit.janitor": 8,
     "leasekit.table": 8,
     "leasekit.connection": 8,
     "leasekit.testing": 8,
     "leasekit.live": 8,
+    # the Prometheus exporter reads both monitors (lag, leases) and retention's plan: above them
+    "leasekit.monitor.exporter": 8,
     # L9: the command line (the demo included)
     "leasekit.cli": 9,
 }
