@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from .connection import context_of as _context_of
-from .consumers import group_admin
 from .consumers import offsets as _stored
-from .consumers.group_admin import DESCRIBE_COLUMNS
+from .consumers.admin import group_admin
+from .consumers.admin.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
 from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
 from .memory import collector_paused

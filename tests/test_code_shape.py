@@ -1,5 +1,6 @@
-"""The shape of the code (house style 2, 13): modules under 400 lines, functions under 60,
-ruff clean at 100 columns, and nothing outside the library reaching into a connection."""
+"""The shape of the code (house style 2, 13, 19): modules under 400 lines (a concept that needs
+more named with its limit), functions under 60, ruff clean at 100 columns, and nothing outside
+the library reaching into a connection."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ LIBRARY = ("leasekit", "widgets")
 NOT_TESTS = ("leasekit", "widgets", "bench")
 CALLERS = ("widgets", "notebooks", "bench", "tests")
 MAX_MODULE_LINES = 400
+LONGER_MODULES = {
+    "leasekit/consumers/admin/group_view.py": (
+        550,
+        "one concept (house style 19): a group as ZooKeeper holds it and the rows of its "
+        "buckets, which every describe, reset and reading of all groups takes together",
+    ),
+}
+"""Modules allowed past MAX_MODULE_LINES by name: (their limit, why they are one concept)."""
 MAX_FUNCTION_LINES = 60
 INTERNALS = ("store", "paths", "clock")
 """What only the library may reach on a connection (tests use ``leasekit.testing.context``)."""
@@ -30,13 +39,19 @@ def _rel(path: Path) -> str:
 
 
 def test_no_library_module_is_over_400_lines():
-    # house style 2: one concept per module, under ~400 lines
+    # house style 2: one concept per module, under ~400 lines; house style 19: a concept that
+    # needs more stays one module, named in LONGER_MODULES with its own limit and reason
+    sizes = {
+        _rel(p): len(p.read_text(encoding="utf-8").splitlines()) for p in _python_files(*LIBRARY)
+    }
     long = [
-        f"{_rel(p)}: {n} lines"
-        for p in _python_files(*LIBRARY)
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+        f"{rel}: {n} lines (limit {limit})"
+        for rel, n in sizes.items()
+        if n > (limit := LONGER_MODULES.get(rel, (MAX_MODULE_LINES, ""))[0])
     ]
-    assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long)
+    assert not long, "modules over their line limit:\n" + "\n".join(long)
+    stale = [rel for rel in LONGER_MODULES if sizes.get(rel, 0) <= MAX_MODULE_LINES]
+    assert not stale, f"in LONGER_MODULES but gone or within {MAX_MODULE_LINES} lines: {stale}"
 
 
 def test_no_function_outside_tests_is_over_60_lines():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..consumers import group_admin
+from ..consumers.admin import group_admin
 from ..consumers.consumer import Consumer
 from ..memory import collector_paused
 from ..structs import GroupStatus, MemberInfo, TableBucket

@@ -12,8 +12,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..consumers import group_admin
 from ..consumers import offsets as stored_offsets
+from ..consumers.admin import group_admin
 from ..errors import (
     GroupNotEmptyError,
     InvalidArgumentError,

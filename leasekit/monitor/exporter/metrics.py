@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ...consumers.health import ERR, OK, WARN
+from ...consumers.admin.health import ERR, OK, WARN
 from ...errors import LeasekitError
 from ..lag.readings import GroupReading, read_all_groups
 from ..leases.lease_book import LEASE_STATES, LeaseBook, lease_state, read_leases
