@@ -4,6 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# The suite runs on TEST_WORKERS pytest-xdist workers, each with its own embedded ZooKeeper and
+# SparkSession (tests/conftest.py keeps tests that share a costly server on one worker).
+TEST_WORKERS ?= 2
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: install browser demo test bench lab lint clean
@@ -43,7 +46,7 @@ browser:
 	|| echo "could not install chromium: run 'sudo apt-get update && sudo apt-get install -y chromium', or the browser test fails"
 
 test: install browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m bench.run B7

@@ -184,4 +184,6 @@ BENCHMARK = Benchmark(
     run=run,
     unit="s",
     spark=False,
+    quick_note="10 of 100 groups",
+    quick_less_work=True,
 )

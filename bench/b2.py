@@ -309,4 +309,6 @@ BENCHMARK = Benchmark(
     target_note="≤ 1 ZooKeeper round trip per 1,000 pins",
     spark=False,
     default_runs=9,  # sub-second sides on a shared machine: 3 runs are mostly noise
+    quick_full_size=True,  # at the quick size (2,000 pins) the fixed reads dominate
+    quick_runs=5,
 )

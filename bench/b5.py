@@ -232,4 +232,5 @@ BENCHMARK = Benchmark(
     run=run,
     target_note="records/s, leasekit over pyarrow",
     spark=False,
+    quick_note="200,000 of 2,000,000 records",
 )

@@ -68,15 +68,13 @@ QUICK = {**FULL, "records": 200_000, "keys": 100_000, "batch_rows": 50_000}
 # Where table.snapshot() spends its time (exclusive seconds per label); the rest is the
 # Spark job (compaction and Parquet write) plus glue.
 PROFILE = {
-    "zk_read_states": "leasekit.spark.compact:read_states",
-    "zk_get_snapshots": "leasekit.spark.compact:get_snapshots",
-    "zk_list_segments": "leasekit.spark.compact:list_segments",
-    "plan_files_frame": "leasekit.spark.compact:files_frame",
-    "plan_log_frame": "leasekit.spark.compact:log_frame",
-    "plan_kv_state": "leasekit.spark.compact:kv_state",
+    "zk_read_states": "leasekit.sparkio.compact:read_states",
+    "zk_plan_read": "leasekit.sparkio.compact:plan_read",
+    "plan_source_frames": "leasekit.sparkio.compact:source_frames",
+    "plan_kv_state": "leasekit.sparkio.compact:kv_state",
     "file_listing": "leasekit.warehouse:Warehouse.list",
     "footer_reads": "leasekit.warehouse:Warehouse.parquet_metadata",
-    "zk_register": "leasekit.spark.compact:register",
+    "zk_register": "leasekit.sparkio.compact:register",
 }
 
 LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
@@ -205,7 +203,7 @@ def _one_run(
     ctx = testing.context(conn)
     from leasekit.log.segments import list_segments, log_schema
     from leasekit.spark import read_snapshots
-    from leasekit.spark.session import session_conf
+    from leasekit.sparkio.session import session_conf
     from leasekit.tables.schema import to_ddl
 
     build_s, table = timed(lambda: build(conn, f"orders_{label}", work, p["buckets"]))
@@ -335,4 +333,6 @@ BENCHMARK = Benchmark(
     target=1.2,
     op="<=",
     run=run,
+    quick_runs=1,
+    quick_note="200,000 of 2,000,000 records",
 )

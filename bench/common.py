@@ -115,6 +115,21 @@ class Benchmark:
     """Whether the benchmark needs a SparkSession (ZooKeeper-only ones do not)."""
     default_runs: int = 5
     """Timed runs when ``--runs`` is not given (DESIGN.md section 8: the median of at least 5)."""
+    quick_runs: int = 3
+    """Timed runs in the smoke of every benchmark (``python -m bench.run --all --quick``)."""
+    quick_full_size: bool = False
+    """Whether the smoke runs this benchmark at full size (fewer runs): where that is cheap and
+    the headline depends on the size; else at its quick size."""
+    quick_figure: str = ""
+    """Where the smoke finds the figure it compares with the committed headline: a key of the
+    outcome's figures, dotted into a nested one (``"at_10000.plan_s"``: the quick run's second
+    size is the committed first size); empty: the headline itself."""
+    quick_note: str = ""
+    """How the smoke's figure differs from the committed one in what it measures (size,
+    members), shown beside the comparison; empty when it measures the same thing."""
+    quick_less_work: bool = False
+    """Whether the smoke's figure is a time over less work than the committed one (a smaller
+    size): it is then expected below the committed spread, and only a slower figure moved."""
 
     def passes(self, measured: float) -> bool:
         return measured <= self.target if self.op == "<=" else measured >= self.target

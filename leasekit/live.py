@@ -1,5 +1,6 @@
 """Live views over a connection: note what a read touched in ZooKeeper, watch it, call back once
-per burst of changes, and say how fresh a view is; plus the readings the panels show."""
+per burst of changes, and say how fresh a view is; plus the readings the panels show. All of it
+goes through the connection's public methods (``change_watcher``, ``group_board``, ...)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,17 @@ import contextlib
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .connection import context_of as _context_of
-from .consumers import offsets as _stored
-from .consumers.admin import group_admin
-from .consumers.admin.group_admin import DESCRIBE_COLUMNS
 from .durations import human_duration, parse_duration, parse_timestamp
-from .errors import InvalidArgumentError, LeasekitError, ZooKeeperUnavailableError
+from .errors import LeasekitError
 from .memory import collector_paused
-from .monitor.lag import series as _lag
-from .structs import BucketLineage, MemberInfo, TableBucket
-from .zk.changes import watch_targets
-from .zk.watches import Dispatcher
+from .structs import DESCRIBE_COLUMNS, GroupBoard
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from .connection import Connection
-    from .zk.paths import Paths
 
 __all__ = [
     "LiveView",
@@ -60,20 +53,6 @@ Follow = Literal["all", "positions", "retention"]
 """Which changes of what a read touched matter: ``"all"``; ``"positions"``, all but the log's
 segment records (immutable); ``"retention"``, the children of every znode listed and the data of
 tables and leases. Each is watched through its change marker (``zk.changes``)."""
-_FOLLOW = ("all", "positions", "retention")
-
-
-def _worth_watching(
-    paths: Paths, follow: Follow, data: set[str], children: set[str]
-) -> tuple[set[str], set[str]]:
-    """What to watch (data, children): the change markers of the znodes read whose change
-    ``follow`` says matters (``zk.changes``), so watches grow with tables and groups."""
-    if follow == "positions":
-        data = {p for p in data if not paths.is_segment(p)}
-    elif follow == "retention":  # a table's reads (its directories' stats included) and leases
-        kept = (paths.leases + "/", paths.data + "/")
-        data = {p for p in data if p.startswith(kept)}
-    return watch_targets(paths, data, children)
 
 
 class LiveView:
@@ -109,15 +88,11 @@ class LiveView:
         stale_after: float = STALE_AFTER,
         name: str = "leasekit-live",
     ) -> None:
-        if follow not in _FOLLOW:
-            raise InvalidArgumentError(f"follow must be one of {_FOLLOW}, not {follow!r}")
-        self._ctx = _context_of(conn)
+        self._changes = conn.change_watcher(follow=follow, name=name)  # checks ``follow``
         self._on_change = on_change
         self._on_state = on_state
-        self._follow = follow
         self._debounce = debounce
         self._stale_after = stale_after
-        self._worker = Dispatcher(name=name)
         self._lock = threading.Lock()
         self._watches: Any = None
         self._unlisten: Callable[[], None] | None = None
@@ -146,16 +121,13 @@ class LiveView:
             LeasekitError: what ``load`` raises (``IllegalStateError`` once the connection is
                 closed); while following, ``on_change`` comes again after ``RETRY_AFTER``.
         """
-        store = self._ctx.store
         with collector_paused():
             try:
-                if store.client is not None and not store.connected:  # (closed: IllegalState)
-                    raise ZooKeeperUnavailableError(f"ZooKeeper at {store.hosts} is unreachable")
-                with store.recording() as seen:
+                with self._changes.reading() as seen:  # (down: ZooKeeperUnavailable at once)
                     result = load()
             except Exception:
                 if self.following:  # read again soon: the view recovers once ZooKeeper answers
-                    self._worker.submit("retry", self._stale, min(RETRY_AFTER, self._stale_after))
+                    self._changes.submit("retry", self._stale, min(RETRY_AFTER, self._stale_after))
                 raise
             self.refreshed_at = datetime.now(timezone.utc)
             if self.following:
@@ -169,13 +141,11 @@ class LiveView:
             if self._closed or not self.following:
                 return
             if self._watches is None:
-                self._watches = self._ctx.store.watch_set(self._changed)
-            fresh = self._watches.update(
-                *_worth_watching(self._ctx.paths, self._follow, data, children)
-            )
+                self._watches = self._changes.watch_set(self._changed)
+            fresh = self._watches.update(*self._changes.targets(data, children))
         if fresh:
             self._changed(None)  # newly watched: a change before its watch was set is read now
-        self._worker.submit("stale", self._stale, self._stale_after)
+        self._changes.submit("stale", self._stale, self._stale_after)
 
     def _listen(self) -> None:
         with self._lock:
@@ -185,17 +155,17 @@ class LiveView:
 
             def state(name: str) -> None:  # kazoo's thread: only schedule
                 up = name == "CONNECTED"
-                self._worker.submit("state", lambda: on_state(up))  # the latest state wins
+                self._changes.submit("state", lambda: on_state(up))  # the latest state wins
                 if not up:  # keep trying: each failed read schedules the next
-                    self._worker.submit("retry", self._stale, RETRY_AFTER)
+                    self._changes.submit("retry", self._stale, RETRY_AFTER)
 
             with contextlib.suppress(LeasekitError):  # closed: there is nothing to hear
-                self._unlisten = self._ctx.store.add_state_listener(state)
+                self._unlisten = self._changes.add_state_listener(state)
 
     def _changed(self, path: str | None) -> None:
         """A watched znode changed (on kazoo's thread): schedule one call for the burst."""
         if not self._closed and self.following:
-            self._worker.submit("change", self._on_change, self._debounce)
+            self._changes.submit("change", self._on_change, self._debounce)
 
     def _stale(self) -> None:
         if self.following and not self._closed:
@@ -222,7 +192,7 @@ class LiveView:
         if on:
             self._listen()  # also when the first read fails: the view hears the server return
         if on and read_now:
-            self._worker.submit("change", self._on_change, 0.0)
+            self._changes.submit("change", self._on_change, 0.0)
         if watches is not None:
             watches.close()
         if unlisten is not None:
@@ -241,9 +211,9 @@ class LiveView:
         def tick() -> None:
             if self.following and not self._closed:
                 call()
-                self._worker.submit(key, tick, seconds)
+                self._changes.submit(key, tick, seconds)
 
-        self._worker.submit(key, tick, seconds)
+        self._changes.submit(key, tick, seconds)
 
     @property
     def watched(self) -> int:
@@ -254,7 +224,7 @@ class LiveView:
     @property
     def connected(self) -> bool:
         """Whether the connection's ZooKeeper session is up (no I/O)."""
-        return self._ctx.store.connected
+        return self._changes.connected
 
     def close(self) -> None:
         """Stop following: unregister every watch and listener and end the view's thread (a
@@ -268,7 +238,7 @@ class LiveView:
             watches.close()
         if unlisten is not None:
             unlisten()
-        self._worker.close()
+        self._changes.close()
 
 
 def freshness(refreshed_at: datetime | None, connected: bool, *, failed: bool = False) -> str:
@@ -303,26 +273,10 @@ def server_time_estimate(conn: Connection) -> int | None:
     Returns:
         Epoch milliseconds, or None before the connection first read the clock.
     """
-    return _context_of(conn).server_clock.estimate_ms()
+    return conn.server_time_estimate()
 
 
 # -- a consumer group's board -----------------------------------------------------------------
-
-
-class GroupBoard(NamedTuple):
-    """One reading of a consumer group, as a dashboard shows it."""
-
-    frame: pd.DataFrame
-    """``describe_group``'s columns plus ``metadata`` (the last commit's, ``<NA>`` if none)."""
-    members: list[MemberInfo]
-    """Live members, oldest (the leader) first."""
-    generation: int | None
-    """The group's generation, None without live members."""
-    leader: str | None
-    """The leader's member id, None without live members."""
-    lineage: dict[TableBucket, BucketLineage] = {}
-    """The buckets of rescaled tables that a split or merge sealed or made (K6): where each
-    came from and went; empty when no table of the group was ever rescaled."""
 
 
 def group_board(
@@ -349,31 +303,7 @@ def group_board(
         ZooKeeperUnavailableError: ZooKeeper did not answer.
         IllegalStateError: the connection is closed.
     """
-    import pandas as pd
-
-    ctx = _context_of(conn)
-    group_id = _stored.check_group_id(group_id)
-    view = group_admin.read_group(ctx, group_id)
-    frame = group_admin.describe_view(
-        ctx, group_id, view, stop_after=stop_after, stall_after=stall_after
-    )
-    ids = {t.name: t.table_id for t in view.tables.values()}
-    offsets = view.offsets
-    frame["metadata"] = pd.array(
-        [
-            None if (rec := offsets.get((ids.get(t), b))) is None else rec.metadata
-            for t, b in zip(frame["table"].tolist(), frame["bucket"].tolist())
-        ],
-        dtype="string",
-    )
-    lineage = {
-        lin.table_bucket: lin
-        for t in view.tables.values()
-        if t.layout.rescaled
-        for lin in t.layout.lineage(t.name)
-        if lin.state == "sealed" or lin.parents
-    }
-    return GroupBoard(frame, group_admin.members_of(view), view.generation, view.leader, lineage)
+    return conn.group_board(group_id, stop_after=stop_after, stall_after=stall_after)
 
 
 def lag_histories(
@@ -395,5 +325,4 @@ def lag_histories(
         InvalidArgumentError: a bad group id, or ``until`` before ``since``.
         InvalidDurationError: a bad duration.
     """
-    with collector_paused():
-        return _lag.lag_histories(_context_of(conn), group_ids, since=since, until=until)
+    return conn.lag_histories(group_ids, since=since, until=until)

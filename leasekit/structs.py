@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "TableBucket",
@@ -25,6 +28,8 @@ __all__ = [
     "CommittedOffset",
     "GroupStatus",
     "MemberInfo",
+    "GroupBoard",
+    "DESCRIBE_COLUMNS",
 ]
 
 
@@ -34,7 +39,8 @@ class TableBucket(NamedTuple):
     table: str
     """Table name."""
     bucket: int
-    """Bucket number, 0 <= bucket < the table's bucket count."""
+    """Bucket id in the table's layout, active or sealed: 0 <= bucket < the number of buckets
+    the table has ever had (after a rescale the active ids need not be contiguous)."""
 
 
 class BucketLineage(NamedTuple):
@@ -131,6 +137,38 @@ class GroupStatus(NamedTuple):
     unowned: frozenset[TableBucket] = frozenset()
     """Buckets of the tables the live members subscribe to that no live member owns now
     (being handed over, or left by a member that died)."""
+
+
+DESCRIBE_COLUMNS = [
+    "group",
+    "table",
+    "bucket",
+    "current_offset",
+    "log_end_offset",
+    "lag",
+    "time_lag",
+    "consumer_id",
+    "host",
+    "last_commit",
+    "status",
+]
+"""The columns of ``Connection.describe_group``'s frame, in order."""
+
+
+class GroupBoard(NamedTuple):
+    """One reading of a consumer group, as a dashboard shows it (``Connection.group_board``)."""
+
+    frame: pd.DataFrame
+    """``describe_group``'s columns plus ``metadata`` (the last commit's, ``<NA>`` if none)."""
+    members: list[MemberInfo]
+    """Live members, oldest (the leader) first."""
+    generation: int | None
+    """The group's generation, None without live members."""
+    leader: str | None
+    """The leader's member id, None without live members."""
+    lineage: dict[TableBucket, BucketLineage] = {}
+    """The buckets of rescaled tables that a split or merge sealed or made (K6): where each
+    came from and went; empty when no table of the group was ever rescaled."""
 
 
 class Snapshot(NamedTuple):

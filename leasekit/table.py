@@ -39,7 +39,13 @@ class Table(TableInfo):
 
     @property
     def connection(self) -> Any:
-        """The ``Connection`` this table was obtained from."""
+        """The ``Connection`` this table was obtained from.
+
+        Returns:
+            The connection.
+
+        Raises nothing.
+        """
         return self._connection
 
     # -- the log ---------------------------------------------------------------------------
@@ -54,8 +60,18 @@ class Table(TableInfo):
             The offsets assigned, per bucket written.
 
         Raises:
-            InvalidArgumentError: the rows do not fit the schema (missing key, wrong types).
+            InvalidArgumentError: the rows do not fit the schema (a missing column, a null key,
+                a value of the wrong type).
+            InvalidTypeError: ``rows`` is none of those forms, or a row is not a dict.
             TableNotFoundError: the table was dropped.
+            PartialAppendError: some buckets committed before a later transaction failed: it says
+                which are visible and carries the other rows for a retry.
+            SessionLostError: the write lost its ZooKeeper session; nothing is visible, a retry is
+                safe.
+            IllegalStateError: a file could not be written to the warehouse.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
+            ZooKeeperUnavailableError: ZooKeeper did not answer; the rows may have committed
+                (compare ``end_offsets`` before writing them again).
         """
         return append(self, rows, "upsert")
 
@@ -69,8 +85,7 @@ class Table(TableInfo):
             The offsets assigned to the deletions, per bucket written.
 
         Raises:
-            InvalidArgumentError: the keys do not fit the primary key.
-            TableNotFoundError: the table was dropped.
+            As ``append``; InvalidArgumentError also when the keys do not fit the primary key.
         """
         return append(self, keys, "delete")
 
@@ -80,6 +95,10 @@ class Table(TableInfo):
         Returns:
             The first stored offset of every bucket the table has had, sealed ones included
             (0 for a bucket never written).
+
+        Raises:
+            TableNotFoundError: the table was dropped.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self.refresh()
         states = read_states(self, range(self.layout.count))
@@ -91,6 +110,9 @@ class Table(TableInfo):
         Returns:
             The end offset of every bucket the table has had (a sealed bucket's is where it was
             sealed; 0 for a bucket never written).
+
+        Raises:
+            As ``beginning_offsets``.
         """
         self.refresh()
         states = read_states(self, range(self.layout.count))
@@ -100,13 +122,26 @@ class Table(TableInfo):
 
     @property
     def num_buckets(self) -> int:
-        """How many buckets are active now (read from ZooKeeper)."""
+        """How many buckets are active now (read from ZooKeeper).
+
+        Returns:
+            The number of active buckets.
+
+        Raises:
+            As ``beginning_offsets``.
+        """
         return len(self.refresh().active)
 
     @property
     def buckets(self) -> list[TableBucket]:
-        """The active buckets now (read from ZooKeeper); ids need not be contiguous after a
-        rescale."""
+        """The active buckets now (read from ZooKeeper).
+
+        Returns:
+            Their TableBuckets, by id; ids need not be contiguous after a rescale.
+
+        Raises:
+            As ``beginning_offsets``.
+        """
         return [TableBucket(self.name, b) for b in self.refresh().active]
 
     def split_bucket(self, bucket: int | TableBucket) -> tuple[TableBucket, TableBucket]:
@@ -121,9 +156,13 @@ class Table(TableInfo):
 
         Raises:
             BucketNotFoundError: the table never had that bucket.
+            InvalidTypeError: ``bucket`` is not an int or a TableBucket.
+            InvalidArgumentError: a TableBucket of another table.
             IllegalStateError: the bucket is sealed, another rescale of the table committed
                 meanwhile, or the table is being dropped.
             TableNotFoundError: the table was dropped.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         return split_bucket(self, bucket)
 
@@ -133,15 +172,23 @@ class Table(TableInfo):
         """Merge two siblings (the two buckets one split made) back into one new bucket; both are
         sealed at their end offsets (K1).
 
+        Arguments:
+            bucket_a: one sibling, a number or a ``TableBucket``.
+            bucket_b: the other.
+
         Returns:
             The new bucket.
 
         Raises:
             BucketNotFoundError: the table never had one of them.
-            InvalidArgumentError: they are the same bucket, or not siblings.
+            InvalidTypeError: a bucket is not an int or a TableBucket.
+            InvalidArgumentError: they are the same bucket, not siblings, or a TableBucket of
+                another table.
             IllegalStateError: one is sealed, another rescale committed meanwhile, or the table
                 is being dropped.
             TableNotFoundError: the table was dropped.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         return merge_buckets(self, bucket_a, bucket_b)
 
@@ -150,6 +197,9 @@ class Table(TableInfo):
 
         Returns:
             One ``BucketLineage`` per bucket, read from ZooKeeper now.
+
+        Raises:
+            As ``beginning_offsets``.
         """
         return self.refresh().layout.lineage(self.name)
 
@@ -161,16 +211,20 @@ class Table(TableInfo):
         materialises its share of its parents' state, K3).
 
         Arguments:
-            spark: the SparkSession to compact with; ``None`` uses the active one.
+            spark: the SparkSession to compact with; ``None`` uses the active one (or starts one).
 
         Returns:
             The new snapshots, per bucket (empty when no bucket advanced).
 
         Raises:
+            InvalidTypeError: ``spark`` is not a SparkSession.
+            JavaNotFoundError: ``spark`` is None and no Java was found to start Spark with.
             TableNotFoundError: the table was dropped meanwhile.
-            IllegalStateError: Spark failed to compact.
+            IllegalStateError: Spark failed to compact, or the files could not be registered.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
-        from .spark.compact import take_snapshots  # Spark loads on first use
+        from .sparkio.compact import take_snapshots  # Spark loads on first use
 
         return take_snapshots(self, spark)
 
@@ -178,13 +232,17 @@ class Table(TableInfo):
         """Snapshots still stored, oldest first.
 
         Arguments:
-            bucket: one bucket (a number or a ``TableBucket``); ``None`` for all.
+            bucket: one bucket (a number or a ``TableBucket``), active or sealed; ``None`` for all.
 
         Returns:
             The snapshots, oldest first.
 
         Raises:
-            BucketNotFoundError: the table has no such bucket.
+            BucketNotFoundError: the table never had that bucket.
+            InvalidTypeError: ``bucket`` is not an int or a TableBucket.
+            InvalidArgumentError: a TableBucket of another table.
+            TableNotFoundError: the table was dropped.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self.refresh()
         buckets = range(self.layout.count) if bucket is None else [self.bucket_number(bucket)]
@@ -198,6 +256,9 @@ class Table(TableInfo):
 
         Returns:
             Snapshot id per bucket; active buckets whose keys no snapshot stands for are absent.
+
+        Raises:
+            As ``beginning_offsets``.
         """
         latest = latest_cover(self.refresh())
         return {TableBucket(self.name, b): sid for b, sid in latest.items()}

@@ -1,5 +1,6 @@
 """Shared fixtures: one real embedded ZooKeeper and one real local SparkSession per test
-session; a fresh namespace (and warehouse directory) per test."""
+session (per pytest-xdist worker when ``make test`` runs the suite in parallel); a fresh
+namespace (and warehouse directory) per test."""
 
 from __future__ import annotations
 
@@ -11,6 +12,36 @@ import pytest
 
 import leasekit as lk
 from leasekit import embedded, testing
+
+GROUPED_FIXTURES = ("zk_ensemble",)
+"""Session fixtures too costly to start once per worker: their tests share one worker."""
+
+SERVER_JOBS = ("tests/scale/test_spark_", "tests/scale/test_s3")
+"""Tests that start Spark servers and jobs of their own (a cluster, Spark Connect, S3 with a
+Spark job): one at a time, on one worker, so their Python workers start within Spark's
+connect-back timeout even on a busy 2-core machine."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup``, keep on one worker the tests that share a costly server:
+    a module's tests that use a module-scoped fixture (its own ZooKeeper, say), the tests of
+    each fixture in ``GROUPED_FIXTURES``, and the ``SERVER_JOBS``. Without xdist this changes
+    nothing."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = [name for name in GROUPED_FIXTURES if name in info.names_closure]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+            continue
+        if item.nodeid.startswith(SERVER_JOBS):
+            item.add_marker(pytest.mark.xdist_group("scale-servers"))
+            continue
+        defs = [d for ds in info.name2fixturedefs.values() for d in ds]
+        if any(d.scope == "module" for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

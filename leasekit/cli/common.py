@@ -134,7 +134,7 @@ def spark() -> Iterator[SparkSession]:
     """The active SparkSession, or a new one that is stopped at the end."""
     from pyspark.sql import SparkSession
 
-    from ..spark import spark_session
+    from ..datasource import spark_session
 
     active = SparkSession.getActiveSession()
     if active is not None:

@@ -66,14 +66,14 @@ def run(
         IllegalStateError: a check failed (the message names them), or the group did not
             settle.
     """
-    from .. import spark as lks
+    from ..sparkio.session import session
     from . import demo_report, demo_scenario
 
     check_int(rows, "rows", minimum=1)
     check_int(batches, "batches", minimum=1)
     if batches > rows:
         raise InvalidArgumentError(f"batches ({batches}) must not exceed rows ({rows})")
-    spark = lks.session(spark)
+    spark = session(spark)
     started = time.perf_counter()
     outcome = demo_scenario.play(
         conn, spark, table=table, rows=rows, batches=batches, out=out, seed=seed

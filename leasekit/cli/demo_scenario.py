@@ -134,7 +134,7 @@ def play(
     seed: int,
 ) -> Outcome:
     """Run the scenario on a fresh ``table`` (dropped first if it exists) and its group."""
-    from .. import spark as lks
+    from ..sparkio.reads import read_snapshots
 
     orders_table = _fresh_table(conn, table)
     out(f"demo: {rows} order upserts in {batches} batches into {table} ({BUCKETS} buckets)")
@@ -164,7 +164,7 @@ def play(
     return Outcome(
         orders_table, group_id, pin_after, tally, orders.by_status(), audit, log_start,
         joined, join_seconds, takeover, pinned, rescale, after,
-        summarize(lks.read_snapshots(spark, orders_table, latest)),
+        summarize(read_snapshots(spark, orders_table, latest)),
     )  # fmt: skip
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -20,6 +20,7 @@ from ..zk import to_datetime
 from .groups import GroupMethods
 from .leases import LeaseMethods
 from .monitoring import MonitorMethods
+from .watching import ChangeWatcher
 
 __all__ = ["Connection", "context_of"]
 
@@ -89,6 +90,39 @@ class Connection(LeaseMethods, GroupMethods, MonitorMethods):
             ZooKeeperUnavailableError: ZooKeeper cannot be reached.
         """
         return to_datetime(self._context.server_time_ms())
+
+    def server_time_estimate(self) -> int | None:
+        """The ZooKeeper clock estimated from the last reading, without I/O: the base of a
+        view's countdowns between refreshes.
+
+        Returns:
+            Epoch milliseconds, or None before the connection first read the clock.
+        """
+        return self._context.server_clock.estimate_ms()
+
+    def change_watcher(
+        self,
+        *,
+        follow: Literal["all", "positions", "retention"] = "all",
+        name: str = "leasekit-live",
+    ) -> ChangeWatcher:
+        """What a live view needs to follow changes of what it read (``leasekit.live.LiveView``
+        is built on it): reads that note the znodes they touch, watches on those znodes' change
+        markers, the session's state, and a thread of its own for the view's calls. No I/O.
+
+        Arguments:
+            follow: which changes of what was read matter: ``"all"``; ``"positions"``, all but
+                the log's segment records; ``"retention"``, the children of every znode listed
+                and the data of tables and leases.
+            name: the name of its thread.
+
+        Returns:
+            The ``ChangeWatcher``; ``close()`` ends its thread.
+
+        Raises:
+            InvalidArgumentError: ``follow`` is not one of those values.
+        """
+        return ChangeWatcher(self._context, follow=follow, name=name)
 
     def settings(self) -> dict[str, Any]:
         """The namespace-wide settings every client of the namespace applies.

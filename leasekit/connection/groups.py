@@ -4,12 +4,14 @@ groups (DESIGN §6.5, §6.6)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..consumers.admin import group_admin
 from ..consumers.consumer import Consumer
+from ..consumers.options import DEFAULT_SETTINGS as _DEFAULT
 from ..memory import collector_paused
-from ..structs import GroupStatus, MemberInfo, TableBucket
+from ..structs import GroupBoard, GroupStatus, MemberInfo, TableBucket
 from ..tables import catalog as _tables
 
 if TYPE_CHECKING:
@@ -29,16 +31,16 @@ class GroupMethods:
     def consumer(
         self,
         *tables: str | Table,
-        group_id: str | None = None,
-        auto_offset_reset: str = "latest",
-        enable_auto_commit: bool = True,
-        auto_commit_interval: Any = "5s",
-        session_timeout: Any = "10s",
-        assignor: str = "sticky",
-        listener: Any = None,
-        max_poll_records: int = 10_000,
-        max_poll_interval: Any = "5m",
-        parent_first: bool = True,
+        group_id: str | None = _DEFAULT.group_id,
+        auto_offset_reset: str = _DEFAULT.auto_offset_reset,
+        enable_auto_commit: bool = _DEFAULT.enable_auto_commit,
+        auto_commit_interval: Any = _DEFAULT.auto_commit_interval,
+        session_timeout: Any = _DEFAULT.session_timeout,
+        assignor: str = _DEFAULT.assignor,
+        listener: Any = _DEFAULT.listener,
+        max_poll_records: int = _DEFAULT.max_poll_records,
+        max_poll_interval: Any = _DEFAULT.max_poll_interval,
+        parent_first: bool = _DEFAULT.parent_first,
     ) -> Consumer:
         """A consumer of ``tables`` (every bucket); with ``group_id`` it commits for that group.
 
@@ -48,7 +50,7 @@ class GroupMethods:
             auto_offset_reset: "earliest", "latest" or "none": where to start without a
                 committed offset.
             enable_auto_commit: commit the positions every ``auto_commit_interval``.
-            auto_commit_interval: a duration.
+            auto_commit_interval: how often to commit (a duration).
             session_timeout: how long a silent member stays in the group (a duration).
             assignor: how buckets are spread over members: "sticky", "range" or "roundrobin".
             listener: a ``BucketRebalanceListener`` told of revoked and assigned buckets.
@@ -105,6 +107,34 @@ class GroupMethods:
             CorruptMetadataError: the group's stored records cannot be read.
         """
         return group_admin.describe_group(self._context, group_id)
+
+    def group_board(
+        self,
+        group_id: str,
+        *,
+        stop_after: timedelta = timedelta(seconds=60),
+        stall_after: timedelta = timedelta(seconds=60),
+    ) -> GroupBoard:
+        """Read a consumer group once, as a dashboard shows it (the round trips of
+        ``describe_group``): each bucket's row with its commit metadata, and the live members.
+        Its lag over time is ``lag_history``.
+
+        Arguments:
+            group_id: the group.
+            stop_after: Burrow's STOP threshold (rule 3 of the health rules).
+            stall_after: Burrow's STALL threshold (rule 5).
+
+        Returns:
+            The group's ``GroupBoard``.
+
+        Raises:
+            InvalidArgumentError: ``group_id`` is not a valid id.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+            IllegalStateError: the connection is closed.
+        """
+        return group_admin.group_board(
+            self._context, group_id, stop_after=stop_after, stall_after=stall_after
+        )
 
     def group_members(self, group_id: str) -> list[MemberInfo]:
         """The group's live members.

@@ -80,14 +80,7 @@ class LeaseMethods:
             LeaseExpiredError: the lease expired or is being dropped.
             PermissionDeniedError: this connection's credentials may not write the namespace.
         """
-        check_id(lease_id)
-        duration_ms = lease_acquire.lease_duration_ms(self._context, lease_duration)
-        return lease_acquire.acquire(
-            self._context,
-            lease_id,
-            lease_acquire.check_snapshot_ids(self._context, snapshot_ids),
-            duration_ms,
-        )
+        return lease_acquire.acquire(self._context, lease_id, snapshot_ids, lease_duration)
 
     def renew_kv_snapshot_lease(self, lease_id: str, lease_duration: Any) -> datetime:
         """Extend the lease to at least now + ``lease_duration``.
@@ -106,14 +99,7 @@ class LeaseMethods:
             LeaseExpiredError: the lease expired before the renewal.
             PermissionDeniedError: this connection's credentials may not write the namespace.
         """
-        check_id(lease_id)
-        return to_datetime(
-            lease_acquire.renew(
-                self._context,
-                lease_id,
-                lease_acquire.lease_duration_ms(self._context, lease_duration),
-            )
-        )
+        return to_datetime(lease_acquire.renew(self._context, lease_id, lease_duration))
 
     def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
         """Unpin these buckets from the lease (idempotent).
@@ -150,7 +136,6 @@ class LeaseMethods:
             InvalidLeaseIdError: a bad ``lease_id``.
             PermissionDeniedError: this connection's credentials may not write the namespace.
         """
-        check_id(lease_id)
         return lease_upkeep.drop(self._context, lease_id)
 
     @collector_paused()

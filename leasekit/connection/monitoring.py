@@ -1,5 +1,5 @@
 """The monitoring part of the ``Connection`` facade (DESIGN §6.12): the lag history of a group
-and the overview of every group."""
+(or of many, from one read) and the overview of every group."""
 
 from __future__ import annotations
 
@@ -53,6 +53,29 @@ class MonitorMethods:
         from ..monitor.lag.series import lag_history
 
         return lag_history(self._context, group_id, since=since, until=until, by_bucket=by_bucket)
+
+    @collector_paused()
+    def lag_histories(
+        self, group_ids: list[str], *, since: Any = None, until: Any = None
+    ) -> dict[str, pd.DataFrame]:
+        """Each group's lag over time, as ``lag_history(group, since=..., until=...)`` gives it,
+        from one read of the history: what a view of every group's trend reads (one
+        ``lag_history`` per group would read the same files once per group).
+
+        Arguments:
+            group_ids: the groups; one without samples in the range gets an empty frame.
+            since, until: as ``lag_history`` takes them.
+
+        Returns:
+            A frame of ``lag_history``'s columns per group id.
+
+        Raises:
+            InvalidArgumentError: a bad group id, or ``until`` before ``since``.
+            InvalidDurationError: a bad duration.
+        """
+        from ..monitor.lag.series import lag_histories
+
+        return lag_histories(self._context, group_ids, since=since, until=until)
 
     @collector_paused()
     def group_overview(self) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from .assignors import get_assignor
 from .coordinators import coordinator_for
 from .fetcher import Fetcher
 from .log_view import LogView
-from .options import RESET_POLICIES, consumer_options
+from .options import RESET_POLICIES, ConsumerSettings, consumer_options
 from .options import timeout as timeout_seconds
 from .subscription import SubscriptionState
 
@@ -33,38 +33,25 @@ T = TypeVar("T")
 
 
 class Consumer:
-    """Reads buckets of tables by offset; built by ``Connection.consumer`` (see its arguments)."""
+    """Reads buckets of tables by offset; built by ``Connection.consumer`` (see its arguments:
+    ``settings`` are those keywords, ``ConsumerSettings``)."""
 
     def __init__(
         self,
         ctx: Context,
         tables: Iterable[TableInfo],
         *,
-        group_id: str | None = None,
-        auto_offset_reset: str = "latest",
-        enable_auto_commit: bool = True,
-        auto_commit_interval: Any = "5s",
-        session_timeout: Any = "10s",
-        assignor: str = "sticky",
-        listener: BucketRebalanceListener | None = None,
-        max_poll_records: int = 10_000,
-        max_poll_interval: Any = "5m",
-        parent_first: bool = True,
         exclusive_prefix: str | None = None,
+        **settings: Any,
     ) -> None:
-        options = consumer_options(
-            auto_offset_reset=auto_offset_reset,
-            enable_auto_commit=enable_auto_commit,
-            auto_commit_interval=auto_commit_interval,
-            session_timeout=session_timeout,
-            max_poll_interval=max_poll_interval,
-            max_poll_records=max_poll_records,
-            parent_first=parent_first,
-        )._replace(exclusive_prefix=exclusive_prefix)  # (the data source's stream: D3)
-        chosen = get_assignor(assignor)
-        self._sub = SubscriptionState(ctx, listener)
+        asked = ConsumerSettings(**settings)
+        options = consumer_options(asked, exclusive_prefix)  # (exclusive: the data source, D3)
+        chosen = get_assignor(asked.assignor)
+        self._sub = SubscriptionState(ctx, asked.listener)
         log = LogView(self._sub)
-        self._coordinator = coordinator_for(ctx, group_id, self._sub, options, chosen, log.wake)
+        self._coordinator = coordinator_for(
+            ctx, asked.group_id, self._sub, options, chosen, log.wake
+        )
         self._fetcher = Fetcher(self._sub, log, self._coordinator, options)
         self._closed = False
         if tables := list(tables):
@@ -88,9 +75,12 @@ class Consumer:
             listener: a ``BucketRebalanceListener`` told of the buckets revoked and assigned.
 
         Raises:
-            IllegalStateError: closed, or it has a manual assignment. TableNotFoundError.
-            InvalidArgumentError: neither or both of ``tables`` and ``pattern``, a bad pattern.
+            IllegalStateError: closed, or it has a manual assignment.
+            InvalidArgumentError: neither or both of ``tables`` and ``pattern``, a bad pattern or
+                table name.
             InvalidTypeError: ``tables`` is not a collection; a bad pattern or listener.
+            TableNotFoundError: a table does not exist.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         self._subscribe(self._sub.resolve(tables, pattern, listener, self._fetcher.wake), listener)
@@ -108,8 +98,11 @@ class Consumer:
             buckets: a collection of TableBucket (empty: consume nothing).
 
         Raises:
-            IllegalStateError: closed, or it subscribes. InvalidTypeError: not TableBuckets.
+            IllegalStateError: closed, or it subscribes.
+            InvalidTypeError: not a collection of TableBucket.
+            InvalidArgumentError: a bucket's table name is not valid.
             TableNotFoundError, BucketNotFoundError: a bucket that does not exist.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         self._sub.assign(self._sub.buckets(buckets))
@@ -120,6 +113,8 @@ class Consumer:
 
         Raises:
             IllegalStateError: closed.
+            ZooKeeperUnavailableError, PermissionDeniedError: the auto-commit of the revoked
+                buckets failed; the consumer left the group all the same.
         """
         self._check_open()
         self._sub.stop_pattern()
@@ -128,7 +123,13 @@ class Consumer:
         self._fetcher.sync_assignment()
 
     def assignment(self) -> set[TableBucket]:
-        """The buckets this consumer reads now (a group's assignment changes inside ``poll``)."""
+        """The buckets this consumer reads now (a group's assignment changes inside ``poll``).
+
+        Returns:
+            A new set of TableBucket.
+
+        Raises nothing.
+        """
         return set(self._sub.assignment())
 
     def poll(
@@ -150,6 +151,11 @@ class Consumer:
             IllegalStateError: closed.
             InvalidDurationError, InvalidArgumentError, InvalidTypeError: bad arguments.
             NoOffsetForBucketError, OffsetOutOfRangeError: with ``auto_offset_reset="none"`` (C5).
+            DataFileMissingError: a log file the metadata lists is missing (records read from
+                other buckets before it are returned first).
+            GroupNotEmptyError: a Spark stream reads the group alone; joining it is refused.
+            PermissionDeniedError: joining the group needs the namespace's credentials.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         wait, limit = timeout_seconds(timeout), self._fetcher.max_poll_records
@@ -207,67 +213,109 @@ class Consumer:
     def position(self, tb: TableBucket) -> int:
         """The offset of the next record of the assigned ``tb`` (C1), set first if it had none.
 
+        Arguments:
+            tb: an assigned TableBucket.
+
+        Returns:
+            The offset.
+
         Raises:
-            IllegalStateError: closed, or ``tb`` not assigned. InvalidTypeError: not a TableBucket.
+            IllegalStateError: closed, or ``tb`` not assigned.
+            InvalidTypeError: ``tb`` is not a TableBucket.
             NoOffsetForBucketError: no committed offset and ``auto_offset_reset="none"``.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         return self._fetcher.position(tb)
 
     def seek(self, tb: TableBucket, offset: int) -> None:
-        """Make ``offset`` (an int in [0, 2**63)) the next record of the assigned ``tb`` (C6).
+        """Make ``offset`` the next record of the assigned ``tb`` (C6).
+
+        Arguments:
+            tb: an assigned TableBucket.
+            offset: an int in [0, 2**63).
 
         Raises:
-            IllegalStateError: closed, or ``tb`` not assigned. InvalidTypeError: not an int.
+            IllegalStateError: closed, or ``tb`` not assigned.
+            InvalidTypeError: ``tb`` is not a TableBucket, or ``offset`` not an int.
             InvalidArgumentError: ``offset`` is negative, or 2**63 or more.
         """
         self._check_open()
         self._fetcher.seek(tb, offset)
 
     def seek_to_beginning(self, *tbs: TableBucket) -> None:
-        """Move the assigned buckets ``tbs`` (all when none) to their first stored offset.
+        """Move assigned buckets to their first stored offset.
+
+        Arguments:
+            tbs: assigned TableBuckets; none: the whole assignment.
 
         Raises:
-            IllegalStateError: closed, or a bucket not assigned. InvalidTypeError: not a bucket.
+            IllegalStateError: closed, or a bucket not assigned.
+            InvalidTypeError: not a TableBucket.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         self._fetcher.seek_to_beginning(tbs)
 
     def seek_to_end(self, *tbs: TableBucket) -> None:
-        """Move the assigned buckets ``tbs`` (all when none) to their log end.
+        """Move assigned buckets to their log end.
+
+        Arguments:
+            tbs: assigned TableBuckets; none: the whole assignment.
 
         Raises:
-            IllegalStateError: closed, or a bucket not assigned. InvalidTypeError: not a bucket.
+            As ``seek_to_beginning``.
         """
         self._check_open()
         self._fetcher.seek_to_end(tbs)
 
     def seek_to_committed(self, *tbs: TableBucket) -> dict[TableBucket, int | None]:
-        """Move the assigned buckets ``tbs`` (all when none) to the group's committed offsets
-        (a committed 0 included, C6); a bucket without one gets the reset policy.
+        """Move assigned buckets to the group's committed offsets (a committed 0 included, C6);
+        a bucket without one gets the reset policy.
+
+        Arguments:
+            tbs: assigned TableBuckets; none: the whole assignment.
 
         Returns:
             The committed offset of each bucket, None where there is none.
 
         Raises:
-            IllegalStateError: closed, or a bucket not assigned. InvalidTypeError: not a bucket.
-            IllegalOperationError: no ``group_id``. NoOffsetForBucketError: as ``position``.
+            IllegalOperationError: no ``group_id``.
+            IllegalStateError: closed, or a bucket not assigned.
+            InvalidTypeError: not a TableBucket.
+            NoOffsetForBucketError: as ``position``.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         return self._fetcher.seek_to_committed(tbs)
 
     def beginning_offsets(self, tbs: Iterable[TableBucket]) -> dict[TableBucket, int]:
-        """The first stored offset of each of ``tbs`` (any buckets), read now; nothing moves.
+        """The first stored offset of buckets, read now; no position moves.
+
+        Arguments:
+            tbs: a collection of TableBucket, assigned or not.
+
+        Returns:
+            The offset of each bucket.
 
         Raises:
-            IllegalStateError: closed. InvalidTypeError: not a collection of TableBucket.
+            IllegalStateError: closed.
+            InvalidTypeError: not a collection of TableBucket.
+            InvalidArgumentError: a bucket's table name is not valid.
             TableNotFoundError, BucketNotFoundError: a bucket that does not exist.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         return {tb: b.begin for tb, b in self._fetcher.bounds_now(tbs).items()}
 
     def end_offsets(self, tbs: Iterable[TableBucket]) -> dict[TableBucket, int]:
-        """The log end offset of each of ``tbs`` (any buckets), read now; nothing moves.
+        """The log end offset of buckets, read now; no position moves.
+
+        Arguments:
+            tbs: a collection of TableBucket, assigned or not.
+
+        Returns:
+            The offset of each bucket.
 
         Raises:
             As ``beginning_offsets``.
@@ -278,28 +326,44 @@ class Consumer:
     def offsets_for_times(
         self, timestamps: Mapping[TableBucket, int]
     ) -> dict[TableBucket, int | None]:
-        """Per bucket, the earliest offset whose timestamp is >= the given epoch ms, read now (C7).
+        """Per bucket, the earliest offset whose timestamp is >= the given time, read now (C7).
+
+        Arguments:
+            timestamps: TableBucket (assigned or not) -> epoch milliseconds.
 
         Returns:
             The offset of each bucket, None where no record is that recent.
 
         Raises:
-            As ``beginning_offsets``; InvalidArgumentError: a bad timestamp.
+            As ``beginning_offsets``; InvalidArgumentError, InvalidTypeError: a bad timestamp.
         """
         self._check_open()
         return self._fetcher.offsets_for_times(timestamps)
 
     def highwater(self, tb: TableBucket) -> int | None:
-        """The log end of the assigned bucket ``tb`` at the last poll that read it; None before.
+        """The log end of the assigned ``tb`` as the last poll that read it saw it.
+
+        Arguments:
+            tb: an assigned TableBucket.
+
+        Returns:
+            The offset; None before such a poll.
 
         Raises:
-            IllegalStateError: closed, or ``tb`` not assigned. InvalidTypeError: not a TableBucket.
+            IllegalStateError: closed, or ``tb`` not assigned.
+            InvalidTypeError: ``tb`` is not a TableBucket.
         """
         self._check_open()
         return self._fetcher.highwater(tb)
 
     def last_poll_timestamp(self, tb: TableBucket) -> int | None:
-        """Epoch ms of the last poll that looked at the assigned bucket ``tb``; None before one.
+        """When the last poll looked at the assigned ``tb``.
+
+        Arguments:
+            tb: an assigned TableBucket.
+
+        Returns:
+            Epoch milliseconds; None before such a poll.
 
         Raises:
             As ``highwater``.
@@ -308,37 +372,72 @@ class Consumer:
         return self._fetcher.last_poll_timestamp(tb)
 
     def pause(self, *tbs: TableBucket) -> None:
-        """Hand out no records of the assigned buckets ``tbs`` until they are resumed.
+        """Hand out no records of assigned buckets until they are resumed.
+
+        Arguments:
+            tbs: assigned TableBuckets.
 
         Raises:
-            IllegalStateError: closed, or a bucket not assigned. InvalidTypeError: not a bucket.
+            IllegalStateError: closed, or a bucket not assigned.
+            InvalidTypeError: not a TableBucket.
         """
         self._check_open()
         self._sub.pause(tbs, True)
 
     def resume(self, *tbs: TableBucket) -> None:
-        """Hand out records of the paused buckets ``tbs`` again (raises as ``pause``)."""
+        """Hand out records of paused buckets again.
+
+        Arguments:
+            tbs: assigned TableBuckets.
+
+        Raises:
+            As ``pause``.
+        """
         self._check_open()
         self._sub.pause(tbs, False)
         self._fetcher.wake()
 
     def paused(self) -> set[TableBucket]:
-        """The assigned buckets paused now."""
+        """The assigned buckets paused now.
+
+        Returns:
+            A new set of TableBucket.
+
+        Raises nothing.
+        """
         return self._sub.paused()
 
     @property
     def group_id(self) -> str | None:
-        """The consumer's group; None without one."""
+        """The consumer's group.
+
+        Returns:
+            The group id; None without a group.
+
+        Raises nothing.
+        """
         return self._coordinator.group_id
 
     @property
     def member_id(self) -> str | None:
-        """Its id in the group once it polled as a subscribed group member; else None."""
+        """Its id in the group, once it polled as a subscribed group member.
+
+        Returns:
+            The member id; None before, after leaving, and without a group.
+
+        Raises nothing.
+        """
         return self._coordinator.member_id
 
     @property
     def generation(self) -> int | None:
-        """The group generation of its assignment as a member; else None."""
+        """The group generation of its assignment as a member.
+
+        Returns:
+            The generation; None when it is not a member.
+
+        Raises nothing.
+        """
         return self._coordinator.generation
 
     def commit(self, offsets: Mapping[TableBucket, int | OffsetAndMetadata] | None = None) -> None:
@@ -350,11 +449,14 @@ class Consumer:
                 (metadata: at most 4096 UTF-8 bytes).
 
         Raises:
-            IllegalOperationError: no ``group_id``. IllegalStateError: closed, or not assigned.
+            IllegalOperationError: no ``group_id``.
+            IllegalStateError: closed, or a bucket not assigned.
             InvalidArgumentError, InvalidTypeError: bad offsets, before anything is written.
             CommitFailedError: a member that no longer owns a bucket or left the group (C11).
             GroupNotEmptyError: a manual assignment commits into a group with live members (§6.5).
             TableNotFoundError: a bucket of a dropped table (C17).
+            PermissionDeniedError: this connection's credentials may not write the namespace.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         self._coordinator.require_group()
@@ -362,11 +464,21 @@ class Consumer:
         self._coordinator.commit(wanted, skip_dropped=offsets is None)
 
     def committed(self, tb: TableBucket) -> int | None:
-        """The group's committed offset of ``tb`` (any bucket), read now; None before one (C2).
+        """The group's committed offset of ``tb``, read now (C2).
+
+        Arguments:
+            tb: a TableBucket, assigned or not.
+
+        Returns:
+            The offset; None before a commit.
 
         Raises:
-            IllegalStateError: closed. IllegalOperationError: no ``group_id``.
-            InvalidTypeError: not a TableBucket. TableNotFoundError, BucketNotFoundError.
+            IllegalOperationError: no ``group_id``.
+            IllegalStateError: closed.
+            InvalidTypeError: ``tb`` is not a TableBucket.
+            InvalidArgumentError: its table name is not valid.
+            TableNotFoundError, BucketNotFoundError: a bucket that does not exist.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check_open()
         self._coordinator.require_group()
@@ -378,7 +490,8 @@ class Consumer:
         """Commit the positions (with auto-commit, C8), leave the group, stop; twice: no-op.
 
         Raises:
-            ZooKeeperUnavailableError: the final auto-commit failed; the consumer is closed.
+            ZooKeeperUnavailableError, PermissionDeniedError: the final auto-commit failed; the
+                consumer is closed all the same.
         """
         if self._closed:
             return

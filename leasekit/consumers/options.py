@@ -14,6 +14,8 @@ from ..zk import MAX_SESSION_TIMEOUT as _ZK_SESSION_LIMIT
 __all__ = [
     "RESET_POLICIES",
     "MAX_SESSION_TIMEOUT",
+    "ConsumerSettings",
+    "DEFAULT_SETTINGS",
     "ConsumerOptions",
     "consumer_options",
     "seconds",
@@ -23,6 +25,35 @@ __all__ = [
 RESET_POLICIES = ("earliest", "latest", "none")
 MAX_SESSION_TIMEOUT = timedelta(seconds=_ZK_SESSION_LIMIT)
 """ZooKeeper takes a session timeout in int32 milliseconds (about 24.8 days)."""
+
+
+class ConsumerSettings(NamedTuple):
+    """What a consumer is asked for, unchecked: the keywords of ``Connection.consumer`` (§6.5),
+    with their defaults written only here."""
+
+    group_id: str | None = None
+    """The consumer group; None: no group."""
+    auto_offset_reset: str = "latest"
+    """Where a bucket without a committed offset starts: "earliest", "latest" or "none"."""
+    enable_auto_commit: bool = True
+    """Commit the positions every ``auto_commit_interval``."""
+    auto_commit_interval: Any = "5s"
+    """A duration."""
+    session_timeout: Any = "10s"
+    """How long a silent member stays in the group (a duration)."""
+    assignor: str = "sticky"
+    """How buckets are spread over members: "sticky", "range" or "roundrobin"."""
+    listener: Any = None
+    """A ``BucketRebalanceListener``, or None."""
+    max_poll_records: int = 10_000
+    """The most records one ``poll`` returns."""
+    max_poll_interval: Any = "5m"
+    """The longest time between polls before the member leaves (a duration)."""
+    parent_first: bool = True
+    """K5: a new bucket is read only once its parents are drained (False: at once)."""
+
+
+DEFAULT_SETTINGS = ConsumerSettings()
 
 
 class ConsumerOptions(NamedTuple):
@@ -46,41 +77,36 @@ class ConsumerOptions(NamedTuple):
 
 
 def consumer_options(
-    *,
-    auto_offset_reset: Any,
-    enable_auto_commit: Any,
-    auto_commit_interval: Any,
-    session_timeout: Any,
-    max_poll_interval: Any,
-    max_poll_records: Any,
-    parent_first: Any = True,
+    settings: ConsumerSettings, exclusive_prefix: str | None = None
 ) -> ConsumerOptions:
-    """The settings checked; ``InvalidArgumentError`` (or ``InvalidTypeError``) for a bad one."""
-    if auto_offset_reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
+    """The settings checked (all but the group, assignor and listener, which their parts
+    check); ``InvalidArgumentError`` (or ``InvalidTypeError``) for a bad one."""
+    reset = settings.auto_offset_reset
+    if reset not in RESET_POLICIES:  # C5: refused, never a silent fallback
         raise InvalidArgumentError(
-            f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, "
-            f"not {auto_offset_reset!r}"
+            f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}, not {reset!r}"
         )
-    check_bool(enable_auto_commit, "enable_auto_commit")
-    check_bool(parent_first, "parent_first")
-    session = seconds(session_timeout, "session_timeout")
-    idle = seconds(max_poll_interval, "max_poll_interval")
+    check_bool(settings.enable_auto_commit, "enable_auto_commit")
+    check_bool(settings.parent_first, "parent_first")
+    session = seconds(settings.session_timeout, "session_timeout")
+    idle = seconds(settings.max_poll_interval, "max_poll_interval")
     for name, value in (("session_timeout", session), ("max_poll_interval", idle)):
         if value <= 0:
             raise InvalidArgumentError(f"{name} must be greater than 0")
     if session > MAX_SESSION_TIMEOUT.total_seconds():
         raise InvalidArgumentError(
             f"session_timeout must be at most {MAX_SESSION_TIMEOUT.days}d "
-            f"(ZooKeeper's limit), got {session_timeout!r}"
+            f"(ZooKeeper's limit), got {settings.session_timeout!r}"
         )
     return ConsumerOptions(
-        auto_offset_reset,
-        enable_auto_commit,
-        seconds(auto_commit_interval, "auto_commit_interval"),
+        reset,
+        settings.enable_auto_commit,
+        seconds(settings.auto_commit_interval, "auto_commit_interval"),
         session,
         idle,
-        check_positive_int(max_poll_records, "max_poll_records"),
-        parent_first,
+        check_positive_int(settings.max_poll_records, "max_poll_records"),
+        settings.parent_first,
+        exclusive_prefix,
     )
 
 

@@ -68,14 +68,12 @@ def lease_duration_ms(ctx: Context, duration: Any) -> int:
 # -- acquire ------------------------------------------------------------------------------
 
 
-def acquire(
-    ctx: Context,
-    lease_id: str,
-    wanted: Mapping[TableInfo, Mapping[int, int]],
-    duration_ms: int,
-) -> AcquireResult:
-    """Pin ``{table: {bucket: snapshot_id}}`` for the lease (see ``acquire_with_time``)."""
-    return acquire_with_time(ctx, lease_id, wanted, duration_ms)[0]
+def acquire(ctx: Context, lease_id: str, snapshot_ids: object, duration: Any) -> AcquireResult:
+    """Pin ``{TableBucket: snapshot_id}`` for the lease, creating it on first use (Fluss's
+    shape): the id is checked first, then the duration and the snapshot ids (L1, L2)."""
+    check_id(lease_id)
+    duration_ms = lease_duration_ms(ctx, duration)
+    return _pin(ctx, lease_id, check_snapshot_ids(ctx, snapshot_ids), duration_ms)[0]
 
 
 def acquire_latest(
@@ -86,6 +84,7 @@ def acquire_latest(
     ``acquired`` then holds sealed buckets); also the commit time (ms). An active bucket with
     neither is unavailable with -1. A bucket whose newest snapshot goes while pinning is looked
     up again. ``holder``: as in ``acquire_with_time``."""
+    check_id(lease_id)
     wanted: dict[TableInfo, dict[int, int]] = {}
     missing: dict[TableBucket, int] = {}
     for table in table_list(ctx, tables):
@@ -93,13 +92,22 @@ def acquire_latest(
         used = cover(table.layout, latest)
         wanted[table] = {b: latest[b] for b in used.used}
         missing.update({TableBucket(table.name, b): -1 for b in used.uncovered})
-    result, committed_ms = acquire_with_time(
-        ctx, lease_id, wanted, duration_ms, latest=True, holder=holder
-    )
+    result, committed_ms = _pin(ctx, lease_id, wanted, duration_ms, latest=True, holder=holder)
     return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
 
 
 def acquire_with_time(
+    ctx: Context, lease_id: str, snapshot_ids: object, duration_ms: int, *, holder: str = ""
+) -> tuple[AcquireResult, int]:
+    """Pin ``{TableBucket: snapshot_id}`` for the lease, creating it on first use (L3, L4, L8);
+    also returns the ZooKeeper time of the last commit. The id is checked first (L1).
+    ``holder``: the token of the keepalive acquiring (recorded in the lease record for the
+    inventory, M4), "" for none."""
+    check_id(lease_id)
+    return _pin(ctx, lease_id, check_snapshot_ids(ctx, snapshot_ids), duration_ms, holder=holder)
+
+
+def _pin(
     ctx: Context,
     lease_id: str,
     wanted: Mapping[TableInfo, Mapping[int, int]],
@@ -108,9 +116,8 @@ def acquire_with_time(
     latest: bool = False,
     holder: str = "",
 ) -> tuple[AcquireResult, int]:
-    """Pin ``{table: {bucket: snapshot_id}}`` for the lease, creating it on first use (L3, L4, L8);
-    also returns the ZooKeeper time of the last commit. ``holder``: the token of the keepalive
-    acquiring (recorded in the lease record for the inventory, M4), "" for none.
+    """Pin ``{table: {bucket: snapshot_id}}`` for the lease whose id was checked; also the
+    ZooKeeper time of the last commit.
 
     One pipelined read, then transactions as large as ZooKeeper takes, each carrying the pins
     of whole pin arrays together with those arrays and the lease record (whose mtime becomes
@@ -118,7 +125,6 @@ def acquire_with_time(
     unavailable; with ``latest`` (acquire_latest) its bucket's newest snapshot is looked up
     again (L6).
     """
-    check_id(lease_id)
     tables = {t.table_id: t for t in wanted}
     work: dict[Key, dict[int, int]] = {
         (table.table_id, chunk): {b: buckets[b] for b in group}
@@ -273,17 +279,24 @@ def table_list(ctx: Context, tables: Any) -> list[TableInfo]:
 # -- renew and validity -----------------------------------------------------------------
 
 
-def renew(ctx: Context, lease_id: str, duration_ms: int | None) -> int:
-    """Extend the lease; returns the new expiry (ms). Only extends, never shortens (L7, L8)."""
-    return renew_with_time(ctx, lease_id, duration_ms)[0]
+def renew(ctx: Context, lease_id: str, duration: Any) -> int:
+    """Extend the lease by ``duration`` (Fluss's shape); returns the new expiry (ms). Only
+    extends, never shortens (L7, L8). The id is checked first, then the duration (L1, L2)."""
+    check_id(lease_id)
+    return _renew(ctx, lease_id, lease_duration_ms(ctx, duration), "")[0]
 
 
 def renew_with_time(
     ctx: Context, lease_id: str, duration_ms: int | None, *, holder: str = ""
 ) -> tuple[int, int]:
-    """``renew``, also returning the ZooKeeper time of the renewal (ms). ``holder``: the token
-    of the keepalive renewing, "" for none."""
+    """Extend the lease by ``duration_ms`` (None: its own duration); the new expiry and the
+    ZooKeeper time of the renewal (ms). ``holder``: the token of the keepalive renewing, ""
+    for none."""
     check_id(lease_id)
+    return _renew(ctx, lease_id, duration_ms, holder)
+
+
+def _renew(ctx: Context, lease_id: str, duration_ms: int | None, holder: str) -> tuple[int, int]:
     path = ctx.paths.lease(lease_id)
     while True:
         now, (node,) = ctx.read_with_clock([path])

@@ -120,12 +120,24 @@ class KvSnapshotLease:
 
     @property
     def expires_at(self) -> datetime | None:
-        """Expiry as of the last acquire or renew through this handle."""
+        """Expiry as of the last acquire or renew through this handle.
+
+        Returns:
+            A UTC datetime; None before the first acquire or renew.
+
+        Raises nothing.
+        """
         return None if self._expires_ms is None else to_datetime(self._expires_ms)
 
     @property
     def alive(self) -> bool:
-        """False once expired, dropped or after a failed keepalive renew."""
+        """Whether the lease still holds, as this handle knows it (no I/O).
+
+        Returns:
+            False once expired, dropped or after a failed keepalive renew; else True.
+
+        Raises nothing.
+        """
         if self._failure is not None or self._dropped:
             return False
         if self._expires_ms is None or self._seen is None:
@@ -151,12 +163,12 @@ class KvSnapshotLease:
             TableNotFoundError: a table does not exist or was dropped while pinning.
             BucketNotFoundError: a bucket number the table does not have.
             LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check()
-        wanted = acquire.check_snapshot_ids(self._ctx, snapshot_ids)
         result, committed_ms = acquire.acquire_with_time(
-            self._ctx, self.lease_id, wanted, self._duration_ms, holder=self._holder
+            self._ctx, self.lease_id, snapshot_ids, self._duration_ms, holder=self._holder
         )
         self._note(_ms(result.expires_at), committed_ms)
         return result
@@ -181,6 +193,7 @@ class KvSnapshotLease:
             InvalidArgumentError: a name is not a valid table name.
             TableNotFoundError: a table does not exist or was dropped while pinning.
             LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check()
@@ -204,6 +217,7 @@ class KvSnapshotLease:
             InvalidDurationError: ``duration`` is not > 0 and <= ``lease.max-duration``.
             LeaseNotFoundError: the lease was never acquired.
             LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check()
@@ -223,9 +237,11 @@ class KvSnapshotLease:
 
         Raises:
             InvalidTypeError: ``buckets`` is not an iterable of ``TableBucket``.
+            InvalidArgumentError: a bucket's table name is not valid.
             TableNotFoundError: a table does not exist.
             LeaseNotFoundError: the lease does not exist.
             LeaseExpiredError: the handle's keepalive failed.
+            PermissionDeniedError: this connection's credentials may not write the namespace.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._check()
@@ -238,6 +254,7 @@ class KvSnapshotLease:
             True if the lease was removed; False if it did not exist.
 
         Raises:
+            PermissionDeniedError: this connection's credentials may not write the namespace.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         self._stop_keepalive()
@@ -264,7 +281,7 @@ class KvSnapshotLease:
         rescale made before its first snapshot). No key is read twice.
 
         Arguments:
-            spark: the SparkSession to read with.
+            spark: the SparkSession to read with; None uses the active one (or starts one).
             table: a table name (or Table).
             allow_partial: read only what the pins cover when some active buckets are covered
                 neither by a pin of their own nor by their ancestors'.
@@ -273,13 +290,18 @@ class KvSnapshotLease:
             A DataFrame of the table's columns.
 
         Raises:
+            InvalidTypeError: ``spark`` is not a SparkSession, or ``table`` not a name.
+            InvalidArgumentError: ``table`` is not a valid table name.
+            JavaNotFoundError: ``spark`` is None and no Java was found to start Spark with.
             TableNotFoundError: the table does not exist.
             NotPinnedError: some active buckets are not covered and ``allow_partial`` is False.
             LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
+            SnapshotNotFoundError: a pinned snapshot is gone.
+            IllegalStateError: Spark failed to read the files.
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
-        from ..spark.session import session, spark_errors
-        from ..spark.sources import snapshot_rows
+        from ..sparkio.session import session, spark_errors
+        from ..sparkio.snapshot_frames import snapshot_rows
 
         self._check()
         spark = session(spark)

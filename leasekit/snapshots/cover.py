@@ -33,15 +33,21 @@ def cover(layout: BucketLayout, snapshots: Mapping[int, int]) -> Cover:
     pins) that stand for the active buckets: an active bucket's own, else, recursively up its
     lineage, its parents' (each bucket at most once, for the union of the keys it stands for).
     """
+    used: dict[int, tuple[ResidueClass, ...] | None] = {}
     wants: dict[int, set[ResidueClass]] = {}
     uncovered = []
+    rescaled = layout.rescaled
     for a in layout.active:
         if a in snapshots:
-            wants.setdefault(a, set()).add(layout.residue_class(a))
-        elif not _up(layout, a, layout.residue_class(a), snapshots, wants):
-            uncovered.append(a)
-    used = {b: within(classes, layout.residue_class(b)) for b, classes in sorted(wants.items())}
-    return Cover(used, uncovered)
+            used[a] = None  # an active bucket's own snapshot stands for all its keys
+        elif not (rescaled and _up(layout, a, layout.residue_class(a), snapshots, wants)):
+            uncovered.append(a)  # none of its own, and no parents (or not all covered)
+    if not wants:  # no rescale, or none that left a bucket without a snapshot of its own
+        return Cover(used, uncovered)
+    # Only sealed ancestors are wanted (a rescale sealed each): restrict each to its share.
+    for b, classes in wants.items():
+        used[b] = within(classes, layout.residue_class(b))
+    return Cover(dict(sorted(used.items())), uncovered)
 
 
 def _up(

@@ -5,7 +5,7 @@ keys, then its own log. Reads of several buckets share an ancestor, read once.""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
+from math import lcm
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import InvalidArgumentError, OffsetOutOfRangeError
@@ -49,6 +49,8 @@ class Source(NamedTuple):
 
 def depths(layout: BucketLayout) -> list[int]:
     """Each bucket's depth in the lineage, by id: 0 for the table's first buckets."""
+    if not layout.rescaled:  # no bucket has parents
+        return [0] * layout.count
     out: list[int] = []
     for b in range(layout.count):  # parents always have lower ids than their children
         out.append(1 + max((out[p] for p in layout.parents(b)), default=-1))
@@ -76,10 +78,15 @@ def narrower(a: ResidueClass, b: ResidueClass) -> ResidueClass | None:
 def within(wanted: Iterable[ResidueClass], own: ResidueClass) -> tuple[ResidueClass, ...] | None:
     """The restriction of a bucket owning ``own`` to the disjoint sub-classes ``wanted``; None
     when they cover it all (reading the bucket once, unrestricted)."""
-    classes = sorted(set(wanted))
-    if sum((Fraction(1, c.modulus) for c in classes), Fraction(0)) >= Fraction(1, own.modulus):
+    classes = set(wanted)
+    if own in classes:  # the bucket's own keys: all of them, whatever else is wanted
         return None
-    return tuple(classes)
+    # Whether the shares 1/modulus of the classes add up to the bucket's, in integers: each
+    # class's share of ``whole`` hashes is ``whole // modulus`` exactly.
+    whole = lcm(own.modulus, *(c.modulus for c in classes))
+    if sum(whole // c.modulus for c in classes) >= whole // own.modulus:
+        return None
+    return tuple(sorted(classes))
 
 
 def check_no_ancestor(layout: BucketLayout, buckets: Iterable[int]) -> None:

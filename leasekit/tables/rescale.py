@@ -121,7 +121,8 @@ def _seal_ops(paths: Paths, tid: str, bucket: int, state: BucketState | None) ->
     """The ops sealing one parent at its end offset; a bucket never written gets its znodes."""
     path = paths.bucket(tid, bucket)
     if state is not None:
-        assert state.stat is not None  # a state read from its znode
+        if state.stat is None:
+            raise IllegalStateError(f"the state of bucket {bucket} was not read from its znode")
         return [SetData(path, state.encode(sealed=True), state.stat.version)]
     sealed = BucketState.new(0, 0)._replace(sealed=True).encode()
     return [

@@ -1,5 +1,6 @@
 """Fixtures for the reliability tests (DESIGN §9): a ZooKeeper of their own, which they
-kill -9 and restart, and the ``--stress-seconds`` option of the stress run."""
+kill -9 and restart, the ``--stress-seconds`` option of the stress run, and the table the
+fuzzed calls (test_fuzz*.py) work on."""
 
 from __future__ import annotations
 
@@ -120,3 +121,10 @@ def connect(own_zk, warehouse):
     yield open_connection
     for connection in opened:
         connection.close()
+
+
+@pytest.fixture
+def table(conn):
+    t = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=2)
+    t.append([{"id": 1, "v": "a"}])
+    return t

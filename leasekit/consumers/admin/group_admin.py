@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...durations import parse_duration, to_ms
-from ...structs import GroupStatus, MemberInfo, TableBucket
+from ...structs import DESCRIBE_COLUMNS, GroupBoard, GroupStatus, MemberInfo, TableBucket
 from .. import offsets as stored
 from . import health
 from .group_reset import RESET_COLUMNS, delete_group, delete_offsets, reset_offsets
@@ -44,26 +44,13 @@ __all__ = [
     "read_groups",
     "describe_view",
     "describe_frame",
+    "group_board",
     "bucket_lags",
     "BucketLag",
     "members_of",
     "GroupView",
     "DESCRIBE_COLUMNS",
     "RESET_COLUMNS",
-]
-
-DESCRIBE_COLUMNS = [
-    "group",
-    "table",
-    "bucket",
-    "current_offset",
-    "log_end_offset",
-    "lag",
-    "time_lag",
-    "consumer_id",
-    "host",
-    "last_commit",
-    "status",
 ]
 
 
@@ -261,6 +248,47 @@ def describe_frame(
     )
     frame.attrs.update(generation=generation, leader=leader)
     return frame
+
+
+def group_board(
+    ctx: Context, group_id: str, *, stop_after: timedelta, stall_after: timedelta
+) -> GroupBoard:
+    """A group read once as a dashboard shows it: ``describe_group``'s rows with each bucket's
+    commit metadata, the live members, and the lineage of rescaled tables' buckets.
+
+    Arguments:
+        ctx: the connection's context.
+        group_id: the group.
+        stop_after, stall_after: Burrow's STOP and STALL thresholds.
+
+    Returns:
+        The group's ``GroupBoard``.
+
+    Raises:
+        InvalidArgumentError: a bad ``group_id``.
+    """
+    import pandas as pd
+
+    group_id = stored.check_group_id(group_id)
+    view = read_group(ctx, group_id)
+    frame = describe_view(ctx, group_id, view, stop_after=stop_after, stall_after=stall_after)
+    ids = {t.name: t.table_id for t in view.tables.values()}
+    offsets = view.offsets
+    frame["metadata"] = pd.array(
+        [
+            None if (rec := offsets.get((ids.get(t), b))) is None else rec.metadata
+            for t, b in zip(frame["table"].tolist(), frame["bucket"].tolist())
+        ],
+        dtype="string",
+    )
+    lineage = {
+        lin.table_bucket: lin
+        for t in view.tables.values()
+        if t.layout.rescaled
+        for lin in t.layout.lineage(t.name)
+        if lin.state == "sealed" or lin.parents
+    }
+    return GroupBoard(frame, members_of(view), view.generation, view.leader, lineage)
 
 
 def group_status(

@@ -1,0 +1,107 @@
+"""``format("leasekit")``: Spark's Python Data Source for leasekit tables (DESIGN §6.11, D1–D5).
+Batch reads (``batch``), the change-log stream (``stream``) and the stream sink (``sink``); no
+JVM jar, so it runs on Spark Connect and on any warehouse pyarrow reaches. ``spark_session``
+gives a session with the format registered."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource
+
+from .options import SourceOptions, parse_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+
+__all__ = ["LeasekitDataSource", "register", "spark_session", "STREAM_COLUMNS"]
+
+STREAM_COLUMNS = "_bucket INT, _offset BIGINT, _timestamp TIMESTAMP, _op STRING"
+"""The columns a stream has before the table's (D2)."""
+
+
+class LeasekitDataSource(DataSource):
+    """``spark.read.format("leasekit")``, ``readStream`` and ``writeStream`` of a table.
+
+    Spark builds one per read or write from its options, on the driver (or the Spark Connect
+    server), and pickles it to the processes that plan and read: it holds the options only,
+    and each step opens its own connection.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "leasekit"
+
+    @property
+    def parsed(self) -> SourceOptions:
+        return parse_options(self.options)
+
+    def schema(self) -> str:
+        from .connect import table_ddl_of
+
+        opts = self.parsed
+        ddl = table_ddl_of(opts)
+        return f"{STREAM_COLUMNS}, {ddl}" if opts.streaming else ddl
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .batch import batch_reader
+
+        return batch_reader(self.parsed, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink import batch_writer
+
+        return batch_writer(self.parsed, schema, overwrite)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import stream_reader
+
+        return stream_reader(self.parsed, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink import stream_writer
+
+        return stream_writer(self.parsed, schema, overwrite)
+
+
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+"""Spark's switch for ``pushFilters`` of Python data sources: batch reads push filters, and
+Spark refuses a reader that can while it is off, so ``register`` turns it on (a source that
+pushes nothing is not affected)."""
+
+
+def register(spark: SparkSession | Any) -> None:
+    """Register ``format("leasekit")`` with ``spark`` (classic or Spark Connect) and turn on
+    filter pushdown for Python data sources (``PUSHDOWN``); again is a no-op."""
+    spark.dataSource.register(LeasekitDataSource)
+    spark.conf.set(PUSHDOWN, "true")
+
+
+def spark_session(app_name: str = "leasekit") -> SparkSession:
+    """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise),
+    with ``format("leasekit")`` registered (§6.11).
+
+    Arguments:
+        app_name: the application name of a new session.
+
+    Returns:
+        The SparkSession.
+
+    Raises:
+        JavaNotFoundError: no Java was found to start Spark with.
+        IllegalStateError: Spark failed to start.
+    """
+    from ..sparkio.session import spark_errors
+    from ..sparkio.session import spark_session as new_session
+
+    spark = new_session(app_name)
+    with spark_errors("register format('leasekit')"):
+        register(spark)
+    return spark

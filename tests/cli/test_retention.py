@@ -1,0 +1,210 @@
+"""``leasekit retention plan|run`` in-process and ``leasekit janitor`` as a process, against the
+real ZooKeeper fixture (DESIGN 6.7, 6.9; rules R1, R5, R6, L11)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import grow
+from helpers import run_cli as run
+from helpers import run_cli_json as run_json
+
+import leasekit as lk
+from leasekit import testing
+from leasekit.zk import SetData
+
+TB = lk.TableBucket
+SCHEMA = "id BIGINT, v STRING"
+COLUMNS = ["KIND", "TABLE", "BUCKET", "ITEM-ID", "ACTION", "REASON", "SIZE-BYTES"]
+DELETED = ["KIND", "TABLE", "BUCKET", "ITEM-ID", "REASON", "SIZE-BYTES"]
+
+
+@pytest.fixture
+def orders(conn):
+    """Two buckets with snapshots 1-3; lease q3 pins 0/1, lease old (expired) pins 1/1."""
+    conn.update_settings({"lease.expiry-grace": "0s"})
+    table = conn.create_table("orders", SCHEMA, "id", buckets=2)
+    grow(table, 3)
+    conn.lease("q3", "1h").acquire({TB("orders", 0): 1})
+    conn.lease("old", "200ms").acquire({TB("orders", 1): 1})
+    time.sleep(0.3)
+    return table
+
+
+def rows_of(out: str, columns: list[str] = COLUMNS) -> list[list[str]]:
+    lines = out.splitlines()
+    assert lines[0].split() == columns
+    rows = []
+    for line in lines[1:]:
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return rows
+
+
+def snapshot_ids(table) -> set[tuple[int, int]]:
+    return {(s.table_bucket.bucket, s.snapshot_id) for s in table.snapshots()}
+
+
+def test_plan_plain(capsys, target, conn, orders) -> None:
+    # R6: every item with its action and reason; the summary line counts them
+    code, out, err = run(capsys, *target, "retention", "plan")
+    assert code == 0, err
+    rows = rows_of(out)
+    by_item = {(r[0], r[1], r[2], r[3]): r for r in rows}
+    assert by_item[("lease", "-", "-", "old")][4] == "delete"
+    assert by_item[("lease", "-", "-", "q3")][4:6] == ["keep", "valid"]
+    assert by_item[("snapshot", "orders", "0", "1")][4:7] == ["keep", "pinned", "by"]
+    assert by_item[("snapshot", "orders", "1", "1")][4] == "delete"
+    assert " ".join(by_item[("snapshot", "orders", "1", "1")][5:-1]).startswith(
+        "older than the newest 2 of bucket, not pinned; its lease(s) old expire in this pass"
+    )
+    assert by_item[("snapshot", "orders", "0", "3")][4:9] == ["keep", "newest", "2", "of", "bucket"]
+    assert by_item[("snapshot", "orders", "0", "3")][-1] == str(orders.snapshots(0)[-1].size_bytes)
+    plan = conn.retention_plan()
+    deletes = len(plan.deletes)
+    assert deletes == 2
+    assert out.rstrip().splitlines()[-1] == (
+        f"reclaimable {plan.reclaimable_bytes} bytes: {len(plan.items) - deletes} keep, {deletes} "
+        "delete"
+    )
+    assert plan.reclaimable_bytes > 0
+    assert snapshot_ids(orders) == {(b, s) for b in (0, 1) for s in (1, 2, 3)}  # changes nothing
+
+
+def _ageless(items: list[dict]) -> list[dict]:
+    return [{**i, "reason": re.sub(r"\(age [^)]*\)", "(age)", i["reason"])} for i in items]
+
+
+def test_plan_json_and_table_scope(capsys, target, conn, orders) -> None:
+    data = run_json(capsys, *target, "retention", "plan")
+    assert set(data) == {"items", "reclaimable_bytes", "skipped"}
+    plan = conn.retention_plan()
+    assert data["reclaimable_bytes"] == plan.reclaimable_bytes
+    assert data["skipped"] == []
+    expected = plan.to_pandas().astype(object).where(plan.to_pandas().notna(), None)
+    # the two plans were made a moment apart: the ages in their reasons may differ by a second
+    assert _ageless(data["items"]) == _ageless(expected.to_dict("records"))
+
+    conn.create_table("empty", SCHEMA, "id", buckets=1)
+    scoped = run_json(capsys, *target, "retention", "plan", "--table", "empty")
+    assert [(i["kind"], i["item_id"]) for i in scoped["items"]] == [
+        ("lease", "old"),
+        ("lease", "q3"),
+    ]
+    code, out, _ = run(capsys, *target, "retention", "plan", "--table", "empty")
+    assert code == 0  # leases are namespace-wide: every plan covers them
+    assert out.rstrip().splitlines()[-1] == "reclaimable 0 bytes: 1 keep, 1 delete"
+
+    code, out, err = run(capsys, *target, "retention", "plan", "--table", "ghost")
+    assert (code, out, err) == (2, "", "leasekit: error: table 'ghost' does not exist\n")
+
+
+def test_run_dry_run_changes_nothing(capsys, target, conn, orders) -> None:
+    ctx = testing.context(conn)
+    plan = conn.retention_plan()
+    code, out, err = run(capsys, *target, "retention", "run", "--dry-run")
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        f"dry run: would delete 2 item(s) and free {plan.reclaimable_bytes} bytes; nothing changed"
+    )
+    assert [r[:4] for r in rows_of("\n".join(out.splitlines()[2:]), DELETED)] == [
+        ["lease", "-", "-", "old"],
+        ["snapshot", "orders", "1", "1"],
+    ]
+    data = run_json(capsys, *target, "retention", "run", "--dry-run")
+    assert data["dry_run"] is True and data["errors"] == []
+    assert data["freed_bytes"] == plan.reclaimable_bytes
+    assert snapshot_ids(orders) == {(b, s) for b in (0, 1) for s in (1, 2, 3)}
+    assert sorted(ctx.store.children(ctx.paths.leases)) == ["old", "q3"]
+
+
+def test_run_deletes_plain_and_json(capsys, target, conn, orders) -> None:
+    # R5: the expired lease goes first, so the snapshot it alone pinned goes in the same pass
+    ctx = testing.context(conn)
+    freed = conn.retention_plan().reclaimable_bytes
+    data = run_json(capsys, *target, "retention", "run")
+    assert data["dry_run"] is False and data["errors"] == []
+    assert data["freed_bytes"] == freed
+    assert [(d["kind"], d["table"], d["bucket"], d["item_id"]) for d in data["deleted"]] == [
+        ("lease", None, None, "old"),
+        ("snapshot", "orders", 1, 1),
+    ]
+    assert snapshot_ids(orders) == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3)}
+    assert ctx.store.children(ctx.paths.leases) == ["q3"]
+
+    code, out, err = run(capsys, *target, "retention", "run", "--table", "orders")
+    assert code == 0, err
+    assert out.strip() == "deleted 0 item(s), freed 0 bytes"
+
+
+def test_corrupt_lease_is_skipped_and_reported(capsys, target, conn, orders) -> None:
+    ctx = testing.context(conn)
+    bad = ctx.paths.lease("q3")
+    ctx.store.commit([SetData(bad, b"\xc1garbage")])
+    data = run_json(capsys, *target, "retention", "plan")
+    assert len(data["skipped"]) == 1 and bad in data["skipped"][0]
+    code, out, _ = run(capsys, *target, "retention", "plan")
+    assert code == 0 and "skipped (unreadable metadata, left untouched):" in out
+    code, out, _ = run(capsys, *target, "retention", "run")
+    assert code == 0
+    assert out.startswith("deleted 2 item(s)")
+    assert "1 error(s), retried by the next pass:" in out and bad in out
+    assert (0, 1) in snapshot_ids(orders)  # still pinned by the unreadable lease
+
+
+def test_janitor_rejects_a_bad_interval(capsys, target) -> None:
+    for bad in ("0s", "soon"):
+        code, out, err = run(capsys, *target, "janitor", "--interval", bad)
+        assert code == 2 and out == ""
+        assert err.startswith("leasekit: error: janitor interval") and len(err.splitlines()) == 1
+
+
+LOG_LINE = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO leasekit\.janitor: janitor pass: "
+    r"deleted \d+ items, freed \d+ bytes, \d+ errors in (\d+ms|\d+(\.\d)?s|\d+m( \d+s)?)$"
+)
+
+
+def test_janitor_process_reclaims_and_stops_on_signals(target, conn, orders) -> None:
+    # L11: the running janitor reclaims the expired lease; SIGTERM and Ctrl-C end it with 0
+    ctx = testing.context(conn)
+    command = [sys.executable, "-m", "leasekit.cli", "janitor", "--interval", "1s", *target]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=lines.extend, args=(proc.stderr,), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 20
+            while not any(LOG_LINE.match(line) for line in list(lines)):
+                assert proc.poll() is None, "".join(lines)
+                assert time.monotonic() < deadline, "".join(lines)
+                time.sleep(0.05)
+            proc.send_signal(signum)
+            assert proc.wait(timeout=15) == 0, "".join(lines)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        reader.join(timeout=5)
+        assert proc.stdout.read() == ""
+        proc.stdout.close()
+        proc.stderr.close()
+        err = "".join(lines)
+        assert "Traceback" not in err
+        assert "janitor pass skipped" not in err
+        assert ctx.store.exists(ctx.paths.lease("old")) is None
+    election = ctx.store.election(f"{ctx.paths.janitor}/election", "probe")
+    assert election.contenders() == []
+    assert snapshot_ids(orders) == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3)}
