@@ -77,8 +77,8 @@ def _seed_groups(conn: Any, p: dict[str, int]) -> None:
 def _seed_history(ctx: Any, p: dict[str, int], start_ms: int) -> None:
     """``samples`` history segments from ``start_ms``, 30 s apart, each committed 1 s after its
     sample (straight in ZooKeeper and the warehouse)."""
-    from leasekit.monitor import history
-    from leasekit.monitor.readings import read_all_groups
+    from leasekit.monitor.lag import history
+    from leasekit.monitor.lag.readings import read_all_groups
     from leasekit.zk import Create, SetData
     from leasekit.zk.formats import BucketState, SegmentRecord
 
@@ -127,7 +127,7 @@ def _timed_run(
     runs: int,
     checks: dict[str, bool],
 ) -> dict[str, Any]:
-    from leasekit.monitor.history_files import clear_cache
+    from leasekit.monitor.lag.history_files import clear_cache
     from leasekit.zk import to_datetime
 
     trips = ctx.store.round_trips

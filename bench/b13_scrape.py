@@ -49,10 +49,10 @@ TABLE = "orders"
 
 # Where a scrape spends its time (exclusive seconds per label); the rest is HTTP and glue.
 PROFILE = {
-    "read_groups": "leasekit.monitor.metrics:read_all_groups",
-    "read_leases": "leasekit.monitor.metrics:read_leases",
-    "families": "leasekit.monitor.metrics:_Families.add_groups",
-    "render": "leasekit.monitor.exposition:render",
+    "read_groups": "leasekit.monitor.exporter.metrics:read_all_groups",
+    "read_leases": "leasekit.monitor.exporter.metrics:read_leases",
+    "families": "leasekit.monitor.exporter.metrics:_Families.add_groups",
+    "render": "leasekit.monitor.exporter.exposition:render",
 }
 
 
@@ -148,7 +148,7 @@ def _summary(results: list[dict[str, Any]], p: dict[str, Any], seed_s: float) ->
 
 
 def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
-    from leasekit.monitor.serve import MetricsServer
+    from leasekit.monitor.exporter.serve import MetricsServer
 
     p = QUICK if quick else FULL
     results: list[dict[str, Any]] = []

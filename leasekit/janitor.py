@@ -25,7 +25,7 @@ from .errors import (
     LeasekitError,
     ZooKeeperUnavailableError,
 )
-from .monitor.history import sample
+from .monitor.lag.history import sample
 from .retention.apply import run_retention
 from .structs import RetentionReport
 from .table import finish_drop

@@ -27,7 +27,7 @@ _ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 RESERVED_PREFIX = "__"
 """Table names starting with it are leasekit's own (like Kafka's ``__consumer_offsets``)."""
 LAG_HISTORY_TABLE = "__lag_history"
-"""The internal table of a namespace's lag history (``leasekit.monitor.history``)."""
+"""The internal table of a namespace's lag history (``leasekit.monitor.lag.history``)."""
 INTERNAL_TABLES = frozenset({LAG_HISTORY_TABLE})
 """The internal tables leasekit itself creates and reads: the only reserved names it accepts,
 and only where it asks for them (``internal=True``)."""

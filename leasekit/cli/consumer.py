@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from ..consumers import health
+from ..consumers.admin import health
 from ..durations import parse_duration, parse_timestamp
 from ..errors import InvalidArgumentError
 from ..structs import TableBucket
@@ -69,7 +69,7 @@ def _describe(args: argparse.Namespace) -> int:
         ],
     }
 
-    from ..consumers.group_admin import DESCRIBE_COLUMNS  # loads kazoo: not at CLI import
+    from ..consumers.admin.group_admin import DESCRIBE_COLUMNS  # loads kazoo: not at CLI import
 
     def render(d: dict[str, Any]) -> str:
         if not d["buckets"] and d["leader"] is None:

@@ -32,8 +32,8 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 9308
-"""The exporter's port (``leasekit.monitor.serve.DEFAULT_PORT``, not imported: the CLI loads
-the library only when a command runs)."""
+"""The exporter's port (``leasekit.monitor.exporter.serve.DEFAULT_PORT``, not imported: the CLI
+loads the library only when a command runs)."""
 
 
 def port_arg(text: str) -> int:
@@ -124,7 +124,7 @@ def serving_metrics(
         yield
         return
     from ..connection import context_of
-    from ..monitor.serve import MetricsServer
+    from ..monitor.exporter.serve import MetricsServer
 
     server = MetricsServer(
         context_of(conn),

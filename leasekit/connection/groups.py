@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..consumers import group_admin
+from ..consumers.admin import group_admin
 from ..consumers.consumer import Consumer
 from ..consumers.options import DEFAULT_SETTINGS as _DEFAULT
 from ..memory import collector_paused

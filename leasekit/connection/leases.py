@@ -183,6 +183,6 @@ class LeaseMethods:
             CorruptMetadataError: a table's metadata or the namespace settings are unreadable
                 (an unreadable lease is left out).
         """
-        from ..monitor.inventory import lease_inventory
+        from ..monitor.leases.inventory import lease_inventory
 
         return lease_inventory(self._context)

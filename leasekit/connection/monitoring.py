@@ -50,7 +50,7 @@ class MonitorMethods:
             InvalidTypeError: ``by_bucket`` is not a bool.
             CorruptMetadataError: the history's metadata cannot be read.
         """
-        from ..monitor.lag import lag_history
+        from ..monitor.lag.series import lag_history
 
         return lag_history(self._context, group_id, since=since, until=until, by_bucket=by_bucket)
 
@@ -73,7 +73,7 @@ class MonitorMethods:
             InvalidArgumentError: a bad group id, or ``until`` before ``since``.
             InvalidDurationError: a bad duration.
         """
-        from ..monitor.lag import lag_histories
+        from ..monitor.lag.series import lag_histories
 
         return lag_histories(self._context, group_ids, since=since, until=until)
 
@@ -103,6 +103,6 @@ class MonitorMethods:
                 (groups whose znodes hold garbage are left out and logged).
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
-        from ..monitor.overview import group_overview
+        from ..monitor.lag.overview import group_overview
 
         return group_overview(self._context)

@@ -10,8 +10,8 @@ from ..errors import GroupNotEmptyError, OffsetOutOfRangeError
 from ..log.segments import check_files, list_segments
 from ..log.state import read_states
 from ..structs import OffsetRange, TableBucket
-from . import group_admin
 from . import offsets as stored_offsets
+from .admin import group_admin
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

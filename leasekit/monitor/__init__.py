@@ -1,2 +1,2 @@
-"""Monitoring of a namespace: every consumer group read in one pipelined pass, the lag history
-sampled into an internal table, group overviews with rates, ETA and retention risk."""
+"""Monitoring of a namespace, by job: the lag of consumer groups and its history (``lag``), the
+lease inventory (``leases``), and the Prometheus exporter that reads both (``exporter``)."""

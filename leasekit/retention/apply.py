@@ -29,7 +29,7 @@ from .gather import gather, gather_table
 from .meta import Metadata, TableMeta
 from .planner import plan, uris
 from .references import referenced_files, unreferenced
-from .sealed_delete import delete_sealed_snapshot
+from .sealed import delete_sealed_snapshot
 
 if TYPE_CHECKING:
     from ..context import Context

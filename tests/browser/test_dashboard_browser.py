@@ -25,7 +25,7 @@ def dashboard_cells(zookeeper: str, warehouse: str, namespace: str) -> list[str]
 def _seed_lag_history(conn, group, table) -> None:
     """Samples of ``group`` 20 and 10 minutes ago (as the janitor takes them)."""
     from leasekit import testing
-    from leasekit.monitor import history
+    from leasekit.monitor.lag import history
 
     ctx = testing.context(conn)
     now, ends = ctx.server_clock.fresh_ms(), table.end_offsets()

@@ -14,7 +14,7 @@ import pytest
 
 import leasekit as lk
 from leasekit import testing
-from leasekit.monitor.serve import MetricsServer
+from leasekit.monitor.exporter.serve import MetricsServer
 
 HOSTILE = ["\u202e", "\udcff", "a\udcffb", "\u202eevil.example", "a\x01b"]
 

@@ -11,7 +11,7 @@ from helpers import run_cli_json as run_json
 
 import leasekit as lk
 from leasekit import testing
-from leasekit.monitor import history
+from leasekit.monitor.lag import history
 
 TB = lk.TableBucket
 

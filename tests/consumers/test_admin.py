@@ -11,7 +11,7 @@ import pytest
 
 import leasekit as lk
 from leasekit import testing
-from leasekit.consumers.group_admin import DESCRIBE_COLUMNS, RESET_COLUMNS
+from leasekit.consumers.admin.group_admin import DESCRIBE_COLUMNS, RESET_COLUMNS
 from leasekit.zk import Delete
 
 TB = lk.TableBucket

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import leasekit as lk
-from leasekit.consumers import health
+from leasekit.consumers.admin import health
 from leasekit.zk.formats import Commit
 
 TB = lk.TableBucket

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import leasekit as lk
 from leasekit import janitor, testing
-from leasekit.monitor import history
+from leasekit.monitor.lag import history
 from leasekit.zk import Delete
 from leasekit.zk.monitor_formats import SamplerRecord
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import leasekit as lk
 from leasekit import TableBucket, embedded, testing
 from leasekit.errors import IllegalStateError, InvalidArgumentError
-from leasekit.monitor.serve import MetricsServer
+from leasekit.monitor.exporter.serve import MetricsServer
 
 GROUP = "billing"
 
@@ -261,7 +261,7 @@ def test_rendering_matches_prometheus_client():
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    from leasekit.monitor.exposition import render
+    from leasekit.monitor.exporter.exposition import render
 
     def families():
         lag = GaugeMetricFamily("x_lag", 'doc with \\ and\nnewline', labels=["table", "group"])
@@ -288,8 +288,8 @@ def test_collector_in_a_registry(conn, clock):
     # the collector is a prometheus_client collector: it works in any registry
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from leasekit.monitor.metrics import LeasekitCollector
-    from leasekit.monitor.sampler import Sampler
+    from leasekit.monitor.exporter.metrics import LeasekitCollector
+    from leasekit.monitor.exporter.sampler import Sampler
 
     _populate(conn, clock)
     ctx = testing.context(conn)

@@ -12,8 +12,8 @@ import pytest
 
 import leasekit as lk
 from leasekit import testing
-from leasekit.monitor import history
-from leasekit.monitor.overview import OVERVIEW_COLUMNS
+from leasekit.monitor.lag import history
+from leasekit.monitor.lag.overview import OVERVIEW_COLUMNS
 
 TB = lk.TableBucket
 

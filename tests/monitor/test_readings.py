@@ -8,7 +8,7 @@ import pytest
 
 import leasekit as lk
 from leasekit import testing
-from leasekit.monitor.readings import read_all_groups
+from leasekit.monitor.lag.readings import read_all_groups
 
 TB = lk.TableBucket
 

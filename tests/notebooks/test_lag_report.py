@@ -16,7 +16,7 @@ from papermill.exceptions import PapermillExecutionError
 
 import leasekit as lk
 from leasekit import testing
-from leasekit.monitor import history
+from leasekit.monitor.lag import history
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "consumer_lag_report.ipynb"
 TB = lk.TableBucket

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import leasekit as lk
 from leasekit import janitor, testing
-from leasekit.monitor.serve import MetricsServer
+from leasekit.monitor.exporter.serve import MetricsServer
 
 TB = lk.TableBucket
 

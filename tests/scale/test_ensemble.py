@@ -28,7 +28,6 @@ def _eventually(check, seconds: float = 10.0):
     return value
 
 
-
 def test_connect_string_names_every_server(ensemble, ensemble_connect):
     conn = ensemble_connect()
     assert conn.zookeeper == ensemble.connect_string

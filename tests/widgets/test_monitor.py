@@ -13,7 +13,7 @@ from leasekit.widgets import ConsumerPanel
 
 import leasekit as lk
 from leasekit import testing
-from leasekit.monitor import history
+from leasekit.monitor.lag import history
 
 TB = lk.TableBucket
 HOUR_MS = 3_600_000

@@ -8,15 +8,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..durations import parse_duration
-from ..errors import IllegalStateError
-from ..validate import check_bool, check_host, check_int
+from ...durations import parse_duration
+from ...errors import IllegalStateError
+from ...validate import check_bool, check_host, check_int
 from .exposition import metrics_app, serve_http
 from .metrics import LeasekitCollector
 from .sampler import Sampler
 
 if TYPE_CHECKING:
-    from ..context import Context
+    from ...context import Context
 
 __all__ = ["MetricsServer", "DEFAULT_PORT"]
 

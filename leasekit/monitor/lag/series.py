@@ -7,17 +7,17 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..consumers import offsets as stored
-from ..durations import parse_duration, to_ms
-from ..errors import InvalidArgumentError
-from ..validate import check_bool
+from ...consumers import offsets as stored
+from ...durations import parse_duration, to_ms
+from ...errors import InvalidArgumentError
+from ...validate import check_bool
 from .history import read_rows
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from ..context import Context
+    from ...context import Context
 
 __all__ = [
     "lag_history",

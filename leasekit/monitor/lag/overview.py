@@ -9,7 +9,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..durations import to_ms
+from ...durations import to_ms
 from .history import read_rows
 from .readings import GroupReading, read_all_groups
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from ..context import Context
+    from ...context import Context
 
 __all__ = ["group_overview", "OVERVIEW_COLUMNS", "AT_RISK", "Rates", "rates", "assess"]
 

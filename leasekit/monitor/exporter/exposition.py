@@ -19,7 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.utils import floatToGoString
 
-from ..errors import IllegalStateError
+from ...errors import IllegalStateError
 
 __all__ = ["CONTENT_TYPE", "render", "metrics_app", "serve_http"]
 

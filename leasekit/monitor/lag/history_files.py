@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..log.segments import log_schema
+from ...log.segments import log_schema
 
 if TYPE_CHECKING:
-    from ..tables.info import TableInfo
+    from ...tables.info import TableInfo
 
 __all__ = ["read_files", "clear_cache", "CACHE_BYTES"]
 

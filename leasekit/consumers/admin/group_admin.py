@@ -8,18 +8,28 @@ from collections.abc import Collection
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..durations import parse_duration, to_ms
-from ..structs import DESCRIBE_COLUMNS, GroupBoard, GroupStatus, MemberInfo, TableBucket
+from ...durations import parse_duration, to_ms
+from ...structs import DESCRIBE_COLUMNS, GroupBoard, GroupStatus, MemberInfo, TableBucket
+from .. import offsets as stored
 from . import health
-from . import offsets as stored
 from .group_reset import RESET_COLUMNS, delete_group, delete_offsets, reset_offsets
-from .group_rows import Row, bucket_rows_now, every_bucket, missing_files, record_segments
-from .group_view import GroupView, live_members, members_of, read_group, read_groups
+from .group_view import (
+    GroupView,
+    Row,
+    bucket_rows_now,
+    every_bucket,
+    live_members,
+    members_of,
+    missing_files,
+    read_group,
+    read_groups,
+    record_segments,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..context import Context
+    from ...context import Context
 
 __all__ = [
     "consumer_groups",
@@ -42,6 +52,7 @@ __all__ = [
     "DESCRIBE_COLUMNS",
     "RESET_COLUMNS",
 ]
+
 
 def consumer_groups(ctx: Context) -> list[str]:
     """The namespace's consumer groups.
@@ -141,7 +152,7 @@ def bucket_lags(
     stall_after_ms: int,
     missing: Collection[tuple[str, int, int]] = (),
 ) -> list[BucketLag]:
-    """Each row of a group read at ``now``, measured (``times``: ``group_rows.record_times``;
+    """Each row of a group read at ``now``, measured (``times``: ``group_view.record_times``;
     ``missing``: the same keys, of records whose segment file is missing: ``MISSING``)."""
     out = []
     for row in rows:

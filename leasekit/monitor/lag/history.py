@@ -19,22 +19,22 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
-from ..durations import to_ms
-from ..errors import TableExistsError, TableNotFoundError
-from ..log.append import SegmentFile, commit_segments
-from ..log.markers import in_flight
-from ..log.segments import OP_COLUMN, decode_segment, log_schema
-from ..structs import LogSegment, TableBucket
-from ..tables.catalog import create_table, load_table
-from ..validate import LAG_HISTORY_TABLE
-from ..zk import ConflictReason, Create, Node, SetData, TxnConflict
-from ..zk.monitor_formats import SamplerRecord
+from ...durations import to_ms
+from ...errors import TableExistsError, TableNotFoundError
+from ...log.append import SegmentFile, commit_segments
+from ...log.markers import in_flight
+from ...log.segments import OP_COLUMN, decode_segment, log_schema
+from ...structs import LogSegment, TableBucket
+from ...tables.catalog import create_table, load_table
+from ...validate import LAG_HISTORY_TABLE
+from ...zk import ConflictReason, Create, Node, SetData, TxnConflict
+from ...zk.monitor_formats import SamplerRecord
 from .history_files import read_files
 from .readings import GroupReading, read_all_groups
 
 if TYPE_CHECKING:
-    from ..context import Context
-    from ..tables.info import TableInfo
+    from ...context import Context
+    from ...tables.info import TableInfo
 
 __all__ = [
     "HISTORY_TABLE",

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import CorruptMetadataError
-from ..zk import GetChildren
-from ..zk.formats import LIVE, LeaseRecord, PinChunk
+from ...errors import CorruptMetadataError
+from ...zk import GetChildren
+from ...zk.formats import LIVE, LeaseRecord, PinChunk
 
 if TYPE_CHECKING:
-    from ..context import Context
+    from ...context import Context
 
 __all__ = ["LEASE_STATES", "LeaseEntry", "LeaseBook", "read_leases", "lease_state"]
 

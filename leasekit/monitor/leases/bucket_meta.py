@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import CorruptMetadataError
-from ..retention.listed import read_buckets
-from ..retention.meta import TableMeta
-from ..snapshots.catalog import decode_snapshot
-from ..zk import GetChildren, GetData
-from ..zk.formats import BucketState
+from ...errors import CorruptMetadataError
+from ...retention.listed import read_buckets
+from ...retention.meta import TableMeta
+from ...snapshots.catalog import decode_snapshot
+from ...zk import GetChildren, GetData
+from ...zk.formats import BucketState
 
 if TYPE_CHECKING:
-    from ..context import Context
-    from ..tables.info import TableInfo
+    from ...context import Context
+    from ...tables.info import TableInfo
 
 __all__ = ["PinnedSnapshot", "survey_pins", "gather_buckets"]
 

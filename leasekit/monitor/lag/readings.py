@@ -8,18 +8,25 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..consumers import health
-from ..consumers.group_admin import BucketLag, bucket_lags
-from ..consumers.group_rows import Row, every_bucket, record_times, rows_of_states
-from ..consumers.group_view import GroupView, members_of, read_groups
-from ..durations import to_ms
-from ..memory import collector_paused
-from ..structs import MemberInfo
-from ..tables.info import TableInfo
-from ..zk.formats import BucketState
+from ...consumers.admin import health
+from ...consumers.admin.group_admin import BucketLag, bucket_lags
+from ...consumers.admin.group_view import (
+    GroupView,
+    Row,
+    every_bucket,
+    members_of,
+    read_groups,
+    record_times,
+    rows_of_states,
+)
+from ...durations import to_ms
+from ...memory import collector_paused
+from ...structs import MemberInfo
+from ...tables.info import TableInfo
+from ...zk.formats import BucketState
 
 if TYPE_CHECKING:
-    from ..context import Context
+    from ...context import Context
 
 __all__ = ["GroupReading", "BucketLag", "read_all_groups"]
 
@@ -129,7 +136,7 @@ def _rows(
     keys: list[tuple[TableInfo, int]],
     states: dict[tuple[str, int], BucketState | None],
 ) -> list[Row]:
-    """As ``group_rows.bucket_rows``, from bucket states decoded once for every group."""
+    """As ``group_view.bucket_rows``, from bucket states decoded once for every group."""
     return rows_of_states(view, keys, [states[table.table_id, b] for table, b in keys])
 
 

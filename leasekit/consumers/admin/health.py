@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..structs import GroupStatus, TableBucket
+from ...structs import GroupStatus, TableBucket
 
 if TYPE_CHECKING:
-    from ..zk.formats import Commit
+    from ...zk.formats import Commit
 
 __all__ = [
     "OK",

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..durations import to_ms
-from ..errors import CorruptMetadataError
-from ..retention.gather import gather_table, stray_pins
-from ..retention.meta import LeaseMeta, Metadata, TableMeta
-from ..retention.planner import plan
-from ..tables.catalog import load_tables
-from ..zk.formats import LIVE
+from ...durations import to_ms
+from ...errors import CorruptMetadataError
+from ...retention.gather import gather_table, stray_pins
+from ...retention.meta import LeaseMeta, Metadata, TableMeta
+from ...retention.planner import plan
+from ...tables.catalog import load_tables
+from ...zk.formats import LIVE
 from .bucket_meta import PinnedSnapshot, gather_buckets, survey_pins
 from .lease_book import LeaseBook, LeaseEntry
 
 if TYPE_CHECKING:
-    from ..context import Context
-    from ..tables.info import TableInfo
+    from ...context import Context
+    from ...tables.info import TableInfo
 
 __all__ = ["lease_bytes"]
 

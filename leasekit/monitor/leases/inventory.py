@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..zk import to_datetime
+from ...zk import to_datetime
 from .lease_book import lease_state, read_leases
 from .lease_bytes import lease_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..context import Context
+    from ...context import Context
 
 __all__ = ["INVENTORY_COLUMNS", "lease_inventory"]
 

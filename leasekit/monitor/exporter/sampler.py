@@ -12,15 +12,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import LeasekitError
-from ..memory import collector_paused
-from ..retention.apply import retention_plan
-from .history import sample
-from .lease_book import read_leases
-from .lease_bytes import lease_bytes
+from ...errors import LeasekitError
+from ...memory import collector_paused
+from ...retention.apply import retention_plan
+from ..lag.history import sample
+from ..leases.lease_book import read_leases
+from ..leases.lease_bytes import lease_bytes
 
 if TYPE_CHECKING:
-    from ..context import Context
+    from ...context import Context
 
 __all__ = ["Figures", "Sampler"]
 

@@ -45,14 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ..consumers.health import ERR, OK, WARN
-from ..errors import LeasekitError
-from .lease_book import LEASE_STATES, LeaseBook, lease_state, read_leases
-from .readings import GroupReading, read_all_groups
+from ...consumers.admin.health import ERR, OK, WARN
+from ...errors import LeasekitError
+from ..lag.readings import GroupReading, read_all_groups
+from ..leases.lease_book import LEASE_STATES, LeaseBook, lease_state, read_leases
 from .sampler import Figures, Sampler
 
 if TYPE_CHECKING:
-    from ..context import Context
+    from ...context import Context
 
 __all__ = ["LeasekitCollector", "GROUP_STATUSES"]
 
