@@ -2,9 +2,9 @@
 group, bulk writes, and the session with ``format("leasekit")`` registered.
 
 A face only: each name loads from where it lives (``sparkio``, ``datasource``,
-``consumers.changes``) on first use, so ``import leasekit.spark`` loads neither pyspark nor the
-rest of the library. Library calls take ``spark=None`` and use the active session; nothing here
-forces a master.
+``consumers.admin.changes``) on first use, so ``import leasekit.spark`` loads neither pyspark
+nor the rest of the library. Library calls take ``spark=None`` and use the active session;
+nothing here forces a master.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..consumers.changes import ChangeBatch, read_changes
+    from ..consumers.admin.changes import ChangeBatch, read_changes
     from ..datasource import register, spark_session
     from ..sparkio.reads import read_at, read_snapshots
     from ..sparkio.writes import write
@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
     elif name == "write":
         from ..sparkio import writes as home
     elif name in ("read_changes", "ChangeBatch"):
-        from ..consumers import changes as home
+        from ..consumers.admin import changes as home
     else:
         raise AttributeError(f"module 'leasekit.spark' has no attribute {name!r}")
     value = getattr(home, name)

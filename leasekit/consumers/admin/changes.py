@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GroupNotEmptyError, OffsetOutOfRangeError
-from ..log.segments import check_files, list_segments
-from ..log.state import read_states
-from ..structs import OffsetRange, TableBucket
-from . import offsets as stored_offsets
-from .admin import group_admin
+from ...errors import GroupNotEmptyError, OffsetOutOfRangeError
+from ...log.segments import check_files, list_segments
+from ...log.state import read_states
+from ...structs import OffsetRange, TableBucket
+from .. import offsets as stored_offsets
+from . import group_admin
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..tables.info import TableInfo
+    from ...tables.info import TableInfo
 
 __all__ = ["read_changes", "ChangeBatch"]
 
@@ -85,9 +85,9 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
         DataFileMissingError: a segment file of the range is missing while the metadata lists
             it (``file`` and ``bucket`` name it).
     """
-    from ..sparkio.frames import log_frame
-    from ..sparkio.reads import check_table
-    from ..sparkio.session import session, spark_errors
+    from ...sparkio.frames import log_frame
+    from ...sparkio.reads import check_table
+    from ...sparkio.session import session, spark_errors
 
     table = check_table(table)
     group_id = stored_offsets.check_group_id(group_id)
