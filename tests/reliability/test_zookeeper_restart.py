@@ -121,14 +121,16 @@ def test_client_carries_on_after_restart(own_zk, connect, state, spark):
 
 def test_writes_during_the_outage_complete_or_fail_cleanly(own_zk, connect):
     # W1, W2 (§9): an append and an acquire issued while ZooKeeper is down either succeed
-    # once it is back or raise the retriable ZooKeeperUnavailableError; whatever was
-    # acknowledged is there, with no offset gap and no duplicate
+    # once it is back or raise the retriable ZooKeeperUnavailableError (or SessionLostError,
+    # also retriable, when the session expired before the client got back in: then none of
+    # that write is there); whatever was acknowledged is there, no offset gap, no duplicate
     conn = connect()
     events = conn.create_table("events", "id BIGINT, n INT", "id", buckets=3)
     events.append([{"id": i, "n": 0} for i in range(30)])
     acked: list[tuple[int, dict]] = []
     failures: list[BaseException] = []
     unavailable = 0
+    lost: list[int] = []
     stop = threading.Event()
 
     def writer() -> None:
@@ -140,6 +142,8 @@ def test_writes_during_the_outage_complete_or_fail_cleanly(own_zk, connect):
             except lk.ZooKeeperUnavailableError:
                 unavailable += 1
                 time.sleep(0.2)
+            except lk.SessionLostError:
+                lost.append(n)
             except BaseException as exc:  # reported below
                 failures.append(exc)
                 return
@@ -171,6 +175,7 @@ def test_writes_during_the_outage_complete_or_fail_cleanly(own_zk, connect):
             seen[tb] |= offsets
     stored = {r["id"] for rows in log.values() for r in rows}
     assert {100 * n + i for n, _ in acked for i in range(9)} <= stored
+    assert not {100 * n + i for n in lost for i in range(9)} & stored
     status = embedded.status(own_zk.data_dir)
     assert status is not None and status.running
 
