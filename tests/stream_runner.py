@@ -8,6 +8,7 @@ exception ends the process with status 255, as the runner does.
 
 ``--kill-before-stop`` sends the process SIGTERM between the end of its input and ``stop``:
 the moment Spark's stop lands in when it closes the socket and signals the process at once.
+``--hang-on-leave`` makes leaving the group hang (as against a ZooKeeper that went away).
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ import sys
 def main() -> None:
     zookeeper, warehouse, namespace, table, group = sys.argv[1:6]
     kill_before_stop = "--kill-before-stop" in sys.argv[6:]
+    if "--hang-on-leave" in sys.argv[6:]:
+        import time
+
+        from leasekit.datasource.stream_member import StreamMember
+
+        StreamMember.close = lambda self: time.sleep(3600)  # type: ignore[method-assign]
     from pyspark.sql.datasource import ReadAllAvailable
     from pyspark.sql.types import StructType
 

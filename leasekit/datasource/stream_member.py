@@ -158,12 +158,13 @@ class Termination:
     until its session expires. So the handler only records the signal. The main thread, which
     sees its socket close, stops and exits by itself; a watchdog thread gives it ``WAIT``
     seconds, then (the main thread busy in a long call, or no socket closed) calls ``stop``
-    itself, after any stop under way (at most ``GRACE`` seconds), and ends the process."""
+    itself, after any stop under way, and ends the process: at the latest ``WAIT + GRACE``
+    seconds after the signal, however long the stops take."""
 
     WAIT = 1.0
     """Seconds the main thread gets to stop and exit after SIGTERM before the watchdog acts."""
     GRACE = 10.0
-    """Seconds a stop under way may take before the process ends regardless."""
+    """Seconds the stops may take after ``WAIT`` before the process ends regardless."""
     requested = threading.Event()
     """Set by SIGTERM; a wait in the reader (the first assignment) gives up on it."""
     stop: Callable[[], None] | None = None
@@ -184,6 +185,9 @@ class Termination:
     @classmethod
     def watch(cls) -> None:
         cls.requested.wait()
+        deadline = threading.Timer(cls.WAIT + cls.GRACE, os._exit, (128 + signal.SIGTERM,))
+        deadline.daemon = True
+        deadline.start()  # a stop that hangs (ZooKeeper gone, say) does not keep the process
         time.sleep(cls.WAIT)
         if cls._lock.acquire(timeout=cls.GRACE):
             try:

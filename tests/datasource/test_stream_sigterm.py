@@ -75,3 +75,19 @@ def test_sigterm_during_calls_leaves_at_once(conn, orders, zookeeper, warehouse,
         proc.send_signal(signal.SIGTERM)
         proc.stdin.close()
         assert seconds_to_leave(conn, proc) < LEFT_WITHIN
+
+
+def test_sigterm_ends_the_process_even_when_leaving_hangs(
+    conn, orders, zookeeper, warehouse, namespace
+):
+    # D3: a stop that cannot finish (its ZooKeeper gone, say) does not keep the reader's
+    # process alive: it ends within Termination.WAIT + GRACE (11 s) of the signal
+    proc = joined_reader(zookeeper, warehouse, namespace, "--hang-on-leave")
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    assert time.monotonic() - began < 20
