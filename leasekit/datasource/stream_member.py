@@ -189,11 +189,7 @@ class Termination:
         deadline.daemon = True
         deadline.start()  # a stop that hangs (ZooKeeper gone, say) does not keep the process
         time.sleep(cls.WAIT)
-        if cls._lock.acquire(timeout=cls.GRACE):
-            try:
-                if cls.stop is not None:
-                    with contextlib.suppress(Exception):
-                        cls.stop()
-            finally:
-                cls._lock.release()
+        with cls._lock, contextlib.suppress(Exception):  # after a stop under way
+            if cls.stop is not None:
+                cls.stop()
         os._exit(128 + signal.SIGTERM)

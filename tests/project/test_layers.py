@@ -113,14 +113,19 @@ def _imports(module: str, path: Path, is_package: bool) -> list[tuple[str, int]]
         if isinstance(node, ast.Import):
             out += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = module.split(".") if is_package else module.split(".")[:-1]
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join(parts + ([node.module] if node.module else []))
+            base = _from_base(module, is_package, node)
             out.append((base, node.lineno))
             out += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
     return out
+
+
+def _from_base(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute name of the module ``from ... import`` in ``module`` imports from."""
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
 
 
 def _resolve(name: str) -> str | None:
@@ -244,8 +249,7 @@ def test_every_import_of_the_library_names_a_module_that_exists():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if not isinstance(node, ast.ImportFrom) or not (node.level or _ours(node.module)):
                 continue
-            base = _imports(module, path, is_package)
-            name = next(n for n, line in base if line == node.lineno)
+            name = _from_base(module, is_package, node)
             if name not in MODULES:
                 missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
     assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
