@@ -9,9 +9,12 @@ import sys
 import uuid
 
 import pytest
+import spark_jvm
 
 import leasekit as lk
 from leasekit import embedded, testing
+
+_JVM_NOTE = pytest.StashKey[str]()
 
 GROUPED_FIXTURES = ("zk_ensemble",)
 """Session fixtures too costly to start once per worker: their tests share one worker."""
@@ -20,6 +23,23 @@ SERVER_JOBS = ("tests/scale/test_spark_", "tests/scale/test_s3")
 """Tests that start Spark servers and jobs of their own (a cluster, Spark Connect, S3 with a
 Spark job): one at a time, on one worker, so their Python workers start within Spark's
 connect-back timeout even on a busy 2-core machine."""
+
+
+def pytest_configure(config):
+    """Before any worker starts: give every Spark driver the suite starts (in workers, kernels,
+    CLI subprocesses) the quick JIT and the class-data archive of ``spark_jvm``, built once per
+    machine. ``LEASEKIT_TEST_JVM=default`` leaves the JVMs as a user's would be."""
+    if hasattr(config, "workerinput") or os.environ.get("LEASEKIT_TEST_JVM") == "default":
+        return
+    opts, training = spark_jvm.spark_submit_opts()
+    building = ", building it now" if training is not None else ""
+    config.stash[_JVM_NOTE] = f"Spark drivers: {opts}{building}"
+    for key, value in (("SPARK_SUBMIT_OPTS", opts), ("SPARK_LAUNCHER_OPTS", spark_jvm.QUICK_JIT)):
+        os.environ[key] = f"{os.environ.get(key, '')} {value}".strip()
+
+
+def pytest_report_header(config):
+    return config.stash.get(_JVM_NOTE, None)
 
 
 @pytest.hookimpl(tryfirst=True)
