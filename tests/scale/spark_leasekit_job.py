@@ -110,6 +110,8 @@ def _cluster_session(spec: dict) -> Any:
         .config("spark.executor.cores", "1")
         .config("spark.cores.max", "2")
         .config("spark.pyspark.python", sys.executable)
+        # executors start like this driver (the suite's quick JIT and class-data archive)
+        .config("spark.executor.extraJavaOptions", os.environ.get("SPARK_SUBMIT_OPTS", ""))
         # schedule only once both executors are up, so that tasks run on both workers
         .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
         .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "60s")
