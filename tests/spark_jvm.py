@@ -67,6 +67,8 @@ jvm.wait(timeout=240)
 partial, archive, marker = sys.argv[1:4]
 if jvm.returncode == 0 and os.path.exists(partial):
     os.replace(partial, archive)  # atomic: a JVM maps the whole archive or finds none
+elif os.path.exists(partial):
+    os.unlink(partial)  # a dump the JVM may not have finished
 os.unlink(marker)
 """
 
