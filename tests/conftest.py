@@ -34,7 +34,12 @@ def pytest_configure(config):
     opts, training = spark_jvm.spark_submit_opts()
     building = ", building it now" if training is not None else ""
     config.stash[_JVM_NOTE] = f"Spark drivers: {opts}{building}"
-    for key, value in (("SPARK_SUBMIT_OPTS", opts), ("SPARK_LAUNCHER_OPTS", spark_jvm.QUICK_JIT)):
+    quick = spark_jvm.QUICK_JIT  # the launcher's JVM, and a standalone master's and workers'
+    for key, value in (
+        ("SPARK_SUBMIT_OPTS", opts),
+        ("SPARK_LAUNCHER_OPTS", quick),
+        ("SPARK_DAEMON_JAVA_OPTS", quick),
+    ):
         os.environ[key] = f"{os.environ.get(key, '')} {value}".strip()
 
 

@@ -92,12 +92,11 @@ def _cache_dir() -> Path:
 
 def _archive_path(cache: Path) -> Path | None:
     """Where the archive of this JVM build and these Spark jars is; None without Java."""
-    from leasekit.embedded.java import java_home
+    from leasekit.embedded.java import find_java
 
     try:
-        java = os.path.join(java_home(), "bin", "java")
         version = subprocess.run(
-            [java, "-version"], capture_output=True, timeout=60, check=True
+            [find_java(), "-version"], capture_output=True, timeout=60, check=True
         ).stderr
     except Exception:  # no Java at all: the Spark tests say so themselves
         return None

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
-import spark_jvm
 
 from leasekit.embedded.java import java_home
 
@@ -45,9 +44,6 @@ def spark_env(**extra: str) -> dict[str, str]:
         SPARK_LOCAL_IP="127.0.0.1",
         SPARK_DAEMON_MEMORY="256m",
     )
-    if spark_jvm.QUICK_JIT in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-        # the suite's quick JIT (conftest) for the master and workers too
-        env["SPARK_DAEMON_JAVA_OPTS"] = spark_jvm.QUICK_JIT
     for key in (
         "SPARK_CONNECT_MODE_ENABLED",
         "SPARK_REMOTE",
