@@ -113,8 +113,11 @@ def _archive_path(cache: Path) -> Path | None:
 def _training(archive: Path) -> bool:
     """Whether another run's training of ``archive`` is under way (its marker names its pid)."""
     try:
-        os.kill(int(archive.with_suffix(".training").read_text()), 0)
-    except (OSError, ValueError):
+        pid = int(archive.with_suffix(".training").read_text())
+        if pid <= 0:  # os.kill would probe a process group, or every process
+            return False
+        os.kill(pid, 0)
+    except (OSError, ValueError, OverflowError):  # none, a dead pid, or not a pid at all
         return False
     return True
 
