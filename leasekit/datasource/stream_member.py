@@ -142,52 +142,76 @@ def leave_on_sigterm(stop: Callable[[], None]) -> None:
     """Spark ends the reader's process with SIGTERM when the query stops (and closes its socket
     right after, or not at all when the whole session stops), without calling ``stop``: make the
     signal run ``stop`` (the reader's newest), so the member leaves the group at once instead
-    of at its session's end (D3). Called in the main thread before the reader joins."""
+    of at its session's end (D3). A process whose parent (Spark's JVM) is gone gets no signal
+    and no reader: it stops as on SIGTERM. Called in the main thread before the reader joins."""
     if threading.current_thread() is not threading.main_thread():
         return
     Termination.stop = stop
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        threading.Thread(target=Termination.watch, name="leasekit-sigterm", daemon=True).start()
+        parent = os.getppid()
+        threading.Thread(
+            target=Termination.watch, args=(parent,), name="leasekit-sigterm", daemon=True
+        ).start()
         signal.signal(signal.SIGTERM, Termination.on_signal)
 
 
 class Termination:
-    """SIGTERM in the reader's process. The handler raises nothing: an exception thrown into the
-    main thread at an arbitrary point can land between the runner's read of its closed socket and
-    its call of ``stop`` (or inside ``stop``), skip the leave, and keep the member in its group
-    until its session expires. So the handler only records the signal. The main thread, which
-    sees its socket close, stops and exits by itself; a watchdog thread gives it ``WAIT``
-    seconds, then (the main thread busy in a long call, or no socket closed) calls ``stop``
-    itself, after any stop under way, and ends the process: at the latest ``WAIT + GRACE``
-    seconds after the signal, however long the stops take."""
+    """The end of the reader's process: SIGTERM, or its parent gone. The handler raises nothing:
+    an exception thrown into the main thread at an arbitrary point can land between the runner's
+    read of its closed socket and its call of ``stop`` (or inside ``stop``), skip the leave, and
+    keep the member in its group until its session expires. So the handler only records the
+    signal. The main thread, which sees its socket close, stops and exits by itself; a watchdog
+    thread gives it ``WAIT`` seconds, then (the main thread busy in a long call, or no socket
+    closed) calls ``stop`` itself, after any stop under way, and ends the process. The process
+    ends at the latest ``WAIT + GRACE`` seconds after the signal, after its parent is gone, or
+    after a ``stop`` began (the runner exits once its reader stopped), however long the stops
+    take: a ZooKeeper that went away leaves ZooKeeper calls waiting for it without end."""
 
     WAIT = 1.0
     """Seconds the main thread gets to stop and exit after SIGTERM before the watchdog acts."""
     GRACE = 10.0
     """Seconds the stops may take after ``WAIT`` before the process ends regardless."""
+    PARENT_CHECK = 0.5
+    """Seconds between the watchdog's looks at the process's parent."""
     requested = threading.Event()
-    """Set by SIGTERM; a wait in the reader (the first assignment) gives up on it."""
+    """Set by SIGTERM, or once the parent is gone; a wait in the reader (the first assignment)
+    gives up on it."""
     stop: Callable[[], None] | None = None
-    """The newest reader's ``stop``."""
+    """The newest reader's ``stop``; set only in a reader's own process."""
     _lock = threading.RLock()
+    _deadline: threading.Timer | None = None
+    _deadline_lock = threading.Lock()
 
     @classmethod
     @contextlib.contextmanager
     def stopping(cls) -> Iterator[None]:
-        """Around ``stop``: one at a time, whether the main thread's or the watchdog's."""
+        """Around ``stop``: one at a time, whether the main thread's or the watchdog's; in a
+        reader's own process, the process ends at the latest ``WAIT + GRACE`` from here on."""
+        if cls.stop is not None:
+            cls.arm()
         with cls._lock:
             yield
+
+    @classmethod
+    def arm(cls) -> None:
+        """Start the hard deadline (once): the process ends ``WAIT + GRACE`` seconds from now."""
+        with cls._deadline_lock:
+            if cls._deadline is None:
+                deadline = threading.Timer(cls.WAIT + cls.GRACE, os._exit, (128 + signal.SIGTERM,))
+                deadline.daemon = True
+                deadline.start()
+                cls._deadline = deadline
 
     @classmethod
     def on_signal(cls, signum: int, frame: Any) -> None:
         cls.requested.set()
 
     @classmethod
-    def watch(cls) -> None:
-        cls.requested.wait()
-        deadline = threading.Timer(cls.WAIT + cls.GRACE, os._exit, (128 + signal.SIGTERM,))
-        deadline.daemon = True
-        deadline.start()  # a stop that hangs (ZooKeeper gone, say) does not keep the process
+    def watch(cls, parent: int) -> None:
+        while not cls.requested.wait(cls.PARENT_CHECK):
+            if os.getppid() != parent:  # Spark's JVM is gone: no signal or reader will come
+                cls.requested.set()
+        cls.arm()  # a stop that hangs (ZooKeeper gone, say) does not keep the process
         time.sleep(cls.WAIT)
         with cls._lock, contextlib.suppress(Exception):  # after a stop under way
             if cls.stop is not None:

@@ -4,6 +4,7 @@ runs in a process of its own, driven as PySpark's streaming source runner drives
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -91,3 +92,69 @@ def test_sigterm_ends_the_process_even_when_leaving_hangs(
         proc.kill()
         proc.stdin.close()
     assert time.monotonic() - began < 20
+
+
+def test_a_closed_input_ends_the_process_even_when_leaving_hangs(
+    conn, orders, zookeeper, warehouse, namespace
+):
+    # D3: the end of input without a signal (Spark's JVM gone) while ZooKeeper is unreachable:
+    # the leave waits for ZooKeeper without end, the process still ends within
+    # Termination.WAIT + GRACE (11 s) of its stop
+    proc = joined_reader(zookeeper, warehouse, namespace, "--hang-on-leave")
+    began = time.monotonic()
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert time.monotonic() - began < 20
+
+
+_LAUNCHER = (
+    "import subprocess, sys, time\n"
+    "reader = subprocess.Popen(sys.argv[1:])\n"
+    "print(reader.pid, flush=True)\n"
+    "time.sleep(3600)\n"
+)
+
+
+def _ended(pid: int) -> bool:
+    """Process ``pid`` is gone (or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("flags", [(), ("--hang-on-leave",)], ids=["leaves", "leave-hangs"])
+def test_a_reader_whose_parent_died_leaves_and_ends(
+    conn, orders, zookeeper, warehouse, namespace, flags
+):
+    # D3: Spark's JVM killed outright sends no SIGTERM, and the reader's input may stay open
+    # (here the test holds it): once its parent is gone the member leaves at once and the
+    # process ends, within Termination.WAIT + GRACE (11 s) even when the leave hangs
+    args = [sys.executable, str(RUNNER), zookeeper, warehouse, namespace, "orders", "etl"]
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCHER, *args, *flags],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    pid = int(launcher.stdout.readline())
+    try:
+        launcher.stdin.write(b"j")
+        launcher.stdin.flush()
+        assert launcher.stdout.readline() == b"joined\n"
+        launcher.kill()  # the reader's parent gone, as a JVM killed with SIGKILL
+        launcher.wait()
+        began = time.monotonic()
+        if not flags:
+            wait_for(lambda: not conn.group_members("etl"), timeout=30, what="the leave")
+            assert time.monotonic() - began < LEFT_WITHIN
+        wait_for(lambda: _ended(pid), timeout=30, what="the reader's process to end")
+        assert time.monotonic() - began < 20
+    finally:
+        if not _ended(pid):
+            os.kill(pid, signal.SIGKILL)
+        launcher.stdin.close()
