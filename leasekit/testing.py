@@ -20,11 +20,14 @@ from .zk.formats import BucketState, LatestChunk, SegmentRecord, SnapshotRecord
 from .zk.ops import chunk_ops
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .connection import Connection
     from .context import Context
+    from .structs import Snapshot, TableBucket
     from .tables.info import TableInfo
 
-__all__ = ["context", "ShiftedClock", "seed_empty_snapshots", "seed_history"]
+__all__ = ["context", "ShiftedClock", "seed_empty_snapshots", "seed_history", "register_copies"]
 
 
 def context(conn: Connection) -> Context:
@@ -81,6 +84,43 @@ def seed_empty_snapshots(ctx: Context, table: TableInfo, snapshot_id: int = 1) -
             Create(paths.snapshot(tid, b, snapshot_id), snapshot),
         ]
     ctx.store.commit_chunked([*ops, *_latest_arrays(ctx, table, snapshot_id)])
+
+
+def register_copies(
+    table: TableInfo, snapshots: Mapping[TableBucket, Snapshot]
+) -> dict[TableBucket, Snapshot]:
+    """Register copies of another table's ``snapshots`` (as its ``snapshot()`` returned them)
+    as new snapshots of ``table``, the way ``snapshot()`` registers its own: the files copied
+    under a write marker's token, then committed with the bucket states (S1, S2).
+
+    The copies are what a compaction of ``table`` would write when both tables hold the same
+    records in the same buckets: the same appends, in the same order, into the same schema and
+    bucket count. Fixtures that need many such tables pay Spark's compaction once.
+
+    Returns:
+        The new snapshots, per bucket registered.
+    """
+    import pyarrow.fs as pafs
+
+    from .log.markers import in_flight
+    from .snapshots.register import Written, register
+
+    warehouse = table.context.warehouse
+    with in_flight(table.context) as token:
+        rel = f"{table.data_dir}/snapshots/{token}"
+        written = {}
+        for tb, snapshot in snapshots.items():
+            files = []
+            for location in snapshot.files:
+                source, path = pafs.FileSystem.from_uri(location)
+                copy = f"{rel}/_bucket={tb.bucket}/{path.rsplit('/', 1)[-1]}"
+                warehouse.fs.create_dir(warehouse.fs_path(copy).rsplit("/", 1)[0])
+                pafs.copy_files(path, warehouse.fs_path(copy), source, warehouse.fs)
+                files.append(copy)
+            written[tb.bucket] = Written(
+                snapshot.log_offset, files, snapshot.row_count, snapshot.size_bytes
+            )
+        return register(table, written, token)
 
 
 def seed_history(
