@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import threading
 import time
@@ -88,7 +89,7 @@ class StreamMember:
             self._consumer.poll(0)
             if self._consumer.generation is not None:
                 self._assigned = True
-            if self._assigned or time.monotonic() > deadline or Termination.requested.is_set():
+            if self._assigned or time.monotonic() > deadline or Termination.requested:
                 break
             time.sleep(0.02)
         if not self._assigned:
@@ -149,8 +150,10 @@ def leave_on_sigterm(stop: Callable[[], None]) -> None:
     Termination.stop = stop
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         parent = os.getppid()
+        wake, Termination.wake = os.pipe()
+        os.set_blocking(Termination.wake, False)
         threading.Thread(
-            target=Termination.watch, args=(parent,), name="leasekit-sigterm", daemon=True
+            target=Termination.watch, args=(parent, wake), name="leasekit-sigterm", daemon=True
         ).start()
         signal.signal(signal.SIGTERM, Termination.on_signal)
 
@@ -160,12 +163,15 @@ class Termination:
     an exception thrown into the main thread at an arbitrary point can land between the runner's
     read of its closed socket and its call of ``stop`` (or inside ``stop``), skip the leave, and
     keep the member in its group until its session expires. So the handler only records the
-    signal. The main thread, which sees its socket close, stops and exits by itself; a watchdog
-    thread gives it ``WAIT`` seconds, then (the main thread busy in a long call, or no socket
-    closed) calls ``stop`` itself, after any stop under way, and ends the process. The process
-    ends at the latest ``WAIT + GRACE`` seconds after the signal, after its parent is gone, or
-    after a ``stop`` began (the runner exits once its reader stopped), however long the stops
-    take: a ZooKeeper that went away leaves ZooKeeper calls waiting for it without end."""
+    signal, and takes no lock: a signal can land while the handler of the one before runs
+    (Spark, the kernel's process group and the JVM's exit each send one), or inside any lock's
+    holder, and a handler waiting for a lock its own thread holds never returns. The main
+    thread, which sees its socket close, stops and exits by itself; a watchdog thread gives it
+    ``WAIT`` seconds, then (the main thread busy in a long call, or no socket closed) calls
+    ``stop`` itself, after any stop under way, and ends the process. The process ends at the
+    latest ``WAIT + GRACE`` seconds after the signal, after its parent is gone, or after a
+    ``stop`` began (the runner exits once its reader stopped), however long the stops take: a
+    ZooKeeper that went away leaves ZooKeeper calls waiting for it without end."""
 
     WAIT = 1.0
     """Seconds the main thread gets to stop and exit after SIGTERM before the watchdog acts."""
@@ -173,9 +179,11 @@ class Termination:
     """Seconds the stops may take after ``WAIT`` before the process ends regardless."""
     PARENT_CHECK = 0.5
     """Seconds between the watchdog's looks at the process's parent."""
-    requested = threading.Event()
+    requested = False
     """Set by SIGTERM, or once the parent is gone; a wait in the reader (the first assignment)
     gives up on it."""
+    wake = -1
+    """The write end of the pipe that wakes the watchdog."""
     stop: Callable[[], None] | None = None
     """The newest reader's ``stop``; set only in a reader's own process."""
     _lock = threading.RLock()
@@ -204,13 +212,17 @@ class Termination:
 
     @classmethod
     def on_signal(cls, signum: int, frame: Any) -> None:
-        cls.requested.set()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: the watchdog ends it
+        cls.requested = True
+        with contextlib.suppress(OSError):  # a full pipe: the watchdog is awake already
+            os.write(cls.wake, b"\0")
 
     @classmethod
-    def watch(cls, parent: int) -> None:
-        while not cls.requested.wait(cls.PARENT_CHECK):
+    def watch(cls, parent: int, wake: int) -> None:
+        while not cls.requested:
+            select.select([wake], [], [], cls.PARENT_CHECK)
             if os.getppid() != parent:  # Spark's JVM is gone: no signal or reader will come
-                cls.requested.set()
+                cls.requested = True
         cls.arm()  # a stop that hangs (ZooKeeper gone, say) does not keep the process
         time.sleep(cls.WAIT)
         with cls._lock, contextlib.suppress(Exception):  # after a stop under way

@@ -4,6 +4,7 @@ runs in a process of its own, driven as PySpark's streaming source runner drives
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -158,3 +159,27 @@ def test_a_reader_whose_parent_died_leaves_and_ends(
         if not _ended(pid):
             os.kill(pid, signal.SIGKILL)
         launcher.stdin.close()
+
+
+def test_a_burst_of_sigterms_still_leaves_and_ends_the_process(
+    conn, orders, zookeeper, warehouse, namespace
+):
+    # D3: Spark, the kernel's process group and the JVM's exit may each signal the reader; a
+    # signal landing while the handler of the one before runs must not deadlock the process
+    # (a handler that takes a lock can land inside that same lock's holder), or end it
+    # without leaving
+    for _ in range(3):
+        proc = joined_reader(zookeeper, warehouse, namespace)
+        began = time.monotonic()
+        while proc.poll() is None and time.monotonic() - began < 2:
+            for _ in range(50):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+            proc.stdin.close()
+        assert time.monotonic() - began < 15  # ended (by the watchdog, not the signal)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert seconds_to_leave(conn, proc) < LEFT_WITHIN  # left: not at its session's end

@@ -49,15 +49,21 @@ def _run(name: str, tmp_path: Path, **parameters) -> nbformat.NotebookNode:
 
 
 def _text(cell) -> str:
-    """What a code cell printed and displayed, as text (stdout, stderr, text/plain, text/html)."""
+    """What a code cell printed and displayed, as text (stdout, stderr, text/plain, text/html).
+    A stream's consecutive outputs are one text: the kernel sends what a print writes in
+    chunks when it flushes between them."""
     parts = []
+    previous = None
     for out in cell.get("outputs", []):
-        if out["output_type"] == "stream":
+        if out["output_type"] == "stream" and previous == out["name"]:
+            parts[-1] += out["text"]
+        elif out["output_type"] == "stream":
             parts.append(out["text"])
         elif out["output_type"] in ("execute_result", "display_data"):
             parts.extend(out["data"].get(kind, "") for kind in ("text/plain", "text/html"))
         elif out["output_type"] == "error":
             parts.append(f"{out['ename']}: {out['evalue']}")
+        previous = out.get("name") if out["output_type"] == "stream" else None
     return "\n".join(parts)
 
 
