@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 
+from leasekit.embedded.process import pid_alive
+
 RUNNER = Path(__file__).resolve().parents[1] / "stream_runner.py"
 LEFT_WITHIN = 3.0
 """Seconds a stopped reader's member may take to leave: far below its 10 s session."""
@@ -119,16 +121,6 @@ _LAUNCHER = (
 )
 
 
-def _ended(pid: int) -> bool:
-    """Process ``pid`` is gone (or a zombie nobody reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize("flags", [(), ("--hang-on-leave",)], ids=["leaves", "leave-hangs"])
 def test_a_reader_whose_parent_died_leaves_and_ends(
     conn, orders, zookeeper, warehouse, namespace, flags
@@ -153,10 +145,10 @@ def test_a_reader_whose_parent_died_leaves_and_ends(
         if not flags:
             wait_for(lambda: not conn.group_members("etl"), timeout=30, what="the leave")
             assert time.monotonic() - began < LEFT_WITHIN
-        wait_for(lambda: _ended(pid), timeout=30, what="the reader's process to end")
+        wait_for(lambda: not pid_alive(pid), timeout=30, what="the reader's process to end")
         assert time.monotonic() - began < 20
     finally:
-        if not _ended(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
         launcher.stdin.close()
 
