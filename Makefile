@@ -45,7 +45,10 @@ browser:
 	|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } \
 	|| echo "could not install chromium: run 'sudo apt-get update && sudo apt-get install -y chromium', or the browser test fails"
 
+# Byte-compiled first: the suite starts hundreds of Python processes (Spark workers, kernels, CLI
+# runs), and with PYTHONDONTWRITEBYTECODE set none of them would keep what it compiled.
 test: install browser
+	$(BIN)/python -m compileall -q leasekit widgets tests bench
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: install

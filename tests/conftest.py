@@ -5,7 +5,6 @@ namespace (and warehouse directory) per test."""
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 
 import pytest
@@ -120,7 +119,9 @@ def spark():
     """A real local SparkSession, shared by the whole test session."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from leasekit.sparkio.worker_python import worker_python
+
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     session = (
         SparkSession.builder.master("local[2]")
         .appName("leasekit-tests")

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from ..errors import IllegalStateError, InvalidTypeError, LeasekitError
+from .worker_python import worker_python
 
 __all__ = [
     "spark_session",
@@ -41,7 +42,9 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
     A new one starts quietly: log4j2 logs warnings and errors only, without Spark's start-up
     notices (``log4j2.properties`` beside this module, unless ``SPARK_CONF_DIR`` or
     ``PYSPARK_SUBMIT_ARGS`` configure logging), and the JVM's own start-up notice is dropped,
-    so a notebook's first Spark cell shows no stderr block.
+    so a notebook's first Spark cell shows no stderr block. Unless ``PYSPARK_PYTHON`` says
+    otherwise, its Python workers run this interpreter (on ``local[*]`` through
+    ``worker_python``'s launcher, which spares each worker compiling pyspark from source).
 
     Arguments:
         app_name: the application name of a new session.
@@ -60,13 +63,26 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
         from ..embedded.java import java_home
 
         os.environ["JAVA_HOME"] = java_home()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "PYSPARK_PYTHON" not in os.environ:
+        os.environ["PYSPARK_PYTHON"] = worker_python() if _launches_locally() else sys.executable
     # Spark's console progress bar would draw over leasekit's own progress bars.
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     for key, value in _quiet_logging().items():
         builder = builder.config(key, value)
     with spark_errors("start Spark"), _without_jvm_notices():
         return builder.getOrCreate()
+
+
+def _launches_locally() -> bool:
+    """Whether a new session runs on this machine, as ``local[*]``: no master, Spark
+    configuration directory or Spark Connect server is set by the environment. Only then do its
+    Python workers get ``worker_python``'s launcher (a cluster's executors would not have it)."""
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    return not (
+        "--master" in submit
+        or "spark.master" in submit
+        or any(os.environ.get(name) for name in ("MASTER", "SPARK_CONF_DIR", "SPARK_REMOTE"))
+    )
 
 
 def _quiet_logging() -> dict[str, str]:
