@@ -21,11 +21,11 @@ from pathlib import Path
 
 from leasekit.embedded.java import find_java
 from leasekit.embedded.process import (
-    JVM_FLAGS,
     bind_port,
     classpath,
     config_lines,
     four_letter,
+    jvm_flags,
     kill_and_wait,
     log_tail,
     pid_alive,
@@ -244,7 +244,7 @@ class Ensemble:
         (member.root / "data" / "myid").write_text(f"{member.myid}\n", encoding="ascii")
 
     def _launch(self, member: _Member) -> None:
-        flags = [f for f in JVM_FLAGS if not f.startswith("-Xmx")]
+        flags = [f for f in jvm_flags() if not f.startswith("-Xmx")]
         argv = [
             find_java(),
             f"-Xmx{self.heap}",

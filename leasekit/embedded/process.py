@@ -9,6 +9,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import socket
 import time
@@ -19,6 +20,7 @@ from leasekit.errors import InvalidArgumentError, ZooKeeperUnavailableError
 __all__ = [
     "MAIN_CLASS",
     "JVM_FLAGS",
+    "jvm_flags",
     "POLL",
     "four_letter",
     "probe",
@@ -59,6 +61,21 @@ JVM_FLAGS = (
     "-Dzookeeper.jmx.log4j.disable=true",
     "-Dlog4j2.level=WARN",
 )
+
+
+def jvm_flags() -> list[str]:
+    """``JVM_FLAGS``, then the flags of ``SERVER_JVMFLAGS`` (the variable ZooKeeper's own
+    ``zkServer.sh`` reads): given later, they win where both set the same option.
+
+    Raises:
+        InvalidArgumentError: ``SERVER_JVMFLAGS`` is not valid shell words.
+    """
+    extra = os.environ.get("SERVER_JVMFLAGS", "")
+    try:
+        return [*JVM_FLAGS, *shlex.split(extra)]
+    except ValueError as exc:
+        raise InvalidArgumentError(f"SERVER_JVMFLAGS {extra!r}: {exc}") from None
+
 
 _NOT_SERVING = "not currently serving"
 POLL = 0.05

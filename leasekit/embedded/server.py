@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 from leasekit.embedded.java import find_java
 from leasekit.embedded.process import (
-    JVM_FLAGS,
     MAIN_CLASS,
     POLL,
     bind_port,
     classpath,
     config_lines,
     four_letter,
+    jvm_flags,
     kill_and_wait,
     log_tail,
     parse_version,
@@ -156,7 +156,7 @@ def _start(root: Path, preferred: int | None, deadline: float) -> str:
         if port is None and (port := bind_port(0)) is None:
             raise ZooKeeperUnavailableError("no free loopback port for ZooKeeper")
         config = _write_config(root, port)
-        argv = [java, *JVM_FLAGS, "-cp", jars, MAIN_CLASS, str(config)]
+        argv = [java, *jvm_flags(), "-cp", jars, MAIN_CLASS, str(config)]
         pid = spawn(argv, root / "server.log")
         _write_state(root, pid, port, java, argv)
         address = _address(port)

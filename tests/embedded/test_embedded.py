@@ -226,3 +226,20 @@ def test_four_letter_errors() -> None:
 def test_bad_timeout_is_rejected(zk_dir: Path) -> None:
     with pytest.raises(InvalidArgumentError):
         embedded.ensure_running(zk_dir, timeout=0)
+
+
+def test_server_jvmflags_come_after_leasekits_own(zk_dir: Path, monkeypatch) -> None:
+    # SERVER_JVMFLAGS, as zkServer.sh reads it: given last, so its -Xmx wins over the default
+    monkeypatch.setenv("SERVER_JVMFLAGS", "-Xmx300m  '-Dleasekit.test=a b'")
+    embedded.ensure_running(zk_dir)
+    (pid,) = _server_pids(zk_dir)
+    args = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    assert "-Dleasekit.test=a b" in args
+    assert args.index("-Xmx300m") > args.index("-Xmx2g")
+
+
+def test_unparsable_server_jvmflags_are_refused(zk_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SERVER_JVMFLAGS", "-Dx='unclosed")
+    with pytest.raises(InvalidArgumentError, match="SERVER_JVMFLAGS"):
+        embedded.ensure_running(zk_dir)
+    assert _server_pids(zk_dir) == []
