@@ -56,6 +56,9 @@ class Context:
         newer value."""
         self._settings_lock = threading.Lock()
         self._settings_warned: int | None = None
+        self._warn_lock = threading.Lock()
+        """Held while the corrupt-settings warning is logged: whoever finds it logged knows
+        it is out."""
         self.server_clock = ServerClock(lambda: store.server_time_ms(self.paths.clock))
         """The ZooKeeper clock, estimated between writes that read it."""
         self.identity: str | None = None
@@ -162,9 +165,10 @@ class Context:
             "conn.update_settings(mapping, replace=True)",
             path,
         )
-        if self._settings_warned != version:
-            self._settings_warned = version
-            log.warning("%s", error)
+        with self._warn_lock:  # the watch thread and a caller may both get here for one version
+            if self._settings_warned != version:
+                log.warning("%s", error)
+                self._settings_warned = version
         return error
 
     def _remember_settings(self, values: dict[str, Any], version: int) -> None:

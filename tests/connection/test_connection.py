@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -269,6 +270,38 @@ def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(
             assert info.value.path == path and path in str(info.value)
         conn.lease("q3", "1h")  # leases use the defaults meanwhile
         assert testing.context(conn).store.get(path).data == data  # nothing written by the refusals
+
+
+class _SlowOffMainThread(logging.Handler):
+    """Makes logging from any thread but the main one slow: the window in which a warning is
+    decided on but not yet logged grows from microseconds to 0.3 s."""
+
+    def emit(self, record):
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)
+
+
+def test_the_corrupt_settings_warning_is_out_when_connect_returns(
+    zookeeper, warehouse, namespace, caplog
+):
+    # §9: connect's first read and its settings watch (on the watch thread) both see the corrupt
+    # value; whichever logs the warning, it has been logged by the time connect returns
+    with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
+        first.update_settings({"orphan.min-age": "2h"})
+        path = testing.context(first).paths.settings
+    slow = _SlowOffMainThread()
+    logging.getLogger("leasekit").addHandler(slow)
+    try:
+        for attempt in range(4):
+            write_raw(zookeeper, path, GARBAGE + bytes([attempt]))  # a new version each time
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="leasekit"):
+                conn = lk.connect(zookeeper, warehouse, namespace=namespace)
+                warned = settings_warnings(caplog, path)
+            conn.close()
+            assert len(warned) == 1, f"attempt {attempt}: {len(warned)} warnings at return"
+    finally:
+        logging.getLogger("leasekit").removeHandler(slow)
 
 
 def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplog):
