@@ -29,11 +29,6 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
 """C1 only, serial GC, and 4 MB thread stacks: C1's frames are larger than C2's, and once a
 stream execution thread overflowed the default 1 MB in Java's recursive regex matching."""
 
-SERVER_JIT = "-XX:TieredStopAtLevel=1"
-"""The ZooKeeper servers': C1 only. A test's server answers a few thousand requests and stops;
-over the consumer and ZooKeeper tests, C2's compilations made half of a server's CPU time
-(21 CPU-seconds against 12)."""
-
 _TRAINING = r"""
 import os, sys, tempfile
 from pyspark.sql import SparkSession
