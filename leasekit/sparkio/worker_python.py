@@ -47,34 +47,51 @@ def bundled_archive() -> Path | None:
 
 
 def worker_python(cache: Path | None = None) -> str:
-    """A launcher of this interpreter for Spark's Python workers (see the module), written once
-    into ``cache`` (by default ``$XDG_CACHE_HOME/leasekit``); ``sys.executable`` itself when
-    pyspark has no bundled archive, on Windows, or when the launcher cannot be written."""
+    """A launcher of this interpreter for Spark's Python workers (see the module), kept in
+    ``cache`` (by default ``$XDG_CACHE_HOME/leasekit``) and written again whenever it is not
+    exactly what this interpreter needs; ``sys.executable`` itself when pyspark has no bundled
+    archive, on Windows, or when the launcher cannot be written or run from there (a
+    ``noexec`` mount)."""
     archive = bundled_archive()
     if archive is None or os.name != "posix" or not sys.executable:
         return sys.executable
     text = _LAUNCHER.format(python=shlex.quote(sys.executable), zip=shlex.quote(str(archive)))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = cache if cache is not None else _cache_dir()
-    launcher = folder / f"spark-python-{digest}"
+    launcher = (cache if cache is not None else _cache_dir()) / f"spark-python-{digest}"
     try:
-        if launcher.is_file() and os.access(launcher, os.X_OK):
-            return str(launcher)
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".spark-python-")
-        try:
-            with os.fdopen(fd, "w") as out:
-                out.write(text)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, launcher)  # atomic: a concurrent session sees all of it or none
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        if not (_holds(launcher, text) and os.access(launcher, os.X_OK)):
+            _write(launcher, text)
     except OSError:
         return sys.executable
-    return str(launcher)
+    return str(launcher) if os.access(launcher, os.X_OK) else sys.executable
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _write(launcher: Path, text: str) -> None:
+    """``text`` into ``launcher``, executable, atomically: a concurrent session sees all of it
+    or none."""
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=launcher.parent, prefix=".spark-python-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, launcher)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """``$XDG_CACHE_HOME/leasekit``; ``~/.cache/leasekit`` when it is unset or relative (which
+    the XDG rules say to ignore: Spark starts workers from other working directories)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "leasekit"

@@ -58,6 +58,33 @@ def test_the_launcher_is_written_once_and_survives_a_hostile_cache_path(tmp_path
     assert _path_seen(first, f"{ARCHIVE}:/opt/a") == "/opt/a"
 
 
+@pytest.mark.parametrize("damage", ["other text", "truncated", "not executable"])
+def test_a_launcher_that_is_not_the_right_one_is_written_again(tmp_path, damage):
+    launcher = worker_python(tmp_path)
+    right = open(launcher).read()
+    if damage == "other text":
+        with open(launcher, "w") as out:
+            out.write("#!/bin/sh\nexec /bin/false\n")
+    elif damage == "truncated":
+        with open(launcher, "w") as out:
+            out.write(right[:40])
+    else:
+        os.chmod(launcher, 0o644)
+    assert worker_python(tmp_path) == launcher
+    assert open(launcher).read() == right and os.access(launcher, os.X_OK)
+    assert _path_seen(launcher, f"{ARCHIVE}:/opt/a") == "/opt/a"
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    # Spark starts its workers from other working directories: the launcher's path is absolute
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    launcher = worker_python()
+    assert launcher.startswith(str(tmp_path / "home" / ".cache" / "leasekit") + os.sep)
+    assert not (tmp_path / "relative").exists()
+
+
 def test_an_unwritable_cache_falls_back_to_this_interpreter(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
