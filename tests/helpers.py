@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import leasekit as lk
 from leasekit import testing
@@ -223,3 +224,28 @@ def wait_for(predicate, timeout: float, what: str, step: float = 0.02):
             return value
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Compacted:
+    """A table made of ``rounds`` (each an append followed by a snapshot), compacted by Spark once
+    in a warehouse and namespace of its own; ``make`` gives a test's connection the same table
+    with copies of those snapshots registered as its own (``testing.register_copies``), so a
+    module's tests pay Spark's compaction once instead of once each."""
+
+    def __init__(self, zookeeper, spark, folder, schema, rounds, *, name="orders", buckets=4):
+        self.schema, self.rounds, self.name, self.buckets = schema, rounds, name, buckets
+        with lk.connect(zookeeper, str(folder), namespace=f"t{uuid.uuid4().hex[:12]}") as conn:
+            table = conn.create_table(name, schema, "id", buckets=buckets)
+            self.generations = []
+            for rows in rounds:
+                table.append(rows)
+                self.generations.append(table.snapshot(spark))
+
+    def make(self, conn):
+        """The table in ``conn``'s namespace: the same appends, each followed by the copies of
+        its generation of snapshots."""
+        table = conn.create_table(self.name, self.schema, "id", buckets=self.buckets)
+        for rows, snapshots in zip(self.rounds, self.generations):
+            table.append(rows)
+            assert len(testing.register_copies(table, snapshots)) == len(snapshots)
+        return table

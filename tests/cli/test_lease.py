@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 import pytest
+from helpers import Compacted
 from helpers import run_cli as run
 from helpers import run_cli_json as run_json
 
@@ -16,12 +17,17 @@ from leasekit import TableBucket, testing
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 
 
+@pytest.fixture(scope="module")
+def compacted(zookeeper, spark, tmp_path_factory):
+    rows = pd.DataFrame({"id": range(200), "name": "x", "amount": 1.0})
+    return Compacted(zookeeper, spark, tmp_path_factory.mktemp("orders"), SCHEMA, [rows])
+
+
 @pytest.fixture
-def orders(conn, spark):
-    """A 4-bucket table with one snapshot per bucket, plus ``empty``: 2 buckets, no snapshot."""
-    table = conn.create_table("orders", SCHEMA, "id", buckets=4)
-    table.append(pd.DataFrame({"id": range(200), "name": "x", "amount": 1.0}))
-    assert len(table.snapshot(spark)) == 4
+def orders(conn, compacted):
+    """A 4-bucket table with one snapshot per bucket (copies of the module's compaction), plus
+    ``empty``: 2 buckets, no snapshot."""
+    table = compacted.make(conn)
     conn.create_table("empty", SCHEMA, "id", buckets=2)
     return table
 

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-
-import leasekit as lk
-from leasekit import testing
+from helpers import Compacted
 
 ROUNDS = (
     [{"id": i, "status": "new"} for i in range(200)],
@@ -19,14 +15,8 @@ ROUNDS = (
 @pytest.fixture(scope="module")
 def compacted(zookeeper, spark, tmp_path_factory):
     """The two snapshots of every bucket of ``orders``, compacted by Spark once per module."""
-    warehouse = str(tmp_path_factory.mktemp("orders-template"))
-    with lk.connect(zookeeper, warehouse, namespace=f"t{uuid.uuid4().hex[:12]}") as conn:
-        table = conn.create_table("orders", "id BIGINT, status STRING", "id", buckets=4)
-        generations = []
-        for rows in ROUNDS:
-            table.append(rows)
-            generations.append(table.snapshot(spark))
-        return generations
+    folder = tmp_path_factory.mktemp("orders-template")
+    return Compacted(zookeeper, spark, folder, "id BIGINT, status STRING", ROUNDS)
 
 
 @pytest.fixture
@@ -34,8 +24,4 @@ def orders(conn, compacted):
     """A 4-bucket table with two snapshots per bucket (ids 1 and 2): its own appends, and
     copies of the template's compactions registered as its snapshots (what its own would
     write: ``test_the_copied_snapshots_hold_the_state_of_the_log`` checks)."""
-    table = conn.create_table("orders", "id BIGINT, status STRING", "id", buckets=4)
-    for rows, snapshots in zip(ROUNDS, compacted):
-        table.append(rows)
-        testing.register_copies(table, snapshots)
-    return table
+    return compacted.make(conn)

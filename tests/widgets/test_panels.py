@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
+from helpers import Compacted
 from leasekit.widgets import ConsumerPanel, Dashboard, LeasePanel, OverviewPanel, RetentionPanel
 from leasekit.widgets.formatting import duration_text, grid_height, human_bytes, time_axis
 
@@ -27,12 +28,17 @@ def other(zookeeper, warehouse, namespace):
         yield connection
 
 
+@pytest.fixture(scope="module")
+def compacted(zookeeper, spark, tmp_path_factory):
+    rows = [{"id": i, "status": "new"} for i in range(400)]
+    folder = tmp_path_factory.mktemp("orders")
+    return Compacted(zookeeper, spark, folder, "id BIGINT, status STRING", [rows])
+
+
 @pytest.fixture
-def orders(conn, spark):
-    table = conn.create_table("orders", "id BIGINT, status STRING", "id", buckets=4)
-    table.append([{"id": i, "status": "new"} for i in range(400)])
-    table.snapshot(spark)
-    return table
+def orders(conn, compacted):
+    """4 buckets of 400 rows, one snapshot each (copies of the module's compaction)."""
+    return compacted.make(conn)
 
 
 def _stopped_group(conn, orders, at=100):

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from helpers import Compacted
 from leasekit.widgets import ConsumerPanel, Dashboard, LeasePanel, RetentionPanel
 
 import leasekit as lk
@@ -37,12 +38,17 @@ def other(zookeeper, warehouse, namespace):
         yield connection
 
 
+@pytest.fixture(scope="module")
+def compacted(zookeeper, spark, tmp_path_factory):
+    rows = [{"id": i, "status": "new"} for i in range(40)]
+    folder = tmp_path_factory.mktemp("orders")
+    return Compacted(zookeeper, spark, folder, "id BIGINT, status STRING", [rows])
+
+
 @pytest.fixture
-def orders(conn, spark):
-    table = conn.create_table("orders", "id BIGINT, status STRING", "id", buckets=4)
-    table.append([{"id": i, "status": "new"} for i in range(40)])
-    table.snapshot(spark)
-    return table
+def orders(conn, compacted):
+    """4 buckets of 40 rows, one snapshot each (copies of the module's compaction)."""
+    return compacted.make(conn)
 
 
 # -- LeasePanel -------------------------------------------------------------------------------
