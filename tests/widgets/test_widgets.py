@@ -47,7 +47,7 @@ def compacted(zookeeper, spark, tmp_path_factory):
 
 @pytest.fixture
 def orders(conn, compacted):
-    """4 buckets of 40 rows, one snapshot each (copies of the module's compaction)."""
+    """40 rows in 4 buckets, one snapshot per bucket (copies of the module's compaction)."""
     return compacted.make(conn)
 
 
