@@ -56,9 +56,6 @@ class Context:
         newer value."""
         self._settings_lock = threading.Lock()
         self._settings_warned: int | None = None
-        self._warn_lock = threading.Lock()
-        """Held while the corrupt-settings warning is logged: whoever finds it logged knows
-        it is out."""
         self.server_clock = ServerClock(lambda: store.server_time_ms(self.paths.clock))
         """The ZooKeeper clock, estimated between writes that read it."""
         self.identity: str | None = None
@@ -165,7 +162,9 @@ class Context:
             "conn.update_settings(mapping, replace=True)",
             path,
         )
-        with self._warn_lock:  # the watch thread and a caller may both get here for one version
+        # the watch thread and a caller may both get here for one version: whoever finds it
+        # marked as warned under the lock knows the warning is out
+        with self._settings_lock:
             if self._settings_warned != version:
                 log.warning("%s", error)
                 self._settings_warned = version
