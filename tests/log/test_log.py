@@ -139,9 +139,11 @@ def test_timestamp_is_zookeeper_commit_time_and_never_decreases(conn):
     table = conn.create_table("t", "id BIGINT", "id", buckets=1)
     windows = []
     for b in range(6):
-        before = ctx.server_time_ms()
+        # bracketed by real ZooKeeper commit times (a write's mtime), not the display
+        # estimate of server_time_ms, which may be a millisecond off either way
+        before = ctx.server_clock.fresh_ms()
         table.append([{"id": b}])
-        after = ctx.server_time_ms()
+        after = ctx.server_clock.fresh_ms()
         windows.append((before, after))
         time.sleep(0.01)
     segs = list_segments(table, [0])[0]
