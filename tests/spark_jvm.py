@@ -25,9 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
+QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC -Xss4m"
 """C1 only, serial GC, and 4 MB thread stacks: C1's frames are larger than C2's, and once a
-stream execution thread overflowed the default 1 MB in Java's recursive regex matching."""
+stream execution thread overflowed the default 1 MB in Java's recursive regex matching. C1
+alone shrinks the default code cache to 48 MB, which a worker's session filled in a full run
+(47 of 48 MB used, then flushed to 17 MB: the sweeper threw compiled methods away and they were
+compiled again); 240 MB is what the JVM reserves by default with both compilers."""
 
 _TRAINING = r"""
 import os, sys, tempfile

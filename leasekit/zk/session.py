@@ -1,5 +1,6 @@
 """Starting the ZooKeeper session of the ZooKeeper layer: kazoo's client with leasekit's
-retry policy, credentials and default ACL, its failures to connect translated."""
+retry policy, credentials, default ACL and polling handler, its failures to connect
+translated."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ..errors import PermissionDeniedError, ZooKeeperUnavailableError
+from .poll import make_handler
 
 __all__ = ["start_client", "MAX_TIMEOUT", "MAX_SESSION_TIMEOUT"]
 
@@ -48,6 +50,7 @@ def start_client(
         connection_retry=dict(_RETRY),
         command_retry=dict(_RETRY, deadline=timeout),
         logger=log,
+        handler=make_handler(),
     )
     try:
         client.start(timeout=timeout)
