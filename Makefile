@@ -5,8 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 # The suite runs on TEST_WORKERS pytest-xdist workers, each with its own embedded ZooKeeper and
-# SparkSession (tests/conftest.py keeps tests that share a costly server on one worker).
-TEST_WORKERS ?= 2
+# SparkSession (tests/conftest.py keeps tests that share a costly server on one worker). Three on
+# two cores: many tests wait on servers, kernels and streams, and a third worker fills that time.
+TEST_WORKERS ?= 3
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: install browser demo test bench lab lint clean
