@@ -9,11 +9,14 @@ import uuid
 
 import pytest
 import spark_jvm
+import zk_jvm
 
 import leasekit as lk
 from leasekit import embedded, testing
 
 _JVM_NOTE = pytest.StashKey[str]()
+_OWN_ZK_FLAGS = "LEASEKIT_TEST_OWN_ZK_FLAGS"
+"""SERVER_JVMFLAGS of each worker's own ZooKeeper (set with the others before workers start)."""
 
 GROUPED_FIXTURES = ("zk_ensemble",)
 """Session fixtures too costly to start once per worker: their tests share one worker."""
@@ -27,8 +30,9 @@ connect-back timeout even on a busy 2-core machine."""
 def pytest_configure(config):
     """Before any worker starts: give every Spark driver the suite starts (in workers, kernels,
     CLI subprocesses) the quick JIT and the class-data archive of ``spark_jvm``, built once per
-    machine. ``LEASEKIT_TEST_JVM=default`` leaves the JVMs as a user's would be. (ZooKeeper
-    servers keep C2: with C1 alone the 100,000-pin lease tests took 50 s longer.)"""
+    machine, and every ZooKeeper server those of ``zk_jvm`` (the workers' own servers keep
+    C2: with C1 alone the 100,000-pin lease tests took 50 s longer).
+    ``LEASEKIT_TEST_JVM=default`` leaves the JVMs as a user's would be."""
     if hasattr(config, "workerinput") or os.environ.get("LEASEKIT_TEST_JVM") == "default":
         return
     opts, training = spark_jvm.spark_submit_opts()
@@ -41,6 +45,11 @@ def pytest_configure(config):
         ("SPARK_DAEMON_JAVA_OPTS", quick),
     ):
         os.environ[key] = f"{os.environ.get(key, '')} {value}".strip()
+    # ZooKeeper servers: a user's SERVER_JVMFLAGS come last, so they win
+    short_lived, own = zk_jvm.server_jvmflags()
+    user = os.environ.get("SERVER_JVMFLAGS", "")
+    os.environ["SERVER_JVMFLAGS"] = f"{short_lived} {user}".strip()
+    os.environ[_OWN_ZK_FLAGS] = f"{own} {user}".strip()
 
 
 def pytest_report_header(config):
@@ -78,7 +87,14 @@ def zk_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def zookeeper(zk_dir):
     """Address of a real ZooKeeper server shared by the whole test session."""
-    address = embedded.ensure_running(zk_dir)
+    saved = os.environ.get("SERVER_JVMFLAGS")
+    if _OWN_ZK_FLAGS in os.environ:
+        os.environ["SERVER_JVMFLAGS"] = os.environ[_OWN_ZK_FLAGS]
+    try:
+        address = embedded.ensure_running(zk_dir)
+    finally:
+        if saved is not None:
+            os.environ["SERVER_JVMFLAGS"] = saved
     yield address
     embedded.stop(zk_dir)
 
