@@ -87,14 +87,10 @@ def zk_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def zookeeper(zk_dir):
     """Address of a real ZooKeeper server shared by the whole test session."""
-    saved = os.environ.get("SERVER_JVMFLAGS")
-    if _OWN_ZK_FLAGS in os.environ:
-        os.environ["SERVER_JVMFLAGS"] = os.environ[_OWN_ZK_FLAGS]
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        if _OWN_ZK_FLAGS in os.environ:
+            env.setenv("SERVER_JVMFLAGS", os.environ[_OWN_ZK_FLAGS])
         address = embedded.ensure_running(zk_dir)
-    finally:
-        if saved is not None:
-            os.environ["SERVER_JVMFLAGS"] = saved
     yield address
     embedded.stop(zk_dir)
 

@@ -95,13 +95,8 @@ def _cache_dir() -> Path:
 
 def _archive_path(cache: Path) -> Path | None:
     """Where the archive of this JVM build and these Spark jars is; None without Java."""
-    from leasekit.embedded.java import find_java
-
-    try:
-        version = subprocess.run(
-            [find_java(), "-version"], capture_output=True, timeout=60, check=True
-        ).stderr
-    except Exception:  # no Java at all: the Spark tests say so themselves
+    version = jvm_build()
+    if version is None:
         return None
     import pyspark
 
@@ -111,6 +106,19 @@ def _archive_path(cache: Path) -> Path | None:
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name}:{jar.stat().st_size}".encode())
     return cache / f"spark-driver-{digest.hexdigest()[:16]}.jsa"
+
+
+def jvm_build() -> bytes | None:
+    """What ``java -version`` prints, naming the JVM build an archive was dumped by; None
+    without Java (the Spark and ZooKeeper tests say so themselves)."""
+    from leasekit.embedded.java import find_java
+
+    try:
+        return subprocess.run(
+            [find_java(), "-version"], capture_output=True, timeout=60, check=True
+        ).stderr
+    except Exception:
+        return None
 
 
 def _training(archive: Path) -> bool:

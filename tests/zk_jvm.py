@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 import spark_jvm
 
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
@@ -42,15 +42,15 @@ def server_jvmflags(cache: Path | None = None) -> tuple[str, str]:
 
 
 def _archive_path(cache: Path) -> Path | None:
-    from leasekit.embedded.java import find_java
     from leasekit.embedded.process import classpath
+    from leasekit.errors import ZooKeeperUnavailableError
 
+    version = spark_jvm.jvm_build()
     try:
-        version = subprocess.run(
-            [find_java(), "-version"], capture_output=True, timeout=60, check=True
-        ).stderr
         jars = classpath().split(os.pathsep)
-    except Exception:  # no Java or no pyspark: the ZooKeeper tests say so themselves
+    except ZooKeeperUnavailableError:  # no pyspark: the ZooKeeper tests say so themselves
+        return None
+    if version is None:
         return None
     digest = hashlib.sha256(version)
     for jar in jars:
@@ -67,9 +67,8 @@ def _train(archive: Path) -> None:
 
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_suffix(f".{os.getpid()}.partial")
-    saved = os.environ.get("SERVER_JVMFLAGS")
-    os.environ["SERVER_JVMFLAGS"] = f"-XX:ArchiveClassesAtExit={partial}"
-    with tempfile.TemporaryDirectory() as data:
+    with tempfile.TemporaryDirectory() as data, pytest.MonkeyPatch.context() as env:
+        env.setenv("SERVER_JVMFLAGS", f"-XX:ArchiveClassesAtExit={partial}")
         try:
             client = KazooClient(embedded.ensure_running(data))
             client.start(timeout=30)
@@ -85,10 +84,6 @@ def _train(archive: Path) -> None:
             pass  # no archive this time; the servers run without one
         finally:
             embedded.stop(data)
-            if saved is None:
-                os.environ.pop("SERVER_JVMFLAGS", None)
-            else:
-                os.environ["SERVER_JVMFLAGS"] = saved
     if partial.exists() and partial.stat().st_size > 0:
         os.replace(partial, archive)
     else:
