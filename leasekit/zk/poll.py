@@ -40,10 +40,11 @@ class PollingHandler(SequentialThreadingHandler):
                 raise TypeError("timeout must be a number")
             if timeout < 0:
                 raise ValueError("timeout must be non-negative")
+        read_fds = [fileobj_to_fd(obj) for obj in rlist]
+        write_fds = [fileobj_to_fd(obj) for obj in wlist]
         wanted: dict[int, int] = {}
-        for objects, mask in ((rlist, select.POLLIN | select.POLLPRI), (wlist, select.POLLOUT)):
-            for obj in objects:
-                fd = fileobj_to_fd(obj)
+        for fds, mask in ((read_fds, select.POLLIN | select.POLLPRI), (write_fds, select.POLLOUT)):
+            for fd in fds:
                 wanted[fd] = wanted.get(fd, 0) | mask
         poller = select.poll()
         for fd, mask in wanted.items():
@@ -51,8 +52,8 @@ class PollingHandler(SequentialThreadingHandler):
         ready = dict(poller.poll(None if timeout is None else min(timeout * 1000, _MAX_MS)))
         if any(events & select.POLLNVAL for events in ready.values()):
             raise ValueError("Invalid event mask or fd")
-        readable = [o for o in rlist if ready.get(fileobj_to_fd(o), 0) & _READABLE]
-        writable = [o for o in wlist if ready.get(fileobj_to_fd(o), 0) & _WRITABLE]
+        readable = [o for o, fd in zip(rlist, read_fds) if ready.get(fd, 0) & _READABLE]
+        writable = [o for o, fd in zip(wlist, write_fds) if ready.get(fd, 0) & _WRITABLE]
         return readable, writable, []
 
 
