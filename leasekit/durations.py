@@ -22,6 +22,7 @@ __all__ = [
     "to_ms",
     "format_duration",
     "human_duration",
+    "eta_text",
 ]
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -181,3 +182,16 @@ def human_duration(duration: timedelta | float | int) -> str:
     big, size, small, small_size = next(u for u in units if whole >= u[1])
     rest = (whole % size) // small_size
     return f"{whole // size}{big} {rest}{small}" if rest else f"{whole // size}{big}"
+
+
+def eta_text(eta: object, consume_rate: object) -> str:
+    """A group's time to catch up (``group_overview``'s ``eta``) for people, the same in panels
+    and the CLI (M6): ``human_duration`` of it; ``"never"`` when it is NaT although the rates
+    are known (the group is not catching up); ``"-"`` only when they are not (fewer than two
+    lag samples in the rate window)."""
+    import pandas as pd
+
+    if eta is not None and not pd.isna(eta):
+        return human_duration(pd.Timedelta(eta).to_pytimedelta())
+    known = consume_rate is not None and not pd.isna(consume_rate)
+    return "never" if known else "-"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .durations import human_duration, parse_duration, parse_timestamp
+from .durations import eta_text, human_duration, parse_duration, parse_timestamp
 from .errors import LeasekitError
 from .memory import collector_paused
 from .structs import DESCRIBE_COLUMNS, GroupBoard
@@ -33,6 +33,7 @@ __all__ = [
     "lag_histories",
     "DESCRIBE_COLUMNS",
     "human_duration",
+    "eta_text",
     "parse_duration",
     "parse_timestamp",
 ]

@@ -1,6 +1,7 @@
-"""OverviewPanel: the namespace at a glance — every consumer group with its status (AT_RISK
-first and highlighted), lag and a lag sparkline from the lag history, rates, eta and retention
-headroom; the lease inventory with states; the bytes retention would reclaim per table."""
+"""OverviewPanel: the namespace at a glance — every consumer group with its status (the most
+severe first and highlighted: ERR, AT_RISK, BEHIND), lag and a lag sparkline from the lag
+history, rates, eta and retention headroom; the lease inventory with states; the bytes
+retention would reclaim per table."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 import traitlets
 
-from leasekit.live import lag_histories
+from leasekit.live import eta_text, lag_histories
 
 from .base import Markup, Panel, esc, html_table
 from .formatting import duration_text, human_bytes, utc_text
@@ -24,12 +25,14 @@ SPARK_SPAN = timedelta(hours=1)
 FOREVER = timedelta(days=365 * 100)
 """A headroom at least this long reads "∞" (retention never deletes unconsumed records)."""
 STATUS_STYLE = {
-    "AT_RISK": "background:#b00020;color:white;font-weight:bold",
     "ERR": "background:#f8d7da;color:#b00020;font-weight:bold",
+    "AT_RISK": "background:#b00020;color:white;font-weight:bold",
+    "BEHIND": "background:#ffe0b2;color:#8a4b00;font-weight:bold",
     "WARN": "background:#fff3cd;color:#a86b00",
     "OK": "background:#d4edda;color:#1b7f3b",
 }
-STATUS_ORDER = {"AT_RISK": 0, "ERR": 1, "WARN": 2, "OK": 3}
+STATUS_ORDER = {"ERR": 0, "AT_RISK": 1, "BEHIND": 2, "WARN": 3, "OK": 4}
+"""Most severe first (M6: ERR > AT_RISK > BEHIND > WARN > OK)."""
 LEASE_STYLE = {
     "active": "color:#1b7f3b",
     "expiring": "color:#a86b00;font-weight:bold",
@@ -127,11 +130,11 @@ def _headroom(value: Any) -> str:
 
 
 def group_rows(groups: pd.DataFrame, history: dict[str, pd.DataFrame]) -> list[list[object]]:
-    """The groups table's rows: AT_RISK first, then by status and lag."""
+    """The groups table's rows: most severe status first, then by lag."""
     if groups.empty:
         return []
     order = groups.assign(
-        _rank=[STATUS_ORDER.get(s, 4) for s in groups["status"]],
+        _rank=[STATUS_ORDER.get(s, 5) for s in groups["status"]],
         _lag=groups["total_lag"].fillna(0),
     ).sort_values(["_rank", "_lag", "group"], ascending=[True, False, True], kind="stable")
     rows = []
@@ -153,7 +156,7 @@ def group_rows(groups: pd.DataFrame, history: dict[str, pd.DataFrame]) -> list[l
                 duration_text(r.max_time_lag),
                 _rate(r.consume_rate),
                 _rate(r.produce_rate),
-                duration_text(r.eta),
+                eta_text(r.eta, r.consume_rate),
                 _headroom(r.retention_headroom),
                 utc_text(r.last_commit),
             ]
@@ -235,12 +238,17 @@ class OverviewPanel(Panel):
 
     def _show(self, data: _Overview) -> None:
         self.overview = data
-        at_risk = int((data.groups["status"] == "AT_RISK").sum()) if len(data.groups) else 0
+        counts = data.groups["status"].value_counts() if len(data.groups) else {}
+        alarms = "".join(
+            f" · <b style='color:#b00020'>{int(counts[s])} {s}</b>"
+            for s in ("ERR", "AT_RISK", "BEHIND")
+            if counts.get(s, 0)
+        )
         states = data.leases["state"].value_counts() if len(data.leases) else {}
         total = sum(b for _, _, b in data.reclaimable)
         self.summary.value = (
             f"<b>{len(data.groups)} group{'s' if len(data.groups) != 1 else ''}</b>"
-            + (f" · <b style='color:#b00020'>{at_risk} AT_RISK</b>" if at_risk else "")
+            + alarms
             + f" · <b>{len(data.leases)} lease{'s' if len(data.leases) != 1 else ''}</b>"
             + "".join(f" · {int(n)} {esc(s)}" for s, n in dict(states).items())
             + f" · reclaimable <b>{esc(human_bytes(total))}</b>"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..durations import eta_text
 from ..errors import InvalidArgumentError, InvalidDurationError
 from .common import add_command, connect, duration_arg
 from .output import emit, format_table, frame_rows
@@ -31,9 +32,18 @@ HISTORY = ["time", "lag", "time_lag", "committed", "end"]
 BUCKET_HISTORY = ["time", "table", "bucket", "lag", "time_lag", "committed", "end"]
 
 
+_NOTES = (
+    ("AT_RISK", "AT RISK of losing records to retention"),
+    ("BEHIND", "BEHIND, consuming slower than their tables grow (their lag is rising)"),
+)
+"""The lines under the overview's table naming the groups in each of these statuses."""
+
+
 def _shown(row: dict[str, Any]) -> dict[str, Any]:
-    """An overview row for the text table: rates rounded, no headroom shown as infinite."""
+    """An overview row for the text table: rates rounded, eta "never" when the group is not
+    catching up ("-" only without two lag samples, M6), no headroom shown as infinite."""
     out = dict(row)
+    out["eta"] = eta_text(row["eta"], row["consume_rate"])
     for key in ("consume_rate", "produce_rate"):
         if out[key] is not None:
             out[key] = round(out[key], 2)
@@ -50,11 +60,13 @@ def _overview(args: argparse.Namespace) -> int:
     def render(d: dict[str, Any]) -> str:
         if not d["groups"]:
             return "no consumer groups"
-        at_risk = [r["group"] for r in d["groups"] if r["status"] == "AT_RISK"]
         table = format_table([_shown(r) for r in d["groups"]], OVERVIEW)
-        return table + (
-            f"\n\nAT RISK of losing records to retention: {', '.join(at_risk)}" if at_risk else ""
-        )
+        notes = [
+            f"{text}: {', '.join(groups)}"
+            for status, text in _NOTES
+            if (groups := [r["group"] for r in d["groups"] if r["status"] == status])
+        ]
+        return table + "".join(f"\n\n{note}" for note in notes)
 
     emit(args, data, render)
     return 0

@@ -79,16 +79,19 @@ class MonitorMethods:
 
     @collector_paused()
     def group_overview(self) -> pd.DataFrame:
-        """Every consumer group of the namespace now, with its rates, time to catch up and
-        retention risk (M2, M3).
+        """Every consumer group of the namespace now, with its rates, time to catch up,
+        retention risk and whether it is falling behind (M2, M3, M6).
 
         Returns:
             One row per group with offsets or live members, by id: ``group``, ``state``
             ("live" with live members, else "empty"), ``members`` (how many), ``generation``
             (<NA> before the first), ``tables`` (a list of names), ``total_lag`` (over the
             committed buckets), ``max_time_lag`` (NaT with none committed), ``status`` (the
-            Burrow status "OK" / "WARN" / "ERR", or "AT_RISK" when ``retention_headroom`` is
-            below ``eta`` or below ``monitor.risk-threshold``), ``consume_rate`` and
+            worst, ERR > AT_RISK > BEHIND > WARN > OK, of the Burrow status "OK" / "WARN" /
+            "ERR", "BEHIND" when ``consume_rate`` is below 0.9 x ``produce_rate`` and the lag
+            was higher at the rate window's last sample than at its first, and "AT_RISK" when
+            ``retention_headroom`` is below ``eta`` or below ``monitor.risk-threshold``),
+            ``consume_rate`` and
             ``produce_rate`` (records committed and appended per second between the first and
             last lag history samples of the last ``monitor.rate-window``; NaN with fewer than
             two), ``eta`` (total_lag / (consume - produce) when that is positive, 0 with no

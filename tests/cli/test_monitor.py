@@ -69,6 +69,36 @@ def test_overview_marks_groups_at_risk(capsys, target, sampled, conn):
     assert out.rstrip().endswith("AT RISK of losing records to retention: billing")
 
 
+def test_overview_shows_a_falling_behind_group_as_behind_with_eta_never(capsys, target, conn):
+    # M6: BEHIND in the status column and named under the table; its eta reads "never", and
+    # "-" is left for a group without two samples in the rate window
+    table = conn.create_table("orders", "id BIGINT", "id", buckets=1)
+    table.append([{"id": i} for i in range(300)])
+    for group in ("slow", "new"):
+        with conn.consumer(group_id=group, enable_auto_commit=False) as c:
+            c.assign([TB("orders", 0)])
+            c.commit({TB("orders", 0): 100})
+    ctx = testing.context(conn)
+    now = ctx.server_clock.fresh_ms()
+    rows = [(now - 120_000, 0, 0), (now - 30_000, 30, 270)]  # consume 1/3 of produce
+    history.append_rows(
+        ctx,
+        [history.HistoryRow(t, "slow", "orders", 0, c, e, e - c, 0) for t, c, e in rows],
+    )
+    code, out, err = run(capsys, "consumer", "overview", *target)
+    assert code == 0, err
+    lines = out.splitlines()
+    header = lines[0].split()
+    new, slow = (dict(zip(header, line.split()[: len(header)])) for line in lines[1:3])
+    assert slow["GROUP"] == "slow" and slow["STATUS"] == "BEHIND" and slow["ETA"] == "never"
+    assert new["GROUP"] == "new" and new["STATUS"] == "OK" and new["ETA"] == "-"
+    assert out.rstrip().endswith(
+        "BEHIND, consuming slower than their tables grow (their lag is rising): slow"
+    )
+    data = run_json(capsys, "consumer", "overview", *target)
+    assert {r["group"]: r["status"] for r in data["groups"]} == {"new": "OK", "slow": "BEHIND"}
+
+
 def test_history_text_json_and_by_bucket(capsys, target, sampled):
     code, out, err = run(capsys, "consumer", "history", "billing", *target)
     assert code == 0, err

@@ -70,16 +70,15 @@ def test_rates_eta_headroom_and_at_risk_on_a_constructed_case(conn, lagging, clo
     row = _row(conn, "g")
     assert row["retention_headroom"] == pd.Timedelta(hours=2) - row["max_time_lag"]
     assert pd.Timedelta(minutes=29) < row["retention_headroom"] <= pd.Timedelta(minutes=30)
-    assert row["status"] == "AT_RISK"  # M3: below monitor.risk-threshold (1h)
-
-    conn.update_settings({"monitor.risk-threshold": "0s"})
-    assert _row(conn, "g")["status"] == "ERR"  # its Burrow status: stopped with lag (STOP)
+    # below monitor.risk-threshold (1h), but stopped with lag for 90 minutes: Burrow's ERR is
+    # the worse status (M6: ERR > AT_RISK > BEHIND > WARN > OK)
+    assert row["status"] == "ERR"
 
     clock.advance(timedelta(minutes=30, seconds=-100))
     row = _row(conn, "g")
     assert pd.Timedelta(seconds=99) < row["retention_headroom"] <= pd.Timedelta(seconds=100)
     assert row["eta"] == pd.Timedelta(seconds=200)
-    assert row["status"] == "AT_RISK"  # M3: it would lose records before catching up
+    assert row["status"] == "ERR"
 
     clock.advance(timedelta(hours=1))
     assert _row(conn, "g")["retention_headroom"] == pd.Timedelta(0)  # deletable already
@@ -172,3 +171,67 @@ def test_rates_come_from_samples_the_sampler_takes(conn):
     assert row["consume_rate"] > 0
     assert row["produce_rate"] == pytest.approx(2 * row["consume_rate"])
     assert pd.isna(row["eta"])  # not catching up
+
+
+@pytest.fixture
+def falling(conn):
+    """Group g committed just now, 100 records behind in each of 2 buckets of a table keeping
+    its log 30 minutes, with samples 3 and 1 minutes ago: consume 1/s, produce 5/s, the lag up
+    by 480 records between them."""
+    table = conn.create_table(
+        "t", "id BIGINT", "id", buckets=2, properties={"log.retention": "30m"}
+    )
+    table.append([{"id": i} for i in range(400)])
+    _commit(conn, {tb: end - 100 for tb, end in table.end_offsets().items()}, "g")
+    ctx = testing.context(conn)
+    now = ctx.server_clock.fresh_ms()
+    history.append_rows(
+        ctx,
+        [
+            *_samples(ctx, "g", "t", now - 180_000, 0, 0),
+            *_samples(ctx, "g", "t", now - 60_000, 60, 300),  # +120 and +600 in 120 s
+        ],
+    )
+    return table
+
+
+def test_a_group_consuming_slower_than_its_tables_grow_is_behind(conn, falling, clock):
+    # M6: consume (1/s) < 0.9 x produce (5/s) over the rate window, lag higher at its end:
+    # BEHIND even though Burrow's per-commit rules say OK; eta NaT
+    assert conn.group_status("g").status == "OK"
+    # AT_RISK is worse than BEHIND: 30 minutes of retention, below monitor.risk-threshold (1h)
+    assert _row(conn, "g")["status"] == "AT_RISK"
+    conn.update_settings({"monitor.risk-threshold": "0s"})
+    row = _row(conn, "g")
+    assert row["consume_rate"] == 1.0 and row["produce_rate"] == 5.0
+    assert row["status"] == "BEHIND" and pd.isna(row["eta"])  # no eta: not at risk before it
+    # ERR is worse still: two minutes later the group has not committed (Burrow's STOP)
+    conn.update_settings({"monitor.rate-window": "10m"})
+    clock.advance(timedelta(minutes=2))
+    assert _row(conn, "g")["status"] == "ERR"
+
+
+def test_behind_needs_the_rate_below_nine_tenths_and_a_rising_lag(conn):
+    # M6: consume exactly 0.9 x produce is not behind; nor is a group with fewer than two
+    # samples in the window, however large its lag
+    table = conn.create_table("t", "id BIGINT", "id", buckets=2)
+    table.append([{"id": i} for i in range(400)])
+    ends = table.end_offsets()
+    for group in ("edge", "below", "single"):
+        _commit(conn, {tb: end - 100 for tb, end in ends.items()}, group)
+    ctx = testing.context(conn)
+    now = ctx.server_clock.fresh_ms()
+    history.append_rows(
+        ctx,
+        [
+            *_samples(ctx, "edge", "t", now - 120_000, 0, 0),
+            *_samples(ctx, "edge", "t", now - 20_000, 90, 100),  # 0.9 x, lag +20
+            *_samples(ctx, "below", "t", now - 120_000, 0, 0),
+            *_samples(ctx, "below", "t", now - 20_000, 89, 100),  # 0.89 x, lag +22
+            *_samples(ctx, "single", "t", now - 20_000, 0, 100),
+        ],
+    )
+    frame = conn.group_overview().set_index("group")
+    assert frame.loc["edge", "status"] == "OK" and pd.isna(frame.loc["edge", "eta"])
+    assert frame.loc["below", "status"] == "BEHIND"
+    assert frame.loc["single", "status"] == "OK" and math.isnan(frame.loc["single", "consume_rate"])

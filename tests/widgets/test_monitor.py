@@ -161,6 +161,39 @@ def test_overview_panel_shows_groups_leases_and_reclaimable_bytes(conn, sampled,
     dash.close()
 
 
+def test_a_group_falling_behind_reads_behind_and_eta_never_in_both_panels(conn):
+    # M6: the status everywhere a status shows; eta "never", not "-", when it will not catch up
+    from leasekit.widgets import OverviewPanel
+
+    table = conn.create_table("t", "id BIGINT", "id", buckets=1)
+    table.append([{"id": i} for i in range(300)])
+    _commit(conn, {TB("t", 0): 100}, group="slow")
+    _commit(conn, {TB("t", 0): 300}, group="done")
+    ctx = testing.context(conn)
+    now = ctx.server_clock.fresh_ms()
+    history.append_rows(
+        ctx,
+        [
+            history.HistoryRow(now - 120_000, "slow", "t", 0, 0, 0, 0, 0),
+            history.HistoryRow(now - 30_000, "slow", "t", 0, 30, 270, 240, 0),
+        ],
+    )
+    overview = OverviewPanel(conn, auto_refresh=False)
+    overview.refresh()
+    assert overview.last_error == "", overview.last_error
+    rows = [r for r in overview.groups.value.split("<tr") if ">slow<" in r]
+    assert len(rows) == 1 and "BEHIND" in rows[0] and ">never<" in rows[0]
+    assert "1 BEHIND" in overview.summary.value
+    overview.close()
+    panel = ConsumerPanel(conn, "slow", auto_refresh=False)
+    panel.refresh()
+    assert panel.last_error == "", panel.last_error
+    assert ">BEHIND</b>" in panel.summary.value and "eta never" in panel.summary.value
+    panel.group_id = "done"
+    assert ">OK</b>" in panel.summary.value and "eta 0ms" in panel.summary.value
+    panel.close()
+
+
 def re_bytes(text):
     import re
 

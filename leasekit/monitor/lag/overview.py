@@ -1,6 +1,9 @@
-"""``group_overview`` (DESIGN §6.12, M2, M3): one row per consumer group with its state, lag,
-Burrow status, consume and produce rates from the lag history, the time to catch up, and how
-long until retention may delete a record it has not consumed (``AT_RISK`` when that is short).
+"""``group_overview`` (DESIGN §6.12, M2, M3, M6): one row per consumer group with its state,
+lag, status, consume and produce rates from the lag history, the time to catch up, and how long
+until retention may delete a record it has not consumed. The status is the worst of the group's
+Burrow status, ``BEHIND`` (consuming slower than its tables grow, its lag rising over the rate
+window) and ``AT_RISK`` (retention may delete what it has not consumed, soon or before it
+catches up).
 """
 
 from __future__ import annotations
@@ -19,7 +22,17 @@ if TYPE_CHECKING:
 
     from ...context import Context
 
-__all__ = ["group_overview", "OVERVIEW_COLUMNS", "AT_RISK", "Rates", "rates", "assess"]
+__all__ = [
+    "group_overview",
+    "OVERVIEW_COLUMNS",
+    "AT_RISK",
+    "BEHIND",
+    "SEVERITY",
+    "worst",
+    "Rates",
+    "rates",
+    "assess",
+]
 
 OVERVIEW_COLUMNS = [
     "group",
@@ -38,6 +51,17 @@ OVERVIEW_COLUMNS = [
 ]
 
 AT_RISK = "AT_RISK"
+BEHIND = "BEHIND"
+SEVERITY = ("OK", "WARN", BEHIND, AT_RISK, "ERR")
+"""The overview's statuses, least severe first (M6: ERR > AT_RISK > BEHIND > WARN > OK)."""
+BEHIND_RATIO = 0.9
+"""M6: a group consuming below this share of its produce rate may be BEHIND."""
+
+
+def worst(*statuses: str) -> str:
+    """The most severe of ``statuses`` by ``SEVERITY`` (one it does not know counts as OK)."""
+    return max(statuses, key=lambda s: SEVERITY.index(s) if s in SEVERITY else 0)
+
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +75,19 @@ class Rates(NamedTuple):
     and last samples, summed over the buckets committed in both."""
     produce: float
     """Records appended per second to the buckets the group reads (their log ends' growth)."""
+    lag_growth: float = math.nan
+    """Total lag at the window's last sample minus at its first, over the same buckets."""
+
+    @property
+    def known(self) -> bool:
+        """Whether the window held two samples to measure rates between."""
+        return not (math.isnan(self.consume) or math.isnan(self.produce))
+
+    @property
+    def behind(self) -> bool:
+        """M6: consuming below ``BEHIND_RATIO`` of the produce rate with the lag higher at the
+        window's end than at its start."""
+        return self.known and self.consume < BEHIND_RATIO * self.produce and self.lag_growth > 0
 
 
 class Assessment(NamedTuple):
@@ -61,13 +98,13 @@ class Assessment(NamedTuple):
     status: str
 
 
-def group_overview(ctx: Context) -> pd.DataFrame:
-    """Every consumer group now (see ``Connection.group_overview``)."""
+def group_overview(ctx: Context, group_ids: list[str] | None = None) -> pd.DataFrame:
+    """Every consumer group now, or those of ``group_ids`` (see ``Connection.group_overview``)."""
     settings = ctx.settings()
     window_ms = to_ms(settings["monitor.rate-window"])
     risk_ms = to_ms(settings["monitor.risk-threshold"])
     skipped: list[str] = []
-    readings = read_all_groups(ctx, skipped=skipped)
+    readings = read_all_groups(ctx, group_ids, skipped=skipped)
     for reason in skipped:
         log.warning("group overview left out %s", reason)
     if not readings:
@@ -78,7 +115,7 @@ def group_overview(ctx: Context) -> pd.DataFrame:
         now - window_ms,
         now,
         [r.group for r in readings],
-        ["time", "group", "table", "bucket", "committed", "end"],
+        ["time", "group", "table", "bucket", "committed", "end", "lag"],
     )
     by_group = rates(samples)
     nan = Rates(math.nan, math.nan)
@@ -90,16 +127,16 @@ def group_overview(ctx: Context) -> pd.DataFrame:
 
 
 def rates(samples: pa.Table) -> dict[str, Rates]:
-    """Each group's ``Rates`` from history rows (time, group, table, bucket, committed, end):
-    between its first and its last sample, per bucket present in both (growth below 0, a
-    rewind or a recreated table, counts as none)."""
+    """Each group's ``Rates`` from history rows (time, group, table, bucket, committed, end,
+    lag): between its first and its last sample, per bucket present in both (growth below 0, a
+    rewind or a recreated table, counts as none; the lag's growth is taken as it is)."""
     data = samples.to_pandas()
     if data.empty:
         return {}
     by_group = data.groupby("group")["time"]
     data["first"], data["last"] = by_group.transform("min"), by_group.transform("max")
     keys = ["group", "table", "bucket"]
-    columns = ["time", "committed", "end"]
+    columns = ["time", "committed", "end", "lag"]
     before = data[data["time"] == data["first"]].set_index(keys)[columns]
     after = data[data["time"] == data["last"]].set_index(keys)[columns]
     both = before.join(after, lsuffix="_0", rsuffix="_1", how="inner")
@@ -110,11 +147,13 @@ def rates(samples: pa.Table) -> dict[str, Rates]:
         consumed=(both["committed_1"].astype("float64") - both["committed_0"]).clip(lower=0),
         produced=(both["end_1"].astype("float64") - both["end_0"]).clip(lower=0),
     ).groupby(level="group")
-    totals = growth[["consumed", "produced"]].sum()
+    totals = growth[["consumed", "produced", "lag_0", "lag_1"]].sum()
     seconds = (growth["time_1"].first() - growth["time_0"].first()).dt.total_seconds()
     return {
         str(group): Rates(
-            float(row.consumed) / seconds[group], float(row.produced) / seconds[group]
+            float(row.consumed) / seconds[group],
+            float(row.produced) / seconds[group],
+            float(row.lag_1) - float(row.lag_0),
         )
         for group, row in totals.iterrows()
     }
@@ -124,8 +163,9 @@ def assess(reading: GroupReading, rate: Rates, risk_ms: int) -> Assessment:
     """M2, M3: the time to catch up at ``rate`` (0 with no lag; None when not catching up or
     not known), the retention headroom (the least, over the buckets with records not consumed
     and a time retention, of log.retention - their time lag, at least 0; None: no such
-    bucket, nothing retention may take), and the status: ``AT_RISK`` when the headroom is
-    below the ETA or below ``risk_ms``, else the group's Burrow status."""
+    bucket, nothing retention may take), and the status: the worst (M6) of the group's Burrow
+    status, ``BEHIND`` when ``rate`` says so, and ``AT_RISK`` when the headroom is below the ETA
+    or below ``risk_ms``."""
     lag = reading.total_lag
     gain = rate.consume - rate.produce
     eta = 0.0 if lag == 0 else lag * 1000 / gain if gain > 0 else None
@@ -140,7 +180,8 @@ def assess(reading: GroupReading, rate: Rates, risk_ms: int) -> Assessment:
         default=None,
     )
     risky = headroom is not None and (headroom < risk_ms or (eta is not None and headroom < eta))
-    return Assessment(eta, headroom, AT_RISK if risky else reading.status)
+    status = worst(reading.status, BEHIND if rate.behind else "OK", AT_RISK if risky else "OK")
+    return Assessment(eta, headroom, status)
 
 
 def _frame(rows: list[tuple[GroupReading, Rates, Assessment]]) -> pd.DataFrame:
