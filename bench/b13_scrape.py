@@ -51,6 +51,7 @@ TABLE = "orders"
 PROFILE = {
     "read_groups": "leasekit.monitor.exporter.metrics:read_all_groups",
     "read_leases": "leasekit.monitor.exporter.metrics:read_leases",
+    "assess": "leasekit.monitor.exporter.metrics:assess_groups",
     "families": "leasekit.monitor.exporter.metrics:_Families.add_groups",
     "render": "leasekit.monitor.exporter.exposition:render",
 }

@@ -5,6 +5,7 @@ exporter recovers when the server is back."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -84,10 +85,28 @@ def _check_against_library(conn, clock, url: str) -> None:
         key = (("bucket", str(r.bucket)), ("group", GROUP), ("table", r.table))
         seconds = got["leasekit_group_time_lag_seconds"][key]
         assert r.time_lag.total_seconds() <= seconds <= later.time_lag.total_seconds()
-    status = conn.group_status(GROUP).status
+    # M5: per bucket, committed and end offsets and the Burrow status
+    for r in before.itertuples():
+        key = (("bucket", str(r.bucket)), ("group", GROUP), ("table", r.table))
+        assert got["leasekit_group_committed_offset"][key] == r.current_offset
+        end = got["leasekit_bucket_log_end_offset"][(("bucket", str(r.bucket)), ("table", r.table))]
+        assert end == r.log_end_offset == 40
+        shown = {k: v for k, v in got["leasekit_bucket_status"].items() if set(key) <= set(k)}
+        assert shown == {tuple(sorted((*key, ("status", r.status)))): 1.0}  # the current one
+    # per group: the overview's status (M6 order), flags, max lag, rates, eta, headroom
+    row = conn.group_overview().set_index("group").loc[GROUP]
+    group = (("group", GROUP),)
     assert got["leasekit_group_status"] == {
-        (("group", GROUP), ("status", s)): float(s == status) for s in ("OK", "WARN", "ERR")
+        (("group", GROUP), ("status", s)): float(s == row["status"])
+        for s in ("OK", "WARN", "BEHIND", "AT_RISK", "ERR")
     }
+    assert got["leasekit_group_behind"] == {group: 0.0}
+    assert got["leasekit_group_at_risk"][group] in (0.0, 1.0)
+    assert got["leasekit_group_max_lag"] == {group: 40.0}
+    assert math.isnan(got["leasekit_group_consume_rate"][group])  # no two samples yet
+    assert math.isnan(got["leasekit_group_eta_seconds"][group])
+    assert 0 <= got["leasekit_group_retention_headroom_seconds"][group] < 1  # 1s retention
+    assert not any(("table", "__lag_history") in k for f in got.values() for k in f)
     assert got["leasekit_group_members"] == {(("group", GROUP),): 0.0}
     now = conn.server_time() + clock.offset
     for info in conn.leases():

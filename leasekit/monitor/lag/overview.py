@@ -32,6 +32,8 @@ __all__ = [
     "Rates",
     "rates",
     "assess",
+    "assess_groups",
+    "Assessment",
 ]
 
 OVERVIEW_COLUMNS = [
@@ -96,19 +98,31 @@ class Assessment(NamedTuple):
     eta_ms: float | None
     headroom_ms: int | None
     status: str
+    behind: bool = False
+    """M6 holds (whatever the status shows: ERR is worse)."""
+    at_risk: bool = False
+    """M3 holds (whatever the status shows: ERR is worse)."""
 
 
 def group_overview(ctx: Context, group_ids: list[str] | None = None) -> pd.DataFrame:
     """Every consumer group now, or those of ``group_ids`` (see ``Connection.group_overview``)."""
-    settings = ctx.settings()
-    window_ms = to_ms(settings["monitor.rate-window"])
-    risk_ms = to_ms(settings["monitor.risk-threshold"])
     skipped: list[str] = []
     readings = read_all_groups(ctx, group_ids, skipped=skipped)
     for reason in skipped:
         log.warning("group overview left out %s", reason)
+    return _frame(assess_groups(ctx, readings))
+
+
+def assess_groups(
+    ctx: Context, readings: list[GroupReading]
+) -> list[tuple[GroupReading, Rates, Assessment]]:
+    """Each reading with its rates over ``monitor.rate-window`` (one read of the lag history
+    for all of them) and its ``assess``-ment under the namespace's settings."""
     if not readings:
-        return _frame([])
+        return []
+    settings = ctx.settings()
+    window_ms = to_ms(settings["monitor.rate-window"])
+    risk_ms = to_ms(settings["monitor.risk-threshold"])
     now = readings[0].time_ms
     samples = read_rows(
         ctx,
@@ -123,7 +137,7 @@ def group_overview(ctx: Context, group_ids: list[str] | None = None) -> pd.DataF
     for reading in readings:
         rate = by_group.get(reading.group, nan)
         rows.append((reading, rate, assess(reading, rate, risk_ms)))
-    return _frame(rows)
+    return rows
 
 
 def rates(samples: pa.Table) -> dict[str, Rates]:
@@ -180,8 +194,9 @@ def assess(reading: GroupReading, rate: Rates, risk_ms: int) -> Assessment:
         default=None,
     )
     risky = headroom is not None and (headroom < risk_ms or (eta is not None and headroom < eta))
-    status = worst(reading.status, BEHIND if rate.behind else "OK", AT_RISK if risky else "OK")
-    return Assessment(eta, headroom, status)
+    behind = rate.behind
+    status = worst(reading.status, BEHIND if behind else "OK", AT_RISK if risky else "OK")
+    return Assessment(eta, headroom, status, behind, risky)
 
 
 def _frame(rows: list[tuple[GroupReading, Rates, Assessment]]) -> pd.DataFrame:
