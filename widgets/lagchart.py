@@ -60,6 +60,15 @@ def series(
     )
 
 
+NO_HISTORY = (
+    "<span style='color:#a86b00'>No lag history in this range: the lag is recorded only while"
+    " a sampler runs, every <code>monitor.interval</code> (30s). Start one with"
+    " <code>leasekit janitor</code> (or <code>leasekit exporter</code>); the chart shows the"
+    " lag now meanwhile.</span>"
+)
+"""What the chart says when it has no sample to draw (M1)."""
+
+
 class LagChart(w.VBox):
     """A time-range picker, a bucket picker and the lag line.
 
@@ -111,7 +120,9 @@ class LagChart(w.VBox):
         self.range.observe(self._picked, "value")
         self.buckets.observe(self._picked, "value")
         self._on_choice = on_choice
-        self.children = [w.HBox([self.range, self.buckets]), self.figure]
+        self.notice = w.HTML("")
+        self.notice.add_class("leasekit-lag-notice")
+        self.children = [w.HBox([self.range, self.buckets]), self.notice, self.figure]
 
     def _picked(self, change: dict) -> None:
         if change["new"] == change["old"]:
@@ -162,6 +173,7 @@ class LagChart(w.VBox):
             "all buckets" if self.bucket is None else f"{self.bucket.table}/{self.bucket.bucket}"
         )
         self.figure.title = f"Lag over the last {self.range.label}, {where}"
+        self.notice.value = "" if history is not None and not history.empty else NO_HISTORY
 
 
 def _ms(value: datetime) -> np.datetime64:

@@ -129,6 +129,18 @@ def _headroom(value: Any) -> str:
     return "∞" if pd.Timedelta(value) >= FOREVER else duration_text(value)
 
 
+_NO_SAMPLES = (
+    "<br><span style='color:#a86b00'>No lag history in the last hour: rates, eta and the"
+    " sparklines need a sampler, every <code>monitor.interval</code> (30s). Start one with"
+    " <code>leasekit janitor</code> (or <code>leasekit exporter</code>).</span>"
+)
+
+
+def _sampled(history: dict[str, pd.DataFrame]) -> bool:
+    """Whether any group has a lag history sample in the sparklines' span."""
+    return any(frame is not None and not frame.empty for frame in history.values())
+
+
 def group_rows(groups: pd.DataFrame, history: dict[str, pd.DataFrame]) -> list[list[object]]:
     """The groups table's rows: most severe status first, then by lag."""
     if groups.empty:
@@ -252,6 +264,7 @@ class OverviewPanel(Panel):
             + f" · <b>{len(data.leases)} lease{'s' if len(data.leases) != 1 else ''}</b>"
             + "".join(f" · {int(n)} {esc(s)}" for s, n in dict(states).items())
             + f" · reclaimable <b>{esc(human_bytes(total))}</b>"
+            + (_NO_SAMPLES if len(data.groups) and not _sampled(data.history) else "")
         )
         rows = group_rows(data.groups, data.history)
         self.groups.value = (

@@ -100,7 +100,11 @@ def _history(args: argparse.Namespace) -> int:
 
     def render(d: dict[str, Any]) -> str:
         if not d["samples"]:
-            return f"no lag history samples of group {d['group']} in that range"
+            return (
+                f"no lag history samples of group {d['group']} in that range: the lag is"
+                " recorded only while a sampler runs, every monitor.interval (30s).\n"
+                "Start one with: leasekit janitor (or: leasekit exporter)"
+            )
         return f"LAG HISTORY of group {d['group']}\n\n" + format_table(d["samples"], columns)
 
     emit(args, data, render)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TableNotFoundError
+from ..monitor.lag.history import sample
 from ..structs import TableBucket
 from .demo_workload import BUCKETS, GROUP_SIZE, PROPERTIES, SCHEMA, STATUSES, ConsumerGroup, Orders
 
@@ -201,6 +202,7 @@ def _write_batches(
             rescale.followed = audit.follow_split(rescale.parent, rescale.sealed_at)
         audit.consume(int((sizes[: i + 1] // 2).sum()) - audit.consumed)  # half the pace
         audit.commit()
+        sample(orders_table.context, force=True)  # M1: the Dashboard's lag chart has a history
         if i == pin_after:  # one consumer leaves; the others take its buckets over
             takeover = audit.takeover()
         if i >= pin_after:
@@ -256,6 +258,7 @@ def _aftermath(
     """The group's lag and health, then retention's plan and run, then a read through the
     lease again."""
     name = orders_table.name
+    sample(orders_table.context, force=True)  # the lag the demo leaves, in the history too
     lag = conn.describe_group(group_id)
     health = conn.group_status(group_id)
     plan = conn.retention_plan(name)

@@ -303,6 +303,14 @@ def test_demo_command_is_rerunnable(capsys, target, conn, spark) -> None:
     assert re.search(rf"rows read by Spark\s+{live} ", out)
     assert re.search(rf"live keys\s+{live}\n", out)
     assert re.search(r"rows written\s+4000\n", out)
+    # M1: the demo samples the lag history as it works, so its group's lag over time is there
+    # with no sampler started (a sample after each of the 2 batches and one at the end)
+    code, out, err = run(capsys, *target, "consumer", "history", "demo_orders-audit")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "LAG HISTORY of group demo_orders-audit" and len(lines) >= 3 + 3 + 3
+    lags = [int(line.split()[1]) for line in lines[-3:]]
+    assert lags == sorted(lags) and lags[-1] > 0  # it reads at half the pace: the lag grows
 
 
 def test_zookeeper_status_start_stop(capsys, tmp_path) -> None:

@@ -125,6 +125,19 @@ def test_history_text_json_and_by_bucket(capsys, target, sampled):
     assert data["samples"] == []
 
 
+def test_history_without_samples_says_why_and_how_to_record_them(capsys, target, conn):
+    # M1: no sampler ran: the answer names the command that starts one
+    table = conn.create_table("orders", "id BIGINT", "id", buckets=1)
+    table.append([{"id": i} for i in range(10)])
+    with conn.consumer(group_id="fresh", enable_auto_commit=False) as c:
+        c.assign([TB("orders", 0)])
+        c.commit({TB("orders", 0): 2})
+    code, out, err = run(capsys, "consumer", "history", "fresh", *target)
+    assert code == 0, err
+    assert out.startswith("no lag history samples of group fresh in that range")
+    assert "Start one with: leasekit janitor (or: leasekit exporter)" in out
+
+
 def test_history_of_an_unknown_group_and_bad_times_are_errors(capsys, target, sampled):
     code, _, err = run(capsys, "consumer", "history", "nobody", *target)
     assert code != 0 and "'nobody'" in err

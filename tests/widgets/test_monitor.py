@@ -58,6 +58,7 @@ def test_lag_chart_reads_the_history_of_the_range_picked(conn, sampled):
     panel.refresh()
     chart = panel.chart
     assert chart.range.value == timedelta(hours=1) and chart.bucket is None
+    assert chart.notice.value == ""  # a history to draw: nothing to explain
     times, lags = _points(panel)
     # the last hour: samples 60, 50, ..., 10 minutes ago, summed over both buckets, then now
     assert lags == [10 * k + 5 for k in range(6, 0, -1)] + [10.0]
@@ -99,7 +100,16 @@ def test_lag_chart_of_a_group_without_history_shows_the_lag_now(conn):
     panel.refresh()
     _, lags = _points(panel)
     assert lags == [20.0] and panel.last_error == ""
+    # M1: the chart says why it has no history and which command records it
+    assert "leasekit janitor" in panel.chart.notice.value
     panel.close()
+    from leasekit.widgets import OverviewPanel
+
+    overview = OverviewPanel(conn, auto_refresh=False)
+    overview.refresh()
+    assert "No lag history" in overview.summary.value
+    assert "leasekit janitor" in overview.summary.value
+    overview.close()
 
 
 # -- OverviewPanel ----------------------------------------------------------------------------

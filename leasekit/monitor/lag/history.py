@@ -104,9 +104,9 @@ def sampler_path(ctx: Context) -> str:
     return f"{ctx.paths.root}/monitor/sampler"
 
 
-def sample(ctx: Context) -> int:
+def sample(ctx: Context, *, force: bool = False) -> int:
     """Sample every consumer group of the namespace, live or stopped, into the lag history,
-    unless another sampler did less than ``monitor.interval`` ago (M1).
+    unless another sampler did less than ``monitor.interval`` ago (M1), or ``force``.
 
     The last sample's time is claimed with a compare-and-set on one znode before the append,
     so of several samplers (the janitor's leader, ``leasekit exporter``s) one writes per
@@ -114,6 +114,8 @@ def sample(ctx: Context) -> int:
 
     Arguments:
         ctx: the connection's context.
+        force: sample now however recent the last sample is (the demo samples after each of
+            its batches); the compare-and-set still lets one of racing samplers write.
 
     Returns:
         The rows written: one per bucket of every group; 0 when no sample was due, another
@@ -130,7 +132,7 @@ def sample(ctx: Context) -> int:
     node = ctx.store.get(path)
     if node is not None:
         last = SamplerRecord.decode(node.data, path).last_ms
-        if ctx.server_time_ms() - last < interval_ms * (1 - CLAIM_TOLERANCE):
+        if not force and ctx.server_time_ms() - last < interval_ms * (1 - CLAIM_TOLERANCE):
             return 0
     ctx.ensure_writable("sample the lag history")  # before reading anything for nothing
     skipped: list[str] = []
