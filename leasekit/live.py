@@ -31,6 +31,7 @@ __all__ = [
     "GroupBoard",
     "group_board",
     "lag_histories",
+    "sample_lag_history",
     "DESCRIBE_COLUMNS",
     "human_duration",
     "eta_text",
@@ -284,6 +285,12 @@ def group_board(
     """Read a consumer group once, as a dashboard shows it: ``conn.group_board(group_id, ...)``,
     whose docstring gives the arguments, the return and the errors."""
     return conn.group_board(group_id, stop_after=stop_after, stall_after=stall_after)
+
+
+def sample_lag_history(conn: Connection) -> int:
+    """Take a lag history sample if one is due (what a panel does while open, M1):
+    ``conn.sample_lag_history()``, whose docstring gives the return and the errors."""
+    return conn.sample_lag_history()
 
 
 def lag_histories(

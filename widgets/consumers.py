@@ -21,6 +21,7 @@ from leasekit.live import (
     eta_text,
     group_board,
     human_duration,
+    sample_lag_history,
     server_time_estimate,
 )
 
@@ -193,6 +194,7 @@ class ConsumerPanel(Panel):
     # -- reading and showing ----------------------------------------------------------------
 
     def _load(self) -> _Group:
+        sample_lag_history(self.conn)  # M1: an open view records the lag (when one is due)
         groups = self.conn.consumer_groups()
         chosen = self.group_id
         if chosen is None and groups:

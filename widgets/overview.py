@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import traitlets
 
-from leasekit.live import eta_text, lag_histories
+from leasekit.live import eta_text, lag_histories, sample_lag_history
 
 from .base import Markup, Panel, esc, html_table
 from .formatting import duration_text, human_bytes, utc_text
@@ -234,6 +234,7 @@ class OverviewPanel(Panel):
         ]
 
     def _load(self) -> _Overview:
+        sample_lag_history(self.conn)  # M1: an open view records the lag (when one is due)
         groups = self.conn.group_overview()
         since = datetime.now(timezone.utc) - SPARK_SPAN
         history = lag_histories(self.conn, list(groups["group"]), since=since)

@@ -77,6 +77,29 @@ class MonitorMethods:
 
         return lag_histories(self._context, group_ids, since=since, until=until)
 
+    def sample_lag_history(self) -> int:
+        """Take a lag history sample of every group if one is due (M1): what the janitor's
+        sampler does every ``monitor.interval``, so that a view left open (the panels) records
+        the lag while no janitor or exporter runs. Of samplers racing for one interval, one
+        writes.
+
+        Returns:
+            The rows written; 0 when no sample was due, another sampler took it, there is no
+            group, or this connection may not write the namespace (its ACL refuses this
+            connection's credentials, or another store owns the warehouse directory).
+
+        Raises:
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+            CorruptMetadataError: the namespace settings or the sampler's znode hold garbage.
+        """
+        from ..errors import PermissionDeniedError, WarehouseOwnedError
+        from ..monitor.lag.history import sample
+
+        try:
+            return sample(self._context)
+        except (PermissionDeniedError, WarehouseOwnedError):
+            return 0  # a view that may not write records nothing
+
     @collector_paused()
     def group_overview(self) -> pd.DataFrame:
         """Every consumer group of the namespace now, with its rates, time to catch up,

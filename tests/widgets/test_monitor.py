@@ -17,6 +17,7 @@ from leasekit.monitor.lag import history
 
 TB = lk.TableBucket
 HOUR_MS = 3_600_000
+WRITER = ("writer", "s3cret")
 
 
 def _commit(conn, offsets, group="g"):
@@ -29,7 +30,7 @@ def _commit(conn, offsets, group="g"):
 def sampled(conn):
     """Group g, stopped, 2 buckets of table t, with a lag history of 3 hours: a sample every 10
     minutes, bucket 0's lag = 10 x the sample's age in hours x 6 (so older is larger), bucket 1's
-    a constant 5."""
+    a constant 5; the sampler's znode says a sample was taken now (so open panels take none)."""
     table = conn.create_table("t", "id BIGINT", "id", buckets=2)
     table.append([{"id": i} for i in range(400)])
     ends = table.end_offsets()
@@ -44,6 +45,7 @@ def sampled(conn):
             history.HistoryRow(at, "g", "t", 1, 100, 105, 5, 1000),
         ]
     history.append_rows(ctx, rows)
+    assert history._claim(ctx, None, now)  # a sampler's sample of now: none due while tested
     return table, now
 
 
@@ -92,24 +94,29 @@ def test_lag_chart_shows_one_bucket_when_picked(conn, sampled):
     panel.close()
 
 
-def test_lag_chart_of_a_group_without_history_shows_the_lag_now(conn):
-    table = conn.create_table("t", "id BIGINT", "id", buckets=1)
-    table.append([{"id": i} for i in range(30)])
-    _commit(conn, {TB("t", 0): 10})
-    panel = ConsumerPanel(conn, "g", auto_refresh=False)
-    panel.refresh()
-    _, lags = _points(panel)
-    assert lags == [20.0] and panel.last_error == ""
-    # M1: the chart says why it has no history and which command records it
-    assert "leasekit janitor" in panel.chart.notice.value
-    panel.close()
+def test_lag_chart_of_a_group_without_history_shows_the_lag_now(zookeeper, warehouse, namespace):
+    # M1: a view that may not write (no credentials for the namespace) takes no sample: the
+    # chart shows the lag now and says why there is no history and which command records it
     from leasekit.widgets import OverviewPanel
 
-    overview = OverviewPanel(conn, auto_refresh=False)
-    overview.refresh()
-    assert "No lag history" in overview.summary.value
-    assert "leasekit janitor" in overview.summary.value
-    overview.close()
+    with lk.connect(zookeeper, warehouse, namespace=namespace, auth=WRITER) as writer:
+        table = writer.create_table("t", "id BIGINT", "id", buckets=1)
+        table.append([{"id": i} for i in range(30)])
+        _commit(writer, {TB("t", 0): 10})
+        with lk.connect(zookeeper, warehouse, namespace=namespace) as reader:
+            panel = ConsumerPanel(reader, "g", auto_refresh=False)
+            panel.refresh()
+            _, lags = _points(panel)
+            assert lags == [20.0] and panel.last_error == ""
+            assert "leasekit janitor" in panel.chart.notice.value
+            panel.close()
+            overview = OverviewPanel(reader, auto_refresh=False)
+            overview.refresh()
+            assert overview.last_error == "" and ">g<" in overview.groups.value
+            assert "No lag history" in overview.summary.value
+            assert "leasekit janitor" in overview.summary.value
+            overview.close()
+        assert writer.lag_history("g").empty
 
 
 # -- OverviewPanel ----------------------------------------------------------------------------
@@ -201,6 +208,22 @@ def test_a_group_falling_behind_reads_behind_and_eta_never_in_both_panels(conn):
     assert ">BEHIND</b>" in panel.summary.value and "eta never" in panel.summary.value
     panel.group_id = "done"
     assert ">OK</b>" in panel.summary.value and "eta 0ms" in panel.summary.value
+    panel.close()
+
+
+def test_an_open_panel_samples_the_lag_history(conn):
+    # M1: with no janitor or exporter running, a panel that is open records the lag, at most
+    # once per monitor.interval for the namespace (the quickstart's Dashboard has a history)
+    table = conn.create_table("t", "id BIGINT", "id", buckets=1)
+    table.append([{"id": i} for i in range(30)])
+    _commit(conn, {TB("t", 0): 10}, group="quick")
+    panel = ConsumerPanel(conn, "quick", auto_refresh=False)
+    panel.refresh()
+    assert panel.last_error == "", panel.last_error
+    assert conn.lag_history("quick")["lag"].tolist() == [20]
+    assert panel.chart.notice.value == ""
+    panel.refresh()  # within monitor.interval (30s): no second sample
+    assert len(conn.lag_history("quick")) == 1
     panel.close()
 
 
