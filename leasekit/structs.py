@@ -169,9 +169,6 @@ class GroupBoard(NamedTuple):
     lineage: dict[TableBucket, BucketLineage] = {}
     """The buckets of rescaled tables that a split or merge sealed or made (K6): where each
     came from and went; empty when no table of the group was ever rescaled."""
-    overview: dict[str, Any] | None = None
-    """The group's row of ``group_overview`` (status with BEHIND and AT_RISK, rates, eta,
-    retention headroom); None when it was not read."""
 
 
 class Snapshot(NamedTuple):

@@ -18,10 +18,8 @@ from leasekit import BucketLineage, TableBucket
 from leasekit.live import (
     DESCRIBE_COLUMNS,
     GroupBoard,
-    eta_text,
     group_board,
     human_duration,
-    sample_lag_history,
     server_time_estimate,
 )
 
@@ -31,9 +29,6 @@ from .lagchart import LagChart
 from .reset import ResetForm
 
 __all__ = ["ConsumerPanel", "GRID_COLUMNS", "GRID_ROWS"]
-
-_SEVERITY = {"OK": 0, "WARN": 1, "BEHIND": 2, "AT_RISK": 3, "ERR": 4}
-"""The header's statuses, least severe first (M6: ERR > AT_RISK > BEHIND > WARN > OK)."""
 
 GRID_COLUMNS = [
     "table",
@@ -194,7 +189,6 @@ class ConsumerPanel(Panel):
     # -- reading and showing ----------------------------------------------------------------
 
     def _load(self) -> _Group:
-        sample_lag_history(self.conn)  # M1: an open view records the lag (when one is due)
         groups = self.conn.consumer_groups()
         chosen = self.group_id
         if chosen is None and groups:
@@ -255,26 +249,11 @@ class ConsumerPanel(Panel):
             if statuses
             else "-"
         )
-        overview = board.overview or {}
-        # M6: as the overview, with BEHIND and AT_RISK, and never milder than the buckets below
-        worst = max(worst, overview.get("status") or "-", key=lambda x: _SEVERITY.get(x, -1))
-        colour = {
-            "ERR": "#b00020",
-            "AT_RISK": "#b00020",
-            "BEHIND": "#8a4b00",
-            "WARN": "#a86b00",
-            "OK": "#1b7f3b",
-        }.get(worst, "#555")
-        eta = (
-            f" · eta {esc(eta_text(overview.get('eta'), overview.get('consume_rate')))}"
-            if overview
-            else ""
-        )
+        colour = {"ERR": "#b00020", "WARN": "#a86b00", "OK": "#1b7f3b"}.get(worst, "#555")
         max_time = f["time_lag"].max()
         members = len(board.members)
         self.summary.value = (
-            f"<b>{esc(self.group_id)}</b> · status <b style='color:{colour}'>{esc(worst)}</b>"
-            f"{eta} · "
+            f"<b>{esc(self.group_id)}</b> · status <b style='color:{colour}'>{esc(worst)}</b> · "
             f"{members} live member{'s' if members != 1 else ''}"
             f"{'' if board.generation is None else f' · generation {board.generation}'}"
             f"{'' if board.leader is None else f' · leader {esc(board.leader)}'}"

@@ -116,9 +116,8 @@ class GroupMethods:
         stall_after: timedelta = timedelta(seconds=60),
     ) -> GroupBoard:
         """Read a consumer group once, as a dashboard shows it (the round trips of
-        ``describe_group``): each bucket's row with its commit metadata, the live members, and
-        the group's row of ``group_overview`` (its status with BEHIND and AT_RISK, rates and
-        eta). Its lag over time is ``lag_history``.
+        ``describe_group``): each bucket's row with its commit metadata, and the live members.
+        Its lag over time is ``lag_history``.
 
         Arguments:
             group_id: the group.
@@ -133,13 +132,9 @@ class GroupMethods:
             ZooKeeperUnavailableError: ZooKeeper did not answer.
             IllegalStateError: the connection is closed.
         """
-        from ..monitor.lag.overview import group_overview
-
-        board = group_admin.group_board(
+        return group_admin.group_board(
             self._context, group_id, stop_after=stop_after, stall_after=stall_after
         )
-        rows = group_overview(self._context, [group_id]).to_dict("records")
-        return board._replace(overview=rows[0] if rows else None)
 
     def group_members(self, group_id: str) -> list[MemberInfo]:
         """The group's live members.
