@@ -32,6 +32,7 @@ __all__ = [
     "group_board",
     "lag_histories",
     "sample_lag_history",
+    "NO_SAMPLER",
     "DESCRIBE_COLUMNS",
     "human_duration",
     "eta_text",
@@ -285,6 +286,14 @@ def group_board(
     """Read a consumer group once, as a dashboard shows it: ``conn.group_board(group_id, ...)``,
     whose docstring gives the arguments, the return and the errors."""
     return conn.group_board(group_id, stop_after=stop_after, stall_after=stall_after)
+
+
+NO_SAMPLER = (
+    "the lag is recorded only while a sampler runs, every monitor.interval (30s by default)",
+    "leasekit janitor (or: leasekit exporter)",
+)
+"""Why a lag history can be empty, and the command that starts a sampler: what the CLI and
+the panels say where they have no sample to show (M1)."""
 
 
 def sample_lag_history(conn: Connection) -> int:

@@ -13,7 +13,9 @@ import pandas as pd
 import traitlets
 
 from leasekit import TableBucket
+from leasekit.live import NO_SAMPLER
 
+from .base import esc
 from .formatting import time_axis
 
 __all__ = ["LagChart", "RANGES", "series"]
@@ -61,10 +63,8 @@ def series(
 
 
 NO_HISTORY = (
-    "<span style='color:#a86b00'>No lag history in this range: the lag is recorded only while"
-    " a sampler runs, every <code>monitor.interval</code> (30s). Start one with"
-    " <code>leasekit janitor</code> (or <code>leasekit exporter</code>); the chart shows the"
-    " lag now meanwhile.</span>"
+    f"<span style='color:#a86b00'>No lag history in this range (the chart shows the lag now): "
+    f"{esc(NO_SAMPLER[0])}. Start one with <code>{esc(NO_SAMPLER[1])}</code>.</span>"
 )
 """What the chart says when it has no sample to draw (M1)."""
 

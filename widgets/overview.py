@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import traitlets
 
-from leasekit.live import eta_text, lag_histories, sample_lag_history
+from leasekit.live import NO_SAMPLER, eta_text, lag_histories, sample_lag_history
 
 from .base import Markup, Panel, esc, html_table
 from .formatting import duration_text, human_bytes, utc_text
@@ -129,10 +129,9 @@ def _headroom(value: Any) -> str:
     return "∞" if pd.Timedelta(value) >= FOREVER else duration_text(value)
 
 
-_NO_SAMPLES = (
-    "<br><span style='color:#a86b00'>No lag history in the last hour: rates, eta and the"
-    " sparklines need a sampler, every <code>monitor.interval</code> (30s). Start one with"
-    " <code>leasekit janitor</code> (or <code>leasekit exporter</code>).</span>"
+_NO_SAMPLES = "<br>" + (
+    f"<span style='color:#a86b00'>No lag history in the last hour, for rates, eta and sparklines: "
+    f"{esc(NO_SAMPLER[0])}. Start one with <code>{esc(NO_SAMPLER[1])}</code>.</span>"
 )
 
 

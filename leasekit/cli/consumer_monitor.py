@@ -9,6 +9,7 @@ from typing import Any
 
 from ..durations import eta_text
 from ..errors import InvalidArgumentError, InvalidDurationError
+from ..live import NO_SAMPLER
 from .common import add_command, connect, duration_arg
 from .output import emit, format_table, frame_rows
 
@@ -100,10 +101,10 @@ def _history(args: argparse.Namespace) -> int:
 
     def render(d: dict[str, Any]) -> str:
         if not d["samples"]:
+            why, command = NO_SAMPLER
             return (
-                f"no lag history samples of group {d['group']} in that range: the lag is"
-                " recorded only while a sampler runs, every monitor.interval (30s).\n"
-                "Start one with: leasekit janitor (or: leasekit exporter)"
+                f"no lag history samples of group {d['group']} in that range: {why}.\n"
+                f"Start one with: {command}"
             )
         return f"LAG HISTORY of group {d['group']}\n\n" + format_table(d["samples"], columns)
 

@@ -104,10 +104,10 @@ class Assessment(NamedTuple):
     """M3 holds (whatever the status shows: ERR is worse)."""
 
 
-def group_overview(ctx: Context, group_ids: list[str] | None = None) -> pd.DataFrame:
-    """Every consumer group now, or those of ``group_ids`` (see ``Connection.group_overview``)."""
+def group_overview(ctx: Context) -> pd.DataFrame:
+    """Every consumer group now (see ``Connection.group_overview``)."""
     skipped: list[str] = []
-    readings = read_all_groups(ctx, group_ids, skipped=skipped)
+    readings = read_all_groups(ctx, skipped=skipped)
     for reason in skipped:
         log.warning("group overview left out %s", reason)
     return _frame(assess_groups(ctx, readings))
