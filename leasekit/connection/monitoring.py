@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ..memory import collector_paused
@@ -13,6 +14,8 @@ if TYPE_CHECKING:
     from ..context import Context
 
 __all__ = ["MonitorMethods"]
+
+log = logging.getLogger("leasekit.monitor")
 
 
 class MonitorMethods:
@@ -86,19 +89,23 @@ class MonitorMethods:
         Returns:
             The rows written; 0 when no sample was due, another sampler took it, there is no
             group, or this connection may not write the namespace (its ACL refuses this
-            connection's credentials, or another store owns the warehouse directory).
+            connection's credentials, or another store owns the warehouse directory), or the
+            sampler's metadata holds garbage (logged: sampling is a view's side job, and the
+            janitor's and the exporter's samplers report it).
 
         Raises:
             ZooKeeperUnavailableError: ZooKeeper did not answer.
-            CorruptMetadataError: the namespace settings or the sampler's znode hold garbage.
         """
-        from ..errors import PermissionDeniedError, WarehouseOwnedError
+        from ..errors import CorruptMetadataError, PermissionDeniedError, WarehouseOwnedError
         from ..monitor.lag.history import sample
 
         try:
             return sample(self._context)
         except (PermissionDeniedError, WarehouseOwnedError):
             return 0  # a view that may not write records nothing
+        except CorruptMetadataError as exc:
+            log.warning("no lag history sample taken: %s", exc)
+            return 0
 
     @collector_paused()
     def group_overview(self) -> pd.DataFrame:

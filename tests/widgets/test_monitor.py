@@ -227,6 +227,27 @@ def test_an_open_overview_samples_the_lag_history(conn):
     chart.close()
 
 
+def test_hostile_bytes_in_the_sampler_znode_do_not_break_the_overview(conn):
+    # M1: sampling is the open view's side job: a sampler znode holding garbage leaves the
+    # OverviewPanel showing the groups (the janitor's sampler still reports the corruption)
+    from leasekit.widgets import OverviewPanel
+
+    table = conn.create_table("t", "id BIGINT", "id", buckets=1)
+    table.append([{"id": i} for i in range(30)])
+    _commit(conn, {TB("t", 0): 10}, group="quick")
+    ctx = testing.context(conn)
+    path = history.sampler_path(ctx)
+    ctx.store.ensure_path(path.rsplit("/", 1)[0])
+    ctx.store.client.create(path, b"\xff\x00garbage" * 100)
+    with pytest.raises(lk.CorruptMetadataError):
+        history.sample(ctx)
+    panel = OverviewPanel(conn, auto_refresh=False)
+    panel.refresh()
+    assert panel.last_error == "", panel.last_error
+    assert ">quick<" in panel.groups.value
+    panel.close()
+
+
 def re_bytes(text):
     import re
 
