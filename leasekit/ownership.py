@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from .errors import IllegalStateError, WarehouseOwnedError
 from .warehouse import Warehouse
 
-__all__ = ["MARKER", "claim", "check"]
+__all__ = ["MARKER", "claim", "check", "owner_identity"]
 
 MARKER = "_leasekit_owner.json"
 """The owner marker's name in the namespace directory, beside ``tables/`` (which retention
@@ -42,6 +42,16 @@ def _owner(warehouse: Warehouse, namespace: str) -> dict[str, str] | None:
             f"{warehouse.uri(namespace)} is unknown; nothing is written or deleted there. If "
             "no other leasekit metadata store uses that directory, remove the marker file"
         ) from None
+
+
+def owner_identity(warehouse: Warehouse, namespace: str) -> str | None:
+    """The identity the owner marker of ``namespace``'s directory names; None without one.
+
+    Raises:
+        WarehouseOwnedError: the marker cannot be read.
+    """
+    owner = _owner(warehouse, namespace)
+    return None if owner is None else owner["identity"]
 
 
 def _refuse(warehouse: Warehouse, namespace: str, owner: dict[str, str]) -> WarehouseOwnedError:

@@ -29,8 +29,9 @@ _GLOBAL_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _global_options() -> argparse.ArgumentParser:
-    """Options accepted before or after any subcommand (defaults filled in after parsing)."""
+def _global_options(*, many_namespaces: bool = False) -> argparse.ArgumentParser:
+    """Options accepted before or after any subcommand (defaults filled in after parsing);
+    ``many_namespaces``: ``--namespace`` may be repeated (after the subcommand, a list)."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("global options")
     suppress = argparse.SUPPRESS
@@ -51,7 +52,10 @@ def _global_options() -> argparse.ArgumentParser:
         "--namespace",
         metavar="NAME",
         default=suppress,
-        help="metadata namespace (default: leasekit)",
+        action="append" if many_namespaces else "store",
+        help="metadata namespace, repeatable (default: leasekit)"
+        if many_namespaces
+        else "metadata namespace (default: leasekit)",
     )
     group.add_argument(
         "--json",
@@ -75,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (zookeeper, table, lease, consumer, retention, settings, janitor, demo, lab):
         module.register(commands, common)
-    exporter.register(commands, common)
+    exporter.register(commands, _global_options(many_namespaces=True))
     return parser
 
 

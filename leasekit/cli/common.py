@@ -27,6 +27,7 @@ __all__ = [
     "spark",
     "warehouse_location",
     "missing_warehouse",
+    "refuse_missing_warehouse",
 ]
 
 EXIT_ERROR = 2
@@ -91,18 +92,27 @@ def connect(
     from ..connection import connect as open_connection
 
     if read_only:
-        missing = missing_warehouse(args)
-        if missing is not None:
-            shown = missing if missing.isprintable() else repr(missing)
-            raise InvalidArgumentError(
-                f"no warehouse at {shown}: nothing to read there (check --warehouse or "
-                "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)"
-            )
+        refuse_missing_warehouse(args)
     zookeeper = args.zookeeper
     if not (not read_only if start_server is None else start_server):
         zookeeper = _running_server(args)
     with open_connection(zookeeper, args.warehouse, namespace=args.namespace) as conn:
         yield conn
+
+
+def refuse_missing_warehouse(args: argparse.Namespace) -> None:
+    """Refuse a local warehouse that does not exist, for a command that only reads it.
+
+    Raises:
+        InvalidArgumentError: the local warehouse the global options name does not exist.
+    """
+    missing = missing_warehouse(args)
+    if missing is not None:
+        shown = missing if missing.isprintable() else repr(missing)
+        raise InvalidArgumentError(
+            f"no warehouse at {shown}: nothing to read there (check --warehouse or "
+            "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)"
+        )
 
 
 def _running_server(args: argparse.Namespace) -> str | None:

@@ -103,8 +103,11 @@ def _check_against_library(conn, clock, url: str) -> None:
     assert got["leasekit_group_behind"] == {group: 0.0}
     assert got["leasekit_group_at_risk"][group] in (0.0, 1.0)
     assert got["leasekit_group_max_lag"] == {group: 40.0}
-    assert math.isnan(got["leasekit_group_consume_rate"][group])  # no two samples yet
-    assert math.isnan(got["leasekit_group_eta_seconds"][group])
+    # M2: nothing is committed: the rate is unknown (NaN) before two lag history samples and 0
+    # after (a background pass that took over monitor.interval is followed by the next at once)
+    rate = got["leasekit_group_consume_rate"][group]
+    eta = got["leasekit_group_eta_seconds"][group]
+    assert (math.isnan(rate) and math.isnan(eta)) or (rate == 0.0 and eta == math.inf)
     assert 0 <= got["leasekit_group_retention_headroom_seconds"][group] < 1  # 1s retention
     assert not any(("table", "__lag_history") in k for f in got.values() for k in f)
     assert got["leasekit_group_members"] == {(("group", GROUP),): 0.0}
@@ -321,3 +324,38 @@ def test_collector_in_a_registry(conn, clock):
         collector.close()
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"leasekit_group_lag", "leasekit_lease_state", "leasekit_up"} <= names
+
+
+def test_openmetrics_when_the_scraper_asks(conn, clock):
+    # §6.12: OpenMetrics when the scraper asks for it (Prometheus's own Accept header), the
+    # text format 0.0.4 otherwise; both carry the same series
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+
+    _populate(conn, clock)
+    prometheus_accept = (
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+        "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    )
+    with MetricsServer(testing.context(conn), port=0, interval="1h") as server:
+        _scrape_when(server.url, _sampled)
+        bodies = {}
+        for accept in (None, "application/openmetrics-text", prometheus_accept):
+            request = urllib.request.Request(server.url, headers={"Accept": accept or "*/*"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                bodies[accept] = (response.headers["Content-Type"], response.read().decode())
+    plain_type, plain = bodies[None]
+    assert plain_type == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# EOF" not in plain
+    keys = {
+        (s.name, tuple(sorted(s.labels.items())))
+        for f in text_string_to_metric_families(plain)
+        for s in f.samples
+    }
+    for accept in ("application/openmetrics-text", prometheus_accept):
+        content_type, text = bodies[accept]
+        assert content_type.startswith("application/openmetrics-text; version=1.0.0;")
+        assert text.endswith("# EOF\n")
+        samples = [s for f in parse_om(text) for s in f.samples]  # strict: raises if invalid
+        assert {(s.name, tuple(sorted(s.labels.items()))) for s in samples} == keys
+        lags = {s.labels["bucket"]: s.value for s in samples if s.name == "leasekit_group_lag"}
+        assert lags == {"0": 40.0, "1": 30.0, "2": 20.0, "3": 10.0}

@@ -1,10 +1,13 @@
 """The HTTP side of the metrics: Prometheus's text format (0.0.4) rendered from
-prometheus_client metric families, and a small threaded WSGI server for ``/metrics``.
+prometheus_client metric families, OpenMetrics when the scraper asks for it, and a small
+threaded WSGI server for ``/metrics``.
 
-The rendering writes what ``prometheus_client.generate_latest`` writes for gauges and
+The text rendering writes what ``prometheus_client.generate_latest`` writes for gauges and
 counters, byte for byte (a test compares them), about ten times faster: it sorts each
 family's label names once instead of per sample and skips the per-sample name checks that
-dominate ``generate_latest`` at 20,000 series (100 groups x 100 buckets, B13).
+dominate ``generate_latest`` at 20,000 series (100 groups x 100 buckets, B13). Any other format
+the ``Accept`` header asks for (OpenMetrics, which Prometheus asks for first) is
+prometheus_client's own choice and rendering (``choose_encoder``).
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder
 from prometheus_client.utils import floatToGoString
 
 from ...errors import IllegalStateError
 
-__all__ = ["CONTENT_TYPE", "render", "metrics_app", "serve_http"]
+__all__ = ["CONTENT_TYPE", "render", "encode", "metrics_app", "serve_http"]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""The text format's content type ("text/plain; version=0.0.4; charset=utf-8")."""
 
 
 def _escape(value: str) -> str:
@@ -59,9 +64,30 @@ def render(families: Iterable[Any]) -> bytes:
     return "".join(out).encode("utf-8")
 
 
+class _Families:
+    """What prometheus_client's encoders take: an object whose ``collect()`` gives families."""
+
+    def __init__(self, families: Iterable[Any]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Any]:
+        return self._families
+
+
+def encode(families: Iterable[Any], accept: str) -> tuple[bytes, str]:
+    """``families`` in the format the ``Accept`` header ``accept`` asks for, and its content
+    type: ``render``'s text format unless the header asks for another that prometheus_client
+    writes (OpenMetrics, or the text format 1.0.0)."""
+    encoder, content_type = choose_encoder(accept)
+    if content_type == CONTENT_TYPE:
+        return render(families), content_type
+    return encoder(_Families(families)), content_type
+
+
 def metrics_app(collect: Callable[[], Iterable[Any]]) -> Callable[..., list[bytes]]:
-    """A WSGI app answering GET ``/metrics`` (and ``/``) with ``render(collect())``, gzipped
-    when the client accepts it, as Prometheus does."""
+    """A WSGI app answering GET ``/metrics`` (and ``/``) with ``collect()``'s families in the
+    format the request's ``Accept`` header asks for (``encode``), gzipped when the client
+    accepts it, as Prometheus does."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
@@ -70,8 +96,8 @@ def metrics_app(collect: Callable[[], Iterable[Any]]) -> Callable[..., list[byte
         if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"metrics are at /metrics\n"]
-        body = render(collect())
-        headers = [("Content-Type", CONTENT_TYPE)]
+        body, content_type = encode(collect(), environ.get("HTTP_ACCEPT", ""))
+        headers = [("Content-Type", content_type)]
         if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
             body = gzip.compress(body, compresslevel=1)
             headers.append(("Content-Encoding", "gzip"))

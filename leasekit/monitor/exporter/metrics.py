@@ -73,7 +73,7 @@ from .sampler import Figures, Sampler
 if TYPE_CHECKING:
     from ...context import Context
 
-__all__ = ["LeasekitCollector", "GROUP_STATUSES"]
+__all__ = ["LeasekitCollector", "GROUP_STATUSES", "unreachable"]
 
 log = logging.getLogger("leasekit.monitor")
 
@@ -225,6 +225,17 @@ def _sampled(namespace: str, figures: Figures | None, failures: int) -> Iterator
     yield from (pinned, exclusive, reclaimable, when, age, failed)
 
 
+def _up(namespace: str, up: bool) -> GaugeMetricFamily:
+    gauge = _gauge("leasekit_up", "1 when this scrape read the namespace in ZooKeeper, else 0")
+    gauge.add_metric([namespace], 1 if up else 0)
+    return gauge
+
+
+def unreachable(namespace: str) -> Iterator[Any]:
+    """The families of a namespace that could not be opened: ``leasekit_up`` 0."""
+    yield _up(namespace, False)
+
+
 class LeasekitCollector:
     """A prometheus_client collector of one namespace's metrics (see the module's table).
 
@@ -289,9 +300,7 @@ class LeasekitCollector:
             families.add_leases(read[1])
             yield from families.read()
         yield from _sampled(ns, self._sampler.figures, self._sampler.failures)
-        gauge = _gauge("leasekit_up", "1 when this scrape read ZooKeeper, else 0")
-        gauge.add_metric([ns], 0 if read is None else 1)
-        yield gauge
+        yield _up(ns, read is not None)
         took = _gauge("leasekit_scrape_duration_seconds", "Time this scrape took")
         took.add_metric([ns], time.perf_counter() - started)
         yield took
