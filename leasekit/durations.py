@@ -23,6 +23,8 @@ __all__ = [
     "format_duration",
     "human_duration",
     "eta_text",
+    "headroom_text",
+    "NO_LIMIT",
 ]
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -195,3 +197,24 @@ def eta_text(eta: object, consume_rate: object) -> str:
         return human_duration(pd.Timedelta(eta).to_pytimedelta())
     known = consume_rate is not None and not pd.isna(consume_rate)
     return "never" if known else "-"
+
+
+NO_LIMIT = "\u221e"
+"""How people read a retention headroom with no limit ("∞", in panels, the CLI and notebooks);
+JSON has null there, metrics +Inf."""
+
+
+def headroom_text(headroom: object) -> str:
+    """A group's retention headroom (``group_overview``'s ``retention_headroom``) for people:
+    ``human_duration`` of it; ``NO_LIMIT`` ("∞") where retention can delete nothing the group
+    has not consumed (NaT, None, an infinite number, or a century and more)."""
+    import pandas as pd
+
+    if headroom is None or pd.isna(headroom):
+        return NO_LIMIT
+    if isinstance(headroom, (int, float)) and not isinstance(headroom, bool):
+        if math.isinf(headroom):
+            return NO_LIMIT
+        headroom = timedelta(seconds=float(headroom))
+    value = pd.Timedelta(headroom).to_pytimedelta()
+    return NO_LIMIT if value >= timedelta(days=36_500) else human_duration(value)

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .durations import eta_text, human_duration, parse_duration, parse_timestamp
+from .durations import eta_text, headroom_text, human_duration, parse_duration, parse_timestamp
 from .errors import LeasekitError
 from .memory import collector_paused
+from .sizes import human_bytes
 from .structs import DESCRIBE_COLUMNS, GroupBoard
 
 if TYPE_CHECKING:
@@ -35,7 +36,9 @@ __all__ = [
     "NO_SAMPLER",
     "DESCRIBE_COLUMNS",
     "human_duration",
+    "human_bytes",
     "eta_text",
+    "headroom_text",
     "parse_duration",
     "parse_timestamp",
 ]

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from leasekit import BucketLineage, TableBucket
-from leasekit.live import human_duration
+from leasekit.live import human_bytes, human_duration
 
 __all__ = [
     "human_bytes",
@@ -23,20 +23,6 @@ __all__ = [
     "lineage_text",
     "TICK_STEPS",
 ]
-
-UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def human_bytes(n: Any) -> str:
-    """Bytes as people read them, the one format of every panel: "512 B", "1.5 KiB", "3.2 GiB";
-    "-" for a missing value."""
-    if n is None or (isinstance(n, float) and math.isnan(n)) or n is pd.NA:
-        return "-"
-    value, unit = float(n), 0
-    while abs(value) >= 1024 and unit < len(UNITS) - 1:
-        value, unit = value / 1024, unit + 1
-    return f"{value:.0f} B" if unit == 0 else f"{value:.1f} {UNITS[unit]}"
-
 
 def duration_text(value: Any, *, missing: str = "-") -> str:
     """A duration (timedelta, pandas Timedelta or seconds) as ``human_duration`` writes it

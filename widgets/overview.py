@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import traitlets
 
-from leasekit.live import NO_SAMPLER, eta_text, lag_histories, sample_lag_history
+from leasekit.live import NO_SAMPLER, eta_text, headroom_text, lag_histories, sample_lag_history
 
 from .base import Markup, Panel, esc, html_table
 from .formatting import duration_text, human_bytes, utc_text
@@ -22,8 +22,6 @@ __all__ = ["OverviewPanel", "SPARK_SPAN", "sparkline"]
 
 SPARK_SPAN = timedelta(hours=1)
 """How far back each group's sparkline goes."""
-FOREVER = timedelta(days=365 * 100)
-"""A headroom at least this long reads "∞" (retention never deletes unconsumed records)."""
 STATUS_STYLE = {
     "ERR": "background:#f8d7da;color:#b00020;font-weight:bold",
     "AT_RISK": "background:#b00020;color:white;font-weight:bold",
@@ -122,11 +120,7 @@ def _rate(value: Any) -> str:
 
 def _headroom(value: Any) -> str:
     """Retention headroom: NaT (nothing can be lost) and very long ones read "∞"."""
-    if value is None or pd.isna(value):
-        return "∞"
-    if isinstance(value, (float, np.floating)):
-        return "∞" if np.isinf(value) else duration_text(value)
-    return "∞" if pd.Timedelta(value) >= FOREVER else duration_text(value)
+    return headroom_text(float(value) if isinstance(value, np.floating) else value)
 
 
 _NO_SAMPLES = "<br>" + (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..durations import eta_text
+from ..durations import eta_text, headroom_text
 from ..errors import InvalidArgumentError, InvalidDurationError
 from ..live import NO_SAMPLER
 from .common import add_command, connect, duration_arg
@@ -42,14 +42,13 @@ _NOTES = (
 
 def _shown(row: dict[str, Any]) -> dict[str, Any]:
     """An overview row for the text table: rates rounded, eta "never" when the group is not
-    catching up ("-" only without two lag samples, M6), no headroom shown as infinite."""
+    catching up ("-" only without two lag samples, M6), a headroom with no limit "∞"."""
     out = dict(row)
     out["eta"] = eta_text(row["eta"], row["consume_rate"])
     for key in ("consume_rate", "produce_rate"):
         if out[key] is not None:
             out[key] = round(out[key], 2)
-    if out["retention_headroom"] is None:
-        out["retention_headroom"] = "inf"
+    out["retention_headroom"] = headroom_text(row["retention_headroom"])
     return out
 
 

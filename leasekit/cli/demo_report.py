@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..durations import human_duration
+from ..sizes import human_bytes
 from .demo_workload import BUCKETS
 from .output import format_fields, format_table, frame_rows
 
@@ -179,7 +180,7 @@ def _summary(
         "retention": (
             f"{len(_kept_by_lease(o))} snapshots kept for the lease; deleted "
             + ", ".join(f"{n} {k}s" for k, n in figures["retention"]["deleted"].items())
-            + f" ({report.freed_bytes} bytes)"
+            + f" ({human_bytes(report.freed_bytes)})"
         ),
         "rows read by Spark": f"{o.final_read[0]} (latest snapshots)",
         "check": "passed (" + "; ".join(checks) + ")",

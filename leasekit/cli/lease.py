@@ -17,7 +17,7 @@ from ..errors import LeaseNotFoundError
 from ..structs import TableBucket
 from ..validate import check_id
 from .common import add_command, bucket_arg, connect, duration_arg
-from .output import emit, format_table, frame_rows, listing, to_json, unreadable
+from .output import emit, format_table, frame_rows, listing, unreadable, value_text
 
 if TYPE_CHECKING:
     from ..connection import Connection
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 NO_SNAPSHOT = -1  # an unavailable bucket's id when the bucket has no snapshot yet (L6)
-
-
-def _text(value: Any) -> str:
-    return str(to_json(value))
 
 
 def _pin_rows(pins: Mapping[TableBucket, int]) -> list[dict[str, Any]]:
@@ -55,7 +51,7 @@ def _lease_row(info: LeaseInfo, now: datetime) -> dict[str, Any]:
         "renewed_at": info.renewed_at,
         "expires_at": info.expires_at,
         # whole seconds, rounded down: negative exactly when the lease has expired (L7)
-        "expires_in": math.floor((info.expires_at - now).total_seconds()),
+        "expires_in": timedelta(seconds=math.floor((info.expires_at - now).total_seconds())),
         "owner": info.owner,
     }
 
@@ -102,20 +98,13 @@ def _inventory(args: argparse.Namespace) -> int:
         frame = conn.lease_inventory()
     measured: datetime = frame.attrs["measured_at"]
     rows = frame_rows(frame)
-    for row in rows:  # exact milliseconds in JSON; negative once expired
-        row["expires_in_ms"] = round((row["expires_at"] - measured).total_seconds() * 1000)
+    for row in rows:  # seconds in JSON, like every duration; negative once expired
+        row["expires_in"] = row["expires_at"] - measured
 
     def render(r: list[dict[str, Any]]) -> str:
         if not r:
             return f"no leases in namespace {args.namespace!r}"
-        shown = [
-            {
-                **row,
-                "tables": ",".join(row["tables"]),
-                "expires_in": timedelta(milliseconds=row["expires_in_ms"]),
-            }
-            for row in r
-        ]
+        shown = [{**row, "tables": ",".join(row["tables"])} for row in r]
         return format_table(shown, _INVENTORY_COLUMNS)
 
     emit(args, rows, render)
@@ -150,7 +139,7 @@ def _acquire(args: argparse.Namespace) -> int:
     def render(d: dict[str, Any]) -> str:
         text = (
             f"lease {d['lease_id']} pins the latest snapshot of {len(d['acquired'])} "
-            f"bucket(s); it expires at {_text(d['expires_at'])}"
+            f"bucket(s); it expires at {value_text(d['expires_at'])}"
         )
         text += f"\n\n{format_table(d['tables'])}"
         if d["unavailable"]:
@@ -178,8 +167,8 @@ def _renew(args: argparse.Namespace) -> int:
         args,
         data,
         lambda d: (
-            f"renewed lease {d['lease_id']} (duration {_text(d['duration'])}); "
-            f"it expires at {_text(d['expires_at'])}"
+            f"renewed lease {d['lease_id']} (duration {value_text(d['duration'])}); "
+            f"it expires at {value_text(d['expires_at'])}"
         ),
     )
     return 0

@@ -1,7 +1,8 @@
 """How the CLI prints: aligned text tables and fields, or one JSON document with ``--json``.
 
-Datetimes print as ISO 8601 UTC with milliseconds; durations in tables like everywhere people
-read them (``"4m 40s"``), and in JSON in their exact form (``"280s"``).
+Datetimes print as ISO 8601 UTC with milliseconds. Tables write durations and byte sizes the
+way every panel and notebook does (``"4m 40s"``, ``"1.5 KiB"``); JSON carries plain numbers:
+durations in seconds (``280.0``), sizes in bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 __all__ = [
     "format_table",
+    "value_text",
+    "seconds",
+    "is_bytes_column",
     "format_fields",
     "frame_rows",
     "to_json",
@@ -32,15 +36,14 @@ def _iso(value: datetime) -> str:
 
 
 def to_json(value: Any) -> Any:
-    """``value`` as JSON-ready data: datetimes ISO 8601 UTC, timedeltas like ``"7d"``."""
-    from ..durations import format_duration
-
+    """``value`` as JSON-ready data: datetimes ISO 8601 UTC, timedeltas as seconds (a float,
+    exact to the millisecond)."""
     if value is None or isinstance(value, (bool, str, int, float)):
         return value
     if isinstance(value, datetime):
         return _iso(value)
     if isinstance(value, timedelta):
-        return format_duration(value)
+        return seconds(value)
     if isinstance(value, Mapping):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -50,7 +53,26 @@ def to_json(value: Any) -> Any:
     return str(value)
 
 
-def _text(value: Any) -> str:
+def seconds(value: timedelta) -> float:
+    """A duration as JSON carries it: seconds, rounded to the millisecond (``280.0``)."""
+    return round(value.total_seconds(), 3)
+
+
+def is_bytes_column(column: str) -> bool:
+    """Whether a table column holds a byte size (``size_bytes``, ``pinned_bytes``, ...)."""
+    return column == "bytes" or column.endswith("_bytes")
+
+
+def _cell(column: str, value: Any) -> str:
+    if is_bytes_column(column) and _is_number(value):
+        from ..sizes import human_bytes
+
+        return human_bytes(value)
+    return value_text(value)
+
+
+def value_text(value: Any) -> str:
+    """``value`` as tables and messages print it: durations like "4m 40s", times ISO 8601."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -62,9 +84,9 @@ def _text(value: Any) -> str:
 
         return human_duration(value)
     if isinstance(value, Mapping):
-        return ", ".join(f"{k}={_text(v)}" for k, v in value.items())
+        return ", ".join(f"{k}={value_text(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return ", ".join(_text(v) for v in value)
+        return ", ".join(value_text(v) for v in value)
     data = to_json(value)
     return data if isinstance(data, str) else str(data)
 
@@ -97,11 +119,12 @@ def _is_number(value: Any) -> bool:
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """Aligned plain-text columns under upper-case headers; numbers right-aligned."""
+    """Aligned plain-text columns under upper-case headers; numbers (and byte sizes, written
+    like "1.5 KiB") right-aligned."""
     if columns is None:
         columns = list(rows[0]) if rows else []
     headers = [c.upper().replace("_", "-") for c in columns]
-    cells = [[_text(row.get(c)) for c in columns] for row in rows]
+    cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     numeric = [
         bool(rows) and all(row.get(c) is None or _is_number(row.get(c)) for row in rows)
@@ -141,11 +164,11 @@ def format_fields(fields: Mapping[str, Any]) -> str:
     for key, value in fields.items():
         label = key.replace("_", " ").ljust(width)
         if isinstance(value, Mapping) and value:
-            items = [f"{k} = {_text(v)}" for k, v in value.items()]
+            items = [f"{k} = {value_text(v)}" for k, v in value.items()]
             lines.append(f"{label}  {items[0]}")
             lines.extend(f"{' ' * width}  {item}" for item in items[1:])
         else:
-            lines.append(f"{label}  {_text(value)}")
+            lines.append(f"{label}  {value_text(value)}")
     return "\n".join(lines)
 
 

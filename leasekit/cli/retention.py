@@ -1,6 +1,8 @@
 """``leasekit retention plan|run``: what retention keeps and deletes, with reasons, and a pass.
 
-``plan`` changes nothing; ``run --dry-run`` reports what a pass would delete.
+``plan`` changes nothing; ``run --dry-run`` reports what a pass would delete. Retention covers
+leasekit's internal tables too (the lag history); their items are listed only with
+``--internal`` (or ``--table`` naming one), and counted in a line of their own.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from ..sizes import human_bytes
+from ..validate import is_internal_table
 from .common import add_command, connect
 from .output import emit, format_table
 
@@ -33,23 +37,55 @@ def _item_row(item: RetentionItem) -> dict[str, Any]:
     }
 
 
+def _split(
+    args: argparse.Namespace, items: Any, *, deleting: bool
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The rows to list and, unless ``--internal`` (or ``--table``) asked for them, what the
+    items of internal tables left out add up to: items, and bytes deleted."""
+    shown, hidden = [], {"items": 0, "deletes": 0, "bytes": 0}
+    for item in items:
+        tb = item.table_bucket
+        if tb is None or args.internal or args.table or not is_internal_table(tb.table):
+            shown.append(_item_row(item))
+        elif deleting or item.action == "delete":
+            hidden["items"] += 1
+            hidden["deletes"] += 1
+            hidden["bytes"] += item.size_bytes
+        else:
+            hidden["items"] += 1
+    return shown, hidden
+
+
+def _internal_line(hidden: dict[str, int], verb: str) -> list[str]:
+    if not hidden["items"]:
+        return []
+    return [
+        f"{hidden['items']} of these item(s) are of leasekit's internal tables (the lag "
+        f"history), {verb} {human_bytes(hidden['bytes'])}: --internal lists them"
+    ]
+
+
 def _plan(args: argparse.Namespace) -> int:
     with connect(args, read_only=True) as conn:
         plan = conn.retention_plan(args.table)
+    rows, hidden = _split(args, plan.items, deleting=False)
     data = {
-        "items": [_item_row(i) for i in plan.items],
+        "items": rows,
         "reclaimable_bytes": plan.reclaimable_bytes,
+        "internal": hidden,
         "skipped": list(plan.skipped),
     }
 
     def render(d: dict[str, Any]) -> str:
-        rows = d["items"]
-        deletes = sum(r["action"] == "delete" for r in rows)
-        parts = [format_table(rows, ITEM_COLUMNS) if rows else "nothing to keep or delete"]
+        rows, hidden = d["items"], d["internal"]
+        deletes = sum(r["action"] == "delete" for r in rows) + hidden["deletes"]
+        keeps = len(rows) + hidden["items"] - deletes
+        empty = "nothing to keep or delete" + (" in user tables" if hidden["items"] else "")
+        parts = [format_table(rows, ITEM_COLUMNS) if rows else empty]
         parts.append(
-            f"reclaimable {d['reclaimable_bytes']} bytes: {len(rows) - deletes} keep, "
-            f"{deletes} delete"
+            f"reclaimable {human_bytes(d['reclaimable_bytes'])}: {keeps} keep, {deletes} delete"
         )
+        parts += _internal_line(d["internal"], "reclaimable")
         if d["skipped"]:
             parts.append(
                 "skipped (unreadable metadata, left untouched):\n"
@@ -72,22 +108,25 @@ def _run(args: argparse.Namespace) -> int:
     ):
         ctx = context_of(conn)
         report = run_retention(ctx, args.table, dry_run=args.dry_run, progress=bar.update)
+    rows, hidden = _split(args, report.deleted, deleting=True)
     data = {
         "dry_run": report.dry_run,
-        "deleted": [_item_row(i) for i in report.deleted],
+        "deleted": rows,
         "freed_bytes": report.freed_bytes,
+        "internal": hidden,
         "errors": list(report.errors),
     }
 
     def render(d: dict[str, Any]) -> str:
-        n, freed = len(d["deleted"]), d["freed_bytes"]
+        n, freed = len(d["deleted"]) + d["internal"]["items"], human_bytes(d["freed_bytes"])
         if d["dry_run"]:
-            head = f"dry run: would delete {n} item(s) and free {freed} bytes; nothing changed"
+            head = f"dry run: would delete {n} item(s) and free {freed}; nothing changed"
         else:
-            head = f"deleted {n} item(s), freed {freed} bytes"
+            head = f"deleted {n} item(s), freed {freed}"
         parts = [head]
         if d["deleted"]:
             parts.append(format_table(d["deleted"], DELETED_COLUMNS))
+        parts += _internal_line(d["internal"], "would free" if d["dry_run"] else "freed")
         if d["errors"]:
             parts.append(
                 f"{len(d['errors'])} error(s), retried by the next pass:\n"
@@ -97,6 +136,12 @@ def _run(args: argparse.Namespace) -> int:
 
     emit(args, data, render)
     return 0
+
+
+_INTERNAL_HELP = (
+    "also list the items of leasekit's internal tables (the lag history); retention covers "
+    "them either way"
+)
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -116,6 +161,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="T",
         help="only this table's snapshots, segments and files (leases always)",
     )
+    plan.add_argument("--internal", action="store_true", help=_INTERNAL_HELP)
     run = add_command(
         actions, "run", "one retention pass: expire leases, then delete", common, _run
     )
@@ -127,3 +173,4 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--dry-run", action="store_true", help="report what would be deleted; change nothing"
     )
+    run.add_argument("--internal", action="store_true", help=_INTERNAL_HELP)

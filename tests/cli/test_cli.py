@@ -97,7 +97,7 @@ def test_json_before_and_after_the_subcommand(capsys, target, conn) -> None:
     info = run_json(capsys, *target, "table", "describe", "a_table", "--json")
     assert info["schema"] == "id BIGINT NOT NULL, name STRING, amount DOUBLE"
     assert info["primary_key"] == ["id"]
-    assert info["properties"]["log.retention"] == "7d"
+    assert info["properties"]["log.retention"] == 7 * 86400  # JSON: seconds
     assert info["properties"]["log.retention.bytes"] is None
     rows = info["bucket_offsets"]
     assert [r["bucket"] for r in rows] == [0, 1]
@@ -111,7 +111,7 @@ def test_create_json_output(capsys, target) -> None:
                     "--property", "log.retention=2h")  # fmt: skip
     assert info["primary_key"] == ["a", "b"]
     assert info["buckets"] == 4
-    assert info["properties"]["log.retention"] == "2h"
+    assert info["properties"]["log.retention"] == 7200
 
 
 @pytest.mark.parametrize(
@@ -372,12 +372,17 @@ def test_import_is_cheap() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_tables_show_durations_as_people_read_them_and_json_exactly():
-    # §6.8: durations read the same everywhere ("4m 40s"); JSON keeps the exact, parseable form
+def test_tables_show_durations_and_bytes_as_people_read_them_and_json_plain_numbers():
+    # §6.8: durations (and byte sizes) read the same everywhere ("4m 40s", "1.5 KiB"); JSON
+    # has plain numbers: seconds and bytes, never "166403ms"
     from datetime import timedelta
 
     from leasekit.cli.output import format_table, to_json
 
-    table = format_table([{"bucket": 0, "time_lag": timedelta(seconds=280)}])
+    table = format_table(
+        [{"bucket": 0, "time_lag": timedelta(seconds=280), "size_bytes": 1536, "bytes": 0}]
+    )
     assert "4m 40s" in table and "280s" not in table
-    assert to_json({"time_lag": timedelta(seconds=280)}) == {"time_lag": "280s"}
+    assert "1.5 KiB" in table and "1536" not in table and table.splitlines()[1].endswith("0 B")
+    assert to_json({"time_lag": timedelta(seconds=280)}) == {"time_lag": 280.0}
+    assert to_json({"time_lag": timedelta(milliseconds=166403)}) == {"time_lag": 166.403}

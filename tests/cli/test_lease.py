@@ -108,8 +108,9 @@ def test_list_plain_json_and_expired(capsys, target, conn, orders) -> None:
         ["both", "4", "orders", "2h"],
         ["short", "1", "orders", "500ms"],
     ]
-    assert 7000 < int(rows[0][6]) <= 7200
-    assert int(rows[1][6]) < 0  # expired, not yet reclaimed
+    # §6.8: expires in, as people read durations; negative once expired, not yet reclaimed
+    assert rows[0][6:8] in (["1h", "59m"], ["2h", rows[0][7]]) or rows[0][6] == "2h"
+    assert rows[1][6].startswith("-")
 
     data = run_json(capsys, *target, "lease", "list")
     assert [d["lease_id"] for d in data] == ["both", "short"]
@@ -118,7 +119,7 @@ def test_list_plain_json_and_expired(capsys, target, conn, orders) -> None:
     assert both["pins"] == [{"table": "orders", "bucket": tb.bucket, "snapshot_id": latest[tb]}
                             for tb in orders.buckets]  # fmt: skip
     assert both["tables"] == ["orders"]
-    assert both["duration"] == "2h"
+    assert both["duration"] == 7200  # JSON: seconds
     assert ts(both["expires_at"]) - ts(both["renewed_at"]) == timedelta(hours=2)
     assert both["owner"] == lease_info(conn, "both").owner
     assert data[1]["expires_in"] < 0
@@ -137,7 +138,7 @@ def test_renew_with_and_without_duration(capsys, target, conn, orders) -> None:
     assert renewed.expires_at - renewed.renewed_at == timedelta(hours=1)
 
     longer = run_json(capsys, *target, "lease", "renew", "r1", "--duration", "2h")
-    assert longer["duration"] == "2h"
+    assert longer["duration"] == 7200
     now = conn.server_time()
     assert timedelta(hours=2) - timedelta(seconds=30) < ts(longer["expires_at"]) - now
     assert ts(longer["expires_at"]) - now <= timedelta(hours=2)
@@ -148,7 +149,7 @@ def test_renew_with_and_without_duration(capsys, target, conn, orders) -> None:
     assert shorter["expires_at"] == longer["expires_at"]
     assert lease_info(conn, "r1").expires_at == ts(longer["expires_at"])
     # ... and is the lease's duration from now on (the duration of the last renew)
-    assert run_json(capsys, *target, "lease", "renew", "r1")["duration"] == "10m"
+    assert run_json(capsys, *target, "lease", "renew", "r1")["duration"] == 600
 
     code, _, err = run(capsys, *target, "lease", "renew", "ghost")
     assert (code, err) == (2, "leasekit: error: lease 'ghost' does not exist\n")  # L8

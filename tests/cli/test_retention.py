@@ -18,6 +18,7 @@ from helpers import run_cli_json as run_json
 
 import leasekit as lk
 from leasekit import testing
+from leasekit.sizes import human_bytes
 from leasekit.zk import SetData
 
 TB = lk.TableBucket
@@ -67,13 +68,14 @@ def test_plan_plain(capsys, target, conn, orders) -> None:
         "older than the newest 2 of bucket, not pinned; its lease(s) old expire in this pass"
     )
     assert by_item[("snapshot", "orders", "0", "3")][4:9] == ["keep", "newest", "2", "of", "bucket"]
-    assert by_item[("snapshot", "orders", "0", "3")][-1] == str(orders.snapshots(0)[-1].size_bytes)
+    size = human_bytes(orders.snapshots(0)[-1].size_bytes)  # §6.8: one byte format
+    assert " ".join(by_item[("snapshot", "orders", "0", "3")][-2:]) == size
     plan = conn.retention_plan()
     deletes = len(plan.deletes)
     assert deletes == 2
     assert out.rstrip().splitlines()[-1] == (
-        f"reclaimable {plan.reclaimable_bytes} bytes: {len(plan.items) - deletes} keep, {deletes} "
-        "delete"
+        f"reclaimable {human_bytes(plan.reclaimable_bytes)}: {len(plan.items) - deletes} keep, "
+        f"{deletes} delete"
     )
     assert plan.reclaimable_bytes > 0
     assert snapshot_ids(orders) == {(b, s) for b in (0, 1) for s in (1, 2, 3)}  # changes nothing
@@ -85,7 +87,8 @@ def _ageless(items: list[dict]) -> list[dict]:
 
 def test_plan_json_and_table_scope(capsys, target, conn, orders) -> None:
     data = run_json(capsys, *target, "retention", "plan")
-    assert set(data) == {"items", "reclaimable_bytes", "skipped"}
+    assert set(data) == {"items", "reclaimable_bytes", "internal", "skipped"}
+    assert data["internal"] == {"items": 0, "deletes": 0, "bytes": 0}
     plan = conn.retention_plan()
     assert data["reclaimable_bytes"] == plan.reclaimable_bytes
     assert data["skipped"] == []
@@ -101,7 +104,7 @@ def test_plan_json_and_table_scope(capsys, target, conn, orders) -> None:
     ]
     code, out, _ = run(capsys, *target, "retention", "plan", "--table", "empty")
     assert code == 0  # leases are namespace-wide: every plan covers them
-    assert out.rstrip().splitlines()[-1] == "reclaimable 0 bytes: 1 keep, 1 delete"
+    assert out.rstrip().splitlines()[-1] == "reclaimable 0 B: 1 keep, 1 delete"
 
     code, out, err = run(capsys, *target, "retention", "plan", "--table", "ghost")
     assert (code, out, err) == (2, "", "leasekit: error: table 'ghost' does not exist\n")
@@ -113,7 +116,8 @@ def test_run_dry_run_changes_nothing(capsys, target, conn, orders) -> None:
     code, out, err = run(capsys, *target, "retention", "run", "--dry-run")
     assert code == 0, err
     assert out.splitlines()[0] == (
-        f"dry run: would delete 2 item(s) and free {plan.reclaimable_bytes} bytes; nothing changed"
+        f"dry run: would delete 2 item(s) and free {human_bytes(plan.reclaimable_bytes)}; "
+        "nothing changed"
     )
     assert [r[:4] for r in rows_of("\n".join(out.splitlines()[2:]), DELETED)] == [
         ["lease", "-", "-", "old"],
@@ -142,7 +146,44 @@ def test_run_deletes_plain_and_json(capsys, target, conn, orders) -> None:
 
     code, out, err = run(capsys, *target, "retention", "run", "--table", "orders")
     assert code == 0, err
-    assert out.strip() == "deleted 0 item(s), freed 0 bytes"
+    assert out.strip() == "deleted 0 item(s), freed 0 B"
+
+
+def test_internal_tables_counted_not_listed(capsys, target, conn, orders) -> None:
+    # §6.12: internal tables (the lag history) are never listed unless asked for; retention
+    # still covers them (M1) and says how many of its items are theirs
+    from leasekit.monitor.lag import history
+
+    conn.update_settings({"monitor.retention": "1s"})
+    ctx = testing.context(conn)
+    with conn.consumer(group_id="billing", enable_auto_commit=False) as consumer:
+        consumer.assign([TB("orders", 0)])
+        consumer.commit({TB("orders", 0): 1})
+    history.sample(ctx, force=True)
+    time.sleep(1.2)
+    history.sample(ctx, force=True)
+    plan = conn.retention_plan()
+    internal = [i for i in plan.items if i.table_bucket and i.table_bucket.table.startswith("__")]
+    assert internal, "the lag history has segments and snapshots for retention to judge"
+
+    code, out, err = run(capsys, *target, "retention", "plan")
+    assert code == 0, err
+    assert "__lag_history" not in " ".join(" ".join(r) for r in rows_of(out))
+    assert f"{len(internal)} of these item(s) are of leasekit's internal tables" in out
+    keeps = sum(i.action == "keep" for i in plan.items)
+    assert f": {keeps} keep, {len(plan.items) - keeps} delete" in out
+    data = run_json(capsys, *target, "retention", "plan")
+    assert data["internal"]["items"] == len(internal)
+    assert all(not (i["table"] or "").startswith("__") for i in data["items"])
+    listed = run_json(capsys, *target, "retention", "plan", "--internal")
+    assert sum((i["table"] or "").startswith("__") for i in listed["items"]) == len(internal)
+    assert listed["internal"]["items"] == 0
+
+    data = run_json(capsys, *target, "retention", "run")
+    assert data["internal"]["deletes"] == sum(i.action == "delete" for i in internal), (
+        "the old lag history segments go, counted but not listed"
+    )
+    assert all(not (d["table"] or "").startswith("__") for d in data["deleted"])
 
 
 def test_corrupt_lease_is_skipped_and_reported(capsys, target, conn, orders) -> None:

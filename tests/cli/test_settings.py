@@ -52,13 +52,14 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
     data = run_json(capsys, *target, "settings", "show")
     assert data["corrupt"] is None and data["path"] == ctx.paths.settings
     assert data["settings"] == [
-        {"setting": "lease.max-duration", "value": "2d", "source": "set"},
-        {"setting": "lease.expiry-grace", "value": "30s", "source": "default"},
-        {"setting": "orphan.min-age", "value": "90s", "source": "set"},
-        {"setting": "monitor.interval", "value": "30s", "source": "default"},
-        {"setting": "monitor.retention", "value": "7d", "source": "default"},
-        {"setting": "monitor.rate-window", "value": "5m", "source": "default"},
-        {"setting": "monitor.risk-threshold", "value": "1h", "source": "default"},
+        # JSON: durations in seconds
+        {"setting": "lease.max-duration", "value": 2 * 86400, "source": "set"},
+        {"setting": "lease.expiry-grace", "value": 30, "source": "default"},
+        {"setting": "orphan.min-age", "value": 90, "source": "set"},
+        {"setting": "monitor.interval", "value": 30, "source": "default"},
+        {"setting": "monitor.retention", "value": 7 * 86400, "source": "default"},
+        {"setting": "monitor.rate-window", "value": 300, "source": "default"},
+        {"setting": "monitor.risk-threshold", "value": 3600, "source": "default"},
     ]
 
     data = run_json(capsys, *target, "settings", "set", "--replace", "lease.expiry-grace=5s")
