@@ -9,8 +9,9 @@ PYTEST_ARGS ?=
 # two cores: many tests wait on servers, kernels and streams, and a third worker fills that time.
 TEST_WORKERS ?= 3
 CHROMIUM := /usr/bin/chromium
+PROMETHEUS := /usr/bin/prometheus
 
-.PHONY: install browser demo test bench lab lint clean
+.PHONY: install browser prometheus demo test bench lab lint clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit("leasekit needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -46,12 +47,37 @@ browser:
 	|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } \
 	|| echo "could not install chromium: run 'sudo apt-get update && sudo apt-get install -y chromium', or the browser test fails"
 
+# The alerting tests run Debian's Prometheus server and promtool (package prometheus) by path:
+# installed like Chromium above, never fatal here. Without recommends (no node exporter), and
+# with a policy-rc.d that denies service starts for the install where the machine has none, so
+# no system Prometheus is left listening on :9090 (the tests start their own on a free port).
+prometheus:
+	@if [ -x "$(PROMETHEUS)" ] && [ -x /usr/bin/promtool ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "$(PROMETHEUS) is missing and there is no apt-get: install Prometheus 2.x so that $(PROMETHEUS) and /usr/bin/promtool exist, or the alerting tests fail"; exit 0; \
+	fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	else echo "$(PROMETHEUS) is missing: run 'apt-get install -y --no-install-recommends prometheus' as root, or the alerting tests fail"; exit 0; fi; \
+	echo "$(PROMETHEUS) is missing: installing Debian's prometheus for the alerting tests"; \
+	POLICY=/usr/sbin/policy-rc.d; OWN_POLICY=; \
+	if [ ! -e $$POLICY ]; then \
+		printf '#!/bin/sh\nexit 101\n' | $$SUDO tee $$POLICY >/dev/null && $$SUDO chmod 755 $$POLICY && OWN_POLICY=1; \
+	fi; \
+	apt_install() { $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }; \
+	apt_install || { $$SUDO apt-get update && apt_install; } \
+	|| echo "could not install prometheus: run 'sudo apt-get update && sudo apt-get install -y prometheus', or the alerting tests fail"; \
+	if [ -n "$$OWN_POLICY" ]; then $$SUDO rm -f $$POLICY; fi; \
+	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then \
+		$$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; \
+	fi
+
 # Byte-compiled first: the suite starts hundreds of Python processes (Spark workers, kernels, CLI
 # runs), and with PYTHONDONTWRITEBYTECODE set none of them would keep what it compiled. For the
 # same reason pytest runs with it unset: each worker imports every test module, and pytest keeps
 # its assertion-rewritten modules only where Python may write bytecode (a worker's collection
 # takes 21 CPU-s without them, 12 with them, from the second run on).
-test: install browser
+test: install browser prometheus
 	$(BIN)/python -m compileall -q leasekit widgets tests bench
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
