@@ -15,6 +15,7 @@ from .errors import LeasekitError
 from .memory import collector_paused
 from .sizes import human_bytes
 from .structs import DESCRIBE_COLUMNS, GroupBoard
+from .validate import is_internal_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,6 +38,7 @@ __all__ = [
     "DESCRIBE_COLUMNS",
     "human_duration",
     "human_bytes",
+    "is_internal_table",
     "eta_text",
     "headroom_text",
     "parse_duration",

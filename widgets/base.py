@@ -23,6 +23,13 @@ log = logging.getLogger("leasekit.widgets")
 
 REFRESH_ERROR = "leasekit-error leasekit-refresh-error"
 
+STALE_CLASS = "leasekit-stale"
+"""The class a panel carries while what it shows may be out of date: its content is dimmed."""
+_STALE_CSS = (
+    f"<style>.{STALE_CLASS} > :not(.leasekit-status):not(.leasekit-message)"
+    "{opacity:.45;filter:grayscale(.6)}</style>"
+)
+
 
 def esc(value: object) -> str:
     """``value`` as text that HTML shows as written."""
@@ -100,7 +107,7 @@ class Panel(w.VBox):
     def __init__(self, conn: Any, *, auto_refresh: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_class("leasekit-panel")
-        self.message = w.HTML(layout=w.Layout(min_height="1.5em"))
+        self.message = w.HTML()
         self.message.add_class("leasekit-message")
         self.status = w.HTML()
         self.status.add_class("leasekit-status")
@@ -223,9 +230,18 @@ class Panel(w.VBox):
     # -- views of the state -----------------------------------------------------------------
 
     def _show_status(self, change: Any = None) -> None:
+        """The freshness line at the top of the panel; while the data may be out of date it is
+        a red notice and the rest of the panel is dimmed (``STALE_CLASS``)."""
         text = freshness(self.refreshed_at, self.connected, failed=self.stale)
-        colour = "#b00020" if self.stale or not self.connected else "#666"
-        self.status.value = f'<span style="color:{colour};font-size:90%">{esc(text)}</span>'
+        if self.stale or not self.connected:
+            self.add_class(STALE_CLASS)
+            self.status.value = (
+                f"{_STALE_CSS}<div style='background:#fdecea;color:#b00020;padding:2px 8px;"
+                f"border-left:4px solid #b00020;font-size:90%'>{esc(text)}; retrying</div>"
+            )
+        else:
+            self.remove_class(STALE_CLASS)
+            self.status.value = f'<span style="color:#666;font-size:90%">{esc(text)}</span>'
 
     def _show_refresh_error(self, change: Any = None) -> None:
         if self.last_error:

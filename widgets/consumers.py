@@ -37,13 +37,15 @@ GRID_COLUMNS = [
     "committed",
     "end",
     "lag",
-    "time_lag",
+    "time lag",
     "status",
     "member",
     "host",
-    "last_commit",
+    "last commit",
     "metadata",
 ]
+"""The grid's columns, headed as people read them (``group_board``'s frame has the field
+names: ``time_lag``, ``last_commit``)."""
 BAD = ("STOP", "STALL", "REWIND", "MISSING")
 STATUS_COLOURS = {"OK": "#d4edda", "WARN": "#fff3cd", **{s: "#f8d7da" for s in BAD}}
 FILTERS = [
@@ -93,15 +95,20 @@ def grid_frame(
             "committed": frame["current_offset"].astype("float64"),
             "end": frame["log_end_offset"].astype("float64"),
             "lag": frame["lag"].astype("float64"),
-            "time_lag": [duration_text(t) for t in frame["time_lag"]],
+            "time lag": [duration_text(t) for t in frame["time_lag"]],
             "status": frame["status"].fillna("-").astype(object),
             "member": frame["consumer_id"].fillna("-").astype(object),
             "host": frame["host"].fillna("-").astype(object),
-            "last_commit": [utc_text(t) for t in frame["last_commit"]],
+            "last commit": [utc_text(t) for t in frame["last_commit"]],
             "metadata": frame["metadata"].fillna("").astype(object),
         },
         columns=GRID_COLUMNS,
     )
+
+
+_COUNT = VegaExpr("cell.value === null || isNaN(cell.value) ? '-' : format(cell.value, ',d')")
+"""A count cell's text: "1,234", and "-" where there is none (NaN reaches the grid as NaN, which
+its ``missing`` text does not cover)."""
 
 
 def _status_colour() -> VegaExpr:
@@ -116,13 +123,13 @@ def _grid(lag_scale: bq.LinearScale) -> DataGrid:
         base_row_size=22,
         base_column_size=90,
         header_visibility="column",
-        column_widths={"member": 220, "metadata": 200, "last_commit": 150},
+        column_widths={"lineage": 170, "member": 220, "metadata": 200, "last commit": 150},
         layout=w.Layout(height=grid_height(0)),
         renderers={
-            "lag": BarRenderer(bar_value=lag_scale, bar_color="#e39b3b", format=".0f", missing="-"),
+            "lag": BarRenderer(bar_value=lag_scale, bar_color="#e39b3b", text_value=_COUNT),
             "status": TextRenderer(background_color=_status_colour()),
-            "committed": TextRenderer(format=".0f", missing="-"),
-            "end": TextRenderer(format=".0f", missing="-"),
+            "committed": TextRenderer(text_value=_COUNT),
+            "end": TextRenderer(text_value=_COUNT),
         },
     )
 
@@ -174,6 +181,8 @@ class ConsumerPanel(Panel):
         self.group.observe(self._picked, "value")
         self.observe(self._on_group_id, "group_id")
         self.children = [
+            self.status,  # on top, seen first: the stale notice and what went wrong
+            self.message,
             w.HBox([self.group]),
             self.summary,
             w.HBox([self.status_filter, self.min_lag, self.sort]),
@@ -182,8 +191,6 @@ class ConsumerPanel(Panel):
             self.detail,
             self.chart,
             self.reset,
-            self.message,
-            self.status,
         ]
 
     # -- reading and showing ----------------------------------------------------------------
@@ -348,7 +355,7 @@ class ConsumerPanel(Panel):
                 if row["member"] == "-"
                 else f"member {esc(row['member'])} on {esc(row['host'])} · "
             )
-            + f"last commit {esc(row['last_commit'])} · "
+            + f"last commit {esc(row['last commit'])} · "
             + f"metadata <code>{esc(row['metadata'])}</code>"
         )
 

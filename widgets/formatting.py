@@ -24,6 +24,7 @@ __all__ = [
     "TICK_STEPS",
 ]
 
+
 def duration_text(value: Any, *, missing: str = "-") -> str:
     """A duration (timedelta, pandas Timedelta or seconds) as ``human_duration`` writes it
     everywhere ("4m 40s", "2h 5m", "3d 4h"); ``missing`` for None/NaT/NaN, "∞" for infinite."""
@@ -145,10 +146,10 @@ def lineage_text(
     lineage: dict[TableBucket, BucketLineage],
     undrained: set[tuple[str, int]],
 ) -> list[str]:
-    """Each row's place in its table's rescales (K6): "sealed at 120 → 7, 8" for a bucket split
-    or merged away that the group has not drained, "from 3 (after it)" for a new bucket whose
-    parent the group still reads (``undrained``: parent first), "from 3" once it has; empty
-    otherwise."""
+    """Each row's place in its table's rescales (K6): "sealed at offset 22,198 → 7, 8" for a
+    bucket split or merged away that the group has not drained, "from 3, after its seal" for a
+    new bucket whose parent the group still reads (``undrained``: parent first), "from 3" once
+    it has; empty otherwise."""
     if not lineage:
         return [""] * len(buckets)
     out = []
@@ -157,9 +158,11 @@ def lineage_text(
         if lin is None:
             out.append("")
         elif lin.state == "sealed":
-            out.append(f"sealed at {lin.sealed_at} → {', '.join(map(str, lin.children))}")
+            children = ", ".join(map(str, lin.children))
+            out.append(f"sealed at offset {lin.sealed_at:,} → {children}")
         else:
             waiting = any((t, p) in undrained for p in lin.parents)
             parents = ", ".join(map(str, lin.parents))
-            out.append(f"from {parents} (after it)" if waiting else f"from {parents}")
+            after = "after its seal" if len(lin.parents) == 1 else "after their seals"
+            out.append(f"from {parents}, {after}" if waiting else f"from {parents}")
     return out

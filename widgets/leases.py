@@ -92,6 +92,8 @@ class LeasePanel(Panel):
         self.lease.observe(lambda _: self._show_selected(), "value")
         self.lease.observe(lambda _: self.drop_confirm.withdraw(), "value")
         self.children = [
+            self.status,  # on top, seen first: the stale notice and what went wrong
+            self.message,
             self.summary,
             self.table,
             w.HBox([self.new_id, self.duration, self.create]),
@@ -101,8 +103,6 @@ class LeasePanel(Panel):
                 [self.pins, w.VBox([self.release_buckets, self.release])],
                 layout=w.Layout(flex_flow="row wrap", grid_gap="12px"),
             ),
-            self.message,
-            self.status,
         ]
 
     # -- reading and showing ----------------------------------------------------------------

@@ -191,6 +191,10 @@ def lease_rows(leases: pd.DataFrame) -> list[list[object]]:
     return rows
 
 
+def _scrolls() -> w.Layout:
+    return w.Layout(width="100%", max_width="100%", overflow="auto")
+
+
 class OverviewPanel(Panel):
     """Every consumer group, every lease and what retention would reclaim, of one namespace.
 
@@ -208,13 +212,17 @@ class OverviewPanel(Panel):
         self.add_class("leasekit-overview-panel")
         self.summary = w.HTML()
         self.summary.add_class("leasekit-summary")
-        self.groups = w.HTML()
+        # the tables scroll sideways inside the panel, whose width is the notebook's (§6.8:
+        # nothing clipped at 1280 px)
+        self.groups = w.HTML(layout=_scrolls())
         self.groups.add_class("leasekit-overview-groups")
-        self.leases = w.HTML()
+        self.leases = w.HTML(layout=_scrolls())
         self.leases.add_class("leasekit-overview-leases")
         self.reclaimable = w.HTML()
         self.reclaimable.add_class("leasekit-overview-reclaimable")
         self.children = [
+            self.status,  # on top, seen first: the stale notice and what went wrong
+            self.message,
             self.summary,
             w.HTML("<b>Consumer groups</b>"),
             self.groups,
@@ -222,8 +230,6 @@ class OverviewPanel(Panel):
             self.leases,
             w.HTML("<b>Retention</b>"),
             self.reclaimable,
-            self.message,
-            self.status,
         ]
 
     def _load(self) -> _Overview:

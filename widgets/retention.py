@@ -12,6 +12,7 @@ from ipydatagrid import DataGrid, TextRenderer, VegaExpr
 
 from leasekit import RetentionPlan, RetentionReport, TableBucket
 from leasekit.errors import LeasekitError
+from leasekit.live import is_internal_table
 
 from .base import Panel, esc, html_table
 from .confirm import ConfirmButton, Prepared
@@ -19,7 +20,7 @@ from .formatting import clicked_row, grid_height, human_bytes, utc_text
 
 __all__ = ["RetentionPanel", "PLAN_COLUMNS"]
 
-PLAN_COLUMNS = ["kind", "table", "bucket", "item_id", "action", "size", "pinned_by", "reason"]
+PLAN_COLUMNS = ["kind", "table", "bucket", "item", "action", "size", "pinned by", "reason"]
 """The grid's columns: ``bucket`` is empty for what no bucket holds (leases, orphan files) and
 marks a sealed bucket with its children ("3 (sealed → 7, 8)"),
 ``size`` is in the panels' one bytes format, the reason last and wide (in full below the grid
@@ -87,6 +88,23 @@ def plan_frame(data: _Plan, items: Any = None) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=PLAN_COLUMNS).astype(object)
 
 
+def internal(item: Any) -> bool:
+    """Whether ``item`` belongs to one of leasekit's internal tables (the lag history): the plan
+    covers them, the grid and the reports count them without listing them."""
+    return item.table_bucket is not None and is_internal_table(item.table_bucket.table)
+
+
+def _internal_note(items: list[Any], verb: str) -> str:
+    hidden = [i for i in items if internal(i)]
+    if not hidden:
+        return ""
+    deletes = [i for i in hidden if verb == "deleted" or i.action == "delete"]
+    return (
+        f"{len(hidden)} of them of leasekit's internal tables (the lag history, not listed): "
+        f"{len(deletes)} {verb}, {human_bytes(sum(i.size_bytes for i in deletes))}"
+    )
+
+
 class RetentionPanel(Panel):
     """The retention plan of one table (or all), refreshed as snapshots, segments and leases
     change, and the pass itself (a dry run unless unticked).
@@ -128,7 +146,7 @@ class RetentionPanel(Panel):
             base_column_size=90,
             header_visibility="column",
             selection_mode="row",
-            column_widths={"reason": 560, "item_id": 160, "pinned_by": 140},
+            column_widths={"bucket": 150, "reason": 560, "item": 160, "pinned by": 140},
             layout=w.Layout(height=grid_height(0)),
             renderers={"action": TextRenderer(background_color=colour)},
         )
@@ -151,6 +169,8 @@ class RetentionPanel(Panel):
         self.action_filter.observe(lambda _: self._show_rows(), "value")
         self.dry_run.observe(lambda _: self.run_confirm.withdraw(), "value")
         self.children = [
+            self.status,  # on top, seen first: the stale notice and what went wrong
+            self.message,
             w.HBox([self.table, self.action_filter]),
             self.summary,
             self.nothing,
@@ -158,8 +178,6 @@ class RetentionPanel(Panel):
             self.detail,
             w.HBox([self.dry_run, self.run_confirm]),
             self.report,
-            self.message,
-            self.status,
         ]
         self.observe(lambda _: self.refresh(), "scope")
 
@@ -187,6 +205,7 @@ class RetentionPanel(Panel):
             f"{len(items) - deletes} kept · reclaimable "
             f"<b>{human_bytes(data.plan.reclaimable_bytes)}</b>"
             f" · planned at {utc_text(data.plan.planned_at)} UTC"
+            + (f"<br>{esc(note)}" if (note := _internal_note(items, "to delete")) else "")
         )
         self._show_rows()
 
@@ -195,7 +214,11 @@ class RetentionPanel(Panel):
         if self.planned is None:
             return [], 0
         wanted = self.action_filter.value
-        items = [i for i in self.planned.plan.items if not wanted or i.action == wanted]
+        items = [
+            i
+            for i in self.planned.plan.items
+            if (not wanted or i.action == wanted) and not internal(i)
+        ]
         if len(items) <= GRID_ROWS:
             return items, len(items)
         pinned = self.planned.pinned_by
@@ -213,7 +236,9 @@ class RetentionPanel(Panel):
             if self.planned is not None
             else pd.DataFrame(columns=PLAN_COLUMNS)
         )
-        everything = 0 if self.planned is None else len(self.planned.plan.items)
+        everything = (
+            0 if self.planned is None else sum(not internal(i) for i in self.planned.plan.items)
+        )
         self.nothing.value = (
             '<span class="leasekit-empty" style="color:#666">No item matches the filter '
             f"({everything} item{'s' if everything != 1 else ''} in the plan).</span>"
@@ -245,9 +270,9 @@ class RetentionPanel(Panel):
             return
         where = f"{row['table']}/{row['bucket']}" if row["bucket"] else row["table"] or "namespace"
         self.detail.value = (
-            f"<b>{esc(row['kind'])} {esc(row['item_id'])}</b> of {esc(where)} · "
+            f"<b>{esc(row['kind'])} {esc(row['item'])}</b> of {esc(where)} · "
             f"{esc(row['action'])} · {esc(row['size'])}"
-            + (f" · pinned by {esc(row['pinned_by'])}" if row["pinned_by"] else "")
+            + (f" · pinned by {esc(row['pinned by'])}" if row["pinned by"] else "")
             + f"<br>{esc(row['reason'])}"
         )
 
@@ -301,9 +326,10 @@ def render_report(report: RetentionReport) -> str:
             i.reason,
             human_bytes(i.size_bytes),
         ]
-        for i in report.deleted[:REPORT_ROWS]
+        for i in [i for i in report.deleted if not internal(i)][:REPORT_ROWS]
     ]
-    more = len(report.deleted) - len(rows)
+    more = sum(not internal(i) for i in report.deleted) - len(rows)
+    note = _internal_note(list(report.deleted), "deleted")
     errors = "".join(f"<li>{esc(e)}</li>" for e in report.errors)
     freed = f"{'would free' if report.dry_run else 'freed'} {human_bytes(report.freed_bytes)}"
     return (
@@ -318,6 +344,7 @@ def render_report(report: RetentionReport) -> str:
             else ""
         )
         + (f"<div>… and {more} more</div>" if more > 0 else "")
+        + (f"<div style='color:#666'>{esc(note)}</div>" if note else "")
         + (
             f"<div style='color:#b00020'>Errors (retried by the next pass):<ul>{errors}</ul></div>"
             if errors

@@ -80,9 +80,9 @@ def test_sealed_buckets_and_their_children_show_where_they_came_from(conn, group
     panel.refresh()
     panel.sort.value = "bucket"
     rows = panel.rows().set_index("bucket")
-    assert rows.loc[3, "lineage"] == f"sealed at {sealed_at} → {c1.bucket}, {c2.bucket}"
-    assert rows.loc[c1.bucket, "lineage"] == "from 3 (after it)"
-    assert rows.loc[c2.bucket, "lineage"] == "from 3 (after it)"
+    assert rows.loc[3, "lineage"] == f"sealed at offset {sealed_at:,} → {c1.bucket}, {c2.bucket}"
+    assert rows.loc[c1.bucket, "lineage"] == "from 3, after its seal"
+    assert rows.loc[c2.bucket, "lineage"] == "from 3, after its seal"
     assert rows.loc[0, "lineage"] == ""
     with conn.consumer(group_id="g", enable_auto_commit=False) as c:
         c.assign([TB("orders", 3)])

@@ -246,7 +246,7 @@ def test_grids_size_to_their_rows_and_say_when_a_filter_matches_nothing(conn, or
     panel.status_filter.value = "all"
     assert panel.nothing.value == "" and grid_height(4) != grid_height(40)
     assert grid_height(40) == grid_height(15)  # at most 15 rows, then it scrolls
-    times = list(panel.grid.data["time_lag"])
+    times = list(panel.grid.data["time lag"])
     assert all(re.fullmatch(r"(\d+(\.\d+)?(ms|[dhms]) ?)+|-", t) for t in times), times
     y_axis = panel.chart.y_axis
     assert y_axis.label_offset and y_axis.tick_format == "~s"  # the label clear of its ticks
@@ -260,7 +260,7 @@ def test_retention_grid_has_no_nan_one_bytes_format_and_full_reasons(conn, order
     panel.refresh()
     grid = panel.grid.data
     lease = grid[grid["kind"] == "lease"].iloc[0]
-    assert lease["bucket"] == "" and lease["item_id"] == "short"  # empty, never NaN
+    assert lease["bucket"] == "" and lease["item"] == "short"  # empty, never NaN
     assert not grid.isna().any().any()
     assert all(re.fullmatch(r"\d+ B|[\d.]+ [KMGT]iB", s) for s in grid["size"])
     assert panel.grid.column_widths["reason"] >= 480 and list(grid.columns)[-1] == "reason"

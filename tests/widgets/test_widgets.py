@@ -11,6 +11,7 @@ import time
 import pytest
 from helpers import Compacted
 from leasekit.widgets import ConsumerPanel, Dashboard, LeasePanel, RetentionPanel
+from leasekit.widgets.base import STALE_CLASS
 
 import leasekit as lk
 from leasekit.live import LiveView
@@ -175,9 +176,12 @@ def test_a_failed_refresh_shows_why_and_clears_when_reading_works_again(
     assert panel.last_error.startswith("IllegalStateError") and panel.refreshed_at == refreshed
     assert panel.stale and not panel.connected
     assert "stale" in panel.status.value and "ZooKeeper unreachable" in panel.status.value
+    # §6.8: the notice is the panel's first line, and what may be out of date is dimmed
+    assert panel.children[0] is panel.status and STALE_CLASS in panel._dom_classes
     panel.conn = conn
     panel.refresh()
     assert panel.message.value == ""
+    assert STALE_CLASS not in panel._dom_classes
     assert not panel.stale and panel.last_error == "" and panel.refreshed_at > refreshed
     panel.close()
 
@@ -372,8 +376,8 @@ def test_retention_panel_plans_runs_and_names_the_pinning_lease(conn, orders, sp
     panel.refresh()
     plan = panel.grid.data
     snaps = plan[plan["kind"] == "snapshot"]
-    first = snaps[(snaps["bucket"] == "0") & (snaps["item_id"] == "1")].iloc[0]
-    assert first["action"] == "keep" and first["pinned_by"] == "keep-first"  # R1, R6
+    first = snaps[(snaps["bucket"] == "0") & (snaps["item"] == "1")].iloc[0]
+    assert first["action"] == "keep" and first["pinned by"] == "keep-first"  # R1, R6
     assert "keep-first" in first["reason"]
     deletes = snaps[snaps["action"] == "delete"]
     assert sorted(deletes["bucket"]) == ["1", "2", "3"] and "reclaimable" in panel.summary.value
