@@ -61,6 +61,7 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     _seed_lag_history(conn, "billing", orders)  # the Overview's sparkline draws it
     expect.set_options(timeout=UPDATE_TIMEOUT_MS)
     page = notebook.page
+    page.set_viewport_size(SCREEN)  # §6.8: a laptop's screen; each tab kept in docs/
     notebook.open(dashboard_cells(zookeeper, warehouse, namespace), "dashboard.ipynb")
     notebook.run_all()
     dashboard = notebook.wait_for_widget(".leasekit-dashboard", RENDER_TIMEOUT_MS)
@@ -78,6 +79,11 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(overview).to_be_visible()
     expect(overview.locator(".leasekit-overview-groups")).to_contain_text("billing")
     expect(overview.locator("svg.leasekit-sparkline").first).to_be_visible()
+    _tab_in_docs(page, overview, "overview")
+    # nothing clipped: the last column scrolls into view inside the panel (§6.8)
+    last = overview.locator(".leasekit-overview-groups th", has_text="last commit")
+    last.scroll_into_view_if_needed()
+    expect(last).to_be_in_viewport()
     notebook.screenshot("overview", overview)
     dashboard.locator(".lm-TabBar-tab", has_text="Leases").click()
 
@@ -88,6 +94,7 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(panel.locator(".leasekit-lease-duration input")).to_have_value("1h")
     expect(panel.locator(".leasekit-leases")).not_to_contain_text(LEASE_ID)
     notebook.screenshot("rendered", dashboard)
+    _tab_in_docs(page, panel, "leases")
 
     panel.locator(".leasekit-lease-id input").fill(LEASE_ID)
     panel.get_by_role("button", name="Create", exact=True).click()
@@ -133,6 +140,7 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(consumers.locator("canvas").first).to_be_visible()
     expect(consumers.locator(".bqplot").first).to_be_visible()
     notebook.screenshot("consumers", consumers)
+    _tab_in_docs(page, consumers, "consumers")
 
     # a reset preview that went stale is refused: another client moves the offsets after the
     # preview; the panel follows and Execute refuses until a new preview
@@ -154,6 +162,7 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     expect(retention.locator(".leasekit-summary")).to_contain_text("reclaimable")
     expect(retention.locator("canvas").first).to_be_visible()
     notebook.screenshot("retention", retention)
+    _tab_in_docs(page, retention, "retention")
     assert notebook.errors() == []
 
 
@@ -198,6 +207,21 @@ def test_dashboard_shows_a_zookeeper_outage_and_recovers(notebook, tmp_path):
             assert notebook.errors() == []
     finally:
         embedded.stop(data_dir)
+
+
+SCREEN = {"width": 1280, "height": 800}
+"""The screen the Dashboard's tabs are shown on in docs/ (§6.8)."""
+
+
+def _tab_in_docs(page, panel, name: str) -> None:
+    """What a user sees of the tab ``panel`` on a 1280 x 800 screen, its top scrolled into view,
+    saved as ``docs/dashboard-<name>.png``."""
+    from pathlib import Path
+
+    panel.evaluate("element => element.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(300)  # the grids redraw their canvas after a scroll
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    page.screenshot(path=str(docs / f"dashboard-{name}.png"))
 
 
 RECOVER_TIMEOUT_MS = 40_000
