@@ -279,9 +279,10 @@ def test_zookeeper_outage_reported_and_recovered(tmp_path, warehouse):
 
 
 def test_rendering_matches_prometheus_client():
-    # the server's rendering is prometheus_client's text format, byte for byte
+    # the server's rendering is prometheus_client's text format and OpenMetrics, byte for byte
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
     from leasekit.monitor.exporter.exposition import render
 
@@ -295,7 +296,9 @@ def test_rendering_matches_prometheus_client():
         failures = CounterMetricFamily("x_failures", "count", labels=["namespace"])
         failures.add_metric(["ns"], 7)
         empty = GaugeMetricFamily("x_none", "no samples", labels=["lease"])
-        return [lag, up, failures, empty]
+        age = GaugeMetricFamily("x_age_seconds", 'with "quotes"', unit="seconds")
+        age.add_metric([], float("inf"))
+        return [lag, up, failures, empty, age]
 
     class Static:
         def collect(self):
@@ -304,6 +307,7 @@ def test_rendering_matches_prometheus_client():
     registry = CollectorRegistry()
     registry.register(Static())
     assert render(families()) == generate_latest(registry)
+    assert render(families(), openmetrics=True) == openmetrics_latest(registry)
 
 
 def test_collector_in_a_registry(conn, clock):

@@ -1,5 +1,5 @@
-"""Prometheus metrics of a namespace (M5), served over HTTP by ``leasekit exporter`` and
-``leasekit janitor --metrics-port``.
+"""Prometheus metrics of a namespace (M5), served over HTTP by ``leasekit exporter`` (one
+collector per namespace it serves) and ``leasekit janitor --metrics-port``.
 
 A custom collector builds every family afresh on each scrape from cheap readings (every
 group's lag, every lease's state and expiry: a few pipelined ZooKeeper round trips); the
@@ -9,8 +9,10 @@ background pass, with its time. Every series has a ``namespace`` label; internal
 
 ======================================================  =====================================
 ``leasekit_up``                                         1 when this scrape read ZooKeeper, 0
-                                                        when it could not (the series below
-                                                        that need ZooKeeper are then absent)
+                                                        when it could not, or the namespace
+                                                        could not be opened (``unreachable``;
+                                                        the series below that need ZooKeeper
+                                                        are then absent)
 ``leasekit_scrape_duration_seconds``                    time this scrape took
 ``leasekit_group_committed_offset{group,table,bucket}`` the group's committed offset
 ``leasekit_bucket_log_end_offset{table,bucket}``        the bucket's log end (buckets some group
