@@ -14,6 +14,7 @@ from ipydatagrid import DataGrid
 from leasekit import LeaseInfo
 from leasekit.live import human_duration, server_time_estimate
 
+from . import static
 from .base import Markup, Panel, button, html_table
 from .confirm import ConfirmButton, Prepared
 from .formatting import grid_height, utc_text
@@ -23,7 +24,7 @@ __all__ = ["LeasePanel"]
 TICK = 1.0
 """Seconds between countdown updates (local: no ZooKeeper access per tick)."""
 
-PIN_COLUMNS = ["table", "bucket", "snapshot_id"]
+PIN_COLUMNS = ["table", "bucket", "snapshot"]
 
 
 class _Leases(NamedTuple):
@@ -261,6 +262,19 @@ class LeasePanel(Panel):
 
     def _duration(self) -> str:
         return self.duration.value.strip()
+
+    def _static(self) -> list[str]:
+        """The summary, the lease list and the pins of the lease selected (``Panel.to_html``)."""
+        parts = [f"<div>{self.summary.value}</div>", self.table.value]
+        lease = self._selected()
+        if lease is not None:
+            pins = (
+                static.grid_table(self.pins, css="leasekit-pins")
+                if lease.pins
+                else "<i>No pinned bucket.</i>"
+            )
+            parts.append(static.section(f"Pins of {lease.lease_id}", pins))
+        return parts
 
     def __repr__(self) -> str:
         return f"LeasePanel({len(self.leases)} leases)"

@@ -92,5 +92,7 @@ def test_internal_tables_are_counted_not_listed(conn):
 def test_grids_are_headed_as_people_read_them():
     # §6.8: human column headers, not field names (time_lag, snapshot_id)
     from leasekit.widgets.consumers import GRID_COLUMNS
+    from leasekit.widgets.leases import PIN_COLUMNS
 
-    assert not [c for c in [*GRID_COLUMNS, *retention.PLAN_COLUMNS] if "_" in c]
+    headers = [*GRID_COLUMNS, *retention.PLAN_COLUMNS, *PIN_COLUMNS]
+    assert not [c for c in headers if "_" in c]
