@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import ipywidgets as w
@@ -17,7 +18,7 @@ import traitlets
 from leasekit.errors import LeasekitError, ZooKeeperUnavailableError
 from leasekit.live import Follow, LiveView, freshness
 
-__all__ = ["Panel", "esc", "html_table", "button"]
+__all__ = ["Panel", "esc", "html_table", "button", "static_bundle"]
 
 log = logging.getLogger("leasekit.widgets")
 
@@ -54,6 +55,22 @@ def html_table(columns: list[str], rows: Iterable[Iterable[object]], *, css: str
 
 class Markup(str):
     """Text that is HTML already (built from escaped pieces)."""
+
+
+def static_bundle(view: Any, html: str, text: str) -> dict[str, Any]:
+    """A widget's mime bundle with its static rendering beside its view: ``text/html`` (what a
+    reader without the kernel sees: nbconvert takes it when the notebook saved no widget state,
+    JupyterLab when it does not trust the notebook) and a short ``text/plain``.
+
+    Arguments:
+        view: the widget's own bundle (its ``application/vnd.jupyter.widget-view+json``).
+        html: the static rendering.
+        text: the plain text.
+    """
+    out = dict(view or {})
+    out["text/html"] = html
+    out["text/plain"] = text
+    return out
 
 
 def button(
@@ -155,6 +172,11 @@ class Panel(w.VBox):
     def _ticking(self) -> None:
         """Start what else runs while following (a panel's local ticking)."""
 
+    def _static(self) -> list[str]:
+        """What the panel shows besides its message and status, as HTML pieces (called with
+        the panel's lock held)."""
+        raise NotImplementedError
+
     # -- refresh ----------------------------------------------------------------------------
 
     def refresh(self) -> None:
@@ -192,8 +214,39 @@ class Panel(w.VBox):
             self.refresh()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The widget's view with its static rendering beside it (``text/html``): a notebook
+        saved without widget state still shows what the panel showed (DESIGN §6.8)."""
         self._load_once()
-        return super()._repr_mimebundle_(**kwargs)
+        view = super()._repr_mimebundle_(**kwargs)
+        return static_bundle(view, self.to_html(), repr(self))
+
+    def to_html(self) -> str:
+        """What the panel shows now as self-contained static HTML: its tables with the cell
+        text they show, its charts as images, its message and how fresh it is; no script, all
+        user text escaped. A panel never shown loads first, as on display.
+
+        Returns:
+            An HTML fragment (a ``<div>``).
+
+        Raises:
+            Nothing: a failed load is shown inside, as in the panel.
+        """
+        self._load_once()
+        with self._lock:
+            parts = self._static()
+            message, status = self.message.value, self.status.value
+        now = datetime.now(timezone.utc)
+        kind = type(self).__name__
+        status = re.sub(r"<style>.*?</style>", "", status, flags=re.S)  # the live panel's CSS
+        return (
+            f'<div class="leasekit-static leasekit-static-{esc(kind.lower())}" '
+            'style="font-family:sans-serif;font-size:13px">'
+            f'<div class="leasekit-status">{status} <span style="color:#888;font-size:85%">'
+            f"· static view of the {esc(kind)} as of {now:%Y-%m-%d %H:%M:%S} UTC</span></div>"
+            + (f'<div class="leasekit-message">{message}</div>' if message else "")
+            + "".join(parts)
+            + "</div>"
+        )
 
     def _failed(self, exc: BaseException) -> None:
         with self.hold_trait_notifications():

@@ -23,6 +23,7 @@ from leasekit.live import (
     server_time_estimate,
 )
 
+from . import static
 from .base import Panel, esc
 from .formatting import clicked_row, duration_text, grid_height, lineage_text, utc_text
 from .lagchart import LagChart
@@ -374,6 +375,30 @@ class ConsumerPanel(Panel):
             mine = f if tb is None else f[(f["table"] == tb.table) & (f["bucket"] == tb.bucket)]
             lag_now = float(mine["lag"].fillna(0).sum())
         self.chart.show(buckets, history, now, lag_now=lag_now)
+
+    def _static(self) -> list[str]:
+        """The summary, the controls' choices, the grid's rows, the bucket shown in detail, the
+        lag chart and a reset previewed (``Panel.to_html``)."""
+        style = static.cell_styles(
+            colours={"status": STATUS_COLOURS}, bars={"lag": (self.lag_scale.max, "#e39b3b88")}
+        )
+        parts = [
+            f"<div>{self.summary.value}</div>",
+            static.controls(
+                ("Status", static.label_of(self.status_filter)),
+                ("Lag ≥", self.min_lag.value),
+                ("Sort", static.label_of(self.sort)),
+            ),
+            f"<div>{self.nothing.value}</div>" if self.nothing.value else "",
+        ]
+        if self.board is not None:
+            parts.append(static.grid_table(self.grid, css="leasekit-buckets", style=style))
+        parts += [f"<div>{self.detail.value}</div>", self.chart.to_html()]
+        if self.reset.preview.value:  # a reset previewed, and whether it may still run
+            parts.append(
+                static.section("Reset offsets", self.reset.reason.value + self.reset.preview.value)
+            )
+        return parts
 
     def __repr__(self) -> str:
         return f"ConsumerPanel(group={self.group_id!r})"

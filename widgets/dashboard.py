@@ -8,7 +8,7 @@ from typing import Any
 import ipywidgets as w
 import traitlets
 
-from .base import esc
+from .base import esc, static_bundle
 from .consumers import ConsumerPanel
 from .leases import LeasePanel
 from .overview import OverviewPanel
@@ -61,9 +61,34 @@ class Dashboard(w.VBox):
             panel.auto_refresh = change["new"]
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The dashboard's view with its static rendering beside it (``text/html``), as a
+        panel's."""
         for panel in self.panels:  # the first display loads every tab
             panel._load_once()
-        return super()._repr_mimebundle_(**kwargs)
+        view = super()._repr_mimebundle_(**kwargs)
+        return static_bundle(view, self.to_html(), repr(self))
+
+    def to_html(self) -> str:
+        """What every tab shows now, as self-contained static HTML: the header, then each tab
+        under its title (each panel's ``to_html``; panels never shown load first).
+
+        Returns:
+            An HTML fragment (a ``<div>``).
+
+        Raises:
+            Nothing: a failed load is shown inside its panel's rendering.
+        """
+        tabs = "".join(
+            f'<h3 style="margin:14px 0 4px">{esc(title)}</h3>{panel.to_html()}'
+            for title, panel in zip(self.tabs.titles, self.panels)
+        )
+        return (
+            f'<div class="leasekit-static leasekit-static-dashboard">'
+            f'<div class="leasekit-header">{self.header.value}</div>{tabs}</div>'
+        )
+
+    def __repr__(self) -> str:
+        return f"Dashboard(namespace={self.conn.namespace!r})"
 
     def refresh(self) -> None:
         """Refresh every panel now (errors are shown inside each panel).

@@ -4,7 +4,7 @@ from the lag history, for the whole group or one bucket, on a 24-hour UTC time a
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import bqplot as bq
 import ipywidgets as w
@@ -13,12 +13,13 @@ import pandas as pd
 import traitlets
 
 from leasekit import TableBucket
-from leasekit.live import NO_SAMPLER
+from leasekit.live import NO_SAMPLER, human_duration
 
-from .base import esc
+from .base import Markup, esc
 from .formatting import time_axis
+from .svgchart import Series, TimeChart
 
-__all__ = ["LagChart", "RANGES", "series"]
+__all__ = ["LagChart", "RANGES", "series", "lag_chart"]
 
 RANGES = [
     ("15m", timedelta(minutes=15)),
@@ -59,6 +60,42 @@ def series(
     return (
         times.to_numpy(dtype="datetime64[ms]"),
         frame["lag"].astype("float64").fillna(0.0).to_numpy(),
+    )
+
+
+def lag_chart(
+    history: pd.DataFrame | None,
+    end: datetime,
+    span: timedelta,
+    *,
+    lag_now: float | None = None,
+    bucket: TableBucket | None = None,
+    title: str | None = None,
+) -> TimeChart:
+    """A group's lag over [end - span, end] as a static chart (an image in a notebook, which
+    a saved notebook keeps): the points of ``series(history, bucket)``, then ``lag_now`` at
+    ``end``, on the lag chart's 24-hour UTC axis.
+
+    Arguments:
+        history: ``conn.lag_history``'s frame (None or empty: no sample).
+        end: the right end of the time axis (now, timezone-aware or UTC).
+        span: how far back the axis goes.
+        lag_now: the lag measured now; None: none.
+        bucket: the bucket drawn; None: the whole group.
+        title: above the chart; None: "Lag over the last <span>".
+
+    Returns:
+        A ``TimeChart``: ``.svg()``, ``.html()``, and displayed as an image.
+    """
+    x, y = series(history, bucket)
+    if lag_now is not None and (not len(x) or x[-1] < _ms(end)):
+        x, y = np.append(x, _ms(end)), np.append(y, lag_now)
+    where = "all buckets" if bucket is None else f"{bucket.table}/{bucket.bucket}"
+    return TimeChart(
+        title=title or f"Lag over the last {human_duration(span)}, {where}",
+        series=[Series(where, x, y)],
+        start=end - span,
+        end=end,
     )
 
 
@@ -175,8 +212,35 @@ class LagChart(w.VBox):
         self.figure.title = f"Lag over the last {self.range.label}, {where}"
         self.notice.value = "" if history is not None and not history.empty else NO_HISTORY
 
+    def chart(self) -> TimeChart:
+        """What the figure shows now, as a static chart: its title, line and time range."""
+        x, y = np.asarray(self.line.x), np.asarray(self.line.y, dtype=float)
+        where = (
+            "all buckets" if self.bucket is None else f"{self.bucket.table}/{self.bucket.bucket}"
+        )
+        now = datetime.now(timezone.utc)
+        end = now if self.x.max is None else _utc(self.x.max)
+        start = end - self.span if self.x.min is None else _utc(self.x.min)
+        return TimeChart(
+            title=self.figure.title or "Lag over time",
+            series=[Series(where, x.astype("datetime64[ms]"), y)],
+            start=start,
+            end=end,
+        )
+
+    def to_html(self) -> Markup:
+        """The chart as static HTML: the notice (why there is no history) and the image."""
+        notice = f"<div>{self.notice.value}</div>" if self.notice.value else ""
+        return Markup(f'<div class="leasekit-lag-chart">{notice}{self.chart().html()}</div>')
+
 
 def _ms(value: datetime) -> np.datetime64:
     stamp = pd.Timestamp(value)
     stamp = stamp.tz_convert("UTC").tz_localize(None) if stamp.tzinfo else stamp
     return stamp.to_datetime64().astype("datetime64[ms]")
+
+
+def _utc(value: object) -> datetime:
+    stamp = pd.Timestamp(value)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    return stamp.to_pydatetime()

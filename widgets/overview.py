@@ -15,6 +15,7 @@ import traitlets
 
 from leasekit.live import NO_SAMPLER, eta_text, headroom_text, lag_histories, sample_lag_history
 
+from . import static
 from .base import Markup, Panel, esc, html_table
 from .formatting import duration_text, human_bytes, utc_text
 
@@ -287,6 +288,16 @@ class OverviewPanel(Panel):
             if data.reclaimable
             else "<i>Nothing to reclaim.</i>"
         )
+
+    def _static(self) -> list[str]:
+        """The summary, the groups (sparklines as images), the leases and what retention would
+        reclaim (``Panel.to_html``)."""
+        return [
+            f"<div>{self.summary.value}</div>",
+            static.section("Consumer groups", static.svg_images(self.groups.value)),
+            static.section("Leases", self.leases.value),
+            static.section("Retention", self.reclaimable.value),
+        ]
 
     def __repr__(self) -> str:
         n = 0 if self.overview is None else len(self.overview.groups)

@@ -14,6 +14,7 @@ from leasekit import RetentionPlan, RetentionReport, TableBucket
 from leasekit.errors import LeasekitError
 from leasekit.live import is_internal_table
 
+from . import static
 from .base import Panel, esc, html_table
 from .confirm import ConfirmButton, Prepared
 from .formatting import clicked_row, grid_height, human_bytes, utc_text
@@ -275,6 +276,29 @@ class RetentionPanel(Panel):
             + (f" · pinned by {esc(row['pinned by'])}" if row["pinned by"] else "")
             + f"<br>{esc(row['reason'])}"
         )
+
+    def _static(self) -> list[str]:
+        """The controls' choices, the summary, the grid's items, the item shown in detail and
+        the last run's report (``Panel.to_html``)."""
+        style = static.cell_styles(
+            colours={"action": {"delete": "#f8d7da", "keep": "#d4edda"}}, wide=("reason",)
+        )
+        parts = [
+            static.controls(
+                ("Table", static.label_of(self.table)),
+                ("Show", static.label_of(self.action_filter)),
+            ),
+            f"<div>{self.summary.value}</div>",
+            f"<div>{self.nothing.value}</div>" if self.nothing.value else "",
+        ]
+        if self.planned is not None:
+            parts.append(static.grid_table(self.grid, css="leasekit-plan", style=style))
+        parts += [f"<div>{self.detail.value}</div>", self.report.value]
+        return parts
+
+    def __repr__(self) -> str:
+        items = 0 if self.planned is None else len(self.planned.plan.items)
+        return f"RetentionPanel({self.scope or 'every table'}: {items} items)"
 
     def _table_changed(self, change: dict[str, Any]) -> None:
         if change["new"] is not None:
