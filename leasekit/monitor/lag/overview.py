@@ -31,6 +31,7 @@ __all__ = [
     "worst",
     "Rates",
     "rates",
+    "history_rates",
     "assess",
     "assess_groups",
     "Assessment",
@@ -171,6 +172,35 @@ def rates(samples: pa.Table) -> dict[str, Rates]:
         )
         for group, row in totals.iterrows()
     }
+
+
+def history_rates(history: pd.DataFrame, now_ms: int, window_ms: int) -> Rates:
+    """A group's ``Rates`` over the window ``[now_ms - window_ms, now_ms]`` from a frame of
+    ``lag_history`` (totals per sample, or by bucket: summed per sample), between its first
+    and last samples in the window: what a view that already holds the group's history shows
+    without another read (M6). NaN rates with fewer than two samples there."""
+    import pandas as pd
+
+    nan = Rates(math.nan, math.nan)
+    if history is None or len(history) < 2:
+        return nan
+    frame = history
+    if "bucket" in frame.columns:
+        frame = frame.groupby("time", as_index=False)[["committed", "end", "lag"]].sum()
+    start = pd.Timestamp(now_ms - window_ms, unit="ms", tz="UTC")
+    frame = frame[frame["time"] >= start].sort_values("time")
+    if len(frame) < 2:
+        return nan
+    first, last = frame.iloc[0], frame.iloc[-1]
+    seconds = (last["time"] - first["time"]).total_seconds()
+    values = [first["committed"], last["committed"], first["end"], last["end"]]
+    if seconds <= 0 or any(pd.isna(v) for v in values):
+        return nan
+    consumed = max(0.0, float(last["committed"]) - float(first["committed"]))
+    produced = max(0.0, float(last["end"]) - float(first["end"]))
+    return Rates(
+        consumed / seconds, produced / seconds, float(last["lag"]) - float(first["lag"])
+    )
 
 
 def assess(reading: GroupReading, rate: Rates, risk_ms: int) -> Assessment:
