@@ -4,7 +4,8 @@ group's lag over time, and the reset-offsets form."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import time
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 import bqplot as bq
@@ -19,6 +20,7 @@ from leasekit.live import (
     DESCRIBE_COLUMNS,
     GroupBoard,
     group_board,
+    history_rates,
     human_duration,
     server_time_estimate,
 )
@@ -77,6 +79,8 @@ class _Group(NamedTuple):
     board: GroupBoard | None
     history: pd.DataFrame | None
     """``lag_history`` over the chart's range (by bucket when the chart shows one)."""
+    behind: bool = False
+    """M6 holds over the rate window, from ``history`` (the header's BEHIND)."""
 
 
 def grid_frame(
@@ -157,6 +161,7 @@ class ConsumerPanel(Panel):
         self.add_class("leasekit-consumer-panel")
         self.set_trait("group_id", group_id)
         self._loaded_group: str | None = None
+        self._behind = False
         self.group = w.Dropdown(description="Group", options=[], layout=w.Layout(width="320px"))
         self.summary = w.HTML()
         self.summary.add_class("leasekit-summary")
@@ -204,10 +209,13 @@ class ConsumerPanel(Panel):
         if chosen is None:
             return _Group(groups, None, None, None)
         board = group_board(self.conn, chosen)
+        window = self.conn.settings()["monitor.rate-window"]
         history = self.conn.lag_history(
-            chosen, since=self.chart.span, by_bucket=self.chart.bucket is not None
+            chosen, since=max(self.chart.span, window), by_bucket=self.chart.bucket is not None
         )
-        return _Group(groups, chosen, board, history)
+        now = server_time_estimate(self.conn) or int(time.time() * 1000)
+        behind = history_rates(history, now, window // timedelta(milliseconds=1)).behind
+        return _Group(groups, chosen, board, history, behind)
 
     def _show(self, data: _Group) -> None:
         self._loaded_group = data.chosen
@@ -217,6 +225,7 @@ class ConsumerPanel(Panel):
             self.group.options = options
             self.group.value = data.chosen
         self.board = board = data.board
+        self._behind = data.behind
         self._show_summary()
         self._show_rows()
         frame = _empty() if board is None else board.frame
@@ -248,7 +257,7 @@ class ConsumerPanel(Panel):
             return
         f = board.frame
         statuses = [s for s in f["status"].dropna()]
-        worst = (
+        burrow = (
             "ERR"
             if any(s in BAD for s in statuses)
             else "WARN"
@@ -257,7 +266,9 @@ class ConsumerPanel(Panel):
             if statuses
             else "-"
         )
-        colour = {"ERR": "#b00020", "WARN": "#a86b00", "OK": "#1b7f3b"}.get(worst, "#555")
+        worst = "BEHIND" if self._behind and burrow in ("OK", "WARN") else burrow  # M6
+        colour = {"ERR": "#b00020", "BEHIND": "#8a4b00", "WARN": "#a86b00", "OK": "#1b7f3b"}
+        colour = colour.get(worst, "#555")
         max_time = f["time_lag"].max()
         members = len(board.members)
         self.summary.value = (

@@ -14,6 +14,7 @@ import leasekit as lk
 from leasekit import testing
 from leasekit.live import eta_text
 from leasekit.monitor.exporter.serve import MetricsServer
+from leasekit.widgets import ConsumerPanel
 from tests.monitor.test_metrics import scrape
 
 TB = lk.TableBucket
@@ -51,6 +52,7 @@ def _overview(conn):
 
 def test_a_group_falling_behind_bursty_appends_is_behind_until_it_catches_up(conn, capsys, target):
     # M6: consuming ~50 records/s of ~150 appended in bursts: BEHIND, eta "never", everywhere
+    # (the overview, the ConsumerPanel's header, the CLI and the metrics)
     conn.update_settings({"monitor.interval": "1s", "monitor.rate-window": "20s"})
     table = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
     consumer = Consumer(conn, rate=50)
@@ -72,6 +74,9 @@ def test_a_group_falling_behind_bursty_appends_is_behind_until_it_catches_up(con
             assert code == 0, err
             (line,) = [x for x in out.splitlines() if x.startswith(GROUP)]
             assert "BEHIND" in line.split() and "never" in line.split()
+            panel = ConsumerPanel(conn, GROUP, auto_refresh=False)  # its header, from its history
+            panel.refresh()
+            assert ">BEHIND</b>" in panel.summary.value, panel.summary.value
             got = scrape(server.url)
             assert got["leasekit_group_behind"][BEHIND_SERIES] == 1.0
             status = got["leasekit_group_status"]
@@ -85,6 +90,9 @@ def test_a_group_falling_behind_bursty_appends_is_behind_until_it_catches_up(con
                 assert time.monotonic() < deadline, _overview(conn).to_dict()
                 time.sleep(0.5)
             assert _overview(conn)["status"] in ("OK", "WARN")
+            panel.refresh()
+            assert "BEHIND" not in panel.summary.value, panel.summary.value
+            panel.close()
             deadline = time.monotonic() + 30
             while scrape(server.url)["leasekit_group_behind"][BEHIND_SERIES] != 0.0:
                 assert time.monotonic() < deadline, "the metrics kept saying BEHIND"
