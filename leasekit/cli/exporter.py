@@ -67,13 +67,20 @@ class _Namespaces:
         """Open what is wanted and not open (served as unreachable where that fails), close
         what is no longer wanted; the namespaces now served that were not before."""
         from ..connection import context_of
-        from ..errors import LeasekitError
+        from ..errors import InvalidArgumentError, LeasekitError
 
-        wanted = self.wanted()
-        for name in [n for n in self._open if n not in wanted]:
+        try:
+            wanted = self.wanted()
+        except InvalidArgumentError:
+            raise
+        except LeasekitError as exc:  # ZooKeeper down: what is served stays, as leasekit_up says
+            log.warning("cannot list the namespaces (tried again in an interval): %s", exc)
+            return []
+        for name in [n for n in self._server.namespaces if n not in wanted]:
             self._server.remove(name)
-            self._open.pop(name).close()
-            note(f"namespace {name!r} is gone: no longer served")
+            if name in self._open:
+                self._open.pop(name).close()
+                note(f"namespace {name!r} is gone: no longer served")
         added = []
         for name in [n for n in wanted if n not in self._open]:
             # a service: it may start the embedded server (it also writes lag history samples)
