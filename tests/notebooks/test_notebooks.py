@@ -20,6 +20,7 @@ from helpers import grow
 
 import leasekit as lk
 from leasekit import embedded
+from leasekit.sizes import human_bytes
 
 TB = lk.TableBucket
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -169,7 +170,7 @@ def _check_quickstart(nb, conn) -> None:
     # R1, R6: the plan the notebook showed keeps the pinned snapshot and says why.
     plan_cell = _text(_cell(nb, "orders.snapshot(spark)"))
     plan = conn.retention_plan("orders")
-    assert f"reclaimable: {plan.reclaimable_bytes:,} bytes" in plan_cell
+    assert f"reclaimable: {human_bytes(plan.reclaimable_bytes)}" in plan_cell  # §6.8: one format
     assert (
         "pinned by lease quickstart-hold until" in plan_cell and "newest 2 of bucket" in plan_cell
     )
