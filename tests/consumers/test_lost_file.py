@@ -100,6 +100,10 @@ def test_describe_group_and_the_panel_show_the_bucket_as_missing(conn, orders):
     status = conn.group_status("g")
     assert status.status == "ERR"
     assert status.buckets == {TB0: "MISSING", TB1: "OK"}
+    # M5, M6: the overview and the metrics say the same as group_status
+    assert conn.group_overview().set_index("group").loc["g", "status"] == "ERR"
+    series = _bucket_statuses(conn)
+    assert series == {("0", "MISSING"): 1.0, ("1", "OK"): 1.0}
     panel = ConsumerPanel(conn, "g", auto_refresh=False)
     try:
         panel.refresh()
@@ -110,6 +114,21 @@ def test_describe_group_and_the_panel_show_the_bucket_as_missing(conn, orders):
         assert list(panel.rows()["bucket"]) == [0]
     finally:
         panel.close()
+
+
+def _bucket_statuses(conn) -> dict[tuple[str, str], float]:
+    """The ``leasekit_bucket_status`` series of group g: (bucket, status) -> value."""
+    from leasekit import testing
+    from leasekit.monitor.exporter.serve import MetricsServer
+    from tests.monitor.test_metrics import scrape
+
+    with MetricsServer(testing.context(conn), port=0, interval="1h") as server:
+        got = scrape(server.url)["leasekit_bucket_status"]
+    return {
+        (labels["bucket"], labels["status"]): value
+        for key, value in got.items()
+        if (labels := dict(key))["group"] == "g"
+    }
 
 
 def test_read_changes_raises_naming_the_lost_file_and_its_bucket(conn, spark, orders):

@@ -15,8 +15,9 @@ from ...consumers.admin.group_view import (
     Row,
     every_bucket,
     members_of,
+    missing_files,
     read_groups,
-    record_times,
+    record_segments,
     rows_of_states,
 )
 from ...durations import to_ms
@@ -79,7 +80,9 @@ def read_all_groups(
     The reads of all groups go in pipelined batches: the groups' listings, their znodes, the
     ZooKeeper clock with every bucket state, the log listings and the segment records holding
     the committed offsets: six round trips whatever the number of groups (100 groups of 100
-    buckets read in well under a second).
+    buckets read in well under a second), and one look-up of those segments' files in the
+    warehouse, so a bucket whose next record's file is lost is ``MISSING`` as in
+    ``group_status``.
 
     Arguments:
         ctx: the connection's context.
@@ -121,11 +124,19 @@ def _read(
         for key, node in zip(unique, nodes)
     }
     rows = {g: _rows(views[g], ks, states) for g, ks in keys.items()}
-    times = record_times(ctx, (r for rs in rows.values() for r in rs))
+    segments = record_segments(ctx, (r for rs in rows.values() for r in rs))
+    times = {key: held.stamp for key, held in segments.items()}
+    missing = missing_files(ctx, segments)  # MISSING, as group_status says (one file listing)
     out = []
     for group_id, view in views.items():
         lags = bucket_lags(
-            view, rows[group_id], now, times, stop_after_ms=stop_ms, stall_after_ms=stall_ms
+            view,
+            rows[group_id],
+            now,
+            times,
+            stop_after_ms=stop_ms,
+            stall_after_ms=stall_ms,
+            missing=missing,
         )
         out.append(_reading(group_id, view, zk_now, lags))
     return out
