@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .durations import eta_text, headroom_text, human_duration, parse_duration, parse_timestamp
 from .errors import LeasekitError
 from .memory import collector_paused
-from .monitor.lag.overview import history_rates
+from .rates import history_rates
 from .sizes import human_bytes
 from .structs import DESCRIBE_COLUMNS, GroupBoard
 from .validate import is_internal_table

@@ -9,12 +9,12 @@ import threading
 import time
 
 from helpers import run_cli
+from leasekit.widgets import ConsumerPanel
 
 import leasekit as lk
 from leasekit import testing
 from leasekit.live import eta_text
 from leasekit.monitor.exporter.serve import MetricsServer
-from leasekit.widgets import ConsumerPanel
 from tests.monitor.test_metrics import scrape
 
 TB = lk.TableBucket

@@ -27,6 +27,8 @@ FLOORS: list[dict[str, str]] = [
         "leasekit.errors": "one error root, every public error beneath it",
         "leasekit.structs": "the value records users get, a docstring per field",
         "leasekit.durations": "parsing durations and the one people-facing duration format",
+        "leasekit.sizes": "the one people-facing byte-size format",
+        "leasekit.rates": "a group's consume and produce rates and the falling-behind rule (M6)",
         "leasekit.validate": "checks of names, ids, ints, bools and host names",
         "leasekit.properties": "table properties and namespace settings",
         "leasekit.memory": "the cycle collector paused while bulk work builds many objects",

@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from ...durations import to_ms
+from ...rates import Rates, history_rates
 from .history import read_rows
 from .readings import GroupReading, read_all_groups
 
@@ -57,8 +58,6 @@ AT_RISK = "AT_RISK"
 BEHIND = "BEHIND"
 SEVERITY = ("OK", "WARN", BEHIND, AT_RISK, "ERR")
 """The overview's statuses, least severe first (M6: ERR > AT_RISK > BEHIND > WARN > OK)."""
-BEHIND_RATIO = 0.9
-"""M6: a group consuming below this share of its produce rate may be BEHIND."""
 
 
 def worst(*statuses: str) -> str:
@@ -67,30 +66,6 @@ def worst(*statuses: str) -> str:
 
 
 log = logging.getLogger(__name__)
-
-
-class Rates(NamedTuple):
-    """A group's rates over the rate window (records per second); NaN with fewer than two
-    samples in it."""
-
-    consume: float
-    """Records committed per second: the committed offsets' growth between the window's first
-    and last samples, summed over the buckets committed in both."""
-    produce: float
-    """Records appended per second to the buckets the group reads (their log ends' growth)."""
-    lag_growth: float = math.nan
-    """Total lag at the window's last sample minus at its first, over the same buckets."""
-
-    @property
-    def known(self) -> bool:
-        """Whether the window held two samples to measure rates between."""
-        return not (math.isnan(self.consume) or math.isnan(self.produce))
-
-    @property
-    def behind(self) -> bool:
-        """M6: consuming below ``BEHIND_RATIO`` of the produce rate with the lag higher at the
-        window's end than at its start."""
-        return self.known and self.consume < BEHIND_RATIO * self.produce and self.lag_growth > 0
 
 
 class Assessment(NamedTuple):
@@ -172,35 +147,6 @@ def rates(samples: pa.Table) -> dict[str, Rates]:
         )
         for group, row in totals.iterrows()
     }
-
-
-def history_rates(history: pd.DataFrame, now_ms: int, window_ms: int) -> Rates:
-    """A group's ``Rates`` over the window ``[now_ms - window_ms, now_ms]`` from a frame of
-    ``lag_history`` (totals per sample, or by bucket: summed per sample), between its first
-    and last samples in the window: what a view that already holds the group's history shows
-    without another read (M6). NaN rates with fewer than two samples there."""
-    import pandas as pd
-
-    nan = Rates(math.nan, math.nan)
-    if history is None or len(history) < 2:
-        return nan
-    frame = history
-    if "bucket" in frame.columns:
-        frame = frame.groupby("time", as_index=False)[["committed", "end", "lag"]].sum()
-    start = pd.Timestamp(now_ms - window_ms, unit="ms", tz="UTC")
-    frame = frame[frame["time"] >= start].sort_values("time")
-    if len(frame) < 2:
-        return nan
-    first, last = frame.iloc[0], frame.iloc[-1]
-    seconds = (last["time"] - first["time"]).total_seconds()
-    values = [first["committed"], last["committed"], first["end"], last["end"]]
-    if seconds <= 0 or any(pd.isna(v) for v in values):
-        return nan
-    consumed = max(0.0, float(last["committed"]) - float(first["committed"]))
-    produced = max(0.0, float(last["end"]) - float(first["end"]))
-    return Rates(
-        consumed / seconds, produced / seconds, float(last["lag"]) - float(first["lag"])
-    )
 
 
 def assess(reading: GroupReading, rate: Rates, risk_ms: int) -> Assessment:
