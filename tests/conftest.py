@@ -18,7 +18,7 @@ _JVM_NOTE = pytest.StashKey[str]()
 _OWN_ZK_FLAGS = "LEASEKIT_TEST_OWN_ZK_FLAGS"
 """SERVER_JVMFLAGS of each worker's own ZooKeeper (set with the others before workers start)."""
 
-GROUPED_FIXTURES = ("zk_ensemble",)
+GROUPED_FIXTURES = ("zk_ensemble", "lag_report_with_history")
 """Session fixtures too costly to start once per worker: their tests share one worker."""
 
 SERVER_JOBS = ("tests/scale/test_spark_", "tests/scale/test_s3")
@@ -76,6 +76,16 @@ def pytest_collection_modifyitems(config, items):
         defs = [d for ds in info.name2fixturedefs.values() for d in ds]
         if any(d.scope == "module" for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(scope="session")
+def lag_report_with_history(zookeeper, tmp_path_factory):
+    """The lag report run once by papermill over a group with lag history samples of the last
+    7 hours (``lag_report_run.run_with_history``), shared by the notebook test and the browser
+    test that reads what it saved: one kernel start for both."""
+    from lag_report_run import run_with_history
+
+    return run_with_history(zookeeper, tmp_path_factory.mktemp("lag-report"))
 
 
 @pytest.fixture(scope="session")

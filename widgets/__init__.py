@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from .consumers import ConsumerPanel
 from .dashboard import Dashboard
+from .lagchart import lag_chart
 from .leases import LeasePanel
 from .overview import OverviewPanel
 from .retention import RetentionPanel
+from .svgchart import TimeChart
 
-__all__ = ["OverviewPanel", "LeasePanel", "ConsumerPanel", "RetentionPanel", "Dashboard"]
+__all__ = [
+    "OverviewPanel",
+    "LeasePanel",
+    "ConsumerPanel",
+    "RetentionPanel",
+    "Dashboard",
+    "lag_chart",
+    "TimeChart",
+]

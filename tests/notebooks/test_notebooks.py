@@ -17,6 +17,7 @@ import pandas as pd
 import papermill
 import pytest
 from helpers import grow
+from lag_report_run import not_static
 
 import leasekit as lk
 from leasekit import embedded
@@ -177,9 +178,13 @@ def _check_quickstart(nb, conn) -> None:
     assert {(i.table_bucket.bucket, i.item_id) for i in plan.deletes} == {(1, 1), (2, 1), (3, 1)}
     assert [i for i in plan.items if i.kind == "orphan"] == []  # no _SUCCESS, no .crc
 
-    # The Dashboard is the last expression of its cell.
+    # The Dashboard is the last expression of its cell, its static rendering beside its view
+    # (§6.8): what the notebook shows without a kernel
     (shown,) = _cell(nb, "dash = Dashboard(conn)").outputs
     assert "application/vnd.jupyter.widget-view+json" in shown["data"]
+    static = shown["data"]["text/html"]
+    assert "leasekit-static-dashboard" in static and "<script" not in static
+    assert "quickstart-billing" in static and "quickstart-hold" in static
     _spark_start_is_quiet(nb)
     _no_widget_but_the_dashboard(nb)
 
@@ -294,6 +299,7 @@ def test_pinned_read_writes_the_query_over_the_pinned_snapshot(
     assert "lease:          nightly-report" in out
     assert f"rows written:   {len(expected)}\n" in out
     assert f"output:         {tmp_path.resolve() / 'by_status.parquet'} (parquet)" in out
+    assert not_static(nb) == []  # §6.8: tables saved as HTML
     _nothing_left_running(tmp_path)
 
 
@@ -372,6 +378,7 @@ def test_retention_audit_shows_the_plan_and_changes_nothing(
     assert "audit only: nothing was changed" in out and "retention ran" not in out
     counts = _text(_cell(nb, 'items.groupby(["kind", "action"])'))
     assert "delete" in counts and "keep" in counts and "segment" in counts
+    assert not_static(nb) == []  # §6.8: tables saved as HTML
     _nothing_left_running(tmp_path)
 
 
@@ -409,6 +416,7 @@ def test_retention_audit_executes_on_one_table(
     )
     report = _text(_cell(nb, "if execute:"))
     assert "older than the newest 2 of bucket, not pinned" in report and "events" in report
+    assert not_static(nb) == []  # §6.8: the report saved as HTML
     _nothing_left_running(tmp_path)
 
 
@@ -450,8 +458,12 @@ def test_job_notebook_runs_twice_as_is_in_its_own_namespace(name, tmp_path):
     # the shared default namespace.
     own, made, every_run = _EXAMPLES[name]
     with _embedded(tmp_path / "warehouse") as warehouse:
-        outputs = [_all_text(_run(name, tmp_path, warehouse=str(warehouse))) for _ in range(2)]
+        nbs = [_run(name, tmp_path, warehouse=str(warehouse)) for _ in range(2)]
+        outputs = [_all_text(nb) for nb in nbs]
         assert made in outputs[0] and made not in outputs[1]
+        # §6.8 "Reports outlive their kernel": every output reads without the kernel (tables as
+        # HTML, charts as images, a panel with its static rendering), none is only a repr
+        assert [not_static(nb) for nb in nbs] == [[], []]
         assert all(every_run in out for out in outputs)
         with lk.connect(warehouse=str(warehouse)) as conn:
             assert conn.tables() == [] and conn.consumer_groups() == []
