@@ -176,8 +176,9 @@ def _line(s: Series, colour: str, x_of: Any, y_of: Any) -> list[str]:
         f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>'
     ]
     if len(xs) <= MARKERS:
+        r = 4 if len(xs) == 1 else 2.5  # a lone point (the lag now only) must still be seen
         out += [
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{colour}"/>' for x, y in zip(xs, ys)
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{colour}"/>' for x, y in zip(xs, ys)
         ]
     return out
 
