@@ -42,6 +42,18 @@ NBCONVERT_SCRIPTS = (
 _PAGE_Y = "el => el.getBoundingClientRect().top + window.scrollY"
 
 
+def _bucket_rows(page) -> list[dict[str, str]]:
+    """The rows of the per-bucket table as the page shows them, by column."""
+    from playwright.sync_api import expect
+
+    table = page.locator(".jp-Cell", has_text="display(buckets.assign(").locator("table").first
+    expect(table).to_be_visible()
+    head = table.locator("thead th").all_inner_texts()[1:]  # the index has no name
+    return [
+        dict(zip(head, r.locator("td").all_inner_texts())) for r in table.locator("tbody tr").all()
+    ]
+
+
 def _nbconvert(notebook: Path, out: Path) -> Path:
     """``jupyter nbconvert --to html`` of the venv, as a reader runs it."""
     jupyter = Path(sys.executable).with_name("jupyter")
@@ -80,14 +92,7 @@ def test_a_saved_lag_report_reads_in_a_browser_without_a_kernel(
         expect(page.get_by_text("Loading widget")).to_have_count(0)
 
         # the group's buckets: the per-bucket table, one row per bucket with its lag
-        buckets = page.locator(".jp-Cell", has_text="display(buckets.assign(")
-        table = buckets.locator("table").first
-        expect(table).to_be_visible()
-        head = table.locator("thead th").all_inner_texts()[1:]  # the index has no name
-        shown = [
-            dict(zip(head, r.locator("td").all_inner_texts()))
-            for r in table.locator("tbody tr").all()
-        ]
+        shown = _bucket_rows(page)
         assert sorted((r["table"], r["bucket"], r["lag"]) for r in shown) == sorted(
             (r["table"], r["bucket"], r["lag"]) for r in run.rows
         ), shown
@@ -109,18 +114,23 @@ def test_a_saved_lag_report_reads_in_a_browser_without_a_kernel(
         ).to_be_visible()
         assert page.locator(".jp-OutputArea-output script").count() == 0  # outputs run nothing
 
-        shot = artifacts / "lag-report.png"
-        top, bottom = (
-            page.get_by_role("heading", name=name, exact=True).evaluate(_PAGE_Y)
-            for name in ("Lag per bucket", "Health")
-        )
-        page.screenshot(
-            path=str(shot),
-            full_page=True,
-            clip={"x": 0, "y": top - 8, "width": 1280, "height": bottom - top},
-        )
-        shutil.copyfile(shot, DOCS / "lag-report.png")
+        _keep_in_docs(page, artifacts / "lag-report.png")
     finally:
         context.close()
     # nothing of the report asks the network: only the scripts nbconvert's template links
     assert all(url.startswith(NBCONVERT_SCRIPTS) for url in asked), asked
+
+
+def _keep_in_docs(page, shot: Path) -> None:
+    """The page from "Lag per bucket" to "Health" (the table and the chart) saved as ``shot``
+    and as ``docs/lag-report.png``."""
+    top, bottom = (
+        page.get_by_role("heading", name=name, exact=True).evaluate(_PAGE_Y)
+        for name in ("Lag per bucket", "Health")
+    )
+    page.screenshot(
+        path=str(shot),
+        full_page=True,
+        clip={"x": 0, "y": top - 8, "width": 1280, "height": bottom - top},
+    )
+    shutil.copyfile(shot, DOCS / "lag-report.png")
