@@ -111,9 +111,10 @@ def grid_frame(
     )
 
 
-_COUNT = VegaExpr("cell.value === null || isNaN(cell.value) ? '-' : format(cell.value, ',d')")
+COUNT_TEXT = "cell.value === null || isNaN(cell.value) ? '-' : format(cell.value, ',d')"
 """A count cell's text: "1,234", and "-" where there is none (NaN reaches the grid as NaN, which
-its ``missing`` text does not cover)."""
+its ``missing`` text does not cover). Made into a widget per grid, not at import: a widget made
+at import would put widget state into every notebook that imports the panels."""
 
 
 def _status_colour() -> VegaExpr:
@@ -122,6 +123,7 @@ def _status_colour() -> VegaExpr:
 
 
 def _grid(lag_scale: bq.LinearScale) -> DataGrid:
+    count = VegaExpr(COUNT_TEXT)
     return DataGrid(
         grid_frame(_empty()),
         selection_mode="row",
@@ -131,10 +133,10 @@ def _grid(lag_scale: bq.LinearScale) -> DataGrid:
         column_widths={"lineage": 170, "member": 220, "metadata": 200, "last commit": 150},
         layout=w.Layout(height=grid_height(0)),
         renderers={
-            "lag": BarRenderer(bar_value=lag_scale, bar_color="#e39b3b", text_value=_COUNT),
+            "lag": BarRenderer(bar_value=lag_scale, bar_color="#e39b3b", text_value=count),
             "status": TextRenderer(background_color=_status_colour()),
-            "committed": TextRenderer(text_value=_COUNT),
-            "end": TextRenderer(text_value=_COUNT),
+            "committed": TextRenderer(text_value=count),
+            "end": TextRenderer(text_value=count),
         },
     )
 

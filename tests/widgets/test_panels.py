@@ -297,3 +297,18 @@ def test_dashboard_auto_refresh_sets_every_panel_and_refresh_close_cover_them(co
 
 def test_overview_panel_is_exported():
     assert OverviewPanel.__name__ == "OverviewPanel"
+
+
+def test_importing_the_panels_makes_no_widget():
+    # §6.8: a notebook that only imports leasekit.widgets saves no widget state (a widget made
+    # at import would make nbconvert and code hosts load the widget manager for every report)
+    import subprocess
+    import sys
+
+    code = (
+        "import leasekit.widgets\n"
+        "from ipywidgets.widgets.widget import _instances\n"
+        "print(len(_instances))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"
