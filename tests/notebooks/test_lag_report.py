@@ -86,6 +86,14 @@ def test_healthy_group_passes_with_ok_verdict_csv_and_plot(tmp_path, conn, order
         assert int(row["log_end_offset"]) == ends[tb]
         assert int(row["lag"]) == ends[tb] - committed[tb]
         assert row["status"] == "OK" and row["group"] == GROUP
+    # §6.8: the table as people read it: headed in words, "-" where there is no value
+    (table,) = [
+        o["data"]["text/html"]
+        for o in next(c for c in nb.cells if c.get("id") == "buckets").outputs
+        if "text/html" in o.get("data", {})
+    ]
+    assert "<th>log end</th>" in table and "<th>last commit</th>" in table
+    assert "current_offset" not in table and "NA&gt;" not in table and "NaN" not in table
     # lag over time: an image on a 24-hour UTC axis, with no point printed above it
     history = next(c for c in nb.cells if c.get("id") == "history")
     assert [o.output_type for o in history.outputs] == ["stream", "execute_result"]
