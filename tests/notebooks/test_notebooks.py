@@ -372,7 +372,9 @@ def test_retention_audit_shows_the_plan_and_changes_nothing(
     assert [lease.lease_id for lease in conn.leases()] == ["audit-pin"]
     out = _all_text(nb)
     assert f"{len(plan.items)} items, {len(plan.deletes)} to delete" in out
-    assert f"reclaimable: {plan.reclaimable_bytes:,} bytes" in out and plan.reclaimable_bytes > 0
+    # §6.8: one byte format in panels, CLI and notebooks
+    assert f"reclaimable: {human_bytes(plan.reclaimable_bytes)}" in out
+    assert plan.reclaimable_bytes > 0
     assert "newest 2 of bucket" in out and "pinned by lease audit-pin until" in out
     assert "older than the newest 2 of bucket, not pinned" in out
     assert "audit only: nothing was changed" in out and "retention ran" not in out
@@ -409,9 +411,9 @@ def test_retention_audit_executes_on_one_table(
     assert not any(os.path.exists(f) for f in doomed.files)
 
     out = _all_text(nb)
-    assert f"reclaimable: {plan.reclaimable_bytes:,} bytes" in out
+    assert f"reclaimable: {human_bytes(plan.reclaimable_bytes)}" in out
     assert (
-        f"retention ran: 1 deleted, {doomed.size_bytes:,} bytes freed" in out
+        f"retention ran: 1 deleted, {human_bytes(doomed.size_bytes)} freed" in out
         and ", 0 errors" in out
     )
     report = _text(_cell(nb, "if execute:"))
