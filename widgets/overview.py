@@ -13,7 +13,14 @@ import numpy as np
 import pandas as pd
 import traitlets
 
-from leasekit.live import NO_SAMPLER, eta_text, headroom_text, lag_histories, sample_lag_history
+from leasekit.live import (
+    NO_SAMPLER,
+    eta_text,
+    headroom_text,
+    is_internal_table,
+    lag_histories,
+    sample_lag_history,
+)
 
 from . import static
 from .base import Markup, Panel, esc, html_table
@@ -21,6 +28,8 @@ from .formatting import duration_text, human_bytes, utc_text
 
 __all__ = ["OverviewPanel", "SPARK_SPAN", "sparkline"]
 
+INTERNAL = "(lag history, internal)"
+"""How the reclaimable bytes of leasekit's internal tables are labelled: never by their name."""
 SPARK_SPAN = timedelta(hours=1)
 """How far back each group's sparkline goes."""
 STATUS_STYLE = {
@@ -243,6 +252,7 @@ class OverviewPanel(Panel):
         for item in self.conn.retention_plan().items:
             if item.action == "delete":
                 table = item.table_bucket.table if item.table_bucket else "(namespace)"
+                table = INTERNAL if is_internal_table(table) else table
                 counts = by_table.setdefault(table, [0, 0])
                 counts[0] += 1
                 counts[1] += item.size_bytes

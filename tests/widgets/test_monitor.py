@@ -252,3 +252,26 @@ def re_bytes(text):
     import re
 
     return re.search(r"\d+(\.\d)? (B|KiB|MiB)", text)
+
+
+def test_overview_never_labels_by_an_internal_tables_name(conn):
+    # §6.12: the lag history's old segments are reclaimable (M1), counted under a readable
+    # label, never as "__lag_history"
+    import time
+
+    from leasekit.widgets import OverviewPanel
+    from leasekit.widgets.overview import INTERNAL
+
+    table = conn.create_table("orders", "id BIGINT", "id", buckets=1)
+    table.append([{"id": 1}])
+    _commit(conn, {TB("orders", 0): 1}, "billing")
+    conn.update_settings({"monitor.retention": "1s"})
+    for _ in range(3):
+        history.sample(testing.context(conn), force=True)
+        time.sleep(1.1)
+    panel = OverviewPanel(conn, auto_refresh=False)
+    panel.refresh()
+    labels = [t for t, _, _ in panel.overview.reclaimable]
+    assert INTERNAL in labels and not [t for t in labels if t.startswith("__")]
+    assert "__lag_history" not in panel.reclaimable.value + panel.to_html()
+    panel.close()
