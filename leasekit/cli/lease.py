@@ -158,19 +158,23 @@ def _renew(args: argparse.Namespace) -> int:
         else parse_duration(duration_arg(args.duration), what="lease duration")
     )
     with connect(args) as conn:
+        before = _find(conn, args.lease_id)
         if duration is None:
-            duration = _find(conn, args.lease_id).duration
+            duration = before.duration
         expires_at = conn.renew_kv_snapshot_lease(args.lease_id, duration)
     data = {"lease_id": args.lease_id, "duration": parse_duration(duration),
-            "expires_at": expires_at}  # fmt: skip
-    emit(
-        args,
-        data,
-        lambda d: (
-            f"renewed lease {d['lease_id']} (duration {value_text(d['duration'])}); "
-            f"it expires at {value_text(d['expires_at'])}"
-        ),
-    )
+            "expires_at": expires_at, "extended": expires_at > before.expires_at}  # fmt: skip
+
+    def render(d: dict[str, Any]) -> str:
+        head = f"renewed lease {d['lease_id']} (duration {value_text(d['duration'])}); "
+        if d["extended"]:
+            return head + f"it expires at {value_text(d['expires_at'])}"
+        return head + (  # L7: a renewal only ever extends
+            f"it still expires at {value_text(d['expires_at'])}: a renewal never shortens a "
+            "lease, and this duration from now ends before that"
+        )
+
+    emit(args, data, render)
     return 0
 
 
@@ -227,6 +231,8 @@ def _drop(args: argparse.Namespace) -> int:
     check_id(args.lease_id)
     with connect(args) as conn:
         dropped = conn.drop_kv_snapshot_lease(args.lease_id)
+    if not dropped and not args.if_exists:  # a typo is not a success (as Kafka's topic delete)
+        raise LeaseNotFoundError(f"lease {args.lease_id!r} does not exist; nothing dropped")
     data = {"lease_id": args.lease_id, "dropped": dropped}
     emit(
         args,
@@ -241,8 +247,8 @@ def _drop(args: argparse.Namespace) -> int:
 
 
 _DROP_EPILOG = """\
-Exit status: 0 when the lease was dropped and also when there is no such lease (it prints
-"no such lease"), like `rm -f`; 2 on an invalid lease id or any other error."""
+Exit status: 0 when the lease was dropped; 2 when there is no such lease (with --if-exists, 0:
+it prints "no such lease", like `rm -f`), on an invalid lease id or any other error."""
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -316,3 +322,8 @@ def _add_changes(actions: Any, common: argparse.ArgumentParser) -> None:
         actions, "drop", "remove a lease and all its pins", common, _drop, epilog=_DROP_EPILOG
     )
     drop.add_argument("lease_id", metavar="LEASE_ID")
+    drop.add_argument(
+        "--if-exists",
+        action="store_true",
+        help="a lease that does not exist is no error: print so and exit 0",
+    )

@@ -144,9 +144,13 @@ def test_renew_with_and_without_duration(capsys, target, conn, orders) -> None:
     assert ts(longer["expires_at"]) - now <= timedelta(hours=2)
     assert ts(longer["expires_at"]) == lease_info(conn, "r1").expires_at
 
-    # L7: renew only extends; a shorter duration leaves expires_at unchanged
+    # L7: renew only extends; a shorter duration leaves expires_at unchanged, and says so
+    assert longer["extended"] is True
+    code, out, err = run(capsys, *target, "lease", "renew", "r1", "--duration", "30m")
+    assert code == 0, err
+    assert "it still expires at" in out and "a renewal never shortens a lease" in out
     shorter = run_json(capsys, *target, "lease", "renew", "r1", "--duration", "10m")
-    assert shorter["expires_at"] == longer["expires_at"]
+    assert shorter["expires_at"] == longer["expires_at"] and shorter["extended"] is False
     assert lease_info(conn, "r1").expires_at == ts(longer["expires_at"])
     # ... and is the lease's duration from now on (the duration of the last renew)
     assert run_json(capsys, *target, "lease", "renew", "r1")["duration"] == 600
@@ -208,13 +212,16 @@ def test_drop_twice(capsys, target, conn, orders) -> None:
         for tb, sid in orders.latest_snapshots().items()
     )  # L10: pins went too
 
-    # exit 0 also when there is no such lease, as `lease drop --help` says
+    # no such lease: an error (a typo is no success); with --if-exists, exit 0 like `rm -f`
     code, out, err = run(capsys, *target, "lease", "drop", "gone")
+    assert (code, out) == (2, "")
+    assert err == "leasekit: error: lease 'gone' does not exist; nothing dropped\n"
+    code, out, err = run(capsys, *target, "lease", "drop", "gone", "--if-exists")
     assert (code, out, err) == (0, "no such lease gone; nothing dropped\n", "")
-    data = run_json(capsys, *target, "lease", "drop", "gone")
+    data = run_json(capsys, *target, "lease", "drop", "gone", "--if-exists")
     assert data == {"lease_id": "gone", "dropped": False}
     _, help_text, _ = run(capsys, "lease", "drop", "--help")
-    assert "no such lease" in help_text
+    assert "--if-exists" in help_text and "no such lease" in help_text
 
 
 @pytest.mark.parametrize(
