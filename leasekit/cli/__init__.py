@@ -18,6 +18,7 @@ from ..errors import LeasekitError
 from . import consumer, demo, exporter, janitor, lab, lease, retention, settings, table, zookeeper
 from .common import EXIT_ERROR, EXIT_INTERRUPTED
 from .output import format_fields, format_table, to_json
+from .parser import Parser
 
 __all__ = ["main", "build_parser", "format_table", "format_fields", "to_json"]
 
@@ -69,7 +70,7 @@ def _global_options(*, many_namespaces: bool = False) -> argparse.ArgumentParser
 def build_parser() -> argparse.ArgumentParser:
     """The ``leasekit`` argument parser."""
     common = _global_options()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="leasekit",
         description="KV snapshot leases, Spark reads and explained retention for a bucketed "
         "table store (metadata in ZooKeeper, data in Parquet).",

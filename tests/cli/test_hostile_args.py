@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from helpers import run_cli as run
 
 import leasekit as lk
 from leasekit import testing
@@ -80,3 +81,25 @@ def test_metrics_url_of_an_ipv6_address(conn):
     assert MetricsServer(testing.context(conn), port=1, address="::").url == (
         "http://127.0.0.1:1/metrics"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["tabel", "list"], "did you mean 'table'?"),
+        (["table", "lsit"], "did you mean 'list'?"),
+        (["consumer", "overveiw"], "did you mean 'overview'?"),
+        (["table", "list", "--jsn"], "did you mean '--json'?"),
+        (["lease", "list", "--namespce", "x"], "did you mean '--namespace'?"),
+    ],
+)
+def test_a_typo_gets_the_closest_command_or_option(capsys, argv, hint) -> None:
+    # a mistyped command or option: exit 2 before anything runs, naming the closest one
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.rstrip().endswith(hint), err
+
+
+def test_nothing_close_gets_no_guess(capsys) -> None:
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2 and "did you mean" not in err
