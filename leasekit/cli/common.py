@@ -86,13 +86,15 @@ def connect(
             stopped (no --zookeeper nor $LEASEKIT_ZOOKEEPER); default: unless ``read_only``.
 
     Raises:
-        InvalidArgumentError: ``read_only`` and the local warehouse does not exist.
+        InvalidArgumentError: ``read_only`` and the local warehouse, or the namespace in it,
+            does not exist.
         ZooKeeperUnavailableError: the embedded server is stopped and may not be started.
     """
     from ..connection import connect as open_connection
 
     if read_only:
         refuse_missing_warehouse(args)
+        refuse_missing_namespace(args)
     zookeeper = args.zookeeper
     if not (not read_only if start_server is None else start_server):
         zookeeper = _running_server(args)
@@ -113,6 +115,42 @@ def refuse_missing_warehouse(args: argparse.Namespace) -> None:
             f"no warehouse at {shown}: nothing to read there (check --warehouse or "
             "$LEASEKIT_WAREHOUSE; `leasekit table create` makes a new one)"
         )
+
+
+def refuse_missing_namespace(args: argparse.Namespace) -> None:
+    """Refuse a namespace a local warehouse holds nothing of, for a command that only reads it
+    (a mistyped --namespace must not create it), naming the namespaces it holds.
+
+    Raises:
+        InvalidArgumentError: the warehouse is local and has no directory for the namespace.
+    """
+    from ..validate import check_namespace
+    from ..warehouse import Warehouse
+
+    warehouse = Warehouse(warehouse_location(args))
+    namespace = check_namespace(args.namespace)
+    if not warehouse.is_local or os.path.isdir(os.path.join(warehouse.location, namespace)):
+        return
+    there = sorted(
+        name
+        for name in os.listdir(warehouse.location)
+        if not name.startswith(("_", ".")) and _is_namespace(name)
+        and os.path.isdir(os.path.join(warehouse.location, name))
+    )  # fmt: skip
+    raise InvalidArgumentError(
+        f"no namespace {namespace!r} in the warehouse {warehouse.location}: nothing to read "
+        + (f"(its namespaces: {', '.join(there)})" if there else "(it holds no namespace yet)")
+    )
+
+
+def _is_namespace(name: str) -> bool:
+    from ..validate import check_namespace
+
+    try:
+        check_namespace(name)
+    except InvalidArgumentError:
+        return False
+    return True
 
 
 def _running_server(args: argparse.Namespace) -> str | None:

@@ -58,7 +58,7 @@ def test_port_zookeeper_and_warehouse_with_hostile_characters(conn, target, ware
     code, err = _run(*target, "exporter", "--port", bad)
     _one_error_line(code, err, "port")
     started = time.monotonic()
-    code, err = _run("--zookeeper", f"{bad}:2181", "--warehouse", warehouse, "table", "list")
+    code, err = _run("--zookeeper", f"{bad}:2181", *target[2:], "table", "list")
     _one_error_line(code, err, "ZooKeeper connect string")
     assert time.monotonic() - started < 8  # less than the 10 s connect timeout
     missing = os.path.join(warehouse, f"x{bad}")
@@ -81,6 +81,19 @@ def test_metrics_url_of_an_ipv6_address(conn):
     assert MetricsServer(testing.context(conn), port=1, address="::").url == (
         "http://127.0.0.1:1/metrics"
     )
+
+
+def test_a_read_of_a_namespace_that_does_not_exist_names_those_that_do(capsys, target, conn):
+    # §6.9: a mistyped --namespace on a command that only reads creates nothing and says which
+    # namespaces the warehouse holds
+    import os
+
+    warehouse = target[3]
+    code, out, err = run(capsys, *target[:4], "--namespace", "nope", "table", "list")
+    assert (code, out) == (2, "")
+    assert f"no namespace 'nope' in the warehouse {warehouse}" in err and target[5] in err
+    assert not os.path.exists(os.path.join(warehouse, "nope"))
+    assert run(capsys, *target, "table", "list")[0] == 0
 
 
 @pytest.mark.parametrize(
