@@ -7,6 +7,7 @@ Durations are accepted as ``timedelta``, a number of seconds, or strings like
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from datetime import datetime, timedelta, timezone
 
@@ -212,7 +213,7 @@ def headroom_text(headroom: object) -> str:
 
     if headroom is None or pd.isna(headroom):
         return NO_LIMIT
-    if isinstance(headroom, (int, float)) and not isinstance(headroom, bool):
+    if isinstance(headroom, numbers.Real) and not isinstance(headroom, bool):  # numpy's too
         if math.isinf(headroom):
             return NO_LIMIT
         headroom = timedelta(seconds=float(headroom))

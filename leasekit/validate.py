@@ -14,6 +14,7 @@ __all__ = [
     "check_positive_int",
     "check_table_name",
     "is_internal_table",
+    "is_namespace",
     "INTERNAL_TABLES",
     "LAG_HISTORY_TABLE",
     "check_id",
@@ -131,6 +132,15 @@ def check_id(
     if not _ID.fullmatch(value) or value in (".", ".."):
         raise error(f"invalid {what} {value!r}: use 1-128 of [A-Za-z0-9._-], not '.' or '..'")
     return value
+
+
+def is_namespace(name: str) -> bool:
+    """Whether ``name`` is a valid namespace name (``check_namespace`` accepts it)."""
+    try:
+        check_namespace(name)
+    except InvalidArgumentError:
+        return False
+    return True
 
 
 def check_namespace(value: object) -> str:

@@ -128,11 +128,6 @@ def _rate(value: Any) -> str:
     return "-" if value is None or pd.isna(value) else f"{float(value):,.1f}"
 
 
-def _headroom(value: Any) -> str:
-    """Retention headroom: NaT (nothing can be lost) and very long ones read "∞"."""
-    return headroom_text(float(value) if isinstance(value, np.floating) else value)
-
-
 _NO_SAMPLES = "<br>" + (
     f"<span style='color:#a86b00'>No lag history in the last hour, for rates, eta and sparklines: "
     f"{esc(NO_SAMPLER[0])}. Start one with <code>{esc(NO_SAMPLER[1])}</code>.</span>"
@@ -172,7 +167,7 @@ def group_rows(groups: pd.DataFrame, history: dict[str, pd.DataFrame]) -> list[l
                 _rate(r.consume_rate),
                 _rate(r.produce_rate),
                 eta_text(r.eta, r.consume_rate),
-                _headroom(r.retention_headroom),
+                headroom_text(r.retention_headroom),
                 utc_text(r.last_commit),
             ]
         )

@@ -124,7 +124,7 @@ def refuse_missing_namespace(args: argparse.Namespace) -> None:
     Raises:
         InvalidArgumentError: the warehouse is local and has no directory for the namespace.
     """
-    from ..validate import check_namespace
+    from ..validate import check_namespace, is_namespace
     from ..warehouse import Warehouse
 
     warehouse = Warehouse(warehouse_location(args))
@@ -134,23 +134,13 @@ def refuse_missing_namespace(args: argparse.Namespace) -> None:
     there = sorted(
         name
         for name in os.listdir(warehouse.location)
-        if not name.startswith(("_", ".")) and _is_namespace(name)
+        if not name.startswith(("_", ".")) and is_namespace(name)
         and os.path.isdir(os.path.join(warehouse.location, name))
     )  # fmt: skip
     raise InvalidArgumentError(
         f"no namespace {namespace!r} in the warehouse {warehouse.location}: nothing to read "
         + (f"(its namespaces: {', '.join(there)})" if there else "(it holds no namespace yet)")
     )
-
-
-def _is_namespace(name: str) -> bool:
-    from ..validate import check_namespace
-
-    try:
-        check_namespace(name)
-    except InvalidArgumentError:
-        return False
-    return True
 
 
 def _running_server(args: argparse.Namespace) -> str | None:

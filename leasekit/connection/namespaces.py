@@ -8,8 +8,8 @@ import os
 from typing import Any
 
 from .. import ownership
-from ..errors import CorruptMetadataError, InvalidArgumentError, WarehouseOwnedError
-from ..validate import check_namespace
+from ..errors import CorruptMetadataError, WarehouseOwnedError
+from ..validate import is_namespace
 from ..warehouse import Warehouse
 from ..zk import ZkStore
 from ..zk.formats import IdentityRecord
@@ -53,7 +53,7 @@ def namespaces(
     store = ZkStore(_zookeeper_address(zookeeper, wh), timeout=seconds)
     store.open()
     try:
-        names = [name for name in store.children("/") or [] if _valid(name)]
+        names = [name for name in store.children("/") or [] if is_namespace(name)]
         nodes = store.get_many([Paths(name).identity for name in names])
     finally:
         store.close()
@@ -73,11 +73,3 @@ def namespaces(
             log.warning("namespace %r left out: its directory in %s belongs to another "
                         "metadata store", name, wh.location)  # fmt: skip
     return found
-
-
-def _valid(name: str) -> bool:
-    try:
-        check_namespace(name)
-    except InvalidArgumentError:
-        return False
-    return True

@@ -17,7 +17,7 @@ import yaml
 
 from leasekit import testing
 from leasekit.monitor.exporter.serve import MetricsServer
-from tests.monitor.test_metrics import _populate, _sampled, _scrape_when
+from tests.monitor.test_metrics import _populate, _sampled, scrape_when
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -153,7 +153,7 @@ def _served(conn, clock) -> dict[str, set[str]]:
     names of its series."""
     _populate(conn, clock)
     with MetricsServer(testing.context(conn), port=0, interval="1h") as server:
-        _scrape_when(server.url, _sampled)
+        scrape_when(server.url, _sampled)
         with urllib.request.urlopen(server.url, timeout=30) as response:
             text = response.read().decode()
     served: dict[str, set[str]] = {}

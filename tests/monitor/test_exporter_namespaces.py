@@ -10,13 +10,12 @@ import json
 import time
 
 from helpers import run_cli
-from prometheus_client.parser import text_string_to_metric_families
 
 import leasekit as lk
 from leasekit import TableBucket, testing
 from leasekit.connection import namespaces
 from leasekit.ownership import marker_path
-from tests.monitor.test_metrics import _run_cli, _serving, _stop
+from tests.monitor.test_metrics import _run_cli, _serving, _stop, scrape_when
 
 GROUP = "billing"
 
@@ -33,27 +32,9 @@ def _seed(conn, lag: int) -> None:
         consumer.commit(offsets)
 
 
-def _scrape(url: str) -> dict[str, dict[tuple, float]]:
-    """{name: {sorted label items, namespace included: value}} of one scrape."""
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
-    out: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return out
-
-
-def _scrape_when(url: str, ready, timeout: float = 60.0) -> dict[str, dict[tuple, float]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = _scrape(url)
-        if ready(got):
-            return got
-        assert time.monotonic() < deadline, f"never ready: {got.get('leasekit_up')}"
-        time.sleep(0.2)
+def _scrape_when(url: str, ready) -> dict[str, dict[tuple, float]]:
+    """Scrapes, with the namespace label, until ``ready(got)``."""
+    return scrape_when(url, ready, namespaces=True)
 
 
 def _up(got) -> dict[str, float]:

@@ -26,26 +26,32 @@ from leasekit.monitor.exporter.serve import MetricsServer
 GROUP = "billing"
 
 
-def scrape(url: str) -> dict[str, dict[tuple, float]]:
-    """Every sample of one scrape: {name: {sorted label items (namespace left out): value}}."""
+def scrape(url: str, *, namespaces: bool = False) -> dict[str, dict[tuple, float]]:
+    """Every sample of one scrape: {name: {sorted label items: value}}, the namespace label
+    left out unless ``namespaces``."""
     with urllib.request.urlopen(url, timeout=30) as response:
         assert response.status == 200
         text = response.read().decode()
     out: dict[str, dict[tuple, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "namespace"))
+            labels = tuple(
+                sorted((k, v) for k, v in sample.labels.items() if namespaces or k != "namespace")
+            )
             out.setdefault(sample.name, {})[labels] = sample.value
     return out
 
 
-def _scrape_when(url: str, ready, timeout: float = 60.0) -> dict[str, dict[tuple, float]]:
+def scrape_when(
+    url: str, ready, timeout: float = 60.0, *, namespaces: bool = False
+) -> dict[str, dict[tuple, float]]:
+    """``scrape`` again until ``ready(got)``; fails after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        got = scrape(url)
+        got = scrape(url, namespaces=namespaces)
         if ready(got):
             return got
-        assert time.monotonic() < deadline, f"metrics never got ready: {sorted(got)}"
+        assert time.monotonic() < deadline, f"metrics never got ready: {got.get('leasekit_up')}"
         time.sleep(0.2)
 
 
@@ -73,7 +79,7 @@ def _populate(conn, clock) -> None:
 def _check_against_library(conn, clock, url: str) -> None:
     """M5: the scraped values are the library's (expiry on the expiry clock, ``clock``)."""
     before = conn.describe_group(GROUP)
-    got = _scrape_when(url, _sampled)
+    got = scrape_when(url, _sampled)
     after = conn.describe_group(GROUP)
     assert got["leasekit_up"] == {(): 1.0}
     lags = {
@@ -144,7 +150,7 @@ def test_exporter_in_process(conn, clock):
             time.sleep(0.2)
         # heavy figures are recomputed every interval: a lease dropped leaves them
         conn.drop_kv_snapshot_lease("brief")
-        got = _scrape_when(
+        got = scrape_when(
             server.url,
             lambda g: (("lease", "brief"),) not in g.get("leasekit_lease_pinned_bytes", {}),
         )
@@ -239,7 +245,7 @@ def test_janitor_serves_metrics(conn, clock, target):
     proc = _run_cli(target, "janitor", "--interval", "1h", "--metrics-port", "0")
     try:
         url = _serving(proc)
-        got = _scrape_when(url, _sampled)
+        got = scrape_when(url, _sampled)
         lags = {k[0][1]: v for k, v in got["leasekit_group_lag"].items()}
         assert lags == {"0": 40.0, "1": 30.0, "2": 20.0, "3": 10.0}
         assert got["leasekit_up"] == {(): 1.0}
@@ -262,16 +268,16 @@ def test_zookeeper_outage_reported_and_recovered(tmp_path, warehouse):
             testing.seed_empty_snapshots(testing.context(conn), table)
             conn.acquire_kv_snapshot_lease("q3", {TableBucket("t", 0): 1}, "1h")
             with MetricsServer(testing.context(conn), port=0, interval="1s") as server:
-                got = _scrape_when(server.url, _sampled)
+                got = scrape_when(server.url, _sampled)
                 assert got["leasekit_up"] == {(): 1.0}
                 embedded.kill(zk_dir)
-                got = _scrape_when(server.url, lambda g: g["leasekit_up"] == {(): 0.0}, 30)
+                got = scrape_when(server.url, lambda g: g["leasekit_up"] == {(): 0.0}, 30)
                 assert "leasekit_lease_expires_in_seconds" not in got
                 started = time.monotonic()
                 scrape(server.url)
                 assert time.monotonic() - started < 1  # a session down answers at once
                 assert embedded.ensure_running(zk_dir) == address
-                got = _scrape_when(server.url, lambda g: g["leasekit_up"] == {(): 1.0}, 60)
+                got = scrape_when(server.url, lambda g: g["leasekit_up"] == {(): 1.0}, 60)
                 assert (("lease", "q3"),) in got["leasekit_lease_expires_in_seconds"]
     finally:
         embedded.stop(zk_dir)
@@ -341,7 +347,7 @@ def test_openmetrics_when_the_scraper_asks(conn, clock):
         "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
     )
     with MetricsServer(testing.context(conn), port=0, interval="1h") as server:
-        _scrape_when(server.url, _sampled)
+        scrape_when(server.url, _sampled)
         bodies = {}
         for accept in (None, "application/openmetrics-text", prometheus_accept):
             request = urllib.request.Request(server.url, headers={"Accept": accept or "*/*"})

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from ...durations import to_ms
-from ...rates import Rates, history_rates
+from ...rates import Rates
 from .history import read_rows
 from .readings import GroupReading, read_all_groups
 
@@ -32,7 +32,6 @@ __all__ = [
     "worst",
     "Rates",
     "rates",
-    "history_rates",
     "assess",
     "assess_groups",
     "Assessment",
