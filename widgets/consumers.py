@@ -13,11 +13,9 @@ import ipywidgets as w
 import numpy as np
 import pandas as pd
 import traitlets
-from ipydatagrid import BarRenderer, DataGrid, TextRenderer, VegaExpr
 
-from leasekit import BucketLineage, TableBucket
+from leasekit import TableBucket
 from leasekit.live import (
-    DESCRIBE_COLUMNS,
     GroupBoard,
     group_board,
     history_rates,
@@ -27,30 +25,13 @@ from leasekit.live import (
 
 from . import static
 from .base import Panel, esc
-from .formatting import clicked_row, duration_text, grid_height, lineage_text, utc_text
+from .consumer_grid import BAD, GRID_COLUMNS, STATUS_COLOURS, empty_frame, grid, grid_frame
+from .formatting import clicked_row, grid_height
 from .lagchart import LagChart
 from .reset import ResetForm
 
 __all__ = ["ConsumerPanel", "GRID_COLUMNS", "GRID_ROWS"]
 
-GRID_COLUMNS = [
-    "table",
-    "bucket",
-    "lineage",
-    "committed",
-    "end",
-    "lag",
-    "time lag",
-    "status",
-    "member",
-    "host",
-    "last commit",
-    "metadata",
-]
-"""The grid's columns, headed as people read them (``group_board``'s frame has the field
-names: ``time_lag``, ``last_commit``)."""
-BAD = ("STOP", "STALL", "REWIND", "MISSING")
-STATUS_COLOURS = {"OK": "#d4edda", "WARN": "#fff3cd", **{s: "#f8d7da" for s in BAD}}
 FILTERS = [
     ("all", "all"),
     ("not OK", "not-ok"),
@@ -81,64 +62,6 @@ class _Group(NamedTuple):
     """``lag_history`` over the chart's range (by bucket when the chart shows one)."""
     behind: bool = False
     """M6 holds over the rate window, from ``history`` (the header's BEHIND)."""
-
-
-def grid_frame(
-    frame: pd.DataFrame,
-    lineage: dict[TableBucket, BucketLineage] | None = None,
-    undrained: set[tuple[str, int]] | None = None,
-) -> pd.DataFrame:
-    """``group_board``'s frame in the grid's columns and plain types (missing numbers NaN, the
-    time lag as people read it: "4m 40s"), with each bucket's ``lineage`` across rescales
-    (``undrained``: the sealed buckets the group still reads)."""
-    tables, buckets = frame["table"].tolist(), frame["bucket"].tolist()
-    return pd.DataFrame(
-        {
-            "table": frame["table"].astype(object),
-            "bucket": frame["bucket"].astype("int64"),
-            "lineage": lineage_text(tables, buckets, lineage or {}, undrained or set()),
-            "committed": frame["current_offset"].astype("float64"),
-            "end": frame["log_end_offset"].astype("float64"),
-            "lag": frame["lag"].astype("float64"),
-            "time lag": [duration_text(t) for t in frame["time_lag"]],
-            "status": frame["status"].fillna("-").astype(object),
-            "member": frame["consumer_id"].fillna("-").astype(object),
-            "host": frame["host"].fillna("-").astype(object),
-            "last commit": [utc_text(t) for t in frame["last_commit"]],
-            "metadata": frame["metadata"].fillna("").astype(object),
-        },
-        columns=GRID_COLUMNS,
-    )
-
-
-COUNT_TEXT = "cell.value === null || isNaN(cell.value) ? '-' : format(cell.value, ',d')"
-"""A count cell's text: "1,234", and "-" where there is none (NaN reaches the grid as NaN, which
-its ``missing`` text does not cover). Made into a widget per grid, not at import: a widget made
-at import would put widget state into every notebook that imports the panels."""
-
-
-def _status_colour() -> VegaExpr:
-    cases = " : ".join(f"cell.value === '{s}' ? '{c}'" for s, c in STATUS_COLOURS.items())
-    return VegaExpr(f"{cases} : 'white'")
-
-
-def _grid(lag_scale: bq.LinearScale) -> DataGrid:
-    count = VegaExpr(COUNT_TEXT)
-    return DataGrid(
-        grid_frame(_empty()),
-        selection_mode="row",
-        base_row_size=22,
-        base_column_size=90,
-        header_visibility="column",
-        column_widths={"lineage": 170, "member": 220, "metadata": 200, "last commit": 150},
-        layout=w.Layout(height=grid_height(0)),
-        renderers={
-            "lag": BarRenderer(bar_value=lag_scale, bar_color="#e39b3b", text_value=count),
-            "status": TextRenderer(background_color=_status_colour()),
-            "committed": TextRenderer(text_value=count),
-            "end": TextRenderer(text_value=count),
-        },
-    )
 
 
 class ConsumerPanel(Panel):
@@ -175,7 +98,7 @@ class ConsumerPanel(Panel):
             description="Sort", options=SORTS, value="lag", layout=w.Layout(width="220px")
         )
         self.lag_scale = bq.LinearScale(min=0.0, max=1.0)
-        self.grid = _grid(self.lag_scale)
+        self.grid = grid(self.lag_scale)
         self.grid.on_cell_click(self._clicked)
         self.detail = w.HTML()
         self.detail.add_class("leasekit-detail")
@@ -230,7 +153,7 @@ class ConsumerPanel(Panel):
         self._behind = data.behind
         self._show_summary()
         self._show_rows()
-        frame = _empty() if board is None else board.frame
+        frame = empty_frame() if board is None else board.frame
         committed = {
             TableBucket(t, b): None if o is pd.NA else o
             for t, b, o in zip(
@@ -296,7 +219,7 @@ class ConsumerPanel(Panel):
         """The grid's rows and how many buckets the filter matches. Filtered and sorted on the
         board's frame, then only the rows the grid holds are formatted."""
         board = self.board
-        source = _empty() if board is None else board.frame
+        source = empty_frame() if board is None else board.frame
         status = source["status"].fillna("-")
         keep = np.ones(len(source), dtype=bool)
         chosen = self.status_filter.value
@@ -415,10 +338,3 @@ class ConsumerPanel(Panel):
 
     def __repr__(self) -> str:
         return f"ConsumerPanel(group={self.group_id!r})"
-
-
-def _empty() -> pd.DataFrame:
-    frame = pd.DataFrame({c: [] for c in [*DESCRIBE_COLUMNS, "metadata"]})
-    frame["time_lag"] = pd.to_timedelta(frame["time_lag"])
-    frame["last_commit"] = pd.to_datetime(frame["last_commit"], utc=True)
-    return frame
