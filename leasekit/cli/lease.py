@@ -122,13 +122,18 @@ def _acquire(args: argparse.Namespace) -> int:
         result = lease.acquire_latest(tables)
     unavailable = _pin_rows(result.unavailable)
     for row in unavailable:
-        row["reason"] = "no snapshot yet" if row["snapshot_id"] == NO_SNAPSHOT else "snapshot gone"
+        row["reason"] = (
+            "records but no snapshot yet"
+            if row["snapshot_id"] == NO_SNAPSHOT
+            else "snapshot deleted while pinning"
+        )
     data = {
         "lease_id": args.lease_id,
         "expires_at": result.expires_at,
         "tables": [
             {"table": name,
              "acquired": sum(tb.table == name for tb in result.acquired),
+             "empty": sum(tb.table == name and sid == 0 for tb, sid in result.acquired.items()),
              "unavailable": sum(tb.table == name for tb in result.unavailable)}
             for name in tables
         ],
@@ -143,7 +148,18 @@ def _acquire(args: argparse.Namespace) -> int:
         )
         text += f"\n\n{format_table(d['tables'])}"
         if d["unavailable"]:
-            text += f"\n\nunavailable buckets:\n{format_table(d['unavailable'])}"
+            text += f"\n\nnot pinned:\n{format_table(d['unavailable'])}"
+            if any(row["snapshot_id"] == NO_SNAPSHOT for row in d["unavailable"]):
+                names = sorted({row["table"] for row in d["unavailable"]})
+                text += (
+                    "\n\na bucket with records but no snapshot has nothing to pin yet: take one "
+                    f"with `leasekit table snapshot {names[0]}` (or table.snapshot(spark)) and "
+                    "acquire again"
+                )
+        if any(t["empty"] for t in d["tables"]):
+            text += (
+                "\n\n(empty buckets are pinned as empty, snapshot 0: the lease reads no rows there)"
+            )
         return text
 
     emit(args, data, render)

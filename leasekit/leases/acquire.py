@@ -19,6 +19,7 @@ from ..errors import (
     LeaseNotFoundError,
     TableNotFoundError,
 )
+from ..log.state import read_states
 from ..snapshots.catalog import read_latest
 from ..snapshots.cover import cover
 from ..structs import AcquireResult, TableBucket
@@ -34,7 +35,7 @@ from ..zk import (
     to_datetime,
 )
 from ..zk.chunked import chunk_of, group_by_chunk
-from ..zk.formats import LIVE, LeaseRecord, PinChunk
+from ..zk.formats import EMPTY_PIN, LIVE, LeaseRecord, PinChunk
 from .plan import Batch, Key, Pin, State, applied, lease_ops, plan_batch
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ def acquire_latest(
     """Pin the newest snapshot of every active bucket of ``tables`` (L6), or, for one with none
     yet that a rescale made, the newest snapshots of the ancestors its state is built from (K4:
     ``acquired`` then holds sealed buckets); also the commit time (ms). An active bucket with
-    neither is unavailable with -1. A bucket whose newest snapshot goes while pinning is looked
+    neither is pinned as empty (id 0) when neither its log nor its ancestors' hold a record
+    (L15), else unavailable with -1. A bucket whose newest snapshot goes while pinning is looked
     up again. ``holder``: as in ``acquire_with_time``."""
     check_id(lease_id)
     wanted: dict[TableInfo, dict[int, int]] = {}
@@ -91,9 +93,34 @@ def acquire_latest(
         latest = read_latest(table)
         used = cover(table.layout, latest)
         wanted[table] = {b: latest[b] for b in used.used}
-        missing.update({TableBucket(table.name, b): -1 for b in used.uncovered})
+        empty = empty_buckets(table, used.uncovered)
+        wanted[table].update(dict.fromkeys(empty, EMPTY_PIN))
+        missing.update({TableBucket(table.name, b): -1 for b in used.uncovered if b not in empty})
     result, committed_ms = _pin(ctx, lease_id, wanted, duration_ms, latest=True, holder=holder)
-    return result._replace(unavailable={**missing, **result.unavailable}), committed_ms
+    acquired = {tb: max(sid, 0) for tb, sid in result.acquired.items()}
+    return result._replace(acquired=acquired, unavailable={**missing, **result.unavailable}), (
+        committed_ms
+    )
+
+
+def empty_buckets(table: TableInfo, buckets: Iterable[int]) -> set[int]:
+    """Which of ``buckets`` (none with a snapshot standing for it) hold an empty state: nothing
+    in their log, nor in their ancestors' logs (L15). One pipelined read of those logs."""
+    todo, lineage = list(buckets), set()
+    while todo:
+        b = todo.pop()
+        if b not in lineage:
+            lineage.add(b)
+            todo.extend(table.layout.parents(b))
+    if not lineage:
+        return set()
+    order = sorted(lineage)
+    ends = {b: (s.end if s else 0) for b, s in zip(order, read_states(table, order))}
+
+    def empty(b: int) -> bool:
+        return ends[b] == 0 and all(empty(p) for p in table.layout.parents(b))
+
+    return {b for b in buckets if empty(b)}
 
 
 def acquire_with_time(
@@ -320,12 +347,17 @@ def _renew(ctx: Context, lease_id: str, duration_ms: int | None, holder: str) ->
 
 
 def validity(ctx: Context, lease_id: str) -> LeaseRecord:
-    """The live, unexpired lease record; ``LeaseExpiredError`` otherwise (for reads, L12)."""
+    """The live, unexpired lease record (for reads, L12): ``LeaseNotFoundError`` when there is
+    none (never acquired, or dropped, or reclaimed after it expired; L8), ``LeaseExpiredError``
+    when it expired or is being dropped."""
     check_id(lease_id)
     path = ctx.paths.lease(lease_id)
     now, (node,) = ctx.read_with_clock([path])
     if node is None:
-        raise LeaseExpiredError(f"lease {lease_id!r} does not exist (expired or dropped)")
+        raise LeaseNotFoundError(
+            f"lease {lease_id!r} does not exist: it was never acquired, or it was dropped or "
+            "reclaimed after it expired"
+        )
     record = _check_live(ctx, node, path, now)
     if record is None:  # pragma: no cover
         raise LeaseExpiredError(f"lease {lease_id!r} does not exist")

@@ -19,6 +19,7 @@ from ..errors import (
     InvalidTypeError,
     LeaseExpiredError,
     LeasekitError,
+    LeaseNotFoundError,
     ZooKeeperUnavailableError,
 )
 from ..structs import AcquireResult, LeaseInfo, TableBucket
@@ -295,6 +296,7 @@ class KvSnapshotLease:
             JavaNotFoundError: ``spark`` is None and no Java was found to start Spark with.
             TableNotFoundError: the table does not exist.
             NotPinnedError: some active buckets are not covered and ``allow_partial`` is False.
+            LeaseNotFoundError: no such lease, and this handle never acquired or renewed it.
             LeaseExpiredError: the lease expired, was dropped, or its keepalive failed.
             SnapshotNotFoundError: a pinned snapshot is gone.
             IllegalStateError: Spark failed to read the files.
@@ -306,7 +308,14 @@ class KvSnapshotLease:
         self._check()
         spark = session(spark)
         table = load_table(self._ctx, table)
-        sources = lease_sources(self._ctx, self.lease_id, table, allow_partial=allow_partial)
+        try:
+            sources = lease_sources(self._ctx, self.lease_id, table, allow_partial=allow_partial)
+        except LeaseNotFoundError as exc:
+            if self._expires_ms is None:
+                raise  # this handle never acquired it: it does not exist (L8)
+            raise LeaseExpiredError(
+                f"lease {self.lease_id!r} is gone: it expired and was reclaimed, or was dropped"
+            ) from exc
         with spark_errors(f"read {table.name} through lease {self.lease_id}"):
             return snapshot_rows(spark, table, sources, depth=False)
 

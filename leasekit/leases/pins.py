@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..structs import TableBucket
 from ..zk import Delete, Op, SetData, TxnConflict, touch
-from ..zk.formats import LIVE, LeaseRecord, PinChunk
+from ..zk.formats import EMPTY_PIN, LIVE, LeaseRecord, PinChunk
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -39,18 +39,22 @@ def read_pin_chunks(ctx: Context, lease_id: str) -> list[tuple[str, PinChunk]]:
 
 
 def pins_of(ctx: Context, lease_id: str, table: TableInfo | None = None) -> dict[TableBucket, int]:
-    """The lease's pins (of one table, if given)."""
+    """The lease's pins (of one table, if given): snapshot id 0 for a bucket pinned as empty."""
     out: dict[TableBucket, int] = {}
     for _, ch in read_pin_chunks(ctx, lease_id):
         if table is None or ch.table_id == table.table_id:
-            out.update({TableBucket(ch.table, b): sid for b, sid in ch.array.items()})
+            out.update({TableBucket(ch.table, b): max(sid, 0) for b, sid in ch.array.items()})
     return out
 
 
 def pin_deletes(ctx: Context, lease_id: str, ch: PinChunk) -> list[Op]:
-    """Deletes of the pin znodes of every bucket the array pins."""
+    """Deletes of the pin znodes of every bucket the array pins (none for one pinned empty)."""
     pin = ctx.paths.pin
-    return [Delete(pin(ch.table_id, b, sid, lease_id)) for b, sid in ch.array.items()]
+    return [
+        Delete(pin(ch.table_id, b, sid, lease_id))
+        for b, sid in ch.array.items()
+        if sid != EMPTY_PIN
+    ]
 
 
 def _array_write(path: str, ch: PinChunk, ids: list[int]) -> Op:
@@ -75,7 +79,9 @@ def unpin_ops(
     if not pinned:
         return []
     ops: list[Op] = [
-        Delete(ctx.paths.pin(table.table_id, b, sid, lease_id)) for b, sid in pinned.items()
+        Delete(ctx.paths.pin(table.table_id, b, sid, lease_id))
+        for b, sid in pinned.items()
+        if sid != EMPTY_PIN
     ]
     ops.append(_array_write(path, ch, ch.array.updated(dict.fromkeys(pinned, 0)).ids))
     return [*ops, touch(ctx.paths.leases)]  # live views hear of it on the leases' marker
@@ -84,7 +90,7 @@ def unpin_ops(
 def forget_missing_pins(ctx: Context, lease_id: str) -> None:
     """Clear array entries whose pin znode is gone (its table was force-dropped)."""
     for path, ch in read_pin_chunks(ctx, lease_id):
-        targets = list(ch.array.items())
+        targets = [(b, sid) for b, sid in ch.array.items() if sid != EMPTY_PIN]
         nodes = ctx.store.get_many(
             [ctx.paths.pin(ch.table_id, b, sid, lease_id) for b, sid in targets]
         )

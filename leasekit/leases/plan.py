@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..tables import fence
 from ..zk import MAX_REQUEST_BYTES, MAX_TXN_OPS, Create, Delete, Op, SetData, Stat
-from ..zk.formats import LIVE, LeaseRecord, PinChunk
+from ..zk.formats import EMPTY_PIN, LIVE, LeaseRecord, PinChunk
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -116,7 +116,7 @@ def _array_ops(
 ) -> tuple[list[Op], dict[int, Pin], list[int] | None]:
     """One pin array's ops: a create per new pin (and a delete of the pin it moves), then the
     array's write; the pin each create makes (by its index in the ops); the array's new ids
-    (None when it does not change)."""
+    (None when it does not change). A bucket pinned as empty has no pin znode (L15)."""
     pin, tid = ctx.paths.pin, ch.table_id
     pinned = ch.array.present(wanted)
     changed = {b: sid for b, sid in sorted(wanted.items()) if pinned.get(b, 0) != sid}
@@ -125,10 +125,11 @@ def _array_ops(
     ops: list[Op] = []
     pins: dict[int, Pin] = {}
     for bucket, sid in changed.items():
-        pins[len(ops)] = (tid, bucket, sid)
-        ops.append(Create(pin(tid, bucket, sid, lease_id)))
+        if sid != EMPTY_PIN:
+            pins[len(ops)] = (tid, bucket, sid)
+            ops.append(Create(pin(tid, bucket, sid, lease_id)))
         current = pinned.get(bucket)
-        if current:
+        if current and current != EMPTY_PIN:
             ops.append(Delete(pin(tid, bucket, current, lease_id)))
     ids = ch.array.updated(changed).ids
     path = ctx.paths.lease_chunk(lease_id, tid, ch.chunk)

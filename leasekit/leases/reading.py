@@ -36,7 +36,8 @@ def lease_sources(
 
     Raises:
         InvalidLeaseIdError: ``lease_id`` breaks the id rule.
-        LeaseExpiredError: the lease expired, was dropped or does not exist.
+        LeaseNotFoundError: the lease does not exist (never acquired, dropped or reclaimed).
+        LeaseExpiredError: the lease expired or is being dropped.
         NotPinnedError: some active buckets are not covered and ``allow_partial`` is False.
         SnapshotNotFoundError: a pinned snapshot is gone.
         ZooKeeperUnavailableError: ZooKeeper did not answer.
@@ -50,9 +51,11 @@ def lease_sources(
         raise NotPinnedError(
             f"lease {lease_id!r} does not pin {len(used.uncovered)} of "
             f"{table.num_buckets} buckets of {table.name!r} (buckets {shown}{more}), nor "
-            "their ancestors; acquire them or pass allow_partial=True"
+            "their ancestors; acquire them (a bucket with records but no snapshot has nothing "
+            "to pin: take one with table.snapshot(spark)) or pass allow_partial=True"
         )
-    snaps = get_snapshots(table, {b: pinned[b] for b in used.used})
+    # A bucket pinned as empty (id 0, L15) has no rows: no source.
+    snaps = get_snapshots(table, {b: pinned[b] for b in used.used if pinned[b] > 0})
     return [
         Source(b, 0, s, s.log_offset, s.log_offset, used.used[b])
         for b, s in ((s.table_bucket.bucket, s) for s in snaps)

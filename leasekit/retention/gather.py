@@ -14,6 +14,7 @@ from ..tables.catalog import list_tables, load_table
 from ..validate import check_table_name
 from ..zk import GetChildren
 from ..zk.formats import (
+    EMPTY_PIN,
     LeaseRecord,
     MemberRecord,
     OffsetRecord,
@@ -33,13 +34,16 @@ Pin = tuple[str, int, int]
 """(table_id, bucket, snapshot_id) of a pinned snapshot."""
 
 
-def gather_table(ctx: Context, table: TableInfo, skipped: list[str]) -> TableMeta:
+def gather_table(
+    ctx: Context, table: TableInfo, skipped: list[str], *, groups: bool = False
+) -> TableMeta:
     """What retention needs of one table: its buckets' log starts, snapshots and segments, and
-    the groups' committed offsets; what cannot be read is left out and said in ``skipped``."""
+    the groups' committed offsets (with ``log.retention.respect-consumers`` or ``groups``);
+    what cannot be read is left out and said in ``skipped``."""
     begin, snapshots, segments = read_buckets(ctx, table, skipped)
     committed: dict[int, dict[str, int]] = {}
     live: frozenset[str] = frozenset()
-    if table.properties["log.retention.respect-consumers"]:
+    if groups or table.properties["log.retention.respect-consumers"]:
         committed, live = _committed(ctx, table, sorted(begin), skipped)
     return TableMeta(table, begin, snapshots, segments, committed, live)
 
@@ -123,6 +127,8 @@ def _gather_leases(ctx: Context, skipped: list[str]) -> list[LeaseMeta]:
             )
             continue
         for bucket, sid in pin_chunk.array.items():
+            if sid == EMPTY_PIN:
+                continue  # pinned as empty: nothing to keep (L15)
             pins[lease_id][(table_id, bucket, sid)] = None
     out = []
     for lease_id, node in zip(ids, records):

@@ -65,7 +65,7 @@ class ChunkArray(NamedTuple):
         return self.ids[i] if i < len(self.ids) else 0
 
     def present(self, buckets: Iterable[int]) -> dict[int, int]:
-        """The value of each of ``buckets`` (all of this chunk) that has one."""
+        """The value of each of ``buckets`` (all of this chunk) that has one (not 0)."""
         first, ids = self.chunk * CHUNK, self.ids
         size = len(ids)
         out = {}
@@ -73,7 +73,7 @@ class ChunkArray(NamedTuple):
             i = bucket - first
             if not 0 <= i < CHUNK:
                 raise ValueError(f"bucket {bucket} is not in chunk {self.chunk}")
-            if i < size and ids[i] > 0:
+            if i < size and ids[i]:
                 out[bucket] = ids[i]
         return out
 

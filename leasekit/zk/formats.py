@@ -23,7 +23,7 @@ from .group_formats import (
     OwnerRecord,
 )
 from .layout_formats import LayoutRecord, MergeOp, SplitOp, operation
-from .lease_formats import DROPPING, LIVE, LeaseRecord, PinChunk
+from .lease_formats import DROPPING, EMPTY_PIN, LIVE, LeaseRecord, PinChunk
 from .ops import Node, Stat
 from .sink_formats import SinkMarkRecord
 
@@ -41,6 +41,7 @@ __all__ = [
     "LatestChunk",
     "LeaseRecord",
     "PinChunk",
+    "EMPTY_PIN",
     "OffsetRecord",
     "Commit",
     "MemberRecord",
@@ -91,6 +92,9 @@ class TableRecord(NamedTuple):
     """Stored form of the properties set at creation."""
     rescales: tuple[SplitOp | MergeOp, ...] = ()
     """Every split and merge of its buckets, oldest first (``LayoutRecord.operations``)."""
+    rescaled_ms: tuple[int, ...] = ()
+    """When each of ``rescales`` committed, epoch ms on the ZooKeeper clock, in the same order
+    (0, or missing at the end: not recorded)."""
 
     VERSION = 1
 
@@ -109,6 +113,8 @@ class TableRecord(NamedTuple):
         }
         if self.rescales:
             value["o"] = [list(op) for op in self.rescales]
+        if self.rescaled_ms:
+            value["ot"] = list(self.rescaled_ms)
         return codec.encode(value, self.VERSION)
 
     @classmethod
@@ -126,6 +132,7 @@ class TableRecord(NamedTuple):
                 int(v["n"]),
                 dict(v.get("props", {})),
                 tuple(operation(op) for op in ops),
+                tuple(ints(v.get("ot", []))),
             )
 
         return load(data, path, cls.VERSION, "table metadata", build)

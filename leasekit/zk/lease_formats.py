@@ -10,7 +10,7 @@ from .codec import encode
 from .fields import ints, load, string
 from .ops import Node, Stat
 
-__all__ = ["LeaseRecord", "PinChunk", "HolderRecord", "LIVE", "DROPPING"]
+__all__ = ["LeaseRecord", "PinChunk", "HolderRecord", "LIVE", "DROPPING", "EMPTY_PIN"]
 
 LIVE, DROPPING = "live", "dropping"
 """States of a lease record."""
@@ -67,9 +67,15 @@ class LeaseRecord(NamedTuple):
         return load(node.data, path, cls.VERSION, "lease record", build)
 
 
+EMPTY_PIN = -1
+"""A pin array's entry for a bucket pinned as empty (L15): it had no snapshot and nothing in
+its log (nor its ancestors'), so the lease reads no rows for it. No pin znode stands for it:
+retention has nothing to keep. Shown to users as snapshot id 0."""
+
+
 class PinChunk(NamedTuple):
     """``<ns>/leases/<id>/pins/<table_id>.<chunk>``: a lease's pinned snapshot id for each of
-    CHUNK buckets of one table (0: not pinned)."""
+    CHUNK buckets of one table (0: not pinned; ``EMPTY_PIN``: pinned as empty)."""
 
     table_id: str
     """The table's id (from the znode's name)."""

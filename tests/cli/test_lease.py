@@ -26,9 +26,12 @@ def compacted(zookeeper, spark, tmp_path_factory):
 @pytest.fixture
 def orders(conn, compacted):
     """A 4-bucket table with one snapshot per bucket (copies of the module's compaction), plus
-    ``empty``: 2 buckets, no snapshot."""
+    ``empty``: 2 buckets, nothing written, and ``fresh``: 2 buckets with records, no snapshot."""
     table = compacted.make(conn)
     conn.create_table("empty", SCHEMA, "id", buckets=2)
+    fresh = conn.create_table("fresh", SCHEMA, "id", buckets=2)
+    fresh.append([{"id": i, "name": "x", "amount": 1.0} for i in range(20)])
+    assert all(fresh.end_offsets().values())
     return table
 
 
@@ -43,26 +46,31 @@ def lease_info(conn, lease_id: str):
 
 def test_acquire_plain_pins_latest_and_keeps_the_lease(capsys, target, conn, orders) -> None:
     code, out, err = run(capsys, *target, "lease", "acquire", "nightly",
-                         "--table", "orders", "--table", "empty")  # fmt: skip
+                         "--table", "orders", "--table", "empty", "--table", "fresh")  # fmt: skip
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(
-        "lease nightly pins the latest snapshot of 4 bucket(s); it expires at "
+        "lease nightly pins the latest snapshot of 6 bucket(s); it expires at "
     )
-    assert [line.split() for line in lines[2:5]] == [
-        ["TABLE", "ACQUIRED", "UNAVAILABLE"],
-        ["orders", "4", "0"],
-        ["empty", "0", "2"],
+    assert [line.split() for line in lines[2:6]] == [
+        ["TABLE", "ACQUIRED", "EMPTY", "UNAVAILABLE"],
+        ["orders", "4", "0", "0"],
+        ["empty", "2", "2", "0"],  # L15: pinned as empty
+        ["fresh", "0", "0", "2"],
     ]
-    assert lines[6] == "unavailable buckets:"
-    assert [line.split() for line in lines[8:]] == [
-        ["empty", str(b), "-1", "no", "snapshot", "yet"] for b in range(2)
+    assert lines[7] == "not pinned:"
+    assert [line.split() for line in lines[9:11]] == [
+        ["fresh", str(b), "-1", "records", "but", "no", "snapshot", "yet"] for b in range(2)
     ]
+    # L6: the remedy is said where the problem is
+    assert "take one with `leasekit table snapshot fresh` (or table.snapshot(spark))" in out
+    assert "pinned as empty, snapshot 0" in out
 
     # L6, L8: the first acquire created the lease, and it outlives the command
     info = lease_info(conn, "nightly")
     assert info is not None
-    assert info.pins == orders.latest_snapshots()
+    empty = {TableBucket("empty", b): 0 for b in range(2)}
+    assert info.pins == {**orders.latest_snapshots(), **empty}
     assert info.duration == timedelta(hours=1)
     assert info.expires_at.isoformat(timespec="milliseconds").replace("+00:00", "Z") in lines[0]
 
@@ -71,13 +79,20 @@ def test_acquire_json(capsys, target, conn, orders) -> None:
     data = run_json(capsys, *target, "lease", "acquire", "report", "--table", "orders",
                     "--table", "empty", "--duration", "2h")  # fmt: skip
     assert data["lease_id"] == "report"
-    assert data["tables"] == [{"table": "orders", "acquired": 4, "unavailable": 0},
-                              {"table": "empty", "acquired": 0, "unavailable": 2}]  # fmt: skip
+    assert data["tables"] == [
+        {"table": "orders", "acquired": 4, "empty": 0, "unavailable": 0},
+        {"table": "empty", "acquired": 2, "empty": 2, "unavailable": 0},
+    ]
     latest = orders.latest_snapshots()
-    assert data["acquired"] == [{"table": "orders", "bucket": b, "snapshot_id": latest[tb]}
-                                for b, tb in enumerate(orders.buckets)]  # fmt: skip
-    assert data["unavailable"] == [
-        {"table": "empty", "bucket": b, "snapshot_id": -1, "reason": "no snapshot yet"}
+    assert data["acquired"] == [
+        *({"table": "empty", "bucket": b, "snapshot_id": 0} for b in range(2)),  # L15
+        *({"table": "orders", "bucket": b, "snapshot_id": latest[tb]}
+          for b, tb in enumerate(orders.buckets)),
+    ]  # fmt: skip
+    assert data["unavailable"] == []
+    fresh = run_json(capsys, *target, "lease", "acquire", "other", "--table", "fresh")
+    assert fresh["unavailable"] == [
+        {"table": "fresh", "bucket": b, "snapshot_id": -1, "reason": "records but no snapshot yet"}
         for b in range(2)]  # fmt: skip
     info = lease_info(conn, "report")
     assert ts(data["expires_at"]) == info.expires_at
@@ -105,7 +120,7 @@ def test_list_plain_json_and_expired(capsys, target, conn, orders) -> None:
     assert header == ["LEASE-ID", "PINS", "TABLES", "DURATION", "RENEWED-AT", "EXPIRES-AT",
                       "EXPIRES-IN", "OWNER"]  # fmt: skip
     assert [r[:4] for r in rows] == [
-        ["both", "4", "orders", "2h"],
+        ["both", "6", "empty,orders", "2h"],  # L15: the empty table's buckets pinned empty
         ["short", "1", "orders", "500ms"],
     ]
     # §6.8: expires in, as people read durations; negative once expired, not yet reclaimed
@@ -116,9 +131,12 @@ def test_list_plain_json_and_expired(capsys, target, conn, orders) -> None:
     assert [d["lease_id"] for d in data] == ["both", "short"]
     both = data[0]
     latest = orders.latest_snapshots()
-    assert both["pins"] == [{"table": "orders", "bucket": tb.bucket, "snapshot_id": latest[tb]}
-                            for tb in orders.buckets]  # fmt: skip
-    assert both["tables"] == ["orders"]
+    assert both["pins"] == [
+        *({"table": "empty", "bucket": b, "snapshot_id": 0} for b in range(2)),
+        *({"table": "orders", "bucket": tb.bucket, "snapshot_id": latest[tb]}
+          for tb in orders.buckets),
+    ]  # fmt: skip
+    assert both["tables"] == ["empty", "orders"]
     assert both["duration"] == 7200  # JSON: seconds
     assert ts(both["expires_at"]) - ts(both["renewed_at"]) == timedelta(hours=2)
     assert both["owner"] == lease_info(conn, "both").owner

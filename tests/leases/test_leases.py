@@ -172,20 +172,20 @@ def test_several_leases_pin_one_snapshot_until_the_last_goes(conn, orders):
     delete_snapshot(orders, 3, 1)
 
 
-def test_acquire_latest_pins_newest_and_reports_buckets_without_snapshot(conn, spark):
-    # L6
+def test_acquire_latest_pins_newest_and_empty_buckets_as_empty(conn, spark):
+    # L6, L15 (buckets with records but no snapshot: test_empty_buckets.py)
     table = conn.create_table("sparse", "id BIGINT", "id", buckets=8)
     table.append([{"id": 1}])
     table.snapshot(spark)
     other = conn.create_table("other", "id BIGINT", "id", buckets=2)
     lease = conn.lease("q3", "1h")
     result = lease.acquire_latest(["sparse", "other"])
-    written = {tb for tb, s in table.latest_snapshots().items()}
-    assert set(result.acquired) == written and len(written) == 1
-    assert result.unavailable == {
-        tb: -1 for tb in table.buckets + other.buckets if tb not in written
+    written = table.latest_snapshots()
+    assert len(written) == 1 and not result.unavailable
+    assert result.acquired == {tb: written.get(tb, 0) for tb in table.buckets + other.buckets}
+    assert lease.acquire_latest("sparse").acquired == {  # a str is one table
+        tb: sid for tb, sid in result.acquired.items() if tb.table == "sparse"
     }
-    assert lease.acquire_latest("sparse").acquired == result.acquired  # a str is one table
 
 
 def test_acquire_latest_retries_when_the_latest_disappears(conn, orders, spark, monkeypatch):

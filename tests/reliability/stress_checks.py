@@ -17,7 +17,7 @@ from leasekit.log.segments import list_segments
 from leasekit.snapshots.catalog import list_snapshots, read_latest
 from leasekit.snapshots.cover import cover
 from leasekit.tables.bucketing import murmur3_hash
-from leasekit.zk.formats import BucketState, LeaseRecord, PinChunk, SnapshotRecord
+from leasekit.zk.formats import EMPTY_PIN, BucketState, LeaseRecord, PinChunk, SnapshotRecord
 
 if TYPE_CHECKING:
     from stress_workload import Stress
@@ -257,6 +257,8 @@ def metadata_consistency(conn) -> list[str]:
             pin_chunk = PinChunk.decode(store.get(chunk_path), chunk_path, table_id, chunk)
             for bucket, sid in pin_chunk.array.items():
                 arrays[lease_id][(table_id, bucket)] = sid
+                if sid == EMPTY_PIN:
+                    continue  # L15: pinned as empty, no pin znode
                 if store.exists(paths.pin(table_id, bucket, sid, lease_id)) is None:
                     problems.append(
                         f"lease {lease_id} lists {table_id}/{bucket} snapshot {sid} without a pin"

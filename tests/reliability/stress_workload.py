@@ -387,6 +387,8 @@ class Stress:
         }
         for info in live:
             for tb, sid in info.pins.items():
+                if sid == 0:
+                    continue  # L15: pinned as empty, nothing to keep
                 snap = stored.get((tb, sid))
                 if snap is None:
                     problem = "snapshot metadata missing"

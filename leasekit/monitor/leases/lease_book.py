@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import CorruptMetadataError
 from ...zk import GetChildren
-from ...zk.formats import LIVE, LeaseRecord, PinChunk
+from ...zk.formats import EMPTY_PIN, LIVE, LeaseRecord, PinChunk
 
 if TYPE_CHECKING:
     from ...context import Context
@@ -100,6 +100,8 @@ def read_leases(ctx: Context) -> LeaseBook:
             skipped.append(str(exc))
             continue
         for bucket, sid in chunk.array.items():
+            if sid == EMPTY_PIN:
+                continue  # pinned as empty: nothing to keep (L15)
             pins[lease_id][(chunk.table_id, bucket, sid)] = None
             tables[lease_id][chunk.table_id] = chunk.table
     leases = []
