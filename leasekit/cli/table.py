@@ -5,16 +5,28 @@ namespace. ``snapshot`` starts Spark (or reuses the active session); the others 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
+from ..structs import TableBucket
 from .common import add_command, connect, spark
-from .output import emit, format_fields, format_table, listing, unreadable
+from .output import emit, format_fields, format_table, listing, unreadable, value_text
 
 if TYPE_CHECKING:
     from ..table import Table
 
 __all__ = ["register"]
+
+OFFSET_COLUMNS = [
+    "bucket",
+    "state",
+    "beginning_offset",
+    "end_offset",
+    "latest_snapshot",
+    "snapshot_log_offset",
+    "snapshot_rows",
+]
 
 
 def _parse_property(text: str) -> tuple[str, str]:
@@ -37,34 +49,73 @@ def _table_info(table: Table) -> dict[str, Any]:
     }
 
 
-def _bucket_rows(table: Table) -> list[dict[str, Any]]:
+def _bucket_rows(table: Table, sealed: Mapping[int, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """The offsets and latest snapshot of every active bucket and of the sealed ones still in
+    use (``sealed``: bucket -> why), by bucket number."""
     begin, end = table.beginning_offsets(), table.end_offsets()
     latest: dict[int, Any] = {}
     for snap in table.snapshots():
         bucket = snap.table_bucket.bucket
         if bucket not in latest or snap.snapshot_id > latest[bucket].snapshot_id:
             latest[bucket] = snap
+    shown = sorted({*table.layout.active, *sealed})
     rows = []
-    for tb in table.buckets:
-        snap = latest.get(tb.bucket)
+    for b in shown:
+        tb, snap = TableBucket(table.name, b), latest.get(b)
         rows.append({
-            "bucket": tb.bucket,
+            "bucket": b,
+            "state": "sealed" if b in sealed else "active",
             "beginning_offset": begin[tb],
             "end_offset": end[tb],
             "latest_snapshot": snap.snapshot_id if snap else None,
             "snapshot_log_offset": snap.log_offset if snap else None,
             "snapshot_rows": snap.row_count if snap else None,
+            "in_use": list(sealed[b]) if b in sealed else None,
         })  # fmt: skip
     return rows
 
 
 def _lineage_rows(table: Table) -> list[dict[str, Any]]:
-    """Every bucket the table ever had: state, parents, children and seal (K8)."""
+    """Every bucket the table ever had: state, parents, children, the offset it was sealed at
+    and when (K8)."""
+    times = table.sealed_times()
     return [
         {"bucket": x.table_bucket.bucket, "state": x.state, "parents": list(x.parents),
-         "children": list(x.children), "sealed_at": x.sealed_at}
+         "children": list(x.children), "sealed_at": x.sealed_at,
+         "sealed_time": times.get(x.table_bucket.bucket)}
         for x in table.lineage()
     ]  # fmt: skip
+
+
+def _nums(ids: Sequence[int]) -> str:
+    return ", ".join(map(str, ids))
+
+
+def _rescale_text(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lineage as ``table describe`` prints it: the buckets a split or merge sealed or
+    made, each with where it came from and went ("sealed at offset 22,198 → 8, 9") and when."""
+    by_bucket = {r["bucket"]: r for r in rows}
+
+    def when(sealed: dict[str, Any]) -> str:
+        kind = "split" if len(sealed["children"]) == 2 else "merged"
+        at = sealed["sealed_time"]
+        return f"{kind} {value_text(at)}" if at is not None else f"{kind}, time not recorded"
+
+    out = []
+    for r in rows:
+        if not (r["parents"] or r["children"]):
+            continue
+        parts = [f"from {_nums(r['parents'])}"] if r["parents"] else []
+        if r["state"] == "sealed":
+            parts.append(f"sealed at offset {r['sealed_at']:,} → {_nums(r['children'])}")
+        made = when(by_bucket[r["parents"][0]]) if r["parents"] else None
+        out.append({
+            "bucket": r["bucket"],
+            "state": r["state"],
+            "lineage": "; ".join(parts),
+            "when": when(r) if r["state"] == "sealed" else made,
+        })  # fmt: skip
+    return out
 
 
 def _parse_pair(text: str) -> tuple[int, int]:
@@ -75,19 +126,44 @@ def _parse_pair(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def _new_buckets(name: str, created: list[int], parents: list[int]) -> list[dict[str, Any]]:
-    return [{"table": name, "bucket": b, "parents": parents} for b in created]
+def _new_buckets(table: Table, created: list[int], parents: list[int]) -> list[dict[str, Any]]:
+    """The buckets a rescale made, each with its parents and the offsets they were sealed at
+    (the new buckets open at offset 0, K1)."""
+    seals = [table.layout.sealed_at(p) for p in parents]
+    return [
+        {"table": table.name, "bucket": b, "parents": parents, "parents_sealed_at": seals}
+        for b in created
+    ]
+
+
+def _sealed_line(parents: list[int], seals: list[int], created: list[int]) -> str:
+    """Where the parents were sealed and the new buckets open ("bucket 2 sealed at offset
+    22,198; children 8, 9 open at offset 0"), and how consumers follow (K5)."""
+    sealed = ", ".join(
+        f"bucket {p} sealed at offset {s:,}" if i == 0 else f"bucket {p} at offset {s:,}"
+        for i, (p, s) in enumerate(zip(parents, seals))
+    )
+    opened = f"children {_nums(created)} open" if len(created) > 1 else f"child {created[0]} opens"
+    what = f"bucket {parents[0]} to its seal" if len(parents) == 1 else (
+        f"buckets {_nums(parents)} to their seals"
+    )  # fmt: skip
+    return (
+        f"{sealed}; {opened} at offset 0\n"
+        f"consumers read {what} before {_nums(created)} (parent first)"
+    )
 
 
 def _split(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         table = conn.table(args.name)
         created = [tb.bucket for tb in table.split_bucket(args.bucket)]
-    rows = _new_buckets(args.name, created, [args.bucket])
+        rows = _new_buckets(table, created, [args.bucket])
 
     def render(r: list[dict[str, Any]]) -> str:
-        into = ", ".join(str(x["bucket"]) for x in r)
-        return f"split bucket {args.bucket} of {args.name} into buckets {into}\n\n{format_table(r)}"
+        return (
+            f"split bucket {args.bucket} of {args.name} into buckets {_nums(created)}\n"
+            + _sealed_line([args.bucket], r[0]["parents_sealed_at"], created)
+        )
 
     emit(args, rows, render)
     return 0
@@ -98,10 +174,12 @@ def _merge(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         table = conn.table(args.name)
         merged = table.merge_buckets(a, b).bucket
-    rows = _new_buckets(args.name, [merged], [a, b])
+        rows = _new_buckets(table, [merged], [a, b])
 
     def render(r: list[dict[str, Any]]) -> str:
-        return f"merged buckets {a}, {b} of {args.name} into bucket {merged}\n\n{format_table(r)}"
+        return f"merged buckets {a}, {b} of {args.name} into bucket {merged}\n" + _sealed_line(
+            [a, b], r[0]["parents_sealed_at"], [merged]
+        )
 
     emit(args, rows, render)
     return 0
@@ -155,23 +233,44 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from ..retention.sealed import in_use
+
     with connect(args, read_only=True) as conn:
         table = conn.table(args.name)
+        sealed = in_use(table.context, table) if table.layout.rescaled else {}
         info = {
             **_table_info(table),
-            "bucket_offsets": _bucket_rows(table),
+            "bucket_offsets": _bucket_rows(table, sealed),
             "lineage": _lineage_rows(table),
         }
-
-    def render(i: dict[str, Any]) -> str:
-        fields = {k: v for k, v in i.items() if k not in ("bucket_offsets", "lineage")}
-        text = f"{format_fields(fields)}\n\n{format_table(i['bucket_offsets'])}"
-        if any(r["parents"] or r["children"] for r in i["lineage"]):  # ever rescaled
-            text += f"\n\nlineage\n\n{format_table(i['lineage'])}"
-        return text
-
-    emit(args, info, render)
+    emit(args, info, _render_describe)
     return 0
+
+
+def _render_describe(info: dict[str, Any]) -> str:
+    fields = {k: v for k, v in info.items() if k not in ("bucket_offsets", "lineage")}
+    lineage = _rescale_text(info["lineage"])
+    columns = [c for c in OFFSET_COLUMNS if c != "state" or lineage]
+    text = f"{format_fields(fields)}\n\n{format_table(info['bucket_offsets'], columns)}"
+    if not lineage:  # never rescaled: the offsets say it all
+        return text
+    shown = {r["bucket"] for r in info["bucket_offsets"]}
+    notes = [
+        f"sealed bucket {r['bucket']} is still in use: " + "; ".join(r["in_use"])
+        for r in info["bucket_offsets"]
+        if r["in_use"]
+    ]
+    gone = [
+        r["bucket"] for r in info["lineage"] if r["state"] == "sealed" and r["bucket"] not in shown
+    ]
+    if gone:
+        them = "them" if len(gone) > 1 else "it"
+        notes.append(
+            f"sealed bucket{'s' if len(gone) > 1 else ''} {_nums(gone)}: drained and out of use "
+            f"(retention may delete {them}), not shown above"
+        )
+    sections = [text, "\n".join(notes), f"lineage\n\n{format_table(lineage)}"]
+    return "\n\n".join(x for x in sections if x)
 
 
 def _snapshot(args: argparse.Namespace) -> int:

@@ -16,13 +16,22 @@ from ..structs import RetentionItem, TableBucket
 from ..zk import Delete, SetData, TxnConflict, touch
 from ..zk.chunked import ChunkArray, chunk_of
 from ..zk.formats import BucketState, LatestChunk
+from .gather import gather_table
 from .meta import SnapshotMeta, TableMeta
 
 if TYPE_CHECKING:
+    from ..context import Context
     from ..tables.info import TableInfo
     from ..zk.ops import Op
 
-__all__ = ["hold", "free_reason", "plan_free", "relabel_held", "delete_sealed_snapshot"]
+__all__ = [
+    "hold",
+    "in_use",
+    "free_reason",
+    "plan_free",
+    "relabel_held",
+    "delete_sealed_snapshot",
+]
 
 
 def _lacking(tm: TableMeta, bucket: int, seen: set[int]) -> list[int]:
@@ -63,15 +72,9 @@ def hold(tm: TableMeta, bucket: int, respect: bool) -> tuple[str, int] | None:
         return None
     lacking = sorted(set(_lacking(tm, bucket, set())))
     if lacking:
-        names = ", ".join(map(str, lacking))
-        what = (
-            f"child {names} has no snapshot of its own"
-            if len(lacking) == 1
-            else f"children {names} have no snapshot of their own"
-        )
         snaps = tm.snapshots.get(bucket) or []
         start = max((s.log_offset for s in snaps), default=0)
-        return f"sealed bucket {bucket}: {what} yet", start
+        return f"sealed bucket {bucket}: {_lacking_text(lacking)}", start
     behind = _behind(tm, bucket, sealed_at) if respect else None
     if behind is not None:
         group, at = behind
@@ -80,6 +83,46 @@ def hold(tm: TableMeta, bucket: int, respect: bool) -> tuple[str, int] | None:
             max(at, 0),
         )
     return None
+
+
+def _lacking_text(lacking: list[int]) -> str:
+    names = ", ".join(map(str, lacking))
+    if len(lacking) == 1:
+        return f"child {names} has no snapshot of its own yet"
+    return f"children {names} have no snapshot of their own yet"
+
+
+def in_use(ctx: Context, table: TableInfo) -> dict[int, tuple[str, ...]]:
+    """Why each sealed bucket of ``table`` is still in use, read now: the groups that have not
+    consumed it to its seal (K5, K6), the buckets built from it without a snapshot of their
+    own and the leases pinning its snapshots (K7). A sealed bucket left out is drained and out
+    of use: no group has to read it, and retention may delete it.
+
+    Raises:
+        ZooKeeperUnavailableError: ZooKeeper did not answer.
+    """
+    tm = gather_table(ctx, table, [], groups=True)
+    layout, out = table.layout, {}
+    for bucket in range(layout.count):
+        sealed_at = layout.sealed_at(bucket)
+        if sealed_at is None:
+            continue
+        why = [
+            f"group {group} has not consumed it to its seal "
+            + (f"(committed {offset:,} of {sealed_at:,})" if offset >= 0 else "(committed nothing)")
+            for group, offset in sorted(tm.committed.get(bucket, {}).items())
+            if max(offset, 0) < sealed_at
+        ]
+        lacking = sorted(set(_lacking(tm, bucket, set())))
+        if lacking and (sealed_at > 0 or tm.snapshots.get(bucket)):  # sealed empty: holds nothing
+            why.append(_lacking_text(lacking))
+        pinned = sorted(s.snapshot_id for s in tm.snapshots.get(bucket, ()) if s.pins)
+        if pinned:
+            ids = ", ".join(map(str, pinned))
+            why.append(f"a lease pins snapshot{'s' if len(pinned) > 1 else ''} {ids}")
+        if why:
+            out[bucket] = tuple(why)
+    return out
 
 
 def free_reason(tm: TableMeta, bucket: int, respect: bool) -> str:

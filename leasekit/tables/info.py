@@ -68,6 +68,22 @@ class TableInfo:
         """The stored definition as last read, and its znode's version."""
         return self._record, self._version
 
+    def sealed_times(self) -> dict[int, datetime]:
+        """When each sealed bucket was sealed, as last read (no I/O).
+
+        Returns:
+            Bucket number -> the time its split or merge committed (ZooKeeper clock, UTC); a
+            bucket sealed by a version that recorded no time is missing.
+
+        Raises nothing.
+        """
+        stamps, out = self._record.rescaled_ms, {}
+        for lin in self._layout.lineage(self.name):
+            index = self._layout.sealed_by(lin.table_bucket.bucket)
+            if index is not None and index < len(stamps) and stamps[index] > 0:
+                out[lin.table_bucket.bucket] = to_datetime(stamps[index])
+        return out
+
     @property
     def active(self) -> tuple[int, ...]:
         """The ids of the active buckets, as last read (no I/O)."""

@@ -61,6 +61,8 @@ class _Seal(NamedTuple):
     """Its end offset at the seal."""
     children: tuple[int, ...]
     """The buckets it was split or merged into."""
+    rescale: int
+    """Index of that split or merge in the layout's operations."""
 
 
 class BucketLayout:
@@ -121,6 +123,12 @@ class BucketLayout:
         """The end offset ``bucket`` was sealed at; None while it is active."""
         seal = self._seals.get(self._bucket(bucket)[0])
         return None if seal is None else seal.sealed_at
+
+    def sealed_by(self, bucket: int) -> int | None:
+        """Index in ``record.operations`` of the split or merge that sealed ``bucket``; None
+        while it is active."""
+        seal = self._seals.get(self._bucket(bucket)[0])
+        return None if seal is None else seal.rescale
 
     def is_active(self, bucket: int) -> bool:
         """Whether ``bucket`` is one of the layout's buckets and takes appends."""
@@ -323,15 +331,16 @@ class BucketLayout:
                 f"{2 * m} would reach 2**31"
             )
         c1, c2 = self._create([ResidueClass(r, 2 * m), ResidueClass(r + m, 2 * m)], (bucket,))
-        self._seal(bucket, owns, _Seal(sealed_at, (c1, c2)))
+        self._seal(bucket, owns, _Seal(sealed_at, (c1, c2), len(self._ops)))
         self._ops.append(SplitOp(r, m, sealed_at))
         return c1, c2
 
     def _merge(self, whole: ResidueClass, low: tuple[int, int], high: tuple[int, int]) -> int:
         r, m = whole
         (c,) = self._create([whole], (low[0], high[0]))
-        self._seal(low[0], ResidueClass(r, 2 * m), _Seal(low[1], (c,)))
-        self._seal(high[0], ResidueClass(r + m, 2 * m), _Seal(high[1], (c,)))
+        index = len(self._ops)
+        self._seal(low[0], ResidueClass(r, 2 * m), _Seal(low[1], (c,), index))
+        self._seal(high[0], ResidueClass(r + m, 2 * m), _Seal(high[1], (c,), index))
         self._ops.append(MergeOp(r, m, low[1], high[1]))
         return c
 

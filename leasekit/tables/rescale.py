@@ -82,6 +82,7 @@ def _rescale(table: TableInfo, parents: list[int], change: Change) -> tuple[int,
     record, version = table.record
     state_paths = [ctx.paths.bucket(tid, b) for b in parents]
     data_path = ctx.paths.table_data(tid)
+    stamps = _stamps(record.rescaled_ms, len(record.rescales), ctx.server_time_ms())
     for _ in range(_ATTEMPTS):
         nodes = ctx.store.get_many([data_path, *state_paths])
         data_node = nodes[0]
@@ -93,7 +94,7 @@ def _rescale(table: TableInfo, parents: list[int], change: Change) -> tuple[int,
             None if n is None else BucketState.decode(n, p) for p, n in zip(state_paths, nodes[1:])
         ]
         layout, created = change(table.layout, [s.end if s else 0 for s in states])
-        new_record = record._replace(rescales=layout.record.operations)
+        new_record = record._replace(rescales=layout.record.operations, rescaled_ms=stamps)
         ops: list[Op] = [
             SetData(ctx.paths.table(table.name), new_record.encode(), version),
             Check(data_path, data_node.stat.version),
@@ -115,6 +116,12 @@ def _rescale(table: TableInfo, parents: list[int], change: Change) -> tuple[int,
     raise IllegalStateError(
         f"rescale of table {table.name!r}: gave up after {_ATTEMPTS} concurrent appends"
     )
+
+
+def _stamps(stamps: tuple[int, ...], count: int, now_ms: int) -> tuple[int, ...]:
+    """The rescale times with this one's, ``now_ms``, last: one per rescale, 0 for those of an
+    older version that recorded none."""
+    return (*stamps[:count], *(0,) * (count - len(stamps)), now_ms)
 
 
 def _seal_ops(paths: Paths, tid: str, bucket: int, state: BucketState | None) -> list[Op]:
