@@ -8,12 +8,13 @@ lists the live members (``overview`` and ``history``: ``consumer_monitor``).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..consumers.admin import health
 from ..durations import parse_duration, parse_timestamp
 from ..errors import InvalidArgumentError
-from ..structs import TableBucket
+from ..structs import BucketLineage, TableBucket
 from ..validate import check_id
 from .common import add_command, bucket_arg, connect, duration_arg, offset_arg, shift_arg
 from .consumer_monitor import register_monitor
@@ -50,51 +51,115 @@ def _describe(args: argparse.Namespace) -> int:
         return _members(args)
     with connect(args, read_only=True) as conn:
         _existing_group(conn, args.group)
-        frame = conn.describe_group(args.group)
-    rows = frame_rows(frame)
+        board = conn.group_board(args.group)
+    rows = frame_rows(board.frame.drop(columns="metadata"))
     status = health.group_status(
         (TableBucket(r["table"], r["bucket"]), r["status"]) for r in rows if r["status"]
     )
-    leader = frame.attrs.get("leader")
+    waiting = _waiting(rows, board.lineage)
     data = {
         "group": args.group,
         "status": status.status,
-        "generation": frame.attrs.get("generation"),
-        "leader": leader,
+        "generation": board.generation,
+        "leader": board.leader,
         "buckets": rows,
         "unowned": [
             {"table": r["table"], "bucket": r["bucket"]}
             for r in rows
-            if r["consumer_id"] is None and leader is not None
+            if r["consumer_id"] is None
+            and board.leader is not None
+            and (r["table"], r["bucket"]) not in waiting
+        ],
+        "waiting": [
+            {"table": t, "bucket": b, "parents": list(parents)}
+            for (t, b), parents in sorted(waiting.items())
         ],
     }
-
-    from ..consumers.admin.group_admin import DESCRIBE_COLUMNS  # loads kazoo: not at CLI import
-
-    def render(d: dict[str, Any]) -> str:
-        if not d["buckets"] and d["leader"] is None:
-            return f"group {d['group']} has no committed offsets and no live members"
-        return "\n".join(
-            [
-                f"GROUP {d['group']}: {d['status']}",
-                _state(d, len(d["unowned"])),
-                "",
-                format_table(d["buckets"], DESCRIBE_COLUMNS),
-            ]
-        )
-
-    emit(args, data, render)
+    emit(args, data, lambda d: _render_describe(d, board.lineage))
     return 0
 
 
-def _state(d: dict[str, Any], unowned: int) -> str:
-    """The line under the group's: its generation and leader (``-`` for none), and how many
-    buckets no live member owns (their CONSUMER-ID is ``-``, as in Kafka's tool)."""
+def _waiting(
+    rows: list[dict[str, Any]], lineage: Mapping[TableBucket, BucketLineage]
+) -> dict[tuple[str, int], tuple[int, ...]]:
+    """The described buckets no member owns that wait for their parents: made by a split or
+    merge whose sealed parent the group has not read to its seal yet (it is still described,
+    K6), so no member is assigned them before (parent first, K5); each with those parents."""
+    described = {(r["table"], r["bucket"]) for r in rows}
+    out = {}
+    for r in rows:
+        lin = lineage.get(TableBucket(r["table"], r["bucket"]))
+        if r["consumer_id"] is None and lin is not None:
+            parents = tuple(p for p in lin.parents if (r["table"], p) in described)
+            if parents:
+                out[r["table"], r["bucket"]] = parents
+    return out
+
+
+def _render_describe(d: dict[str, Any], lineage: Mapping[TableBucket, BucketLineage]) -> str:
+    """The group's header lines, its buckets (a bucket waiting for its parents says so where
+    its owner would be) and a line per rescaled bucket the group still reads (K5, K6)."""
+    from ..consumers.admin.group_admin import DESCRIBE_COLUMNS  # loads kazoo: not at CLI import
+
+    if not d["buckets"] and d["leader"] is None:
+        return f"group {d['group']} has no committed offsets and no live members"
+    waits = {(w["table"], w["bucket"]): w["parents"] for w in d["waiting"]}
+    shown = [
+        {**r, "consumer_id": _waiting_for(waits[r["table"], r["bucket"]])}
+        if (r["table"], r["bucket"]) in waits
+        else r
+        for r in d["buckets"]
+    ]
+    notes = []
+    for r in d["buckets"]:
+        lin = lineage.get(TableBucket(r["table"], r["bucket"]))
+        if lin is not None and lin.state == "sealed":
+            notes.append(_sealed_note(r["table"], lin, waits))
+    return "\n".join(
+        [
+            f"GROUP {d['group']}: {d['status']}",
+            _state(d, len(d["unowned"]), len(d["waiting"])),
+            "",
+            format_table(shown, DESCRIBE_COLUMNS),
+            *([""] + notes if notes else []),
+        ]
+    )
+
+
+def _waiting_for(parents: list[int]) -> str:
+    """The owner column of a bucket waiting for its parents: "waiting for 2 (parent)"."""
+    if len(parents) == 1:
+        return f"waiting for {parents[0]} (parent)"
+    return f"waiting for {', '.join(map(str, parents))} (parents)"
+
+
+def _sealed_note(table: str, lin: BucketLineage, waits: Mapping[Any, list[int]]) -> str:
+    """A sealed bucket the group still reads, as the widgets say it ("bucket 2 of orders: sealed
+    at offset 22,198 → 8, 9"), and which of its children wait until the group has read it to
+    its seal (parent first, K5)."""
+    b, children = lin.table_bucket.bucket, lin.children
+    into = ", ".join(map(str, children))
+    text = f"bucket {b} of {table}: sealed at offset {lin.sealed_at:,} → {into}"
+    held = [c for c in children if (table, c) in waits]
+    if not held:
+        return text
+    them = ", ".join(map(str, held))
+    verb = "waits" if len(held) == 1 else "wait"
+    return f"{text}; {them} {verb} until the group has read {b} to its seal (parent first)"
+
+
+def _state(d: dict[str, Any], unowned: int, waiting: int = 0) -> str:
+    """The line under the group's: its generation and leader (``-`` for none), how many
+    buckets no live member owns (their CONSUMER-ID is ``-``, as in Kafka's tool) and how many
+    wait for their parents."""
     generation = "-" if d["generation"] is None else d["generation"]
+    wait = f"  WAITING {waiting} (parent first)" if waiting else ""
     if d["leader"] is None:
-        return f"GENERATION {generation}  LEADER -  no live members"
-    return f"GENERATION {generation}  LEADER {d['leader']}" + (
-        f"  UNOWNED {unowned}" if unowned else ""
+        return f"GENERATION {generation}  LEADER -  no live members{wait}"
+    return (
+        f"GENERATION {generation}  LEADER {d['leader']}"
+        + (f"  UNOWNED {unowned}" if unowned else "")
+        + wait
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -158,3 +159,58 @@ def test_describe_shows_generation_leader_owners_and_members(capsys, conn, targe
         assert row[7:9] == ["-", "-"]  # CONSUMER-ID and HOST
         data = run_json(capsys, "consumer", "describe", "g", *target)
         assert data["unowned"] == [{"table": "orders", "bucket": gone.bucket}]
+
+
+def _settle(consumer, wanted, seconds: float = 15.0) -> None:
+    """Poll until the consumer's assignment is ``wanted``."""
+    deadline = time.monotonic() + seconds
+    while set(consumer.assignment()) != wanted and time.monotonic() < deadline:
+        consumer.poll(timeout="0.05s")
+    assert set(consumer.assignment()) == wanted
+
+
+def test_describe_says_new_buckets_wait_for_their_parent(capsys, conn, target):
+    # K5: parent first: the buckets a split made wait, unowned, until the group has read their
+    # parent to its seal; the describe table says so where their owner would be. K6: the
+    # sealed parent is described until drained, then it leaves
+    table = conn.create_table("orders", "id BIGINT", "id", buckets=2)
+    table.append([{"id": i} for i in range(2_000)])
+    c = conn.consumer("orders", group_id="g", auto_offset_reset="earliest")
+    with c:
+        _settle(c, {TB("orders", 0), TB("orders", 1)})
+        c.commit({TB("orders", 0): 2, TB("orders", 1): 2})
+        sealed_at = table.end_offsets()[TB("orders", 1)]
+        table.split_bucket(1)
+        table.append([{"id": i} for i in range(2_000, 2_400)])
+
+        code, out, err = run(capsys, "consumer", "describe", "g", *target)
+        assert code == 0, err
+        lines = out.splitlines()
+        assert lines[1].endswith(f"LEADER {c.member_id}  WAITING 2 (parent first)")
+        assert "UNOWNED" not in lines[1]
+        rows = {int(line.split()[2]): line for line in lines[4:8]}
+        assert sorted(rows) == [0, 1, 2, 3]
+        for child in (2, 3):
+            assert re.search(r"\s-\s+waiting for 1 \(parent\)\s+-\s+-\s+-$", rows[child])
+        assert c.member_id in rows[1]
+        assert lines[8:] == [
+            "",
+            f"bucket 1 of orders: sealed at offset {sealed_at:,} → 2, 3; 2, 3 wait until the "
+            "group has read 1 to its seal (parent first)",
+        ]
+        data = run_json(capsys, "consumer", "describe", "g", *target)
+        assert data["unowned"] == []
+        assert data["waiting"] == [
+            {"table": "orders", "bucket": 2, "parents": [1]},
+            {"table": "orders", "bucket": 3, "parents": [1]},
+        ]
+        assert {r["bucket"]: r["consumer_id"] for r in data["buckets"]}[2] is None
+
+        c.commit({TB("orders", 1): sealed_at})  # drained: the children are assigned
+        _settle(c, {TB("orders", b) for b in (0, 2, 3)})
+        code, out, err = run(capsys, "consumer", "describe", "g", *target)
+        assert code == 0, err
+        lines = out.splitlines()
+        assert "WAITING" not in lines[1] and "waiting for" not in out
+        assert sorted(int(line.split()[2]) for line in lines[4:]) == [0, 2, 3]
+        assert run_json(capsys, "consumer", "describe", "g", *target)["waiting"] == []
