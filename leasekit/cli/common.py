@@ -28,6 +28,8 @@ __all__ = [
     "warehouse_location",
     "missing_warehouse",
     "refuse_missing_warehouse",
+    "zookeeper_command",
+    "embedded_server",
 ]
 
 EXIT_ERROR = 2
@@ -151,7 +153,7 @@ def _running_server(args: argparse.Namespace) -> str | None:
     from ..errors import ZooKeeperUnavailableError
     from ..warehouse import Warehouse
 
-    if args.zookeeper or os.environ.get("LEASEKIT_ZOOKEEPER"):
+    if not embedded_server(args):
         return args.zookeeper  # an external server: nothing is started for it
     warehouse = Warehouse(warehouse_location(args))
     if not warehouse.is_local:
@@ -162,9 +164,27 @@ def _running_server(args: argparse.Namespace) -> str | None:
         raise ZooKeeperUnavailableError(
             f"the embedded ZooKeeper of warehouse {shown if shown.isprintable() else repr(shown)}"
             " is stopped; a command that only reads does not start it: start it with "
-            "`leasekit zookeeper start`"
+            f"`{zookeeper_command(args, 'start')}`"
         )
     return status.address
+
+
+def zookeeper_command(args: argparse.Namespace, action: str) -> str:
+    """``leasekit zookeeper ACTION`` for the warehouse ``args`` name: with ``--warehouse`` when
+    it was given (without it, the command would act on another warehouse's server)."""
+    import shlex
+
+    where = args.warehouse
+    if not where:
+        return f"leasekit zookeeper {action}"
+    shown = shlex.quote(where) if where.isprintable() else repr(where)
+    return f"leasekit --warehouse {shown} zookeeper {action}"
+
+
+def embedded_server(args: argparse.Namespace) -> bool:
+    """Whether the global options leave ZooKeeper to the warehouse's embedded server (no
+    --zookeeper nor $LEASEKIT_ZOOKEEPER)."""
+    return not (args.zookeeper or os.environ.get("LEASEKIT_ZOOKEEPER"))
 
 
 @contextlib.contextmanager

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shlex
 from datetime import timedelta
 
 import pytest
@@ -192,6 +194,8 @@ STOPPED_READS = [
     ["lease", "inventory"],
     ["consumer", "list"],
     ["consumer", "describe", "g"],
+    ["consumer", "describe", "g", "--members"],
+    ["consumer", "reset-offsets", "g", "--to-earliest"],  # a dry run
     ["consumer", "overview"],
     ["consumer", "history", "g"],
     ["retention", "plan"],
@@ -238,7 +242,8 @@ def test_read_only_commands_start_no_stopped_embedded_server(capsys, tmp_path, n
             embedded.stop(data_dir)  # a server the command started must not stay for the next
         message = (
             f"leasekit: error: the embedded ZooKeeper of warehouse {wh} is stopped; a command "
-            "that only reads does not start it: start it with `leasekit zookeeper start`"
+            f"that only reads does not start it: start it with `leasekit --warehouse {wh} "
+            "zookeeper start`"
         )
         assert results == {k: (2, "", message, False) for k in results}
         code, out, _ = run(capsys, "--warehouse", str(wh), "zookeeper", "status")
@@ -252,6 +257,38 @@ def test_read_only_commands_start_no_stopped_embedded_server(capsys, tmp_path, n
     finally:
         embedded.stop(data_dir)
     assert _servers_of(data_dir) == []
+
+
+def test_the_start_command_a_stopped_server_names_starts_it(
+    capsys, tmp_path, no_env, monkeypatch
+) -> None:
+    # §3: the command the error names, run as written, starts the server of the warehouse the
+    # read named (not the one of ./leasekit-warehouse), and the read then works
+    monkeypatch.chdir(tmp_path)
+    wh = tmp_path / "my warehouse"
+    data_dir = wh / "_zookeeper"
+    try:
+        code, _, err = run(capsys, "--warehouse", str(wh), "table", "create", "t",
+                           "--schema", "id BIGINT", "--primary-key", "id")  # fmt: skip
+        assert code == 0, err
+        assert run(capsys, "--warehouse", str(wh), "zookeeper", "stop")[0] == 0
+        code, _, err = run(capsys, "--warehouse", str(wh), "table", "list")
+        assert code == 2
+        command = re.search(r"start it with `(.*)`$", err.strip()).group(1)
+        assert command == f"leasekit --warehouse '{wh}' zookeeper start"
+        argv = shlex.split(command)
+        assert argv[0] == "leasekit"
+        assert run(capsys, *argv[1:])[0] == 0
+        assert _running(data_dir) and not (tmp_path / "leasekit-warehouse").exists()
+        code, out, err = run(capsys, "--warehouse", str(wh), "table", "list")
+        assert code == 0 and out.splitlines()[1].split()[0] == "t", err
+        # with the warehouse from $LEASEKIT_WAREHOUSE, the plain command does it
+        embedded.stop(data_dir)
+        monkeypatch.setenv("LEASEKIT_WAREHOUSE", str(wh))
+        code, _, err = run(capsys, "table", "list")
+        assert code == 2 and err.strip().endswith("start it with `leasekit zookeeper start`")
+    finally:
+        embedded.stop(data_dir)
 
 
 @pytest.mark.parametrize(
