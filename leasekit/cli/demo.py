@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import IllegalStateError, InvalidArgumentError
 from ..validate import check_int
-from .common import add_command, connect, spark
+from .common import add_command, connect, embedded_server, spark, zookeeper_command
 from .output import to_json
 
 if TYPE_CHECKING:
@@ -75,11 +75,13 @@ def run(
         raise InvalidArgumentError(f"batches ({batches}) must not exceed rows ({rows})")
     spark = session(spark)
     started = time.perf_counter()
+    out(demo_report.opening(table, rows, batches))
     outcome = demo_scenario.play(
         conn, spark, table=table, rows=rows, batches=batches, out=out, seed=seed
     )
     checks = demo_scenario.checks(outcome)
     if not all(checks.values()):
+        out(demo_report.check_list(checks))
         raise IllegalStateError(demo_scenario.failure(outcome, checks))
     elapsed = time.perf_counter() - started
     warehouse = conn.warehouse
@@ -104,9 +106,24 @@ def _demo(args: argparse.Namespace) -> int:
 
     with connect(args) as conn, spark() as session:
         result = run(conn, session, table=args.table, rows=args.rows, batches=args.batches, out=out)
+        out("")
+        out(_closing(args, conn))
     if args.json:
         print(json.dumps(to_json(result), indent=2))
     return 0
+
+
+def _closing(args: argparse.Namespace, conn: Connection) -> str:
+    """The demo's last line: which ZooKeeper stays up, and how to stop it."""
+    if not embedded_server(args):
+        return (
+            f"ZooKeeper {conn.zookeeper} was given (--zookeeper or $LEASEKIT_ZOOKEEPER): "
+            "the demo started no server"
+        )
+    return (
+        f"The embedded ZooKeeper at {conn.zookeeper} stays running for the warehouse "
+        f"{conn.warehouse}; `{zookeeper_command(args, 'stop')}` stops it."
+    )
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:

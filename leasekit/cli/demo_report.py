@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..durations import human_duration
+from ..durations import human_duration, parse_duration
 from ..sizes import human_bytes
-from .demo_workload import BUCKETS
+from .demo_workload import BUCKETS, GROUP_SIZE, PROPERTIES
 from .output import format_fields, format_table, frame_rows
 
 if TYPE_CHECKING:
     from ..connection import Connection
     from .demo_scenario import Outcome
 
-__all__ = ["result", "render"]
+__all__ = ["result", "render", "opening", "check_list", "split_line"]
 
 LAG_COLUMNS = [
     "bucket",
@@ -111,12 +111,47 @@ def _kept_by_lease(o: Outcome) -> list[Any]:
     ]
 
 
+def opening(table: str, rows: int, batches: int) -> str:
+    """What the demo says before it starts: what it writes and reads, and its own table
+    settings, chosen (unlike the defaults) so that retention has work to show."""
+    settings = [
+        (
+            f"kv.snapshot.num-retained={PROPERTIES['kv.snapshot.num-retained']}",
+            "keep only the newest snapshot of each bucket (default 2)",
+        ),
+        (
+            f"log.retention={human_duration(parse_duration(PROPERTIES['log.retention']))}",
+            "keep no log for its age alone (default 7d)",
+        ),
+        (
+            "log.retention.respect-consumers="
+            + str(PROPERTIES["log.retention.respect-consumers"]).lower(),
+            "but keep the log the consumer group has not read (default false)",
+        ),
+    ]
+    width = max(len(k) for k, _ in settings)
+    return "\n".join(
+        [
+            f"demo: {rows} order upserts in {batches} batches into {table} ({BUCKETS} buckets), "
+            f"read by a group of {GROUP_SIZE} consumers at half the pace",
+            f"demo: table {table} is set up so that retention has work to show:",
+            *(f"  {k.ljust(width)}  {why}" for k, why in settings),
+        ]
+    )
+
+
 def render(
     conn: Connection, o: Outcome, figures: dict[str, Any], checks: dict[str, bool], elapsed: float
 ) -> str:
-    """The summary, the group's assignment and takeover, the split and the group's assignment
-    after it, its describe table, the retention plan of bucket 0 (or of the first active bucket
-    if 0 was split) and Spark's count by status, as printed at the end of the demo."""
+    """What the demo prints at its end: the story in the order it happened (the group's
+    assignment, the takeover, the lease, the split, the group's describe table, retention and
+    Spark's count by status), then the checks, one a line, then a short summary."""
+    summary = format_fields(_summary(conn, o, figures, checks, elapsed))
+    return "\n" + "\n\n".join([*_story(o, figures), check_list(checks), f"Summary\n{summary}"])
+
+
+def _story(o: Outcome, figures: dict[str, Any]) -> list[str]:
+    """The demo's sections, in the order of what they tell."""
     joined, takeover, group_id = o.joined, o.takeover, o.group_id
     stayed = ", ".join(m.name for m in o.audit.live)
     moved = format_table(takeover["moved"], ["bucket", "from", "to", "committed", "resumed_at"])
@@ -124,21 +159,48 @@ def render(
     layout, after_split = o.table.layout, (o.rescale.followed or {}).get("assignment", [])
     plan_bucket = 0 if layout.is_active(0) else min(tb.bucket for tb in o.table.buckets)
     plan_title = f"bucket {plan_bucket}" + ("" if plan_bucket == 0 else ", as bucket 0 was split")
-    return (
-        f"\n{format_fields(_summary(conn, o, figures, checks, elapsed))}\n\n"
+    return [
         f"Consumer group {group_id}: {len(joined)} consumers joined in "
-        f"{human_duration(o.join_seconds)}, "
-        f"generation {joined[0]['generation']}\n{format_table(joined)}\n\n"
+        f"{human_duration(o.join_seconds)}, generation {joined[0]['generation']}\n"
+        f"{format_table(joined)}",
         f"Takeover after batch {o.pin_after + 1}: {takeover['closed']} committed and closed; "
         f"{stayed} own all {BUCKETS} buckets at generation {takeover['generation'][1]} "
         f"(was {takeover['generation'][0]}) after {human_duration(takeover['seconds'])}, "
-        f"resuming from the committed offsets\n{moved}\n\n"
-        f"{split_line(figures['rescale'])}\n{format_table(after_split)}\n\n"
-        f"Consumer group {group_id} (before retention)\n"
-        f"{format_table(frame_rows(o.after.lag), LAG_COLUMNS)}\n"
-        f"\nRetention plan, {plan_title} (before the run)\n"
-        f"{format_table(_plan_rows(o, plan_bucket))}\n\n"
-        f"Spark: count by status\n{format_table(counts)}"
+        f"resuming from the committed offsets\n{moved}",
+        _lease_line(o),
+        f"{split_line(figures['rescale'])}\n{format_table(after_split)}",
+        f"Consumer group {group_id} (before retention): {o.audit.consumed} records read at half "
+        f"the write rate, lag {figures['group']['lag']}, status {o.after.health.status}\n"
+        f"{format_table(frame_rows(o.after.lag), LAG_COLUMNS)}",
+        f"Retention plan, {plan_title} (before the run)\n"
+        f"{format_table(_plan_rows(o, plan_bucket))}\n{_retention_line(o, figures)}",
+        f"Spark: count by status of the latest snapshots\n{format_table(counts)}",
+    ]
+
+
+def _lease_line(o: Outcome) -> str:
+    info = o.after.lease_info
+    return (
+        f"Lease after batch {o.pin_after + 1}: {info.lease_id} pinned the latest snapshots of "
+        f"all {len(info.pins)} buckets (keepalive, expires {info.expires_at:%H:%M:%S} UTC) and "
+        f"read {o.pinned.first_read[0]} rows through them while the writes went on"
+    )
+
+
+def _retention_line(o: Outcome, figures: dict[str, Any]) -> str:
+    report = o.after.report
+    deleted = ", ".join(f"{n} {k}s" for k, n in figures["retention"]["deleted"].items())
+    return (
+        f"Retention ran: deleted {deleted} ({human_bytes(report.freed_bytes)}); "
+        f"{len(_kept_by_lease(o))} snapshots kept for the lease, which read the same "
+        f"{o.after.second_read[0]} rows after it and was dropped at the end"
+    )
+
+
+def check_list(checks: dict[str, bool]) -> str:
+    """The checks, one a line: "ok" or "FAILED", then what it checks."""
+    return "Checks\n" + "\n".join(
+        f"  {'ok' if passed else 'FAILED':6}  {what}" for what, passed in checks.items()
     )
 
 
@@ -147,9 +209,9 @@ def split_line(rescale: dict[str, Any]) -> str:
     parent, (low, high) = rescale["bucket"], rescale["children"]
     owners = rescale["children_assigned_to"]
     return (
-        f"Split after batch {rescale['after_batch']}: bucket {parent} (the hottest, "
-        f"{rescale['sealed_at']} records) sealed at {rescale['sealed_at']} into buckets {low}, "
-        f"{high}; the group read {parent} to its seal, then {low} → {owners[low]}, "
+        f"Split after batch {rescale['after_batch']}: bucket {parent}, the hottest "
+        f"({rescale['sealed_at']:,} records), sealed at offset {rescale['sealed_at']:,} → "
+        f"{low}, {high}; the group read {parent} to its seal, then {low} → {owners[low]}, "
         f"{high} → {owners[high]} at generation {rescale['generation']}"
     )
 
@@ -157,7 +219,7 @@ def split_line(rescale: dict[str, Any]) -> str:
 def _summary(
     conn: Connection, o: Outcome, figures: dict[str, Any], checks: dict[str, bool], elapsed: float
 ) -> dict[str, Any]:
-    lease_info, report = o.after.lease_info, o.after.report
+    passed = sum(checks.values())
     return {
         "rows written": o.tally.written,
         "deletes": o.tally.deleted,
@@ -168,22 +230,9 @@ def _summary(
             + ")"
         ),
         "snapshots taken": o.tally.snapshots,
-        "lease": (
-            f"{lease_info.lease_id}: {len(lease_info.pins)} buckets pinned (keepalive), "
-            f"expires {lease_info.expires_at:%H:%M:%S} UTC, dropped at the end"
-        ),
         "read through the lease": f"{o.pinned.first_read[0]} rows, before and after retention",
-        "consumer group": (
-            f"{o.group_id}: {len(o.joined)} consumers read {o.audit.consumed} records at half "
-            f"the write rate, lag {figures['group']['lag']}, status {o.after.health.status}"
-        ),
-        "retention": (
-            f"{len(_kept_by_lease(o))} snapshots kept for the lease; deleted "
-            + ", ".join(f"{n} {k}s" for k, n in figures["retention"]["deleted"].items())
-            + f" ({human_bytes(report.freed_bytes)})"
-        ),
         "rows read by Spark": f"{o.final_read[0]} (latest snapshots)",
-        "check": "passed (" + "; ".join(checks) + ")",
+        "checks": f"{passed} of {len(checks)} passed",
         "elapsed": human_duration(elapsed),
         "warehouse": figures["warehouse"],
         "zookeeper": f"{figures['zookeeper']} (namespace {conn.namespace})",

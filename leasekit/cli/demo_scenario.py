@@ -138,7 +138,6 @@ def play(
     from ..sparkio.reads import read_snapshots
 
     orders_table = _fresh_table(conn, table)
-    out(f"demo: {rows} order upserts in {batches} batches into {table} ({BUCKETS} buckets)")
     orders = Orders(rows, seed)
     sizes = np.full(batches, rows // batches)
     sizes[: rows % batches] += 1
@@ -306,9 +305,11 @@ def checks(o: Outcome) -> dict[str, bool]:
 
 
 def failure(o: Outcome, found: dict[str, bool]) -> str:
-    """The message of a failed check: the checks, the reads and the group's moves."""
+    """The message of a failed check: its first line names the checks that failed; the
+    reads and the group's moves follow."""
+    failed = [what for what, passed in found.items() if not passed]
     return (
-        f"demo check failed: {found}; through the lease {o.pinned.first_read} then "
+        f"demo check failed: {'; '.join(failed)}\nthrough the lease {o.pinned.first_read} then "
         f"{o.after.second_read}, expected {expected_summary(o.pinned.expected)}; latest "
         f"{o.final_read}, expected {expected_summary(o.expected)}; "
         f"group {o.joined}, takeover {o.takeover}, split {o.rescale}"

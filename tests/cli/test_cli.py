@@ -208,9 +208,34 @@ def test_demo_run(conn, spark) -> None:
     assert result["lease"]["pinned_buckets"] == 8 and result["buckets"] == 9
     assert result["lease"]["snapshot_ids"] == [1]
     assert conn.leases() == []
-    summary = lines[-1]
+    summary = "\n".join(lines)
     assert re.search(rf"live keys\s+{result['live_keys']}\n", summary)
     assert "rows read by Spark" in summary and "count by status" in summary
+    # the story in the order it happened, then the checks, then a short summary last
+    titles = [
+        "demo: 6000 order upserts in 3 batches into demo_orders (8 buckets)",
+        "demo: table demo_orders is set up so that retention has work to show:",
+        "Consumer group demo_orders-audit: 3 consumers joined in",
+        "Takeover after batch 2:",
+        "Lease after batch 2: demo_orders-report pinned the latest snapshots of all 8 buckets",
+        "Split after batch 2:",
+        "Consumer group demo_orders-audit (before retention):",
+        "Retention plan, bucket ",
+        "Retention ran: deleted ",
+        "Spark: count by status",
+        "Checks",
+        "Summary",
+    ]
+    at = [summary.find("\n" + t) if i else summary.find(t) for i, t in enumerate(titles)]
+    assert -1 not in at and at == sorted(at), dict(zip(titles, at))
+    assert re.search(r"\n  kv.snapshot.num-retained=1 +keep only the newest snapshot", summary)
+    assert re.search(r"\n  log.retention=0ms +keep no log for its age alone", summary)
+    checks = summary.split("\nChecks\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(checks) == 11 and all(re.match(r"  ok +\S", c) for c in checks), checks
+    assert max(map(len, checks)) < 100  # one short line each
+    tail = summary.split("\nSummary\n", 1)[1].splitlines()
+    assert len(tail) <= 12 and max(map(len, tail)) < 100
+    assert re.search(r"checks +11 of 11 passed", summary)
     # the plan kept the snapshot the lease pinned, for that reason, and retention ran
     assert "pinned by lease demo_orders-report until" in summary
     assert result["retention"]["snapshots_kept_by_lease"] == 8
@@ -266,8 +291,8 @@ def test_demo_run(conn, spark) -> None:
     owners = {m["member"]: m["member_id"] for m in joined}
     owners = {c: owners[m] for c, m in rescale["children_assigned_to"].items()}
     assert (
-        f"Split after batch 2: bucket {parent} (the hottest, {rescale['sealed_at']} records) "
-        f"sealed at {rescale['sealed_at']} into buckets 8, 9; the group read {parent} to its "
+        f"Split after batch 2: bucket {parent}, the hottest ({rescale['sealed_at']:,} records), "
+        f"sealed at offset {rescale['sealed_at']:,} → 8, 9; the group read {parent} to its "
         f"seal, then 8 → {rescale['children_assigned_to'][8]}, "
         f"9 → {rescale['children_assigned_to'][9]} at generation {rescale['generation']}"
     ) in summary
@@ -297,6 +322,10 @@ def test_demo_command_is_rerunnable(capsys, target, conn, spark) -> None:
     first = run_json(capsys, *target, "demo", "--rows", "3000", "--batches", "3", "--json")
     code, out, err = run(capsys, *target, "demo", "--rows", "4000", "--batches", "2")
     assert code == 0, err
+    assert out.splitlines()[-1] == (
+        f"ZooKeeper {target[1]} was given (--zookeeper or $LEASEKIT_ZOOKEEPER): the demo "
+        "started no server"
+    )
     assert first["rows_read"] == first["live_keys"]
     assert first["zookeeper"] == target[1] and first["warehouse"] == target[3]
     live = sum(replay_status_counts(conn.table("demo_orders")).values())
@@ -311,6 +340,30 @@ def test_demo_command_is_rerunnable(capsys, target, conn, spark) -> None:
     assert lines[0] == "LAG HISTORY of group demo_orders-audit" and len(lines) >= 3 + 3 + 3
     lags = [int(line.split()[1]) for line in lines[-3:]]
     assert lags == sorted(lags) and lags[-1] > 0  # it reads at half the pace: the lag grows
+
+
+def test_demo_says_the_embedded_server_stays_running(capsys, tmp_path, spark, monkeypatch) -> None:
+    # §3, 6.9: the demo starts the warehouse's embedded ZooKeeper and leaves it running for
+    # what comes next; its last line says so, and how to stop it
+    monkeypatch.delenv("LEASEKIT_ZOOKEEPER", raising=False)
+    monkeypatch.delenv("LEASEKIT_WAREHOUSE", raising=False)
+    wh = tmp_path / "wh"
+    try:
+        code, out, err = run(capsys, "--warehouse", str(wh), "demo", "--rows", "1000",
+                             "--batches", "2")  # fmt: skip
+        assert code == 0, err
+        status = embedded.status(wh / "_zookeeper")
+        assert status is not None and status.running
+        assert out.splitlines()[-2:] == [
+            "",
+            f"The embedded ZooKeeper at {status.address} stays running for the warehouse {wh}; "
+            f"`leasekit --warehouse {wh} zookeeper stop` stops it.",
+        ]
+        assert out.index("\nSummary\n") < out.rindex("The embedded ZooKeeper")
+        code, out, _ = run(capsys, "--warehouse", str(wh), "zookeeper", "stop")  # as it says
+        assert code == 0 and out.startswith(f"stopped ZooKeeper at {status.address}")
+    finally:
+        embedded.stop(wh / "_zookeeper")
 
 
 def test_zookeeper_status_start_stop(capsys, tmp_path) -> None:
