@@ -88,7 +88,7 @@ class Context:
 
     def ensure_namespace(self) -> None:
         """Create the namespace's fixed znodes where missing; with ``auth``, close a namespace
-        created without it (DESIGN §6.1); read (or create) the namespace's identity.
+        created without it (docs/security.md); read (or create) the namespace's identity.
 
         Raises:
             PermissionDeniedError: the namespace is open and cannot be closed, or a fixed znode
@@ -126,7 +126,7 @@ class Context:
 
     def claim_warehouse(self) -> None:
         """Record in the warehouse namespace directory that this namespace owns it, or check
-        that it does (DESIGN §9 "Ownership").
+        that it does (docs/security.md, "Ownership").
 
         Raises:
             WarehouseOwnedError: another metadata store (or namespace instance) owns it.

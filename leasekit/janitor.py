@@ -232,7 +232,7 @@ class Janitor:
     def _fenced(self, work: Callable[[Context], Any], what: str) -> bool:
         """``work`` (a pass or a lag history sample), fenced: each of its transactions checks
         that this janitor still holds the election, and no file goes without such a check
-        first (DESIGN §9 Fencing). False when it turns out to have lost the election."""
+        first (docs/security.md, "Fencing"). False when it turns out to have lost the election."""
         fence = self._election.leader_path()
         try:
             if fence is None:

@@ -1,4 +1,4 @@
-"""Ownership of a warehouse namespace directory (DESIGN §9 "Ownership"): a marker file in
+"""Ownership of a warehouse namespace directory (docs/security.md, "Ownership"): a marker file in
 ``<warehouse>/<namespace>/`` names the identity of the namespace (in ZooKeeper) that owns it."""
 
 from __future__ import annotations

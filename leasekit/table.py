@@ -272,7 +272,7 @@ def drop_table(ctx: Context, name: object, *, force: bool = False) -> None:
     its data metadata, then its files (``finish_drop``).
 
     The table's data znode is marked first and the pinning leases read after, so an acquire
-    either committed before the mark (and is seen here) or fails its fence check (DESIGN §9).
+    either committed before the mark (and is seen here) or fails its fence check (docs/security.md).
 
     Arguments:
         ctx: the namespace.
@@ -326,7 +326,8 @@ def finish_drop(ctx: Context, table_id: str) -> None:
 
     Raises:
         CorruptMetadataError: naming the marker, when it cannot be decoded or names another
-            directory than the table's own; nothing is deleted then (DESIGN §9 Containment).
+            directory than the table's own; nothing is deleted then (docs/security.md,
+            "Containment").
     """
     dropped = catalog.read_drop(ctx, table_id)
     if dropped is None:

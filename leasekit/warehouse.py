@@ -58,7 +58,7 @@ _NORMAL_PATH = re.compile(r"[A-Za-z0-9_=-][A-Za-z0-9._=-]*(?:/[A-Za-z0-9_=-][A-Z
 
 def contained(rel: object, within: str, znode: str) -> str:
     """The warehouse-relative path ``rel`` that the metadata at ``znode`` names, resolved, if
-    it lies inside the directory ``within`` (DESIGN §9 Containment).
+    it lies inside the directory ``within`` (docs/security.md, "Containment").
 
     Every path that metadata names goes through here before it is read or deleted.
 
@@ -317,8 +317,8 @@ class Warehouse:
             self.fs.delete_dir(self.fs_path(rel_dir))
 
     def _check_no_link_out(self, rel_dir: str) -> None:
-        """Refuse a local directory whose real path is outside the warehouse's (DESIGN §9
-        Containment: a link planted in the warehouse does not carry a delete out of it)."""
+        """Refuse a local directory whose real path is outside the warehouse's (docs/security.md,
+        "Containment": a link planted in the warehouse does not carry a delete out of it)."""
         root = os.path.realpath(self.location)
         real = os.path.realpath(os.path.join(self.location, rel_dir))
         if real != root and not real.startswith(root + os.sep):

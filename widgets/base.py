@@ -215,7 +215,7 @@ class Panel(w.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The widget's view with its static rendering beside it (``text/html``): a notebook
-        saved without widget state still shows what the panel showed (DESIGN §6.8)."""
+        saved without widget state still shows what the panel showed (docs/panels.md)."""
         self._load_once()
         view = super()._repr_mimebundle_(**kwargs)
         return static_bundle(view, self.to_html(), repr(self))

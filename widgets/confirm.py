@@ -1,5 +1,5 @@
 """A button for a destructive action that asks first: a click turns it into "Confirm …?" and
-Cancel, and only Confirm runs the action (DESIGN §6.8)."""
+Cancel, and only Confirm runs the action (docs/panels.md)."""
 
 from __future__ import annotations
 

@@ -217,8 +217,8 @@ class OverviewPanel(Panel):
         self.add_class("leasekit-overview-panel")
         self.summary = w.HTML()
         self.summary.add_class("leasekit-summary")
-        # the tables scroll sideways inside the panel, whose width is the notebook's (§6.8:
-        # nothing clipped at 1280 px)
+        # the tables scroll sideways inside the panel, whose width is the notebook's
+        # (docs/panels.md: nothing clipped at 1280 px)
         self.groups = w.HTML(layout=_scrolls())
         self.groups.add_class("leasekit-overview-groups")
         self.leases = w.HTML(layout=_scrolls())

@@ -57,7 +57,8 @@ def _lease_row(info: LeaseInfo, now: datetime) -> dict[str, Any]:
 
 
 def _corrupt_row(lease_id: str, exc: Exception) -> dict[str, Any]:
-    """A lease whose stored record cannot be read (§9: listed as such, the rest goes on)."""
+    """A lease whose stored record cannot be read: listed as such, the rest goes on
+    (docs/security.md)."""
     row: dict[str, Any] = dict.fromkeys(_LIST_COLUMNS)
     return {**row, "lease_id": lease_id, "state": "corrupt", "error": unreadable(exc)}
 

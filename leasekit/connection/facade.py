@@ -177,7 +177,7 @@ class Connection(LeaseMethods, GroupMethods, MonitorMethods):
             schema: a DDL string ("id BIGINT, amount DOUBLE") or a ``pyarrow.Schema``.
             primary_key: the key column, or several.
             buckets: how many buckets the key hashes into.
-            properties: table properties (DESIGN §7.5); the rest keep their defaults.
+            properties: table properties (docs/configuration.md); the rest keep their defaults.
 
         Returns:
             The new ``Table``.

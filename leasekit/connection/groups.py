@@ -1,5 +1,5 @@
 """The consumer part of the ``Connection`` facade: consumers and the administration of their
-groups (DESIGN §6.5, §6.6)."""
+groups (docs/consumers.md)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class GroupMethods:
 
     @collector_paused()
     def describe_group(self, group_id: str) -> pd.DataFrame:
-        """The group's position in every bucket it reads, measured now (DESIGN §6.6).
+        """The group's position in every bucket it reads, measured now (docs/consumers.md).
 
         Arguments:
             group_id: the group.
@@ -154,7 +154,7 @@ class GroupMethods:
     def group_status(
         self, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
     ) -> GroupStatus:
-        """Lag health of the group and of each committed bucket (DESIGN §6.6).
+        """Lag health of the group and of each committed bucket (docs/consumers.md).
 
         Arguments:
             group_id: the group.

@@ -1,5 +1,5 @@
 """The KV snapshot lease part of the ``Connection`` facade: lease handles and the same
-operations in the shape of Fluss's Admin API (DESIGN §6.3)."""
+operations in the shape of Fluss's Admin API (docs/concepts.md)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ class LeaseMethods:
 
     @collector_paused()
     def lease_inventory(self) -> pd.DataFrame:
-        """Every lease with its owner, state and the bytes it holds (DESIGN §6.12, M4).
+        """Every lease with its owner, state and the bytes it holds (M4).
 
         A lease is ``expired`` past its expiry (until retention reclaims it), ``orphaned`` when
         the keepalive that last acquired or renewed it is gone (its process died, or its block

@@ -1,4 +1,4 @@
-"""The monitoring part of the ``Connection`` facade (DESIGN §6.12): the lag history of a group
+"""The monitoring part of the ``Connection`` facade (docs/monitoring.md): the lag history of a group
 (or of many, from one read) and the overview of every group."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def namespaces(
     timeout: Any = "10s",
 ) -> list[str]:
     """The namespaces of the ensemble that keep their data in ``warehouse``: those whose
-    directory there has an owner marker naming the namespace's identity (DESIGN §9
+    directory there has an owner marker naming the namespace's identity (docs/security.md,
     "Ownership"; every connection claims its directory). A namespace of the ensemble whose data
     lives in another warehouse, or whose identity cannot be read, is left out (logged).
 

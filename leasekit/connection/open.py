@@ -37,8 +37,9 @@ def connect(
             ``./leasekit-warehouse``).
         namespace: the namespace's root znode and its directory in the warehouse.
         auth: (user, password): digest ACLs for everything this connection creates; a namespace
-            created without ``auth`` is closed to writers without these credentials (§6.1).
-            Without ``auth`` a connection to a protected namespace reads but cannot write.
+            created without ``auth`` is closed to writers without these credentials
+            (docs/security.md). Without ``auth`` a connection to a protected namespace reads but
+            cannot write.
         timeout: how long to wait for ZooKeeper (a duration).
         clock: maps the ZooKeeper clock (epoch milliseconds) to the time this connection uses
             for expiry and age decisions; ``None`` uses the ZooKeeper clock as it is. Tests
@@ -47,7 +48,7 @@ def connect(
 
     Returns:
         The open ``Connection``; its warehouse namespace directory records this namespace as
-        its owner (DESIGN §9 "Ownership").
+        its owner (docs/security.md, "Ownership").
 
     Raises:
         InvalidArgumentError: a bad argument.

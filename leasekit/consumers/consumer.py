@@ -1,6 +1,7 @@
-"""The consumer (§6.5): a facade that wires its parts as aiokafka does. One subscription state
-(what is subscribed, per-bucket positions) is handed to the fetcher (positions, the reset policy
-and records, C1 C5–C7) and to the coordinator (a group's membership and offsets, C2–C17)."""
+"""The consumer (docs/consumers.md): a facade that wires its parts as aiokafka does. One
+subscription state (what is subscribed, per-bucket positions) is handed to the fetcher
+(positions, the reset policy and records, C1 C5–C7) and to the coordinator (a group's
+membership and offsets, C2–C17)."""
 
 from __future__ import annotations
 
@@ -453,7 +454,8 @@ class Consumer:
             IllegalStateError: closed, or a bucket not assigned.
             InvalidArgumentError, InvalidTypeError: bad offsets, before anything is written.
             CommitFailedError: a member that no longer owns a bucket or left the group (C11).
-            GroupNotEmptyError: a manual assignment commits into a group with live members (§6.5).
+            GroupNotEmptyError: a manual assignment commits into a group with live members
+                (docs/consumers.md).
             TableNotFoundError: a bucket of a dropped table (C17).
             PermissionDeniedError: this connection's credentials may not write the namespace.
             ZooKeeperUnavailableError: ZooKeeper did not answer.

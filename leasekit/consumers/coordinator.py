@@ -333,7 +333,7 @@ class GroupCoordinator:
                 )
             fence = self._member.fence({path: self._owned[tb] for path, tb in owners.items()})
         tables = {tb.table: self._sub.known[tb.table] for tb in changed}
-        try:  # a manual assignment commits from outside the group: only into an empty one (§6.5)
+        try:  # a manual assignment commits only into an empty group (docs/consumers.md)
             stored.commit(
                 self._ctx,
                 self.group_id,

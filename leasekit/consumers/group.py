@@ -2,9 +2,9 @@
 
 - **Members** are sequential ephemeral znodes (``members/<host>-<pid>-<id>-<seq>``) carrying
   host and subscription; liveness is the ZooKeeper session. Joining also bumps the data
-  version of ``members``, which commits from outside the group check (§6.5). An exclusive
-  member (the data source's stream, ``spark-<stream id>-<seq>``) keeps every other out
-  (``exclusive``).
+  version of ``members``, which commits from outside the group check (docs/consumers.md). An
+  exclusive member (the data source's stream, ``spark-<stream id>-<seq>``) keeps every other
+  out (``exclusive``).
 - **The leader** is the member with the lowest sequence number; each other member watches only
   the member just before it, so a leave wakes one member, not all (no herd effect). The leader
   watches the members (debounced: joins close together make one generation), computes each

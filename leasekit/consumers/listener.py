@@ -1,4 +1,4 @@
-"""The rebalance listener users subclass (§6.5): told which buckets a consumer gains and loses,
+"""The rebalance listener users subclass (C10, C15): told which buckets a consumer gains and loses,
 inside its ``poll``."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The coordinator of a consumer without a ``group_id``: every bucket of the tables it
 subscribes to is its own at once (after a rescale: sealed buckets until it has read them to
 their seals, new ones once their parents are, K5), and commits and committed offsets are
-refused (§6.5)."""
+refused (C3)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ offsets that did not change are not written. ``fence`` checks (the group generat
 member, say) go into every one of those transactions.
 
 A commit from outside the group (``outside``: a manual assignment, an offset reset) is refused
-with ``GroupNotEmptyError`` while the group has live members (§6.5, C13), checked inside each
+with ``GroupNotEmptyError`` while the group has live members (C13), checked inside each
 transaction: a member joins by creating its znode and bumping the data version of the
 ``members`` znode in one transaction, and the commit checks that version (ZooKeeper's Check
 compares data versions only, never child versions), and the assignment's, as read together
@@ -62,7 +62,7 @@ __all__ = [
 
 MAX_METADATA_BYTES = 4096
 OFFSET_LIMIT = 2**63
-"""Offsets and epoch-ms timestamps are int64: every one is below this (§9)."""
+"""Offsets and epoch-ms timestamps are int64: every one is below this (docs/security.md)."""
 MAX_TIME_MS = 253402300799999
 """The last millisecond of year 9999: the latest commit time a datetime shows."""
 ATTEMPTS = 50

@@ -1,5 +1,6 @@
-"""A consumer's settings, checked before any I/O (§6.5, §9): the reset policy, auto-commit,
-durations (huge ones typed errors or, for waits, "until records come") and record limits."""
+"""A consumer's settings, checked before any I/O (docs/consumers.md, docs/security.md): the
+reset policy, auto-commit, durations (huge ones typed errors or, for waits, "until records
+come") and record limits."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ MAX_SESSION_TIMEOUT = timedelta(seconds=_ZK_SESSION_LIMIT)
 
 
 class ConsumerSettings(NamedTuple):
-    """What a consumer is asked for, unchecked: the keywords of ``Connection.consumer`` (§6.5),
-    with their defaults written only here."""
+    """What a consumer is asked for, unchecked: the keywords of ``Connection.consumer``
+    (docs/consumers.md), with their defaults written only here."""
 
     group_id: str | None = None
     """The consumer group; None: no group."""

@@ -1,5 +1,5 @@
 """Kafka's ``max.poll.interval`` for a group member: a timer thread that fires when the
-consumer has spent too long outside ``poll`` (DESIGN §6.5)."""
+consumer has spent too long outside ``poll`` (docs/consumers.md)."""
 
 from __future__ import annotations
 

@@ -45,8 +45,8 @@ class BucketState:
 
 class SubscriptionState:
     """What a consumer reads: tables it subscribes to (a coordinator turns them into an
-    assignment) or buckets assigned by hand, never both (§6.5). The fetcher reads the tables
-    it knows; the coordinator follows what it subscribes to."""
+    assignment) or buckets assigned by hand, never both (docs/consumers.md). The fetcher reads
+    the tables it knows; the coordinator follows what it subscribes to."""
 
     def __init__(self, ctx: Context, listener: BucketRebalanceListener | None = None) -> None:
         if listener is not None:

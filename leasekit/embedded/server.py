@@ -75,7 +75,7 @@ def ensure_running(data_dir: str | os.PathLike[str], *, timeout: float = 60.0) -
     deadline = time.monotonic() + timeout
     with _locked(root, deadline):
         state = _read_state(root)
-        preferred = _read_last_port(root)  # after a stop: clients know that port (DESIGN §3)
+        preferred = _read_last_port(root)  # after a stop: clients know that port (docs/cli.md)
         if state is not None:
             address = _address(state.port)
             if probe(address, root) == "ours":

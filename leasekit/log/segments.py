@@ -45,7 +45,7 @@ def decode_segment(table: TableInfo, data: bytes, path: str) -> SegmentRecord:
 
     Raises:
         CorruptMetadataError: naming ``path``, when the value cannot be decoded or names a
-            file outside the table's directory (DESIGN §9 Containment).
+            file outside the table's directory (docs/security.md, "Containment").
     """
     rec = SegmentRecord.decode(data, path)
     return rec._replace(file=contained(rec.file, table.data_dir, path))

@@ -63,8 +63,8 @@ def run_retention(
         What was deleted and freed, and an error per item kept against the plan.
 
     Raises:
-        LeadershipLostError: in a janitor's fenced pass that no longer leads (§9 Fencing):
-            it stops at once, deleting nothing more.
+        LeadershipLostError: in a janitor's fenced pass that no longer leads (docs/security.md,
+            "Fencing"): it stops at once, deleting nothing more.
     """
     with collector_paused():
         meta = gather(ctx, table)
@@ -76,7 +76,8 @@ def run_retention(
             list(result.skipped),
             True,
         )
-    ctx.ensure_writable("run retention")  # §9 Access, Ownership: refused before any deletion
+    # access and ownership (docs/security.md): refused before any deletion
+    ctx.ensure_writable("run retention")
     applied = _Applied(errors=list(result.skipped), step=progress or (lambda n: None))
     _expire_leases(ctx, meta, result.deletes, applied)
     refused = _delete_snapshots(meta, result.deletes, applied)
@@ -103,7 +104,7 @@ def _expire_leases(
     ctx: Context, meta: Metadata, deletes: list[RetentionItem], applied: _Applied
 ) -> None:
     """R5: leases first, so the snapshots they alone pinned go in this same pass.
-    §9 Fencing: only the lease the plan saw (its creation id), not renewed since."""
+    Fencing (docs/security.md): only the lease the plan saw (its creation id), not renewed since."""
     seen = {x.lease_id: x for x in meta.leases}
     for item in (i for i in deletes if i.kind == "lease"):
         if str(item.item_id) not in seen:
@@ -226,8 +227,8 @@ def _delete_orphans(
         applied.step(len(orphans) - len([i for i in orphans if str(i.item_id) in current]))
         orphans = [i for i in orphans if str(i.item_id) in current]
     for start in range(0, len(orphans), _ORPHAN_BATCH):
-        # §9 Fencing: files have no transaction of their own; a janitor checks that it still
-        # leads just before each batch (a no-op outside a janitor).
+        # Fencing (docs/security.md): files have no transaction of their own; a janitor checks
+        # that it still leads just before each batch (a no-op outside a janitor).
         ctx.store.check_fence()
         for item in orphans[start : start + _ORPHAN_BATCH]:
             try:

@@ -268,7 +268,7 @@ def _snapshot(
     if node is None:
         return None
     try:
-        snap = _decode("s", table, node.data, path)  # §9: files inside the table's dir
+        snap = _decode("s", table, node.data, path)  # docs/security.md: files in the table's dir
     except CorruptMetadataError as exc:
         skipped.append(str(exc))
         return None
@@ -281,7 +281,7 @@ def _segment(
 ) -> SegmentMeta | None:
     """The segment at ``path`` as read (None: unreadable, said in ``skipped``)."""
     try:
-        rec = _decode("g", table, node.data, path)  # §9: file inside the table's dir
+        rec = _decode("g", table, node.data, path)  # docs/security.md: file in the table's dir
     except CorruptMetadataError as exc:
         skipped.append(str(exc))
         return None

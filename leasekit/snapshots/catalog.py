@@ -65,7 +65,7 @@ def decode_snapshot(table: TableInfo, data: bytes, path: str) -> SnapshotRecord:
 
     Raises:
         CorruptMetadataError: naming ``path``, when the value cannot be decoded or names a
-            file outside the table's directory (DESIGN §9 Containment).
+            file outside the table's directory (docs/security.md, "Containment").
     """
     rec = SnapshotRecord.decode(data, path)
     return rec._replace(files=tuple(contained(f, table.data_dir, path) for f in rec.files))

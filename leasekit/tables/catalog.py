@@ -216,7 +216,7 @@ def mark_for_drop(ctx: Context, table: TableInfo) -> DropFence | None:
 
     The caller reads the leases that pin the table only after this, then ``commit_drop`` (or
     ``unmark_drop`` if it cannot decide), so an acquire either committed before the mark and
-    is seen, or fails its fence check (DESIGN §9 Races).
+    is seen, or fails its fence check (docs/security.md).
 
     Arguments:
         ctx: the namespace.
@@ -304,7 +304,8 @@ class PendingDrop:
     table_id: str
     name: str
     data_dir: str
-    """The table's own directory, checked against the namespace (DESIGN §9 Containment)."""
+    """The table's own directory, checked against the namespace (docs/security.md,
+    "Containment")."""
     marker_path: str
 
 
@@ -336,7 +337,7 @@ def remove_dropped(ctx: Context, dropped: PendingDrop) -> None:
 def _marked_dir(ctx: Context, table_id: str, marker: DroppedTable, marker_path: str) -> str:
     """The directory a drop marker names, if it is the dropped table's own directory in the
     namespace (``<tables dir>/<name>/<table id>``); ``CorruptMetadataError`` naming the marker
-    otherwise, before anything is deleted (DESIGN §9 Containment)."""
+    otherwise, before anything is deleted (docs/security.md, "Containment")."""
     data_dir = contained(marker.data_dir, ctx.tables_dir, marker_path)
     if "/" in marker.name or data_dir != f"{ctx.tables_dir}/{marker.name}/{table_id}":
         raise CorruptMetadataError(

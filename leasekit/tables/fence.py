@@ -1,5 +1,5 @@
 """The drop fence: a table's data znode, marked "dropping" while ``drop_table`` decides, so that
-a drop and an acquire of the same table exclude each other (DESIGN section 9, races)."""
+a drop and an acquire of the same table exclude each other (docs/security.md)."""
 
 from __future__ import annotations
 

@@ -178,10 +178,10 @@ def protect(
     clock: str,
     timeout: float,
 ) -> str | None:
-    """Close the namespace at ``root`` to clients without this user's credentials (DESIGN
-    §6.1): a no-op once ``seal`` marks it closed; else every open znode gets this user's ACL,
-    then ``seal`` is written. Returns None, or why this user may not write the namespace (it
-    is closed by other credentials; reads still work).
+    """Close the namespace at ``root`` to clients without this user's credentials
+    (docs/security.md): a no-op once ``seal`` marks it closed; else every open znode gets this
+    user's ACL, then ``seal`` is written. Returns None, or why this user may not write the
+    namespace (it is closed by other credentials; reads still work).
 
     Raises ``PermissionDeniedError`` when a znode anyone may change refuses the change.
     """

@@ -319,7 +319,7 @@ class LatestChunk(NamedTuple):
 
 class IdentityRecord(NamedTuple):
     """``<ns>/identity``: the namespace's random identity, created once with the namespace; the
-    warehouse namespace directory names it in its owner marker (DESIGN §9 "Ownership")."""
+    warehouse namespace directory names it in its owner marker (docs/security.md, "Ownership")."""
 
     identity: str
 
@@ -335,7 +335,7 @@ class IdentityRecord(NamedTuple):
 
 class AccessRecord(NamedTuple):
     """``<ns>/access``: written once the whole namespace is closed to writers without the
-    credentials of ``user`` (DESIGN §6.1); until then a connection with ``auth`` closes it."""
+    credentials of ``user`` (docs/security.md); until then a connection with ``auth`` closes it."""
 
     user: str
 

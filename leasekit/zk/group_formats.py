@@ -12,7 +12,7 @@ from .ops import Node, Stat
 __all__ = ["HISTORY", "Commit", "OffsetRecord", "MemberRecord", "AssignmentRecord", "OwnerRecord"]
 
 HISTORY = 10
-"""Commits an offset record remembers (the window of lag health, DESIGN §6.6)."""
+"""Commits an offset record remembers (the window of lag health, docs/concepts.md)."""
 
 
 class Commit(NamedTuple):

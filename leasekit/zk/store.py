@@ -281,7 +281,7 @@ class ZkStore:
     def fenced(self, path: str) -> Iterator[None]:
         """Inside the block, every transaction this thread commits also checks that ``path``
         still exists (a leader's election znode, gone with its session); where it does not,
-        the transaction writes nothing and raises ``LeadershipLostError`` (DESIGN §9)."""
+        the transaction writes nothing and raises ``LeadershipLostError`` (docs/security.md)."""
         outer = getattr(self._fence, "path", None)
         self._fence.path = path
         try:

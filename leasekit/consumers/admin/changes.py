@@ -1,4 +1,4 @@
-"""A group's change reads with Spark (DESIGN §6.4): the log records from its committed offsets to
+"""A group's change reads with Spark (docs/spark.md): the log records from its committed offsets to
 the end offsets, read over the segment files, and the commit of those end offsets. Spark (with
 ``sparkio``) loads on the first read, so the consumers package never imports it at import time."""
 
@@ -46,7 +46,7 @@ class ChangeBatch:
         ctx = self._table.context
         _refuse_live_members(ctx, self._group)
         changed = {tb: r.end for tb, r in self.offsets.items() if len(r)}
-        if changed:  # §6.5: the check again, inside the transaction (a member may join meanwhile)
+        if changed:  # again in the transaction: a member may have joined since (docs/consumers.md)
             stored_offsets.commit(
                 ctx, self._group, changed, {self._table.name: self._table}, outside=True
             )
@@ -67,7 +67,7 @@ def _refuse_live_members(ctx: Any, group_id: str) -> None:
 
 def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) -> ChangeBatch:
     """The table's log records from the group's committed offsets (the beginning offsets where
-    none) to the end offsets now, read by Spark over the segment files (DESIGN §6.4).
+    none) to the end offsets now, read by Spark over the segment files (docs/spark.md).
 
     Arguments:
         spark: the SparkSession; ``None`` uses the active one.

@@ -1,4 +1,4 @@
-"""Consumer administration (DESIGN §6.6): the groups, their live members and who owns each
+"""Consumer administration (docs/consumers.md): the groups, their live members and who owns each
 bucket now, offsets with lag in offsets and in time measured now, and lag health. Offset resets
 and deletions are in ``group_reset``; this module is the one place callers import them from."""
 
@@ -294,7 +294,7 @@ def group_board(
 def group_status(
     ctx: Context, group_id: str, *, stop_after: Any = "60s", stall_after: Any = "60s"
 ) -> GroupStatus:
-    """The group's lag health (DESIGN §6.6).
+    """The group's lag health (docs/consumers.md).
 
     Arguments:
         ctx: the connection's context.

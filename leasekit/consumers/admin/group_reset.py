@@ -1,8 +1,8 @@
 """Offset resets of a consumer group, planned (a dry run unless asked, C13) or carried out
 exactly as a dry run previewed them: each bucket of the plan gets its ``new_offset`` only while
 its committed offset is still the plan's ``current_offset``, checked in the commit's own
-transaction, else nothing is written (DESIGN §6.8); and deletion of a group or of some of its
-offsets. All are refused while the group has live members (DESIGN §6.6)."""
+transaction, else nothing is written (docs/consumers.md); and deletion of a group or of some of its
+offsets. All are refused while the group has live members (docs/consumers.md)."""
 
 from __future__ import annotations
 

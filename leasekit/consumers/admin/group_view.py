@@ -1,4 +1,4 @@
-"""A consumer group as ZooKeeper holds it now (DESIGN §6.6) and the rows of its buckets: live
+"""A consumer group as ZooKeeper holds it now (docs/consumers.md) and the rows of its buckets: live
 members, the published assignment, who owns each bucket and the committed offsets, read in two
 pipelined round trips for one group or for many; each bucket's committed record and log bounds,
 read in one round trip with the ZooKeeper clock; and the time of the first record not yet

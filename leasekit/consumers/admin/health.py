@@ -1,4 +1,4 @@
-"""Lag health of a group's buckets (DESIGN §6.6, after Burrow's evaluator): a pure function
+"""Lag health of a group's buckets (docs/concepts.md, after Burrow's evaluator): a pure function
 of the window of last commits (each with its time and the log end then), the lag now,
 whether a live member owns the bucket and the time now. The first rule that applies decides.
 Before them, a bucket whose next record (at the committed offset) lies in a segment whose file

@@ -1,4 +1,4 @@
-"""``group_overview`` (DESIGN §6.12, M2, M3, M6): one row per consumer group with its state,
+"""``group_overview`` (M2, M3, M6): one row per consumer group with its state,
 lag, status, consume and produce rates from the lag history, the time to catch up, and how long
 until retention may delete a record it has not consumed. The status is the worst of the group's
 Burrow status, ``BEHIND`` (consuming slower than its tables grow, its lag rising over the rate

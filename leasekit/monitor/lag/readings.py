@@ -1,4 +1,4 @@
-"""One reading of every consumer group of a namespace (DESIGN §6.12): per group its members,
+"""One reading of every consumer group of a namespace (docs/monitoring.md): per group its members,
 generation and Burrow status, and per bucket committed, log end, lag, time lag, owner, last
 commit and status, read for all groups at once in a handful of pipelined round trips."""
 
@@ -87,7 +87,7 @@ def read_all_groups(
     Arguments:
         ctx: the connection's context.
         group_ids: the groups to read; None for every group with offsets or live members.
-        stop_after, stall_after: Burrow's STOP and STALL thresholds (DESIGN §6.6).
+        stop_after, stall_after: Burrow's STOP and STALL thresholds (docs/consumers.md).
         skipped: where to note groups left out because their znodes hold garbage; None
             raises instead.
 

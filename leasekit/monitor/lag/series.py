@@ -1,4 +1,4 @@
-"""``lag_history`` (DESIGN §6.12, M1): a group's sampled lag over a time range, summed over its
+"""``lag_history`` (M1): a group's sampled lag over a time range, summed over its
 buckets or per bucket, as a pandas DataFrame."""
 
 from __future__ import annotations

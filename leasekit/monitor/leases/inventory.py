@@ -33,7 +33,7 @@ INVENTORY_COLUMNS = [
 
 
 def lease_inventory(ctx: Context) -> pd.DataFrame:
-    """Every lease with its owner, state and bytes (DESIGN §6.12, M4).
+    """Every lease with its owner, state and bytes (M4).
 
     Arguments:
         ctx: the connection's context.
