@@ -1,4 +1,4 @@
-"""leasekit benchmarks (DESIGN.md section 8): run with ``python -m bench.run ID``.
+"""leasekit benchmarks (docs/benchmarks.md): run with ``python -m bench.run ID``.
 
 ``REGISTRY`` maps a benchmark id to the module defining its ``BENCHMARK``; a new
 benchmark is one module plus one line here.

@@ -13,7 +13,7 @@ end, with the query's start (Python processes, the group join), is reported besi
 segment list in hand (the same knowledge) and each batch's offsets per bucket (read from the
 query's progress), the same batches as plain Spark reads: ``spark.read.schema(...).parquet`` of
 the files a batch overlaps, restricted to its rows by ``_metadata.row_index``, with the same
-action. Two actions, each its own ratio: ``count`` (the figure DESIGN names: Spark prunes every
+action. Two actions, each its own ratio: ``count`` (the figure the target names: Spark prunes every
 column on the floor's side, while a Python data source has no column pruning and hands Spark
 every column) and ``columns`` (a checksum over every column, what a pipeline that uses the
 records pays). Both sides alternate within each run; CPU counts the Spark JVM and every process

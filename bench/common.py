@@ -95,7 +95,7 @@ class Benchmark:
     """A registered benchmark: what it measures, its target, and how to run it."""
 
     id: str
-    """Identifier from DESIGN.md section 8 (``"B7"``)."""
+    """Identifier from docs/benchmarks.md (``"B7"``)."""
     what: str
     """One line: what is compared with what."""
     metric: str
@@ -114,7 +114,7 @@ class Benchmark:
     spark: bool = True
     """Whether the benchmark needs a SparkSession (ZooKeeper-only ones do not)."""
     default_runs: int = 5
-    """Timed runs when ``--runs`` is not given (DESIGN.md section 8: the median of at least 5)."""
+    """Timed runs when ``--runs`` is not given (docs/benchmarks.md: the median of at least 5)."""
     quick_runs: int = 3
     """Timed runs in the smoke of every benchmark (``python -m bench.run --all --quick``)."""
     quick_full_size: bool = False

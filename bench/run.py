@@ -29,7 +29,7 @@ TABLE_END = "<!-- results:end -->"
 INTRO = """\
 # leasekit benchmarks
 
-The performance targets of DESIGN.md section 8, each measured side by side in one process
+The performance targets of docs/benchmarks.md, each measured side by side in one process
 against the floor: the fastest way a user could do the same thing without leasekit, given
 the same knowledge (exact file lists, schemas, the Spark settings leasekit uses).
 
