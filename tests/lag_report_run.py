@@ -1,6 +1,6 @@
 """notebooks/consumer_lag_report.ipynb run through papermill for the tests: the example group
 they judge, a run and what it saved, and what a saved notebook must hold to be read without
-its kernel (DESIGN §6.8 "Reports outlive their kernel")."""
+its kernel (docs/panels.md, "Reports that outlive the kernel")."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def run_with_history(zookeeper: str, folder: Path) -> HistoryRun:
 
 def not_static(nb: Any) -> list[str]:
     """The outputs a reader without the kernel could not read: displays with neither
-    ``text/html`` nor an image (only a Python repr), or with a widget view (§6.8)."""
+    ``text/html`` nor an image (only a Python repr), or with a widget view (docs/panels.md)."""
     out = []
     for cell in nb.cells:
         for o in cell.get("outputs", []):

@@ -33,7 +33,7 @@ def test_lease_ids_with_a_trailing_newline_are_refused_before_any_zookeeper_call
 
 @pytest.mark.parametrize("value", TRAILING)
 def test_group_like_ids_with_a_trailing_newline_are_refused(value):
-    # L1 (group ids follow the lease-id rule and raise InvalidArgumentError, DESIGN 6.5)
+    # L1 (group ids follow the lease-id rule and raise InvalidArgumentError)
     with pytest.raises(lk.InvalidArgumentError, match="invalid group id"):
         check_id(value, what="group id", error=lk.InvalidArgumentError)
     assert check_id(
@@ -43,7 +43,7 @@ def test_group_like_ids_with_a_trailing_newline_are_refused(value):
 
 @pytest.mark.parametrize("value", TRAILING)
 def test_table_names_with_a_trailing_newline_are_refused_before_any_zookeeper_call(conn, value):
-    # L1 (the table name rule, DESIGN 4)
+    # L1 (the table name rule)
     ctx = testing.context(conn)
     before = ctx.store.round_trips
     for call in (
@@ -65,7 +65,7 @@ def test_namespaces_with_a_trailing_newline_are_refused_before_connecting(wareho
         lk.connect("127.0.0.1:1", warehouse, namespace=value, timeout="1s")
 
 
-# -- oversized durations (§9) -----------------------------------------------------------------
+# -- oversized durations (docs/security.md) ---------------------------------------------------
 
 HUGE = [
     2**70,
@@ -88,13 +88,15 @@ HUGE = [
 
 @pytest.mark.parametrize("value", HUGE, ids=repr)
 def test_durations_that_do_not_fit_are_invalid_duration_errors(value):
-    # §9: too large for timedelta, int64 milliseconds or a timeout: InvalidDurationError
+    # docs/security.md: too large for timedelta, int64
+    # milliseconds or a timeout: InvalidDurationError
     with pytest.raises(lk.InvalidDurationError, match="duration"):
         parse_duration(value)
 
 
 def test_the_largest_duration_fits_every_use():
-    # §9: the limit keeps ms, ns (pandas) and thread timeouts in range, and a time near now
+    # docs/security.md: the limit keeps ms, ns (pandas)
+    # and thread timeouts in range, and a time near now
     import threading
 
     from leasekit.durations import MAX_DURATION
@@ -110,7 +112,7 @@ def test_the_largest_duration_fits_every_use():
 
 @pytest.mark.parametrize("value", ["999999999999d", 2**70, float("inf"), timedelta.max], ids=repr)
 def test_oversized_durations_are_refused_at_every_entry_point_before_any_write(conn, value):
-    # §9, L2: a typed error before anything is written, whatever the entry point
+    # L2: a typed error before anything is written, whatever the entry point
     from leasekit import janitor
 
     table = conn.create_table("t", "id BIGINT", "id", buckets=1)
@@ -144,7 +146,8 @@ def test_oversized_durations_are_refused_at_every_entry_point_before_any_write(c
 )
 @pytest.mark.parametrize("value", [2**63, 2**64, 2**70, str(2**64)], ids=repr)
 def test_oversized_numeric_properties_are_refused(conn, key, value):
-    # §9, §7.5: msgpack stores no int >= 2**64 and int64 arithmetic none >= 2**63
+    # docs/security.md, docs/configuration.md: msgpack stores
+    # no int >= 2**64 and int64 arithmetic none >= 2**63
     with pytest.raises(lk.InvalidArgumentError, match=key):
         conn.create_table("u", "id BIGINT", "id", properties={key: value})
     assert conn.tables() == []

@@ -270,8 +270,9 @@ def test_pass_finishes_a_half_done_table_drop(conn, caplog) -> None:
 
 
 def test_a_pass_whose_election_znode_is_gone_deletes_nothing(conn) -> None:
-    # §9 Fencing: the leader's election znode goes (as with its session); the pass it runs
-    # next writes nothing and deletes no file: not a half-done drop, snapshot, segment or orphan
+    # fencing (docs/security.md): the leader's election znode goes (as
+    # with its session); the pass it runs next writes nothing and
+    # deletes no file: not a half-done drop, snapshot, segment or orphan
     ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "0s"})
     dropped = conn.create_table("t", SCHEMA, "id", buckets=2)

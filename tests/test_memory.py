@@ -1,4 +1,4 @@
-"""Bulk work pauses Python's cycle collector and always gives it back (DESIGN §8): the
+"""Bulk work pauses Python's cycle collector and always gives it back (docs/benchmarks.md): the
 collector runs again after a plan, a failed plan and overlapping plans, and stays off for
 a program that turned it off itself."""
 

@@ -1,4 +1,4 @@
-"""Durations read the same wherever people read them (DESIGN §6.8: "4m 40s", "2h 5m",
+"""Durations read the same wherever people read them (docs/panels.md: "4m 40s", "2h 5m",
 "3d 4h"): the retention plan's reasons and the CLI's text use ``human_duration``, while the
 CLI's --json carries plain numbers of seconds (never "166403ms")."""
 

@@ -111,7 +111,8 @@ INSIDE = "ns/tables/t/0a1b"
     ],
 )
 def test_contained_resolves_a_path_inside_its_directory(rel, resolved):
-    # §9 Containment: a path metadata names is resolved, and kept when it lies inside
+    # containment (docs/security.md): a path metadata
+    # names is resolved, and kept when it lies inside
     assert contained(rel, INSIDE, "/ns/data/x") == resolved
 
 
@@ -136,7 +137,7 @@ def test_contained_resolves_a_path_inside_its_directory(rel, resolved):
     ],
 )
 def test_contained_refuses_a_path_outside_its_directory_naming_the_znode(rel):
-    # §9 Containment: anything else is CorruptMetadataError naming the znode
+    # containment (docs/security.md): anything else is CorruptMetadataError naming the znode
     with pytest.raises(CorruptMetadataError) as exc_info:
         contained(rel, INSIDE, "/ns/data/x/0/log/00000000000000000000")
     assert exc_info.value.path == "/ns/data/x/0/log/00000000000000000000"
@@ -145,13 +146,14 @@ def test_contained_refuses_a_path_outside_its_directory_naming_the_znode(rel):
 
 @pytest.mark.parametrize("rel", [None, 5, b"ns/tables/t/0a1b/f.parquet", ["ns"]])
 def test_contained_refuses_a_path_that_is_not_a_string(rel):
-    # §9 Containment, §5: an ill-typed path is corrupt metadata too, not a TypeError
+    # containment (docs/security.md): an ill-typed path is corrupt metadata too, not a TypeError
     with pytest.raises(CorruptMetadataError):
         contained(rel, INSIDE, "/ns/dropped/x")
 
 
 def test_local_deletes_never_follow_a_symbolic_link_out_of_the_warehouse(wh, tmp_path):
-    # §9 Containment: a link planted inside the warehouse does not carry a delete outside it
+    # containment (docs/security.md): a link planted inside
+    # the warehouse does not carry a delete outside it
     victim = tmp_path / "victim"
     (victim / "sub").mkdir(parents=True)
     (victim / "f.parquet").write_bytes(b"v")

@@ -61,7 +61,7 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     _seed_lag_history(conn, "billing", orders)  # the Overview's sparkline draws it
     expect.set_options(timeout=UPDATE_TIMEOUT_MS)
     page = notebook.page
-    page.set_viewport_size(SCREEN)  # §6.8: a laptop's screen; each tab kept in docs/
+    page.set_viewport_size(SCREEN)  # docs/panels.md: a laptop's screen; each tab kept in docs/
     notebook.open(dashboard_cells(zookeeper, warehouse, namespace), "dashboard.ipynb")
     notebook.run_all()
     dashboard = notebook.wait_for_widget(".leasekit-dashboard", RENDER_TIMEOUT_MS)
@@ -75,12 +75,12 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
     for title in ("Overview", "Leases", "Consumers", "Retention"):
         expect(tabs.filter(has_text=title)).to_have_count(1)
 
-    overview = dashboard.locator(".leasekit-overview-panel")  # the first tab (§6.8)
+    overview = dashboard.locator(".leasekit-overview-panel")  # the first tab (docs/panels.md)
     expect(overview).to_be_visible()
     expect(overview.locator(".leasekit-overview-groups")).to_contain_text("billing")
     expect(overview.locator("svg.leasekit-sparkline").first).to_be_visible()
     _tab_in_docs(page, overview, "overview")
-    # nothing clipped: the last column scrolls into view inside the panel (§6.8)
+    # nothing clipped: the last column scrolls into view inside the panel (docs/panels.md)
     last = overview.locator(".leasekit-overview-groups th", has_text="last commit")
     last.scroll_into_view_if_needed()
     expect(last).to_be_in_viewport()
@@ -167,8 +167,8 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
 
 
 def test_dashboard_shows_a_zookeeper_outage_and_recovers(notebook, tmp_path):
-    # DESIGN §3, §6.8 (STYLE 17): a server of this test's own (never the session's), stopped
-    # and started again while the Dashboard is open in the browser
+    # docs/cli.md, docs/panels.md (STYLE 17): a server of this test's own (never the session's),
+    # stopped and started again while the Dashboard is open in the browser
     from playwright.sync_api import expect
 
     import leasekit as lk
@@ -198,7 +198,7 @@ def test_dashboard_shows_a_zookeeper_outage_and_recovers(notebook, tmp_path):
             expect(panel.locator(".leasekit-leases table")).to_contain_text("before-outage")
             _keep_in_docs(notebook.screenshot("zookeeper-stopped", panel), "zookeeper-down")
 
-            assert embedded.ensure_running(data_dir) == address  # the same port (DESIGN §3)
+            assert embedded.ensure_running(data_dir) == address  # the same port (docs/cli.md)
             expect(status).to_contain_text("ZooKeeper connected", timeout=RECOVER_TIMEOUT_MS)
             expect(status).not_to_contain_text("stale")
             conn.acquire_kv_snapshot_lease("after-outage", {}, "2h")  # live again, no click
@@ -210,7 +210,7 @@ def test_dashboard_shows_a_zookeeper_outage_and_recovers(notebook, tmp_path):
 
 
 SCREEN = {"width": 1280, "height": 800}
-"""The screen the Dashboard's tabs are shown on in docs/ (§6.8)."""
+"""The screen the Dashboard's tabs are shown on in docs/ (docs/panels.md)."""
 
 
 def _tab_in_docs(page, panel, name: str) -> None:

@@ -128,7 +128,7 @@ def test_acl_protects_writes(zookeeper, warehouse, namespace):
             same.table("t").append([{"id": 1}])
         with lk.connect(
             zookeeper, warehouse, namespace=namespace
-        ) as stranger:  # DESIGN §9: connecting works
+        ) as stranger:  # docs/security.md: connecting works
             assert stranger.tables() == ["t"]
             with pytest.raises(lk.PermissionDeniedError):  # ... the write is refused
                 stranger.create_table("u", "id BIGINT", "id")
@@ -161,7 +161,8 @@ def test_import_is_light():
 
 
 def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, namespace):
-    # DESIGN 6.10: connect() and the settings watch it sets up translate ZooKeeper's NoAuthError
+    # docs/concepts.md: connect() and the settings watch
+    # it sets up translate ZooKeeper's NoAuthError
     from kazoo.security import make_digest_acl
 
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
@@ -182,7 +183,7 @@ def test_unreadable_settings_raise_permission_denied(zookeeper, warehouse, names
 def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_auth(
     zookeeper, warehouse, namespace
 ):
-    # §6.1, §9 Access: readers read the clock by writing its scratch znode; a connection with
+    # docs/security.md: readers read the clock by writing its scratch znode; a connection with
     # auth makes that znode world READ|WRITE (only) on a namespace made by an older leasekit
     from kazoo.exceptions import NoAuthError
     from kazoo.security import Permissions, make_acl, make_digest_acl
@@ -212,7 +213,7 @@ def test_clock_of_a_namespace_from_before_is_opened_to_readers_by_a_writer_with_
             ctx.store.client.delete(clock)
 
 
-# -- corrupt settings: connect works, retention refuses, repair (§9) ---------------------------
+# -- corrupt settings: connect works, retention refuses, repair (docs/security.md) ---------------
 
 GARBAGE = b"\xc1garbage"
 
@@ -246,7 +247,7 @@ def settings_warnings(caplog, path):
 def test_corrupt_settings_connect_with_a_warning_and_retention_refuses(
     zookeeper, warehouse, namespace, caplog, data
 ):
-    # §9: a corrupt settings znode locks nobody out; retention fails safe meanwhile
+    # docs/security.md: a corrupt settings znode locks nobody out; retention fails safe meanwhile
     with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
         first.update_settings({"orphan.min-age": "2h"})
         path = testing.context(first).paths.settings
@@ -284,8 +285,8 @@ class _SlowOffMainThread(logging.Handler):
 def test_the_corrupt_settings_warning_is_out_when_connect_returns(
     zookeeper, warehouse, namespace, caplog
 ):
-    # §9: connect's first read and its settings watch (on the watch thread) both see the corrupt
-    # value; whichever logs the warning, it has been logged by the time connect returns
+    # docs/security.md: connect's first read and its settings watch (on the watch thread) both see
+    # the corrupt value; whichever logs the warning, it has been logged by the time connect returns
     with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
         first.update_settings({"orphan.min-age": "2h"})
         path = testing.context(first).paths.settings
@@ -305,7 +306,7 @@ def test_the_corrupt_settings_warning_is_out_when_connect_returns(
 
 
 def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplog):
-    # §9, §6.1: update_settings(mapping, replace=True) does not read the old value
+    # docs/security.md: update_settings(mapping, replace=True) does not read the old value
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
         ctx = testing.context(conn)
         conn.update_settings({"lease.expiry-grace": "5s"})
@@ -336,7 +337,7 @@ def test_replace_repairs_corrupt_settings(zookeeper, warehouse, namespace, caplo
 
 
 def test_janitor_skips_its_passes_while_settings_are_corrupt(conn, zookeeper, caplog):
-    # §9: the janitor logs and skips the pass (it never falls back to defaults)
+    # docs/security.md: the janitor logs and skips the pass (it never falls back to defaults)
     ctx = testing.context(conn)
     import threading
 

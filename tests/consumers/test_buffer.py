@@ -1,4 +1,4 @@
-"""Records a consumer fetched but has not handed out (C1, C8, DESIGN §6.5): ``getone`` and
+"""Records a consumer fetched but has not handed out (C1, C8): ``getone`` and
 iteration move the position one record at a time, commits count only what was handed out, and
 seeks, pauses and revocations respect the records still buffered."""
 
@@ -30,8 +30,8 @@ def offsets(batches):
 
 
 def test_getone_moves_the_position_by_one_and_commit_counts_only_what_was_returned(conn, orders):
-    # C1: after returning offset o the position is o+1; §6.5: commit() counts only records
-    # handed to the caller, never the rest of the fetched batch
+    # C1: after returning offset o the position is o+1; docs/consumers.md: commit() counts only
+    # records handed to the caller, never the rest of the fetched batch
     tb = TB("orders", 0)
     with group_consumer(conn) as consumer:
         first = consumer.getone(timeout="5s")
@@ -44,7 +44,7 @@ def test_getone_moves_the_position_by_one_and_commit_counts_only_what_was_return
 
 
 def test_iteration_commits_only_the_records_iterated(conn, orders):
-    # C1 and §6.5 for `for record in consumer`
+    # C1 for `for record in consumer`
     tb = TB("orders", 0)
     with group_consumer(conn) as consumer:
         seen = []
@@ -74,7 +74,7 @@ def test_poll_after_getone_returns_the_buffered_records_first_without_gaps_or_re
 
 
 def test_auto_commit_and_close_count_only_records_handed_out(conn, orders):
-    # C8 with §6.5: auto-commit and the commit on close count only records returned
+    # C8: auto-commit and the commit on close count only records returned
     tb = TB("orders", 0)
     consumer = group_consumer(conn, enable_auto_commit=True, auto_commit_interval="0.05s")
     assert consumer.getone(timeout="5s").offset == 0
@@ -102,7 +102,8 @@ def test_seek_after_getone_discards_the_buckets_buffered_records(conn, orders):
 
 
 def test_a_paused_buckets_buffered_records_wait_until_it_is_resumed(conn, orders):
-    # §6.5 pause: nothing of a paused bucket is returned, buffered or not, and its position stays
+    # pause (docs/consumers.md): nothing of a paused bucket
+    # is returned, buffered or not, and its position stays
     tb = TB("orders", 0)
     with conn.consumer("orders", auto_offset_reset="earliest") as consumer:
         assert consumer.getone(timeout="5s").offset == 0
@@ -114,7 +115,7 @@ def test_a_paused_buckets_buffered_records_wait_until_it_is_resumed(conn, orders
 
 
 def test_a_revoked_buckets_buffered_records_are_never_returned_or_committed(conn):
-    # C1, C10, C12 with §6.5: a member's buffered records of a bucket that moves away are
+    # C1, C10, C12: a member's buffered records of a bucket that moves away are
     # dropped; the new owner starts from what was handed out, so no record is skipped
     table = conn.create_table("orders", "id BIGINT", "id", buckets=2)
     table.append([{"id": i} for i in range(40)])

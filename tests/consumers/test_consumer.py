@@ -1,5 +1,5 @@
-"""The consumer (DESIGN §6.5): positions (C1), commits (C2, C3), reset policy (C5), seeks (C6),
-offset queries that never move (C7), auto-commit (C8); behaviours users know from aiokafka."""
+"""The consumer (docs/consumers.md): positions (C1), commits (C2, C3), reset policy (C5), seeks
+(C6), offset queries that never move (C7), auto-commit (C8); behaviours users know from aiokafka."""
 
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def test_assign_and_subscribe_do_not_mix(conn, orders):
 
 @pytest.mark.parametrize("policy", ["earliest", "latest", "none"])
 def test_segment_deleted_under_a_consumer_follows_the_reset_policy(conn, policy):
-    # C5, §6.5: retention deletes the segment at the consumer's position (its znode, the new
+    # C5: retention deletes the segment at the consumer's position (its znode, the new
     # log beginning, then its file): the reset policy decides, never a crash or a silent gap
     from leasekit.log.segments import delete_segments
 
@@ -243,7 +243,7 @@ def test_segment_deleted_under_a_consumer_follows_the_reset_policy(conn, policy)
 
 
 def test_polls_without_new_records_make_no_zookeeper_calls(conn, orders):
-    # §6.5: new records are noticed through watches, not by polling ZooKeeper in a loop
+    # docs/consumers.md: new records are noticed through watches, not by polling ZooKeeper in a loop
     ctx = testing.context(conn)
     with conn.consumer("orders", auto_offset_reset="earliest") as c:
         c.poll()
@@ -269,8 +269,8 @@ class _Recorder(lk.BucketRebalanceListener):
 
 
 def test_a_group_subscription_is_assigned_in_poll_and_the_listener_hears_every_change(conn, orders):
-    # §6.5: with a group_id, poll drives membership; rebalance callbacks run inside poll.
-    # C10: revoked before assigned, and a commit made in on_buckets_revoked is accepted.
+    # docs/consumers.md: with a group_id, poll drives membership; rebalance callbacks run inside
+    # poll. C10: revoked before assigned, and a commit made in on_buckets_revoked is accepted.
     # C15: on_buckets_assigned at the end of every rebalance, with the new buckets only.
     other = conn.create_table("other", "id BIGINT", "id", buckets=1)
     other.append([{"id": 1}])
@@ -315,7 +315,7 @@ def test_a_group_subscription_is_assigned_in_poll_and_the_listener_hears_every_c
 
 
 def test_a_consumer_without_a_group_is_assigned_its_tables_at_once(conn, orders):
-    # §6.5: group_id=None assigns every bucket of the tables, no membership, no commits
+    # docs/consumers.md: group_id=None assigns every bucket of the tables, no membership, no commits
     with conn.consumer("orders") as c:
         assert c.assignment() == {TB("orders", 0), TB("orders", 1)}
         assert c.member_id is None and c.generation is None and c.group_id is None

@@ -1,4 +1,4 @@
-"""Commits into a group from a consumer outside it (DESIGN §6.5, C13): a consumer with a manual
+"""Commits into a group from a consumer outside it (C13): a consumer with a manual
 assignment and the group's id commits only while the group has no live members; once a member
 is live, the commit raises ``GroupNotEmptyError`` and writes nothing, checked inside the
 commit's ZooKeeper transaction."""
@@ -43,7 +43,7 @@ def outsider(conn, **kwargs):
 
 
 def test_a_commit_from_outside_a_live_group_is_refused_and_writes_nothing(conn, orders):
-    # §6.5: Kafka's coordinator refuses commits from non-members into a non-empty group
+    # docs/consumers.md: Kafka's coordinator refuses commits from non-members into a non-empty group
     member = live_member(conn)
     with outsider(conn, enable_auto_commit=False) as out:
         with pytest.raises(lk.GroupNotEmptyError, match="live member"):
@@ -61,8 +61,9 @@ def test_a_commit_from_outside_a_live_group_is_refused_and_writes_nothing(conn, 
 def test_a_member_joining_between_the_read_and_the_write_refuses_the_commit(
     conn, orders, zookeeper, warehouse, namespace, monkeypatch
 ):
-    # §6.5 inside the transaction: the outsider reads an empty group, then a member joins and
-    # is assigned the bucket before the outsider's transaction runs: that transaction fails
+    # docs/consumers.md, inside the transaction: the outsider reads
+    # an empty group, then a member joins and is assigned the bucket
+    # before the outsider's transaction runs: that transaction fails
     ctx = testing.context(conn)
     with lk.connect(zookeeper, warehouse, namespace=namespace) as other:
         joiner = other.consumer(
@@ -120,7 +121,7 @@ def test_reset_offsets_is_fenced_inside_its_transaction_too(
 
 
 def test_auto_commit_and_close_of_an_outsider_skip_and_log(conn, orders, caplog):
-    # §6.5, C8: auto-commit from outside a live group logs and skips; close() raises nothing
+    # C8: auto-commit from outside a live group logs and skips; close() raises nothing
     out = outsider(conn, auto_commit_interval="0.05s")
     assert sum(t.num_rows for t in out.poll(timeout="5s").values()) > 0
     member = live_member(conn)

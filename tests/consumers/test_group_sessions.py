@@ -171,8 +171,8 @@ def test_a_member_whose_session_is_lost_hears_everything_revoked_and_rejoins(
 
 
 def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(conn, orders):
-    # §6.5 max_poll_interval (Kafka's max.poll.interval.ms): a member outside poll that long
-    # leaves the group, its buckets go to the others; its next poll hears them revoked and
+    # max_poll_interval (docs/consumers.md; Kafka's max.poll.interval.ms): a member outside poll
+    # that long leaves the group, its buckets go to the others; its next poll hears them revoked and
     # rejoins; time spent blocked inside poll does not count
     la = Recorder()
     a = conn.consumer(
@@ -204,7 +204,7 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(conn, o
 
 
 def test_under_auto_commit_a_refused_commit_never_reaches_user_code(conn, orders):
-    # C11, §9: with auto-commit, a member no longer in the group (its znode gone, as after a
+    # C11: with auto-commit, a member no longer in the group (its znode gone, as after a
     # session expiry) rejoins instead of raising, from poll and from close alike
     ctx = testing.context(conn)
     from leasekit.zk import Delete

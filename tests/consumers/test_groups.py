@@ -1,4 +1,4 @@
-"""Consumer groups (DESIGN §6.5, C9–C11, C14, C15) on the real ZooKeeper: the oldest member
+"""Consumer groups (C9–C11, C14, C15) on the real ZooKeeper: the oldest member
 assigns, members split the buckets, a join moves only what it must and a commit is fenced by
 membership and ownership."""
 
@@ -200,8 +200,8 @@ def test_other_assignors_split_every_table(conn, assignor):
 
 
 def test_unsubscribe_leaves_and_subscribe_joins_again_as_a_new_member(conn, orders):
-    # §6.5: unsubscribe hands the buckets back (listener told) and leaves at once; a later
-    # subscribe joins as a new member at its next poll
+    # docs/consumers.md: unsubscribe hands the buckets back (listener told) and leaves at once; a
+    # later subscribe joins as a new member at its next poll
     listener = Recorder()
     a = member(conn, listener)
     poll_all([a], lambda: a.assignment() == set(orders.buckets))

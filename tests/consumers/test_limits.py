@@ -1,5 +1,5 @@
-"""Oversized and out-of-range numbers at the consumer and group entry points (DESIGN §9): huge
-timeouts wait, huge intervals never fire, offsets and timestamps >= 2**63 are typed errors
+"""Oversized and out-of-range numbers at the consumer and group entry points (docs/security.md):
+huge timeouts wait, huge intervals never fire, offsets and timestamps >= 2**63 are typed errors
 before anything is written, reset_offsets clamps to [beginning, end] as kafka-consumer-groups
 does, and stored offsets out of range are reported, never a TypeError."""
 
@@ -31,7 +31,7 @@ def orders(conn):
 
 @pytest.mark.parametrize("call", ["poll", "getone"])
 def test_a_huge_timeout_waits_until_records_come(conn, orders, call):
-    # §9: a timeout too long to wait on is "until records come", not an OverflowError
+    # docs/security.md: a timeout too long to wait on is "until records come", not an OverflowError
     with conn.consumer("orders") as consumer:
         threading.Timer(0.3, lambda: orders.append([{"id": 100}])).start()
         got = getattr(consumer, call)(timeout=1e12)
@@ -44,8 +44,8 @@ def test_a_huge_timeout_waits_until_records_come(conn, orders, call):
 
 
 def test_the_longest_max_poll_interval_never_fires_and_keeps_its_timer(conn, orders):
-    # §6.5 max_poll_interval, §9: the longest accepted (MAX_DURATION; longer ones are typed
-    # errors) never fires in practice, and the timer thread must not die of it
+    # max_poll_interval (docs/consumers.md, docs/security.md): the longest accepted (MAX_DURATION;
+    # longer ones are typed errors) never fires in practice, and the timer thread must not die of it
     errors = []
     old = threading.excepthook
     threading.excepthook = lambda args: errors.append(args.exc_value)
@@ -73,14 +73,15 @@ def test_the_longest_max_poll_interval_never_fires_and_keeps_its_timer(conn, ord
     ],
 )
 def test_durations_out_of_range_are_typed_errors_at_construction(conn, orders, kwargs):
-    # §9: typed errors, before any I/O (a session timeout ZooKeeper cannot take included)
+    # docs/security.md: typed errors, before any I/O (a
+    # session timeout ZooKeeper cannot take included)
     with pytest.raises(lk.InvalidArgumentError):
         conn.consumer("orders", group_id="g", **kwargs)
     assert conn.group_members("g") == []
 
 
 def test_offsets_of_2_63_and_more_are_refused_before_anything_is_written(conn, orders):
-    # C2, C3, C6, C7 with §9: typed errors, nothing written
+    # C2, C3, C6, C7: typed errors, nothing written
     tb = TB("orders", 0)
     consumer = conn.consumer(group_id="g", auto_offset_reset="earliest")
     consumer.assign([tb])
@@ -100,7 +101,7 @@ def test_offsets_of_2_63_and_more_are_refused_before_anything_is_written(conn, o
 
 
 def test_reset_offsets_refuses_2_63_and_writes_nothing(conn, orders):
-    # §9: typed error before the write; describe still works
+    # docs/security.md: typed error before the write; describe still works
     with pytest.raises(lk.InvalidArgumentError):
         conn.reset_offsets("g", tables=["orders"], to=2**63, dry_run=False)
     with pytest.raises(lk.InvalidArgumentError):
@@ -112,7 +113,7 @@ def test_reset_offsets_refuses_2_63_and_writes_nothing(conn, orders):
 def test_reset_offsets_clamps_to_the_log_and_shows_it_in_the_plan(
     conn, orders, capsys, zookeeper, warehouse, namespace
 ):
-    # §6.6, §9: to=int, datetime, timedelta and shift_by are clamped to [beginning, end]
+    # docs/security.md: to=int, datetime, timedelta and shift_by are clamped to [beginning, end]
     tb = TB("orders", 0)
     plan = conn.reset_offsets("g", tables=["orders"], to=999_999_999, dry_run=False)
     assert list(plan.columns[:5]) == ["group", "table", "bucket", "current_offset", "new_offset"]
@@ -166,7 +167,8 @@ def _store_offset(conn, orders, offset):
 def test_a_stored_offset_of_2_63_is_corrupt_metadata_naming_its_path(
     conn, orders, capsys, zookeeper, warehouse, namespace
 ):
-    # §9 with §5: a value an older version or a hostile client wrote; never a TypeError
+    # docs/security.md, docs/architecture.md: a value an older
+    # version or a hostile client wrote; never a TypeError
     path = _store_offset(conn, orders, 2**63)
     for read in (conn.describe_group, conn.group_status):
         with pytest.raises(lk.CorruptMetadataError, match=path):
@@ -187,7 +189,7 @@ def test_a_stored_offset_of_2_63_is_corrupt_metadata_naming_its_path(
 
 
 def test_a_stored_offset_beyond_the_log_end_is_shown_as_stored_with_no_lag(conn, orders):
-    # §6.6: shown sanely (the stored offset, lag 0), never a TypeError
+    # docs/consumers.md: shown sanely (the stored offset, lag 0), never a TypeError
     _store_offset(conn, orders, 999_999_999)
     row = conn.describe_group("g").iloc[0]
     assert (row["current_offset"], row["log_end_offset"], row["lag"]) == (999_999_999, 10, 0)

@@ -1,7 +1,7 @@
 """A committed segment whose file is lost (a disk fault, an operator's ``rm``) while its metadata
 still lists it: the consumer raises a typed error naming the file and the bucket instead of
-returning nothing for ever (§6.10), and ``describe_group``, ``group_status`` and the consumer
-panel show the bucket as broken (§6.6)."""
+returning nothing for ever (docs/security.md), and ``describe_group``, ``group_status`` and the
+consumer panel show the bucket as broken (docs/consumers.md)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def _read_first_segments(consumer, table):
 
 
 def test_poll_raises_naming_the_lost_file_and_its_bucket_every_time(conn, orders):
-    # §6.10 (a typed error, never silence): the segment holding bucket 0's position has lost
-    # its file while the bucket's metadata still lists it; poll raises DataFileMissingError
+    # docs/security.md (a typed error, never silence): the segment holding bucket 0's position has
+    # lost its file while the bucket's metadata still lists it; poll raises DataFileMissingError
     # naming the file and the bucket, at every poll, and the position stays where it was
     with conn.consumer("orders", group_id="g", auto_offset_reset="earliest") as c:
         _read_first_segments(c, orders)
@@ -67,7 +67,8 @@ def test_poll_raises_naming_the_lost_file_and_its_bucket_every_time(conn, orders
 
 
 def test_getone_and_iteration_raise_it_too(conn, orders):
-    # §6.10: getone and iteration meet the lost file as poll does (a typed error naming it)
+    # docs/security.md: getone and iteration meet the
+    # lost file as poll does (a typed error naming it)
     lost = _segments(orders, 1)[0]
     os.remove(lost.file)
     with conn.consumer("orders", auto_offset_reset="earliest") as c:
@@ -81,9 +82,9 @@ def test_getone_and_iteration_raise_it_too(conn, orders):
 
 
 def test_describe_group_and_the_panel_show_the_bucket_as_missing(conn, orders):
-    # §6.6: a bucket whose next record (at the committed offset) lies in a segment whose file
-    # is missing while the metadata lists it is MISSING, an ERR for the group; the consumer
-    # panel's grid and summary say so; the other bucket keeps its own status
+    # docs/consumers.md: a bucket whose next record (at the committed offset) lies in a segment
+    # whose file is missing while the metadata lists it is MISSING, an ERR for the group; the
+    # consumer panel's grid and summary say so; the other bucket keeps its own status
     from leasekit.widgets import ConsumerPanel
 
     with conn.consumer("orders", group_id="g", auto_offset_reset="earliest") as c:
@@ -132,8 +133,8 @@ def _bucket_statuses(conn) -> dict[tuple[str, str], float]:
 
 
 def test_read_changes_raises_naming_the_lost_file_and_its_bucket(conn, spark, orders):
-    # §6.4, §6.10: a change read over a lost segment file raises DataFileMissingError naming
-    # the file and the bucket (not a Spark error, not an empty read)
+    # docs/spark.md, docs/security.md: a change read over a lost segment file raises
+    # DataFileMissingError naming the file and the bucket (not a Spark error, not an empty read)
     from leasekit import spark as lks
 
     lost = _segments(orders, 1)[1]
@@ -145,8 +146,8 @@ def test_read_changes_raises_naming_the_lost_file_and_its_bucket(conn, spark, or
 
 
 def test_the_stream_reads_task_raises_naming_the_lost_file_and_its_bucket(conn, orders):
-    # §6.11, §6.10: a task of the Spark stream reading a segment whose file is gone raises a
-    # leasekit error naming the file and the bucket, not an OS or pyarrow error
+    # docs/spark.md, docs/security.md: a task of the Spark stream reading a segment whose file is
+    # gone raises a leasekit error naming the file and the bucket, not an OS or pyarrow error
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from leasekit.datasource import stream

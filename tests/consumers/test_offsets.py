@@ -1,4 +1,4 @@
-"""Committed offsets of consumer groups, as stored (C2, C3, C4; DESIGN §5, §6.6): validated,
+"""Committed offsets of consumer groups, as stored (C2, C3, C4): validated,
 written in one transaction while it fits, never rewritten unchanged, with the commit history
 lag health reads."""
 
@@ -51,7 +51,7 @@ def test_commit_then_fetch_with_metadata_time_and_log_end(conn, orders):
 
 
 def test_unchanged_offsets_are_not_written(conn, orders):
-    # C3, §5: a commit that changes nothing writes nothing; a changed one writes only itself
+    # C3: a commit that changes nothing writes nothing; a changed one writes only itself
     ctx = testing.context(conn)
     tables = {"orders": orders}
     offsets.commit(ctx, "g", {TB("orders", b): 5 for b in range(4)}, tables)
@@ -70,7 +70,7 @@ def test_unchanged_offsets_are_not_written(conn, orders):
 
 
 def test_history_keeps_the_last_commits_with_the_log_end_at_each(conn, orders):
-    # §6.6: the lag-health window is the last 10 commits, each with its time and log end
+    # docs/concepts.md: the lag-health window is the last 10 commits, each with its time and log end
     ctx = testing.context(conn)
     tables = {"orders": orders}
     tb = TB("orders", 2)
@@ -99,7 +99,7 @@ def test_a_thousand_offsets_in_two_round_trips(conn):
 
 
 def test_commits_beyond_one_transaction_write_every_offset_whole(conn):
-    # §5: 1,000 offsets with 4 KB metadata each (4 MB) go in several transactions
+    # docs/architecture.md: 1,000 offsets with 4 KB metadata each (4 MB) go in several transactions
     ctx = testing.context(conn)
     table = conn.create_table("wide", "id BIGINT", "id", buckets=1000)
     tables = {"wide": table}

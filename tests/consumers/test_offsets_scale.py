@@ -1,5 +1,5 @@
 """Commits and claims of a group member over more buckets than one ZooKeeper transaction holds
-(DESIGN §8 B4, C11): each transaction carries the ownership checks of its own buckets only, so a
+(B4, C11): each transaction carries the ownership checks of its own buckets only, so a
 commit of 6,000 offsets takes a few transactions instead of one per offset."""
 
 from __future__ import annotations

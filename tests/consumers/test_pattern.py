@@ -1,4 +1,4 @@
-"""Subscription by pattern (DESIGN §6.5, C17) on the real ZooKeeper: consumers and groups
+"""Subscription by pattern (C17) on the real ZooKeeper: consumers and groups
 follow the tables whose names match as they are created and dropped, noticed through a watch."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_bad_arguments_are_refused_and_the_subscription_kept(conn):
     with conn.consumer() as c:
         c.assign([TB("day_1", 0)])
         with pytest.raises(lk.IllegalStateError):
-            c.subscribe(pattern="day_.*")  # §6.5: assign and subscribe do not mix
+            c.subscribe(pattern="day_.*")  # docs/consumers.md: assign and subscribe do not mix
 
 
 def test_a_dropped_table_is_no_offset_out_of_range(conn):
@@ -152,7 +152,8 @@ def test_a_group_consumes_a_matching_table_created_later_split_between_members(c
     assert not a.assignment() & b.assignment()
     # which member gives up which bucket is the sticky assignor's choice: the members may see
     # the new table a moment apart, and the leader assigns each change as it hears of it
-    # §6.6: describe_group lists every bucket of the tables the group subscribes to by pattern
+    # docs/consumers.md: describe_group lists every bucket
+    # of the tables the group subscribes to by pattern
     a.commit()
     b.commit()
     described = conn.describe_group("g")
@@ -277,7 +278,8 @@ def test_a_table_dropped_and_created_again_is_read_as_the_new_table(conn, group)
 
 
 def test_unsubscribe_and_close_stop_the_watch(conn):
-    # §6.5: a pattern subscription ends with unsubscribe or close; no watch is left behind
+    # docs/consumers.md: a pattern subscription ends
+    # with unsubscribe or close; no watch is left behind
     day(conn, 1)
     c = conn.consumer()
     c.subscribe(pattern="day_.*")
@@ -296,7 +298,7 @@ def test_unsubscribe_and_close_stop_the_watch(conn):
 
 
 def test_tables_created_and_dropped_under_two_consuming_members(conn):
-    # C17 under churn (§9): for 12 s a matching table is created every 0.3 s and appended to,
+    # C17 under churn: for 12 s a matching table is created every 0.3 s and appended to,
     # the oldest dropped while 4 exist (one name reused after its drop), while two members
     # consume by pattern with auto-commit. At every sample no bucket has two owners; poll and
     # commit raise nothing; every record of the tables left at the end is consumed

@@ -1,4 +1,4 @@
-"""Consumers and groups across rescales (DESIGN §7.6 K5, K6): parent first, a group assigning
+"""Consumers and groups across rescales (K5, K6): parent first, a group assigning
 sealed buckets until drained and new buckets once their parents are, new buckets read from
 their beginning, and describe_group covering sealed buckets until drained."""
 

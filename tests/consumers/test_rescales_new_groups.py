@@ -1,4 +1,4 @@
-"""A consumer that meets a table already rescaled (DESIGN §7.6 K5, K6, §7.3 C5): a new bucket
+"""A consumer that meets a table already rescaled (K5, K6, C5): a new bucket
 is read from 0 only by a group (or a consumer without a group) that consumed its parents up to
 their seals; otherwise the reset policy applies to it too, and a position that the reset puts
 at a parent's seal drains that parent, whatever the commit settings."""

@@ -1,4 +1,4 @@
-"""Bad input to the lease calls: a typed error, and nothing written (DESIGN §6, L3)."""
+"""Bad input to the lease calls: a typed error, and nothing written (L3)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Large acquires with the longest names ZooKeeper paths can get still split into
-transactions under ZooKeeper's 1 MB request limit (DESIGN section 5, L14)."""
+transactions under ZooKeeper's 1 MB request limit (L14)."""
 
 from __future__ import annotations
 

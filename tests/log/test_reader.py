@@ -1,4 +1,4 @@
-"""Reading the log by offset range (C1; DESIGN §6.5): exactly the records asked for, with
+"""Reading the log by offset range (C1): exactly the records asked for, with
 ``_offset``, ``_timestamp`` (ms, UTC) and ``_op`` before the table's columns, decoding only
 the row groups that hold them; a segment deleted by retention is reported, not a crash."""
 
@@ -59,7 +59,8 @@ def test_segment_files_have_row_groups_a_read_can_skip(table):
 
 
 def test_a_segment_deleted_under_the_reader_is_reported(conn, table):
-    # §6.5: a segment deleted by retention gives SegmentGone (the consumer applies its reset policy)
+    # docs/consumers.md: a segment deleted by retention gives
+    # SegmentGone (the consumer applies its reset policy)
     ctx = testing.context(conn)
     segments = list_segments(table, [0])[0]
     reader = lkreader.SegmentReader(table)
@@ -72,8 +73,8 @@ def test_a_segment_deleted_under_the_reader_is_reported(conn, table):
 def test_a_sequential_read_decodes_each_row_group_once_and_keeps_none_it_finished(
     table, monkeypatch
 ):
-    # §6.5 bounded caching: a reader going through a segment in small steps decodes each row
-    # group once, and drops a group as soon as a read reached its end
+    # bounded caching (docs/consumers.md): a reader going through a segment in small steps decodes
+    # each row group once, and drops a group as soon as a read reached its end
     import pyarrow.parquet as pq
 
     decoded = []
@@ -97,9 +98,9 @@ def test_a_sequential_read_decodes_each_row_group_once_and_keeps_none_it_finishe
 
 
 def test_a_read_ahead_decodes_the_next_segment_once_on_its_own_thread(conn, table, monkeypatch):
-    # §6.5: a consumer catching up has the next segment's row group decoded meanwhile; the read
-    # that comes to it uses that decode (never decodes it twice), and a segment deleted under
-    # a read ahead is still reported by the read itself
+    # docs/consumers.md: a consumer catching up has the next segment's row group decoded meanwhile;
+    # the read that comes to it uses that decode (never decodes it twice), and a segment deleted
+    # under a read ahead is still reported by the read itself
     import threading
 
     import pyarrow.parquet as pq

@@ -1,4 +1,4 @@
-"""What an operator plugs in (DESIGN §6.12, M5): the alert rules in deploy/prometheus pass
+"""What an operator plugs in (M5): the alert rules in deploy/prometheus pass
 ``promtool check rules`` and their unit tests (``promtool test rules``), every alert is tested
 firing and silent, the example configuration is valid, and the Grafana dashboard and the rules
 name only metrics and labels the exporter serves, so neither can drift from it."""
@@ -81,7 +81,8 @@ def _substituted(expr: str) -> str:
 
 
 def test_alert_rules_pass_promtool(tmp_path):
-    # §6.12: the shipped rules, their unit tests and the example configuration are valid
+    # docs/monitoring.md: the shipped rules, their unit
+    # tests and the example configuration are valid
     out = _promtool("check", "rules", RULES.name)
     assert f"SUCCESS: {len(_alerts())} rules found" in out
     out = _promtool("test", "rules", RULE_TESTS.name)
@@ -99,8 +100,9 @@ def test_alert_rules_pass_promtool(tmp_path):
 
 
 def test_every_alert_is_tested_firing_and_silent():
-    # §6.12: falling behind, at risk, stalled or stopped groups, expiring and orphaned leases,
-    # exporter down: each alert has a for:, a severity and annotations naming what it is about
+    # docs/monitoring.md: falling behind, at risk, stalled or stopped
+    # groups, expiring and orphaned leases, exporter down: each alert
+    # has a for:, a severity and annotations naming what it is about
     alerts = _alerts()
     wanted = {"LeasekitGroupBehind", "LeasekitGroupAtRisk", "LeasekitGroupStalled",
               "LeasekitGroupStopped", "LeasekitLeaseExpiring", "LeasekitLeaseOrphaned",
@@ -122,8 +124,8 @@ def test_every_alert_is_tested_firing_and_silent():
 
 
 def test_dashboard_is_a_grafana_dashboard_of_valid_promql(tmp_path):
-    # §6.12: a Grafana dashboard (schema 39) with a Prometheus data source variable and the
-    # namespace and group variables; every expression parses as PromQL (promtool checks each
+    # docs/monitoring.md: a Grafana dashboard (schema 39) with a Prometheus data source variable and
+    # the namespace and group variables; every expression parses as PromQL (promtool checks each
     # as a recording rule)
     board = json.loads(DASHBOARD.read_text())
     assert board["schemaVersion"] == 39 and board["uid"] == "leasekit"

@@ -1,4 +1,4 @@
-"""One ``leasekit exporter`` process for many namespaces (DESIGN §6.12, M5): ``--namespace``
+"""One ``leasekit exporter`` process for many namespaces (M5): ``--namespace``
 repeated and ``--all-namespaces``, run as the CLI in a process of its own and scraped over
 HTTP. Every series keeps its namespace; a namespace that cannot be read or opened is
 ``leasekit_up`` 0 while the others are served; each namespace served gets its lag history
@@ -129,8 +129,8 @@ def test_exporter_all_namespaces_follows_the_warehouse(
 
 
 def test_exporter_namespace_options(capsys, target):
-    # §6.12: --namespace and --all-namespaces exclude each other; a missing warehouse is an
-    # error, never created by --all-namespaces
+    # docs/monitoring.md: --namespace and --all-namespaces exclude each other; a missing warehouse
+    # is an error, never created by --all-namespaces
     code, _, err = run_cli(capsys, *target, "exporter", "--namespace", "a", "--all-namespaces")
     assert code == 2 and "not both" in err
     missing = ["--zookeeper", target[1], "--warehouse", target[3] + "-nowhere"]

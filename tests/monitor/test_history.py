@@ -1,4 +1,4 @@
-"""The lag history (DESIGN §6.12, M1) on the real ZooKeeper: samples of every group, live or
+"""The lag history (M1) on the real ZooKeeper: samples of every group, live or
 stopped, one per monitor.interval however many samplers run, kept in the internal table
 ``__lag_history`` (hidden from listings, cleaned by retention after monitor.retention), and
 ``lag_history`` reading them back by time."""
@@ -51,7 +51,7 @@ def _sample_again(ctx) -> int:
 
 
 def test_monitor_settings_have_defaults_and_are_validated(conn):
-    # §6.1: the monitor settings, validated like the others
+    # M1: the monitor settings, validated like the others
     settings = conn.settings()
     assert settings["monitor.interval"] == timedelta(seconds=30)
     assert settings["monitor.retention"] == timedelta(days=7)
@@ -87,7 +87,7 @@ def test_a_sample_records_every_bucket_of_every_group(conn, orders, fast):
 
 
 def test_group_totals_count_only_committed_buckets(conn, orders):
-    # M1, §6.12: per sample, lag and committed summed over the committed buckets (<NA> where
+    # M1: per sample, lag and committed summed over the committed buckets (<NA> where
     # none was), end over all, time lag the largest; oldest first, as Int64
     ctx = testing.context(conn)
     now = ctx.server_clock.fresh_ms()
@@ -171,7 +171,7 @@ def test_racing_samplers_write_one_sample_per_interval(conn, orders, zookeeper, 
 
 
 def test_lag_history_selects_by_time(conn, orders, fast):
-    # §6.12: since / until as datetimes or durations back from now; oldest first
+    # docs/monitoring.md: since / until as datetimes or durations back from now; oldest first
     _commit(conn, {TB("orders", 0): 1}, "g")
     history.sample(fast)
     time.sleep(1.2)
@@ -196,7 +196,7 @@ def test_lag_history_selects_by_time(conn, orders, fast):
 
 
 def test_lag_history_reads_only_the_segments_of_the_range(conn, orders, fast):
-    # §6.12: the segments' commit times decide which files are read
+    # docs/monitoring.md: the segments' commit times decide which files are read
     _commit(conn, {TB("orders", 0): 1}, "g")
     history.sample(fast)
     time.sleep(1.2)
@@ -210,7 +210,7 @@ def test_lag_history_reads_only_the_segments_of_the_range(conn, orders, fast):
 
 
 def test_unknown_group_is_an_error_and_a_group_without_samples_is_empty(conn, orders):
-    # §6.12: a group that does not exist and has no history -> a clear typed error
+    # docs/monitoring.md: a group that does not exist and has no history -> a clear typed error
     with pytest.raises(lk.InvalidArgumentError, match="'nobody'"):
         conn.lag_history("nobody")
     with pytest.raises(lk.InvalidArgumentError):
@@ -317,7 +317,7 @@ _WHEN = st.one_of(
 )
 @given(since=_WHEN, until=_WHEN)
 def test_lag_history_fuzzed_times_raise_only_typed_errors(conn, since, until):
-    # §9: fuzzed arguments give LeasekitError, ValueError or TypeError, nothing else
+    # docs/security.md: fuzzed arguments give LeasekitError, ValueError or TypeError, nothing else
     if not conn.consumer_groups():
         _commit_group(conn)
     try:
@@ -334,7 +334,7 @@ def _commit_group(conn):
 
 
 def test_a_reader_without_credentials_cannot_sample(zookeeper, warehouse, namespace):
-    # §6.1: a client without the credentials reads but does not write the history
+    # docs/security.md: a client without the credentials reads but does not write the history
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("ops", "secret")) as owner:
         owner.update_settings({"monitor.interval": "100ms"})
         owner.create_table("t", "id BIGINT", "id", buckets=1).append([{"id": 1}])

@@ -1,4 +1,4 @@
-"""The lease inventory (DESIGN §6.12, M4): each lease's state (active, expiring, orphaned,
+"""The lease inventory (M4): each lease's state (active, expiring, orphaned,
 expired) on the real ZooKeeper, an orphan whose keepalive process was killed with SIGKILL,
 and the bytes a lease pins and alone keeps."""
 
@@ -32,7 +32,7 @@ def _states(conn) -> dict[str, str]:
 
 
 def test_columns_and_records(conn):
-    # M4: the columns of §6.12, one row per lease, owner and host of the last acquirer
+    # M4: the columns of docs/monitoring.md, one row per lease, owner and host of the last acquirer
     table = conn.create_table("t", "id BIGINT", "id", buckets=3)
     seed_empty_snapshots(testing.context(conn), table)
     assert list(conn.lease_inventory().columns) == [

@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN §6.12, M5): the exporter in-process and as the CLI, and
+"""Prometheus metrics (M5): the exporter in-process and as the CLI, and
 ``leasekit janitor --metrics-port``, scraped over HTTP and parsed with prometheus_client's
 parser; the values equal what the library reports; a ZooKeeper outage shows as up 0 and the
 exporter recovers when the server is back."""
@@ -337,8 +337,8 @@ def test_collector_in_a_registry(conn, clock):
 
 
 def test_openmetrics_when_the_scraper_asks(conn, clock):
-    # §6.12: OpenMetrics when the scraper asks for it (Prometheus's own Accept header), the
-    # text format 0.0.4 otherwise; both carry the same series
+    # docs/monitoring.md: OpenMetrics when the scraper asks for it (Prometheus's own Accept header),
+    # the text format 0.0.4 otherwise; both carry the same series
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 
     _populate(conn, clock)

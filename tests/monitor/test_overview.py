@@ -1,4 +1,4 @@
-"""group_overview (DESIGN §6.12, M2, M3) on the real ZooKeeper: state, lag, rates from the lag
+"""group_overview (M2, M3) on the real ZooKeeper: state, lag, rates from the lag
 history, ETA, retention headroom and AT_RISK, checked exactly on constructed cases."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_respect_consumers_makes_the_headroom_infinite(conn, clock):
 
 
 def test_overview_columns_state_and_members(conn):
-    # §6.12: one row per group; live and empty groups
+    # docs/monitoring.md: one row per group; live and empty groups
     assert list(conn.group_overview().columns) == OVERVIEW_COLUMNS
     assert conn.group_overview().empty
     table = conn.create_table("t", "id BIGINT", "id", buckets=2)

@@ -1,4 +1,4 @@
-"""Alerting proven on a real Prometheus (DESIGN §10, §6.12, M6): Debian's ``prometheus`` server on
+"""Alerting proven on a real Prometheus (M6): Debian's ``prometheus`` server on
 loopback scrapes a ``leasekit exporter`` process every second with the shipped alert rules
 loaded; a group falling behind bursty appends fires ``LeasekitGroupBehind`` for that group, and
 the alert resolves once the group catches up. The dashboard's expressions all evaluate there.

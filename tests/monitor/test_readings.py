@@ -1,4 +1,4 @@
-"""One reading of every consumer group (DESIGN §6.12): the same rows as describe_group for
+"""One reading of every consumer group (docs/monitoring.md): the same rows as describe_group for
 each group, read for all groups at once in a fixed number of pipelined round trips."""
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def orders(conn):
 
 
 def test_reading_matches_describe_group_for_every_group(conn, orders):
-    # §6.12, §6.6: the bulk reading gives each group the rows describe_group gives it
+    # docs/monitoring.md, docs/consumers.md: the bulk reading
+    # gives each group the rows describe_group gives it
     _commit(conn, {TB("orders", 0): 1, TB("orders", 1): 2}, "a")
     _commit(conn, {TB("orders", 2): 0}, "b")
     orders.append([{"id": 100 + i, "v": "b"} for i in range(30)])
@@ -62,7 +63,7 @@ def test_reading_matches_describe_group_for_every_group(conn, orders):
 
 
 def test_reading_shows_live_members_and_owners(conn, orders):
-    # §6.12: members, generation and owners of a live group
+    # docs/monitoring.md: members, generation and owners of a live group
     with conn.consumer("orders", group_id="live", auto_offset_reset="earliest") as c:
         c.poll(timeout="5s")
         c.commit()
@@ -74,7 +75,7 @@ def test_reading_shows_live_members_and_owners(conn, orders):
 
 
 def test_reading_is_a_fixed_number_of_round_trips(conn, orders):
-    # §6.12: one pipelined pass, not round trips per group
+    # docs/monitoring.md: one pipelined pass, not round trips per group
     for g in range(20):
         _commit(conn, {TB("orders", b): b for b in range(3)}, f"g{g}")
     ctx = testing.context(conn)
@@ -85,7 +86,7 @@ def test_reading_is_a_fixed_number_of_round_trips(conn, orders):
 
 
 def test_a_corrupt_group_is_skipped_and_said(conn, orders):
-    # §9: garbage in one group's znode does not hide the others
+    # docs/security.md: garbage in one group's znode does not hide the others
     _commit(conn, {TB("orders", 0): 1}, "good")
     _commit(conn, {TB("orders", 0): 1}, "bad")
     ctx = testing.context(conn)

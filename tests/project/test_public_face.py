@@ -1,4 +1,4 @@
-"""The public face (house style 16, DESIGN §6): every public method and property of
+"""The public face (house style 16, the guide in docs/): every public method and property of
 ``Consumer``, ``Table`` and ``KvSnapshotLease`` documents its Arguments, Returns and Raises;
 a consumer's keywords and defaults are written once; a bad lease id is refused first."""
 
@@ -145,7 +145,7 @@ class Face:
 
 
 def test_a_consumers_keywords_and_defaults_are_written_once_as_design_says():
-    # §6.5: conn.consumer's keywords are ConsumerSettings' fields, with its defaults
+    # docs/consumers.md: conn.consumer's keywords are ConsumerSettings' fields, with its defaults
     keywords = [
         p
         for p in inspect.signature(Connection.consumer).parameters.values()

@@ -1,4 +1,4 @@
-"""Fixtures for the reliability tests (DESIGN §9): a ZooKeeper of their own, which they
+"""Fixtures for the reliability tests (docs/security.md): a ZooKeeper of their own, which they
 kill -9 and restart, the ``--stress-seconds`` option of the stress run, and the table the
 fuzzed calls (test_fuzz*.py) work on."""
 
@@ -26,13 +26,13 @@ def pytest_addoption(parser):
         "--churn-seconds",
         type=float,
         default=float(os.environ.get("LEASEKIT_CHURN_SECONDS", "30")),
-        help="how long members join and leave a consumer group in the churn test (DESIGN §9: 30)",
+        help="how long members join and leave a group in the churn test (docs/security.md: 30)",
     )
     parser.addoption(
         "--stress-seconds",
         type=float,
         default=float(os.environ.get("LEASEKIT_STRESS_SECONDS", "12")),
-        help="how long the reliability stress test runs (DESIGN §9 target: 60; default 12 for CI)",
+        help="how long the reliability stress test runs (target: 60; default 12 for CI)",
     )
 
 

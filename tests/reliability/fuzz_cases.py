@@ -1,4 +1,4 @@
-"""What the fuzzed calls share (DESIGN section 9): the errors they may raise, the values
+"""What the fuzzed calls share (docs/security.md): the errors they may raise, the values
 hypothesis draws for their arguments (any values, bucket and snapshot maps, oversized numbers)
 and the hypothesis settings."""
 

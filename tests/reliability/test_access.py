@@ -1,7 +1,7 @@
-"""Access with ``auth`` (DESIGN §6.1, §9 "Access"): a client without the credentials reads
-everything — tables, leases, groups, lag, the retention plan, the panels — and every write it
-tries is refused with ``PermissionDeniedError``, changing nothing; the same on a namespace first
-opened without ``auth``, once a writer with ``auth`` has opened it; a namespace closed by other
+"""Access with ``auth`` (docs/security.md): a client without the credentials reads everything —
+tables, leases, groups, lag, the retention plan, the panels — and every write it tries is
+refused with ``PermissionDeniedError``, changing nothing; the same on a namespace first opened
+without ``auth``, once a writer with ``auth`` has opened it; a namespace closed by other
 credentials refuses this writer's writes and still serves its reads."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def commit_as(reader: lk.Connection) -> None:
 def test_reader_without_credentials_reads_everything_and_changes_nothing(
     zookeeper, warehouse, namespace
 ):
-    # §9 Access, §6.1: namespace created with auth; reads work (the clock included), writes refused
+    # docs/security.md: namespace created with auth; reads work (the clock included), writes refused
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=WRITER) as writer:
         stock(writer)
         with lk.connect(zookeeper, warehouse, namespace=namespace) as reader:
@@ -129,7 +129,7 @@ def test_reader_without_credentials_reads_everything_and_changes_nothing(
 def test_namespace_first_opened_without_auth_is_closed_by_a_writer_with_auth(
     zookeeper, warehouse, namespace
 ):
-    # §9 Access, §6.1: a namespace created open is closed as a whole by the first writer with auth
+    # docs/security.md: a namespace created open is closed as a whole by the first writer with auth
     with lk.connect(zookeeper, warehouse, namespace=namespace) as analyst:
         ctx = testing.context(analyst)
         analyst.create_table("early", "id BIGINT", "id").append([{"id": 1}])
@@ -150,8 +150,9 @@ def test_namespace_first_opened_without_auth_is_closed_by_a_writer_with_auth(
 def test_closing_leaves_nothing_open_while_a_stranger_keeps_creating(
     zookeeper, warehouse, namespace, round_
 ):
-    # §6.1: closing is complete even while an unauthenticated client keeps creating znodes (a
-    # create racing an ACL change can land after it: rounds give that window chances to open)
+    # docs/security.md: closing is complete even while an unauthenticated
+    # client keeps creating znodes (a create racing an ACL change can
+    # land after it: rounds give that window chances to open)
     with lk.connect(zookeeper, warehouse, namespace=namespace) as stranger:
         ctx = testing.context(stranger)
         stranger.create_table("t", "id BIGINT", "id", buckets=3).append(
@@ -196,7 +197,8 @@ def test_closing_leaves_nothing_open_while_a_stranger_keeps_creating(
 def test_namespace_closed_by_other_credentials_reads_but_refuses_writes(
     zookeeper, warehouse, namespace
 ):
-    # §6.1: a writer with other credentials reads, and each write is refused with nothing changed
+    # docs/security.md: a writer with other credentials
+    # reads, and each write is refused with nothing changed
     with lk.connect(zookeeper, warehouse, namespace=namespace, auth=WRITER) as writer:
         stock(writer)
         with lk.connect(zookeeper, warehouse, namespace=namespace, auth=("other", "pw")) as other:

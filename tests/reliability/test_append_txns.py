@@ -1,4 +1,4 @@
-"""Race (DESIGN §9): an append that spans more ZooKeeper transactions than one is
+"""Race (docs/security.md): an append that spans more ZooKeeper transactions than one is
 all-or-nothing, or, when interrupted, says exactly which buckets committed, and a retry
 never duplicates a record (W1, W2, W3)."""
 
@@ -51,8 +51,8 @@ def _keys_by_bucket(table, count: int) -> dict[int, list[int]]:
 
 @pytest.mark.parametrize("operation", ["upsert", "delete"])
 def test_partial_append_names_what_committed_and_retry_completes(conn, monkeypatch, operation):
-    # §9 "append spanning several transactions": one bucket per transaction, and the last
-    # bucket's transaction too large for ZooKeeper (many one-row segments): the first two
+    # append spanning several transactions (docs/security.md): one bucket per transaction, and the
+    # last bucket's transaction too large for ZooKeeper (many one-row segments): the first two
     # buckets commit, the third cannot.
     table = conn.create_table(
         "t", "id BIGINT, v STRING", "id", buckets=4, properties={"log.segment.max-rows": 1}
@@ -105,8 +105,8 @@ def test_wide_append_fits_one_transaction(conn):
 def test_interrupted_wide_appends_never_duplicate(
     conn, zookeeper, warehouse, namespace, monkeypatch
 ):
-    # §9 race: appends over 256 buckets in several transactions while another connection
-    # deletes the write markers (a lost session) at random moments.
+    # race (docs/security.md): appends over 256 buckets in several transactions while another
+    # connection deletes the write markers (a lost session) at random moments.
     # W1, W2: success -> every row once; plain failure -> nothing visible; PartialAppendError
     # -> exactly exc.committed visible, and retrying exc.remaining completes without duplicates.
     monkeypatch.setattr(

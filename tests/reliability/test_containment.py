@@ -1,4 +1,4 @@
-"""Containment (DESIGN §9): every file path that metadata names must lie inside its table's
+"""Containment (docs/security.md): every file path that metadata names must lie inside its table's
 directory of the namespace; a drop marker, snapshot record or segment record naming anything
 else is ``CorruptMetadataError`` naming the znode, and nothing is read or deleted there.
 
@@ -93,7 +93,8 @@ def marker_dir(form: str, conn, keep, victim) -> str:
 
 @pytest.mark.parametrize("form", ["dotdot", "absolute", "uri", "tables-dir", "another-table"])
 def test_a_drop_marker_naming_another_directory_deletes_nothing_there(conn, hostile, victim, form):
-    # §9 Containment: a janitor pass refuses the marker, names it, keeps it, and carries on
+    # containment (docs/security.md): a janitor pass refuses
+    # the marker, names it, keeps it, and carries on
     ctx = testing.context(conn)
     keep = conn.create_table("keep", SCHEMA, "id", buckets=2)
     keep.append([{"id": i, "v": "k"} for i in range(10)])
@@ -138,7 +139,7 @@ def test_a_drop_marker_naming_another_directory_deletes_nothing_there(conn, host
 
 @pytest.mark.parametrize("form", FILE_FORMS)
 def test_retention_never_deletes_a_snapshot_file_outside_its_table(conn, hostile, victim, form):
-    # §9 Containment, R1: the snapshot named is skipped with its znode named; the others go
+    # containment, R1: the snapshot named is skipped with its znode named; the others go
     ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
     seed_history(ctx, table, snapshots=3, segments=3, rows_per_segment=10, file_bytes=8)
@@ -163,7 +164,7 @@ def test_retention_never_deletes_a_snapshot_file_outside_its_table(conn, hostile
 
 @pytest.mark.parametrize("form", FILE_FORMS)
 def test_retention_never_deletes_a_segment_file_outside_its_table(conn, hostile, victim, form):
-    # §9 Containment, R3: the segment is skipped with its znode named, and so is the log after
+    # containment, R3: the segment is skipped with its znode named, and so is the log after
     # it (the log stays contiguous); other buckets' segments go
     ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2, properties={"log.retention.bytes": 1})
@@ -202,7 +203,7 @@ def hostile_segment(conn, hostile, table, victim, form: str) -> str:
 
 @pytest.mark.parametrize("form", FILE_FORMS)
 def test_a_consumer_never_reads_a_segment_file_outside_its_table(conn, hostile, victim, form):
-    # §9 Containment, C1: the consumer's read raises, naming the znode, and returns no victim row
+    # containment, C1: the consumer's read raises, naming the znode, and returns no victim row
     table = conn.create_table("t", SCHEMA, "id", buckets=1)
     table.append([{"id": 1, "v": "mine"}])
     path = hostile_segment(conn, hostile, table, victim, form)
@@ -221,7 +222,7 @@ def test_a_consumer_never_reads_a_segment_file_outside_its_table(conn, hostile, 
 
 @pytest.mark.parametrize("form", ["dotdot", "absolute"])
 def test_spark_reads_never_read_files_outside_their_table(conn, hostile, victim, spark, form):
-    # §9 Containment, L12, S1: lease.read, read_snapshots and read_at raise naming the znode
+    # containment, L12, S1: lease.read, read_snapshots and read_at raise naming the znode
     ctx = testing.context(conn)
     from leasekit.spark import read_at, read_snapshots
 

@@ -1,5 +1,6 @@
-"""Garbage bytes in metadata (DESIGN §5, §9): ``CorruptMetadataError`` naming the znode;
-retention and lease expiry skip it, keep what it may protect, and carry on with the rest."""
+"""Garbage bytes in metadata (docs/architecture.md, docs/security.md): ``CorruptMetadataError``
+naming the znode; retention and lease expiry skip it, keep what it may protect, and carry on
+with the rest."""
 
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def orders(conn, spark):
 
 @pytest.mark.parametrize("garbage", GARBAGE.values(), ids=GARBAGE.keys())
 def test_garbage_lease_znode_raises_naming_the_path(conn, garbage):
-    # §5: decoding garbage raises CorruptMetadataError naming the path (leases(), info,
-    # renew, acquire); nothing is silently recreated over it (L8)
+    # docs/architecture.md: decoding garbage raises CorruptMetadataError naming the path (leases(),
+    # info, renew, acquire); nothing is silently recreated over it (L8)
     ctx = testing.context(conn)
     conn.acquire_kv_snapshot_lease("sane", {}, "1h")
     conn.acquire_kv_snapshot_lease("bad", {}, "1h")
@@ -84,7 +85,7 @@ def test_garbage_lease_znode_raises_naming_the_path(conn, garbage):
     ids=["not-msgpack", "missing-fields"],
 )
 def test_expire_leases_skips_a_corrupt_lease_and_reclaims_the_others(conn, clock, garbage):
-    # L11, §9: expiry skips the unreadable lease and still reclaims the expired ones
+    # L11: expiry skips the unreadable lease and still reclaims the expired ones
     ctx = testing.context(conn)
     conn.update_settings({"lease.expiry-grace": "30s"})
     for lease_id in ("a-old", "bad", "z-old"):
@@ -98,7 +99,7 @@ def test_expire_leases_skips_a_corrupt_lease_and_reclaims_the_others(conn, clock
 
 
 def test_retention_skips_a_corrupt_lease_and_still_reclaims_the_rest(conn, clock, orders):
-    # R5, R6, L11, R2, §9: the plan names the corrupt lease in ``skipped`` and plans
+    # R5, R6, L11, R2: the plan names the corrupt lease in ``skipped`` and plans
     # everything else; the pass reclaims the other expired lease and what it alone pinned,
     # and keeps the snapshot the unreadable lease pins
     ctx = testing.context(conn)
@@ -147,7 +148,8 @@ def test_retention_skips_a_corrupt_lease_and_still_reclaims_the_rest(conn, clock
 
 @pytest.mark.parametrize("garbage", TABLE_GARBAGE)
 def test_garbage_table_znode_raises_naming_the_path(conn, garbage):
-    # §5: conn.table() of a corrupt table znode raises CorruptMetadataError naming the path
+    # docs/architecture.md: conn.table() of a corrupt table
+    # znode raises CorruptMetadataError naming the path
     conn.create_table("sane", "id BIGINT", "id", buckets=2)
     conn.create_table("bad", "id BIGINT", "id", buckets=2)
     path = testing.context(conn).paths.table("bad")
@@ -163,7 +165,7 @@ def test_garbage_table_znode_raises_naming_the_path(conn, garbage):
     "garbage", [p for p in TABLE_GARBAGE if p.id in ("not-msgpack", "missing-fields")]
 )
 def test_retention_skips_a_corrupt_table_and_never_deletes_its_files(conn, garbage):
-    # R4, R6, §9: the corrupt table is skipped by name; its files are never taken for
+    # R4, R6: the corrupt table is skipped by name; its files are never taken for
     # orphans, even with orphan.min-age 0s; the other table is planned and reclaimed
     ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "0s"})
@@ -191,7 +193,7 @@ def test_retention_skips_a_corrupt_table_and_never_deletes_its_files(conn, garba
 def test_retention_never_takes_files_of_unreadable_bucket_metadata_for_orphans(
     conn, orders, damage
 ):
-    # R4, R6, §9: a snapshot or bucket znode that cannot be read, or a child that is no
+    # R4, R6: a snapshot or bucket znode that cannot be read, or a child that is no
     # snapshot id, is named in ``skipped``; the files it may reference are kept even with
     # orphan.min-age 0s, and the other buckets are planned and reclaimed as usual
     ctx = testing.context(conn)
@@ -231,8 +233,8 @@ CLI_GARBAGE = [p for p in TABLE_GARBAGE if p.id in ("not-msgpack", "missing-fiel
 
 @pytest.mark.parametrize("garbage", CLI_GARBAGE)
 def test_cli_table_list_shows_a_corrupt_table_and_lists_the_rest(conn, capsys, target, garbage):
-    # §5, §9: like the janitor, `table list` carries on past an unreadable table record: the
-    # good tables are listed, the corrupt one is shown with CorruptMetadataError and its path
+    # docs/security.md: like the janitor, `table list` carries on past an unreadable table record:
+    # the good tables are listed, the corrupt one is shown with CorruptMetadataError and its path
     conn.create_table("sane", "id BIGINT", "id", buckets=2)
     conn.create_table("bad", "id BIGINT", "id", buckets=2)
     path = testing.context(conn).paths.table("bad")
@@ -257,9 +259,9 @@ def test_cli_table_list_shows_a_corrupt_table_and_lists_the_rest(conn, capsys, t
 def test_cli_lease_and_consumer_list_show_corrupt_records_and_list_the_rest(
     conn, capsys, target, garbage
 ):
-    # §9: garbage bytes in a lease or offset znode: `lease list` shows the lease as unreadable
-    # (CorruptMetadataError naming the path) beside the good ones; `consumer list` still lists
-    # the group whose offset znode holds garbage
+    # docs/security.md: garbage bytes in a lease or offset znode: `lease list` shows the lease as
+    # unreadable (CorruptMetadataError naming the path) beside the good ones; `consumer list` still
+    # lists the group whose offset znode holds garbage
     ctx = testing.context(conn)
     table = conn.create_table("orders", "id BIGINT", "id", buckets=2)
     conn.acquire_kv_snapshot_lease("bad", {}, "1h")

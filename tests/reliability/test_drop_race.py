@@ -1,4 +1,4 @@
-"""drop_table racing acquire (DESIGN §9 "Races"): the drop is refused or the acquire fails,
+"""drop_table racing acquire (docs/security.md): the drop is refused or the acquire fails,
 never a pin left on deleted data."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _lease_arrays_on(conn, lease_id: str, table_id: str) -> list[str]:
 def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
     conn, zookeeper, warehouse, namespace
 ):
-    # DESIGN §9 races: drop_table racing acquire refuses the drop or fails the acquire (L3)
+    # race (docs/security.md): drop_table racing acquire refuses the drop or fails the acquire (L3)
     ctx = testing.context(conn)
     others = [lk.connect(zookeeper, warehouse, namespace=namespace) for _ in range(2)]
     conns = [conn, *others]
@@ -117,7 +117,7 @@ def test_drop_table_racing_acquire_never_leaves_a_pin_on_deleted_data(
 
 
 def test_refused_drop_leaves_the_table_open_to_acquires(conn):
-    # DESIGN §9 races, L3: a drop refused because of a pin does not fence the table afterwards
+    # race, L3: a drop refused because of a pin does not fence the table afterwards
     ctx = testing.context(conn)
     table = conn.create_table("t", SCHEMA, "id", buckets=2)
     seed_empty_snapshots(ctx, table)
@@ -131,7 +131,8 @@ def test_refused_drop_leaves_the_table_open_to_acquires(conn):
 
 
 def test_fence_of_a_dropper_that_died_before_deciding_is_cleared(conn, clock):
-    # DESIGN §9 races: a dropper killed after marking the table does not block acquires for good
+    # race (docs/security.md): a dropper killed after
+    # marking the table does not block acquires for good
     ctx = testing.context(conn)
     from leasekit.tables import fence as drop_fence
 
@@ -147,8 +148,8 @@ def test_fence_of_a_dropper_that_died_before_deciding_is_cleared(conn, clock):
 
 
 def test_dropper_that_died_after_committing_keeps_acquires_out(conn, clock):
-    # DESIGN §9 races: between the drop's commit and its data removal (the janitor finishes it),
-    # an acquire fails with TableNotFoundError, however old the fence
+    # race (docs/security.md): between the drop's commit and its data removal (the janitor finishes
+    # it), an acquire fails with TableNotFoundError, however old the fence
     ctx = testing.context(conn)
     from leasekit import janitor
     from leasekit.leases.acquire import acquire_latest

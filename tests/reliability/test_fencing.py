@@ -1,4 +1,4 @@
-"""Fencing (DESIGN §9): an expired lease is removed only if it is the instance the plan saw,
+"""Fencing (docs/security.md): an expired lease is removed only if it is the instance the plan saw,
 and a janitor that lost the election (paused past its session) deletes nothing."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _state(conn, table) -> tuple:
 
 
 def test_lease_dropped_and_reacquired_between_plan_and_apply_survives(conn, monkeypatch):
-    # §9 Fencing, R2, L8: the plan saw the expired ``nightly``; before the pass applies it the
+    # fencing, R2, L8: the plan saw the expired ``nightly``; before the pass applies it the
     # user drops it and acquires ``nightly`` again (same id, same record version): the new
     # lease survives the pass, with its pin and its snapshot's files.
     ctx = testing.context(conn)
@@ -93,8 +93,8 @@ def test_lease_dropped_and_reacquired_between_plan_and_apply_survives(conn, monk
 
 
 def test_lease_replaced_during_its_own_removal_survives(conn, monkeypatch):
-    # §9 Fencing: the same as above in the narrowest window, inside the removal itself: after it
-    # read the lease (the instance the plan saw) and before its transaction commits
+    # fencing (docs/security.md): the same as above in the narrowest window, inside the removal
+    # itself: after it read the lease (the instance the plan saw) and before its transaction commits
 
     from leasekit.leases import upkeep
 
@@ -169,7 +169,7 @@ def _stopped(pid: int) -> bool:
 def test_janitor_paused_past_its_session_deletes_nothing(
     conn, zookeeper, warehouse, namespace, caplog, tmp_path: Path
 ) -> None:
-    # §9 Fencing, R7: a real janitor process plans, is stopped (SIGSTOP) past its session while
+    # fencing, R7: a real janitor process plans, is stopped (SIGSTOP) past its session while
     # another janitor is elected and runs passes, and is resumed (SIGCONT) with its stale
     # plan. Meanwhile the lease was dropped and acquired again, log segments became needed by
     # the snapshot it pins, and orphan.min-age was raised: the stale janitor deletes nothing.

@@ -1,5 +1,5 @@
 """Fuzzed arguments for the public entry points: only LeasekitError, ValueError or TypeError
-come out, never a kazoo, Py4J or pyarrow exception (DESIGN section 9).
+come out, never a kazoo, Py4J or pyarrow exception (docs/security.md).
 
 Here tables, leases, settings and connect; consumers, leasekit.spark and oversized numbers in
 test_fuzz_consumers, test_fuzz_spark and test_fuzz_numbers."""

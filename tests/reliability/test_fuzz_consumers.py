@@ -1,4 +1,4 @@
-"""Fuzzed arguments for consumers, subscriptions and group administration (DESIGN section 9):
+"""Fuzzed arguments for consumers, subscriptions and group administration (docs/security.md):
 only LeasekitError, ValueError or TypeError come out, never a kazoo or pyarrow exception."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ offset_maps = st.one_of(
 def test_fuzz_consumer_construction(
     conn, table, group, reset, auto, interval, records, assignor, timeout, listener
 ):
-    # §9: conn.consumer and every keyword
+    # docs/security.md: conn.consumer and every keyword
     try:
         consumer = conn.consumer(
             "t",
@@ -70,7 +70,7 @@ def test_fuzz_consumer_construction(
     tbs=st.lists(st.one_of(buckets, scalars), max_size=3),
 )
 def test_fuzz_consumer_calls(conn, table, offsets, tb, offset, timeout, limit, times, tbs):
-    # §9: every public method of a consumer
+    # docs/security.md: every public method of a consumer
     with conn.consumer(
         "t", group_id="fuzz", auto_offset_reset="earliest", enable_auto_commit=False
     ) as c:
@@ -112,7 +112,7 @@ regexes = st.one_of(st.none(), values, st.text(alphabet="^$.*+?()[]{}|\\d_tx0-9,
     group=st.sampled_from([None, "fz"]),
 )
 def test_fuzz_subscribe(conn, table, tables, pattern, listener, group):
-    # §9, C17: subscribe with any tables, pattern and listener: a clear error, or a subscription
+    # C17: subscribe with any tables, pattern and listener: a clear error, or a subscription
     # whose assignment (once polled) has buckets of the tables it names or matches only
     with conn.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False) as c:
         try:
@@ -138,7 +138,7 @@ def test_fuzz_subscribe(conn, table, tables, pattern, listener, group):
 @FUZZ
 @given(group=values, to=values, shift=values, tables=values, bkts=values, dry=values)
 def test_fuzz_consumer_admin(conn, table, group, to, shift, tables, bkts, dry):
-    # §9: the administration calls
+    # docs/security.md: the administration calls
     _call(conn.describe_group, group)
     _call(conn.group_members, group)
     _call(conn.group_status, group, stop_after=to, stall_after=shift)

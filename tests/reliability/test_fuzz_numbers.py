@@ -1,4 +1,4 @@
-"""Oversized numbers for the public entry points (DESIGN section 9): durations, timeouts and
+"""Oversized numbers for the public entry points (docs/security.md): durations, timeouts and
 offsets up to 2**70 give a working call or a typed error, only LeasekitError, ValueError or
 TypeError."""
 
@@ -60,7 +60,8 @@ def _short(value, limit=0.02):
 @settings(max_examples=300, deadline=None)
 @given(value=st.one_of(durations, values))
 def test_fuzz_parse_duration(value):
-    # §9: a duration is a timedelta within MAX_DURATION that converts to ms, or a typed error
+    # docs/security.md: a duration is a timedelta within
+    # MAX_DURATION that converts to ms, or a typed error
     from leasekit.durations import MAX_DURATION, parse_duration, to_ms
 
     try:
@@ -77,7 +78,8 @@ def test_fuzz_parse_duration(value):
 @example(timeout="100000d")
 @example(timeout="999999999999d")
 def test_fuzz_connect_timeout(zookeeper, warehouse, namespace, timeout):
-    # §9, §6.1: a reachable server; any timeout connects or is refused with a typed error
+    # docs/security.md, docs/configuration.md: a reachable server;
+    # any timeout connects or is refused with a typed error
     try:
         conn = lk.connect(zookeeper, warehouse, namespace=namespace, timeout=timeout)
     except ALLOWED:
@@ -92,7 +94,7 @@ def test_fuzz_connect_timeout(zookeeper, warehouse, namespace, timeout):
 @example(duration="999999999999d", renew=timedelta.max, limit="100000d")
 @example(duration="100000d", renew="100000d", limit="100000d")
 def test_fuzz_lease_durations(conn, table, duration, renew, limit):
-    # §9, L2: lease, renew and the Fluss-shaped calls with any duration; whatever is written
+    # L2: lease, renew and the Fluss-shaped calls with any duration; whatever is written
     # stays readable (expiry a datetime)
     _call(conn.update_settings, {"lease.max-duration": limit})
     try:
@@ -119,7 +121,8 @@ def test_fuzz_lease_durations(conn, table, duration, renew, limit):
 @example(key="lease.expiry-grace", value="999999999999d", replace=False)
 @example(key="orphan.min-age", value=timedelta.max, replace=True)
 def test_fuzz_update_settings(conn, table, key, value, replace):
-    # §9, §6.1: a stored setting always reads back, and retention can use it
+    # docs/security.md, docs/configuration.md: a stored
+    # setting always reads back, and retention can use it
     _call(conn.update_settings, {key: value}, replace=replace)
     conn.settings()
     conn.retention_plan()
@@ -138,7 +141,8 @@ def test_fuzz_update_settings(conn, table, key, value, replace):
 @example(key="log.segment.max-rows", value=2**64)
 @example(key="log.retention.bytes", value=str(2**63))
 def test_fuzz_table_properties(conn, table, key, value):
-    # §9, §7.5: a table created with any property value is readable and retention plans it
+    # docs/security.md, docs/configuration.md: a table created
+    # with any property value is readable and retention plans it
     try:
         created = conn.create_table(
             "p", "id BIGINT, v STRING", "id", buckets=1, properties={key: value}
@@ -165,7 +169,8 @@ def test_fuzz_table_properties(conn, table, key, value):
 @example(interval="999999999999d", session="1s", poll_interval="1s", records=1, group=None)
 @example(interval="1s", session="30d", poll_interval=timedelta.max, records=2**64, group="fz")
 def test_fuzz_consumer_durations(conn, table, interval, session, poll_interval, records, group):
-    # §9, §6.5: every duration keyword of conn.consumer, and max_poll_records
+    # docs/security.md, docs/consumers.md: every duration
+    # keyword of conn.consumer, and max_poll_records
     try:
         consumer = conn.consumer(
             "t",
@@ -185,7 +190,7 @@ def test_fuzz_consumer_durations(conn, table, interval, session, poll_interval, 
 @BIG_FUZZ
 @given(offset=offsets, times=offsets)
 def test_fuzz_seek_and_offsets_for_times(conn, table, offset, times):
-    # §9, C6, C7
+    # C6, C7
     with conn.consumer("t", auto_offset_reset="earliest") as c:
         tb = lk.TableBucket("t", 0)
         _call(c.seek, tb, offset)
@@ -198,7 +203,7 @@ def test_fuzz_seek_and_offsets_for_times(conn, table, offset, times):
 @example(timeout="999999999999d", records=2**64)
 @example(timeout=float("nan"), records=2**63)
 def test_fuzz_poll_timeouts(conn, table, timeout, records):
-    # §9, §6.5: poll(timeout, max_records) and getone(timeout)
+    # docs/security.md, docs/consumers.md: poll(timeout, max_records) and getone(timeout)
     with conn.consumer("t", auto_offset_reset="earliest") as c:
         _call(c.poll, timeout=_short(timeout), max_records=records)
         _call(c.getone, timeout=_short(timeout))
@@ -207,7 +212,7 @@ def test_fuzz_poll_timeouts(conn, table, timeout, records):
 @BIG_FUZZ
 @given(offset=offsets, metadata=st.one_of(st.text(max_size=8), values))
 def test_fuzz_commit_offsets(conn, table, offset, metadata):
-    # §9, C2, C3: a commit of any offset is stored or refused with a typed error
+    # C2, C3: a commit of any offset is stored or refused with a typed error
     with conn.consumer(
         "t", group_id="fz", auto_offset_reset="earliest", enable_auto_commit=False
     ) as c:
@@ -237,7 +242,7 @@ def committed(conn, table):
     shift=offsets,
 )
 def test_fuzz_reset_offsets_dry_run(conn, committed, to, shift):
-    # §9, C13: a dry run with any target or shift is a plan or a typed error
+    # C13: a dry run with any target or shift is a plan or a typed error
     _call(conn.reset_offsets, committed, to=to, dry_run=True)
     _call(conn.reset_offsets, committed, shift_by=shift, dry_run=True)
 
@@ -246,7 +251,7 @@ def test_fuzz_reset_offsets_dry_run(conn, committed, to, shift):
 @given(stop_after=durations, stall_after=durations)
 @example(stop_after="999999999999d", stall_after=timedelta.max)
 def test_fuzz_group_status_thresholds(conn, committed, stop_after, stall_after):
-    # §9, §6.6
+    # docs/security.md, docs/consumers.md
     _call(conn.group_status, committed, stop_after=stop_after, stall_after=stall_after)
 
 
@@ -255,7 +260,8 @@ def test_fuzz_group_status_thresholds(conn, committed, stop_after, stall_after):
 @example(interval="999999999999d")
 @example(interval=timedelta.max)
 def test_fuzz_janitor_interval(conn, interval):
-    # §9, §6.7: with the stop event set, run returns at once, or refuses the interval
+    # docs/security.md, docs/retention.md: with the stop
+    # event set, run returns at once, or refuses the interval
     import threading
 
     from leasekit import janitor

@@ -1,4 +1,4 @@
-"""Fuzzed arguments for leasekit.spark (DESIGN section 9, §6.4): only LeasekitError,
+"""Fuzzed arguments for leasekit.spark (docs/security.md, docs/spark.md): only LeasekitError,
 ValueError or TypeError come out, never a Py4J or pyarrow exception, and offsets outside
 [0, end] are refused before any Spark job."""
 
@@ -26,7 +26,8 @@ def snapshotted(conn):
 @SPARK_FUZZ
 @given(target=st.one_of(values, st.just("the table")), group=values)
 def test_fuzz_read_changes(spark, snapshotted, target, group):
-    # §9, §6.4: read_changes refuses what is not a Table or not a group id with typed errors
+    # docs/security.md, docs/spark.md: read_changes refuses
+    # what is not a Table or not a group id with typed errors
     table = snapshotted if target == "the table" else target
     _call(lks.read_changes, spark, table, group)
 
@@ -39,7 +40,8 @@ def test_fuzz_read_changes(spark, snapshotted, target, group):
     df=values,
 )
 def test_fuzz_spark_functions(spark, snapshotted, target, ids, offsets, df):
-    # DESIGN §9 fuzz, §6.4: leasekit.spark takes a Table object; anything else is a TypeError
+    # fuzz (docs/security.md, docs/spark.md): leasekit.spark
+    # takes a Table object; anything else is a TypeError
     table = snapshotted if target == "the table" else target
     _call(lks.read_snapshots, spark, table, ids)
     _call(lks.read_at, spark, table, offsets)
@@ -51,7 +53,7 @@ def test_fuzz_spark_functions(spark, snapshotted, target, ids, offsets, df):
 
 @pytest.mark.parametrize("call", ["read_snapshots", "read_at", "write"])
 def test_spark_functions_given_a_table_name_say_what_to_pass(spark, snapshotted, call):
-    # DESIGN §6.4 (table is a Table object), §6.10 (TypeError where the type is wrong)
+    # docs/spark.md (table is a Table object), docs/concepts.md (TypeError where the type is wrong)
     frame = spark.createDataFrame([(1, "a")], "id BIGINT, v STRING")
     calls = {
         "read_snapshots": lambda: lks.read_snapshots(spark, "t", {lk.TableBucket("t", 0): 1}),
@@ -71,5 +73,5 @@ def test_spark_functions_given_a_table_name_say_what_to_pass(spark, snapshotted,
 )
 @given(offset=st.one_of(huge_numbers, st.integers(-3, -1), st.integers(3, 50)))
 def test_fuzz_read_at_offsets(spark, snapshotted, offset):
-    # §9, §6.4: offsets outside [0, end] are refused before any Spark job
+    # docs/security.md, docs/spark.md: offsets outside [0, end] are refused before any Spark job
     _call(lks.read_at, spark, snapshotted, {lk.TableBucket("t", 0): offset})

@@ -1,4 +1,4 @@
-"""Group churn (DESIGN §9): consumers join and leave a group every second for 30 s while
+"""Group churn (docs/security.md): consumers join and leave a group every second for 30 s while
 records are appended and consumed, each member in a thread of its own with auto-commit. No
 bucket is ever owned by two members at once (C10), no record is skipped (C12), and no
 ``CommitFailedError`` (nor anything else) reaches user code (C11 under auto-commit)."""
@@ -69,7 +69,7 @@ class Member(threading.Thread):
 
 
 def test_members_joining_and_leaving_every_second(conn, churn_seconds):
-    # §9 group churn; C9 exact coverage at the end, C10 never two owners, C11 nothing raised
+    # group churn; C9 exact coverage at the end, C10 never two owners, C11 nothing raised
     # under auto-commit, C12 nothing skipped
     orders = conn.create_table("orders", "id BIGINT", "id", buckets=BUCKETS)
     Ownership.owners, Ownership.violations = {}, []

@@ -1,7 +1,7 @@
-"""Znodes with names leasekit never creates (DESIGN §5, §9): on a namespace without ``auth``
-anyone may create ``/<ns>/tables/bad name!`` holding a valid table record. Every listing skips
-such a name, with one log line, and the rest carries on: retention, the janitor, the CLI, the
-exporter and the consumers; ``conn.table("bad name!")`` is still refused as bad input."""
+"""Znodes with names leasekit never creates (docs/security.md, "Hostile znodes"): on a namespace
+without ``auth`` anyone may create ``/<ns>/tables/bad name!`` holding a valid table record. Every
+listing skips such a name, with one log line, and the rest carries on: retention, the janitor, the
+CLI, the exporter and the consumers; ``conn.table("bad name!")`` is still refused as bad input."""
 
 from __future__ import annotations
 
@@ -78,8 +78,8 @@ def _skip_lines(caplog, name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", HOSTILE)
 def test_listings_skip_a_hostile_table_name_with_one_log_line(conn, raw, orders, caplog, name):
-    # §5, §9: the name is skipped wherever tables are listed and said once in the log; the plan
-    # names it in ``skipped``; the user's own bad input is still refused
+    # docs/security.md: the name is skipped wherever tables are listed and said once in the log; the
+    # plan names it in ``skipped``; the user's own bad input is still refused
     caplog.set_level(logging.WARNING, logger="leasekit")
     _hostile_table(conn, raw, name)
     assert conn.tables() == ["orders"]
@@ -101,7 +101,7 @@ def test_listings_skip_a_hostile_table_name_with_one_log_line(conn, raw, orders,
 def test_retention_janitor_cli_and_exporter_carry_on_past_a_hostile_table(
     conn, raw, orders, capsys, target, caplog
 ):
-    # R5, L11, §9: the expired lease is removed and the snapshots only it pinned go, by the
+    # R5, L11: the expired lease is removed and the snapshots only it pinned go, by the
     # pass, the janitor and the CLI alike; `table list` lists the good table (exit 0); the
     # exporter samples without failure
     caplog.set_level(logging.WARNING, logger="leasekit")
@@ -153,7 +153,7 @@ def _scrape_sampled(url: str, timeout: float = 60.0) -> dict[str, list[float]]:
 
 
 def test_groups_inventory_and_pattern_subscriptions_skip_a_hostile_table(conn, raw, orders):
-    # C17, §6.6, §6.12: group and lease views over tables, and a pattern subscription matching
+    # C17: group and lease views over tables, and a pattern subscription matching
     # everything, leave the hostile name out and go on with "orders"
     _hostile_table(conn, raw, "bad name!")
     with conn.consumer(group_id="billing", enable_auto_commit=False) as c:
@@ -175,7 +175,7 @@ def test_groups_inventory_and_pattern_subscriptions_skip_a_hostile_table(conn, r
 def test_hostile_lease_and_group_names_are_listed_without_failing(
     conn, raw, orders, capsys, target
 ):
-    # L1, §9: lease and group ids are listed by name too; one that breaks the id rule stops no
+    # L1: lease and group ids are listed by name too; one that breaks the id rule stops no
     # listing, no plan and no pass
     ctx = testing.context(conn)
     with conn.consumer(group_id="billing", enable_auto_commit=False) as c:

@@ -1,4 +1,4 @@
-"""Race (DESIGN §9): orphan cleanup with ``orphan.min-age`` 0 while writers append and
+"""Race (docs/security.md): orphan cleanup with ``orphan.min-age`` 0 while writers append and
 snapshot continuously never deletes a file that committed metadata names (R2, R4, W2)."""
 
 from __future__ import annotations

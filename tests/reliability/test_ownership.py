@@ -1,5 +1,5 @@
-"""Ownership of a warehouse namespace directory (DESIGN §9 "Ownership"): its marker names the
-metadata store (namespace identity in ZooKeeper) that owns it; a second ZooKeeper, or a
+"""Ownership of a warehouse namespace directory (docs/security.md, "Ownership"): its marker names
+the metadata store (namespace identity in ZooKeeper) that owns it; a second ZooKeeper, or a
 namespace recreated in ZooKeeper, pointed at the same directory is refused with a clear error
 before it writes or deletes anything."""
 
@@ -35,7 +35,7 @@ def stock(conn: lk.Connection) -> None:
 def test_second_zookeeper_on_the_same_warehouse_is_refused_and_deletes_nothing(
     zookeeper, own_zk, warehouse, namespace
 ):
-    # §9 Ownership: LEASEKIT_ZOOKEEPER for one user, another ZooKeeper for the other
+    # ownership (docs/security.md): LEASEKIT_ZOOKEEPER for one user, another ZooKeeper for the other
     with lk.connect(zookeeper, warehouse, namespace=namespace) as first:
         stock(first)
         files = data_files(first)
@@ -51,8 +51,8 @@ def test_second_zookeeper_on_the_same_warehouse_is_refused_and_deletes_nothing(
 
 
 def test_fresh_namespace_directory_gets_the_marker(conn, namespace):
-    # §9 Ownership: the first connection records the namespace's identity and, for people,
-    # where its metadata lives; retention never takes the marker for an orphan
+    # ownership (docs/security.md): the first connection records the namespace's identity and, for
+    # people, where its metadata lives; retention never takes the marker for an orphan
     owner = marker(conn)
     assert owner["identity"] == testing.context(conn).identity and len(owner["identity"]) == 32
     assert owner["zookeeper"] == conn.zookeeper and owner["namespace"] == namespace
@@ -63,7 +63,7 @@ def test_fresh_namespace_directory_gets_the_marker(conn, namespace):
 
 
 def test_existing_warehouse_without_marker_is_adopted(zookeeper, warehouse, namespace):
-    # §9 Ownership: a warehouse written before markers is adopted by its namespace
+    # ownership (docs/security.md): a warehouse written before markers is adopted by its namespace
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
         stock(conn)
         files = data_files(conn)
@@ -78,7 +78,8 @@ def test_existing_warehouse_without_marker_is_adopted(zookeeper, warehouse, name
 def test_namespace_recreated_in_zookeeper_does_not_own_the_old_files(
     zookeeper, warehouse, namespace
 ):
-    # §9 Ownership: a namespace dropped from ZooKeeper and created again is another instance
+    # ownership (docs/security.md): a namespace dropped
+    # from ZooKeeper and created again is another instance
     with lk.connect(zookeeper, warehouse, namespace=namespace) as conn:
         ctx = testing.context(conn)
         stock(conn)
@@ -102,8 +103,8 @@ def data_files_at(warehouse: str, namespace: str) -> dict[str, int]:
 
 
 def test_pyarrow_file_system_warehouse_is_owned_too(zookeeper, own_zk, namespace):
-    # §9 Ownership on a warehouse addressed by a pyarrow URI (pyarrow's in-memory "mock" file
-    # system, shared here by two stores the way one object store would be)
+    # ownership (docs/security.md) on a warehouse addressed by a pyarrow URI (pyarrow's in-memory
+    # "mock" file system, shared here by two stores the way one object store would be)
     with lk.connect(zookeeper, "mock:///wh", namespace=namespace) as first:
         ctx = testing.context(first)
         first.create_table("t", "id BIGINT", "id").append([{"id": 1}])

@@ -1,4 +1,4 @@
-"""Stress (DESIGN §9): 8 workers do random acquire / renew / release / drop, appends, Spark
+"""Stress (docs/security.md): 8 workers do random acquire / renew / release / drop, appends, Spark
 snapshots, retention passes, lease expiry and splits and merges of buckets (K1-K8) on 2 tables
 while a checker verifies R2 and that every listed segment has its file without pause, another
 thread compares the rows of the latest snapshots with ``read_at`` at their offsets every few
@@ -22,7 +22,7 @@ from leasekit import janitor, testing
 
 
 def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, capsys):
-    # R2, L3-L11, W1, W2, S2, R1, R4, R5 (§9): concurrent everything, a kill -9 mid-run
+    # R2, L3-L11, W1, W2, S2, R1, R4, R5: concurrent everything, a kill -9 mid-run
     seconds = stress_seconds
     conn = connect()
     conn.update_settings({"lease.expiry-grace": GRACE, "orphan.min-age": ORPHAN_MIN_AGE})

@@ -1,4 +1,4 @@
-"""A writer killed with SIGKILL between writing its files and committing them (DESIGN §9):
+"""A writer killed with SIGKILL between writing its files and committing them (docs/security.md):
 no offset gap (W1, W2), and its orphan files go once older than orphan.min-age (R4)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ZooKeeper killed with SIGKILL and restarted (DESIGN §9): every acknowledged lease, offset
+"""ZooKeeper killed with SIGKILL and restarted (docs/security.md): every acknowledged lease, offset
 and snapshot is still there, and the same client carries on (kazoo reconnects)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _restart(own_zk, conn) -> None:
 
 
 def test_acknowledged_metadata_survives_kill_and_restart(own_zk, connect, state):
-    # W1, S2, L7, L10 (§9): leases with their pins and expiry, end and beginning offsets,
+    # W1, S2, L7, L10: leases with their pins and expiry, end and beginning offsets,
     # snapshots and settings read back identically after a kill -9 and restart
     conn, orders, acked = state
     leases_before = {i.lease_id: i for i in conn.leases()}
@@ -88,7 +88,7 @@ def test_acknowledged_metadata_survives_kill_and_restart(own_zk, connect, state)
 
 
 def test_client_carries_on_after_restart(own_zk, connect, state, spark):
-    # W1, L7, L8, L10, R2 (§9): after the restart the same client appends densely,
+    # W1, L7, L8, L10, R2: after the restart the same client appends densely,
     # renews, acquires, snapshots, reads through its lease and runs retention
     conn, orders, _ = state
     ends = orders.end_offsets()
@@ -120,7 +120,7 @@ def test_client_carries_on_after_restart(own_zk, connect, state, spark):
 
 
 def test_writes_during_the_outage_complete_or_fail_cleanly(own_zk, connect):
-    # W1, W2 (§9): an append and an acquire issued while ZooKeeper is down either succeed
+    # W1, W2: an append and an acquire issued while ZooKeeper is down either succeed
     # once it is back or raise the retriable ZooKeeperUnavailableError (or SessionLostError,
     # also retriable, when the session expired before the client got back in: then none of
     # that write is there); whatever was acknowledged is there, no offset gap, no duplicate
@@ -181,7 +181,7 @@ def test_writes_during_the_outage_complete_or_fail_cleanly(own_zk, connect):
 
 
 def test_committed_offsets_survive_kill_and_restart(own_zk, connect):
-    # C4 (§9): offsets acknowledged by commit() are there after a kill -9 and restart, and a
+    # C4: offsets acknowledged by commit() are there after a kill -9 and restart, and a
     # new consumer of the group resumes from them; the same consumer commits again
     conn = connect()
     orders = conn.create_table("orders", "id BIGINT", "id", buckets=4)

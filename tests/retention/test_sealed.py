@@ -310,7 +310,7 @@ def test_the_janitor_reclaims_a_pin_whose_lease_is_gone(conn, spark):
 
 
 def test_a_stray_pin_whose_lease_comes_back_before_the_delete_stays(conn, spark):
-    # L5, §9 Fencing: the pin goes only while no lease of its id exists, checked inside the
+    # L5, fencing: the pin goes only while no lease of its id exists, checked inside the
     # deleting transaction; a lease acquired under that id between plan and delete keeps it
     import leasekit.retention.apply as reclaim
 

@@ -1,4 +1,4 @@
-"""leasekit on a 3-server ZooKeeper ensemble (DESIGN §3 "at scale"): leases, consumer groups
+"""leasekit on a 3-server ZooKeeper ensemble (docs/scale.md): leases, consumer groups
 and retention through a comma-separated connect string. The leader killed mid-stress is in
 test_ensemble_failover.py.
 """

@@ -1,4 +1,4 @@
-"""A failover stress on a 3-server ZooKeeper ensemble (DESIGN §3 "at scale"): the leader is
+"""A failover stress on a 3-server ZooKeeper ensemble (docs/scale.md): the leader is
 killed with SIGKILL mid-run and later restarted: no acknowledged write is lost, no pin of a
 live lease names deleted files, and every client carries on in its own session.
 

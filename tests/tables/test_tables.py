@@ -203,7 +203,7 @@ def test_bucket_arguments(conn):
 
 @pytest.mark.parametrize("parent", ["tables", "data"])
 def test_create_table_in_a_namespace_missing_a_znode_says_so(conn, parent):
-    # DESIGN 6.10: a failed transaction surfaces as a documented error naming the cause
+    # docs/concepts.md: a failed transaction surfaces as a documented error naming the cause
     ctx = testing.context(conn)
     from leasekit.zk import Delete
 
@@ -218,7 +218,7 @@ def test_create_table_in_a_namespace_missing_a_znode_says_so(conn, parent):
 
 
 def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(conn, clock):
-    # DESIGN 6.10: the failed drop names the missing znode and leaves the table in place
+    # docs/concepts.md: the failed drop names the missing znode and leaves the table in place
     from leasekit.tables.fence import STALE_MARK_MS
     from leasekit.zk import Delete
 
@@ -241,7 +241,8 @@ def test_drop_table_in_a_namespace_missing_a_znode_says_so_and_keeps_the_table(c
 
 
 def test_a_failed_transaction_is_an_illegal_state_error(conn):
-    # DESIGN 6.10: the ZooKeeper layer's conflict error, if a caller missed it, is still documented
+    # docs/concepts.md: the ZooKeeper layer's conflict
+    # error, if a caller missed it, is still documented
     ctx = testing.context(conn)
     from leasekit.zk import Delete
 
@@ -254,7 +255,7 @@ def _pinned_tables(conn) -> dict[str, set[str]]:
 
 
 def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_them(conn, caplog):
-    # §6.2 drop_table(force=True), L9: the leases' pins of the table go, a WARNING names those
+    # drop_table(force=True), L9: the leases' pins of the table go, a WARNING names those
     # leases; a lease left with no pins stays valid; a table re-created under the same name
     # is to them a table they never pinned
     ctx = testing.context(conn)
@@ -296,7 +297,7 @@ def test_forced_drop_removes_the_pins_of_the_table_names_the_leases_and_keeps_th
 
 
 def test_a_forced_drop_finished_by_the_janitor_also_removes_the_pins(conn, spark):
-    # §6.2, R7, L12: a drop interrupted after its commit and finished by a janitor pass leaves
+    # R7, L12: a drop interrupted after its commit and finished by a janitor pass leaves
     # no pin of the dropped table in any lease; the notebook run again reads the new table
     ctx = testing.context(conn)
     from leasekit import janitor

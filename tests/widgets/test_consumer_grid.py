@@ -1,6 +1,6 @@
 """ConsumerPanel's grid holds at most ``GRID_ROWS`` buckets: the first in the order chosen
 (largest lag first by default), the count of the rest said, the summary counting every bucket
-(DESIGN §6.8, B8: a refresh at 10,000 buckets formats and sends one page, not every row)."""
+(B8: a refresh at 10,000 buckets formats and sends one page, not every row)."""
 
 from __future__ import annotations
 

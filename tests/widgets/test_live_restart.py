@@ -1,8 +1,8 @@
-"""Panels across a ZooKeeper outage (DESIGN §3, §6.8; STYLE 17), on an embedded server of the
-test's own warehouse, stopped and started with ``leasekit zookeeper stop|start`` as a user would:
-the panel says within one refresh interval that ZooKeeper is unreachable and what it shows is
-stale, an action fails at once with a readable message, the server comes back on the same port,
-and the open panel is fresh and live again without any call from the test."""
+"""Panels across a ZooKeeper outage (docs/cli.md, docs/panels.md; STYLE 17), on an embedded
+server of the test's own warehouse, stopped and started with ``leasekit zookeeper stop|start``
+as a user would: the panel says within one refresh interval that ZooKeeper is unreachable and
+what it shows is stale, an action fails at once with a readable message, the server comes back
+on the same port, and the open panel is fresh and live again without any call from the test."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_embedded_server_keeps_its_port_across_a_stop_unless_it_is_taken(tmp_pat
     address = embedded.ensure_running(root)
     try:
         assert embedded.stop(root)
-        assert embedded.ensure_running(root) == address  # DESIGN §3: clients reconnect
+        assert embedded.ensure_running(root) == address  # docs/cli.md: clients reconnect
         assert embedded.stop(root)
         port = int(address.rsplit(":", 1)[1])
         with socket.socket() as taken:  # someone else took it meanwhile: another port

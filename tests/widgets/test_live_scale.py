@@ -1,4 +1,4 @@
-"""Live panels at scale (DESIGN §8 B8): a panel's ZooKeeper watches grow with the tables, groups
+"""Live panels at scale (B8): a panel's ZooKeeper watches grow with the tables, groups
 and leases it shows, not with their buckets, because every writer sets the table's or group's
 change marker in the transaction that changes it; and every kind of change still reaches an
 open panel (appends, deletes, commits, resets, membership, snapshots, leases, retention, drops)."""

@@ -1,7 +1,7 @@
-"""The panels over the monitoring readings (DESIGN §6.8, §6.12): the ConsumerPanel's lag chart
-reads the lag history (a time-range picker, the whole group or one bucket, a 24-hour UTC axis)
-and the OverviewPanel shows every group, lease and reclaimable byte; headless, over real
-ZooKeeper data and a real lag history."""
+"""The panels over the monitoring readings (docs/panels.md, docs/monitoring.md): the
+ConsumerPanel's lag chart reads the lag history (a time-range picker, the whole group or one
+bucket, a 24-hour UTC axis) and the OverviewPanel shows every group, lease and reclaimable byte;
+headless, over real ZooKeeper data and a real lag history."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _points(panel):
 
 
 def test_lag_chart_reads_the_history_of_the_range_picked(conn, sampled):
-    # §6.8: the lag chart reads lag_history, with a time-range picker; then the lag now
+    # docs/panels.md: the lag chart reads lag_history, with a time-range picker; then the lag now
     table, now = sampled
     panel = ConsumerPanel(conn, "g", auto_refresh=False)
     panel.refresh()
@@ -123,7 +123,8 @@ def test_lag_chart_of_a_group_without_history_shows_the_lag_now(zookeeper, wareh
 
 
 def test_group_rows_put_at_risk_first_with_sparklines_rates_and_human_durations(conn, sampled):
-    # §6.8: every group with status (AT_RISK highlighted), lag, a sparkline, rates, eta, headroom
+    # docs/panels.md: every group with status (AT_RISK
+    # highlighted), lag, a sparkline, rates, eta, headroom
     from leasekit.widgets.overview import group_rows, sparkline
 
     other = conn.create_table("u", "id BIGINT", "id", buckets=1)
@@ -148,7 +149,7 @@ def test_group_rows_put_at_risk_first_with_sparklines_rates_and_human_durations(
 
 
 def test_overview_panel_shows_groups_leases_and_reclaimable_bytes(conn, sampled, spark, clock):
-    # §6.8: the OverviewPanel; M4's states in the inventory; reclaimable bytes per table
+    # docs/panels.md: the OverviewPanel; M4's states in the inventory; reclaimable bytes per table
     from leasekit.widgets import Dashboard, OverviewPanel
 
     orders = conn.create_table("orders", "id BIGINT, v STRING", "id", buckets=2)
@@ -255,7 +256,7 @@ def re_bytes(text):
 
 
 def test_overview_never_labels_by_an_internal_tables_name(conn):
-    # §6.12: the lag history's old segments are reclaimable (M1), counted under a readable
+    # the lag history's old segments are reclaimable (M1), counted under a readable
     # label, never as "__lag_history"
     import time
 

@@ -1,4 +1,4 @@
-"""The panels' confirmations, the exact reset and their formatting (DESIGN §6.8, STYLE 17),
+"""The panels' confirmations, the exact reset and their formatting (docs/panels.md, STYLE 17),
 headless: built over real ZooKeeper data, buttons clicked, assertions on widget state and on
 what the click changed (or did not)."""
 
@@ -58,7 +58,7 @@ def _committed(conn):
 
 
 def test_drop_asks_first_and_cancel_drops_nothing(conn, orders):
-    # §6.8: destructive actions ask for confirmation
+    # docs/panels.md: destructive actions ask for confirmation
     conn.acquire_kv_snapshot_lease("keep-me", {TB("orders", 0): 1}, "1h")
     panel = LeasePanel(conn, auto_refresh=False)
     panel.refresh()
@@ -191,7 +191,7 @@ def test_reset_execute_cancelled_changes_nothing(conn, orders):
 
 
 def test_one_bytes_and_one_duration_format():
-    # §6.8: durations read the same everywhere; one bytes format in every panel
+    # docs/panels.md: durations read the same everywhere; one bytes format in every panel
     assert [human_bytes(n) for n in (0, 512, 1536, 5 * 2**20, 3 * 2**40)] == [
         "0 B",
         "512 B",
@@ -280,7 +280,7 @@ def test_retention_grid_has_no_nan_one_bytes_format_and_full_reasons(conn, order
 
 
 def test_dashboard_auto_refresh_sets_every_panel_and_refresh_close_cover_them(conn, orders):
-    # §6.8: every panel, the Dashboard included, has refresh/auto_refresh/close
+    # docs/panels.md: every panel, the Dashboard included, has refresh/auto_refresh/close
     dash = Dashboard(conn, auto_refresh=False)
     assert not dash.auto_refresh and not any(p.auto_refresh for p in dash.panels)
     dash.refresh()
@@ -300,8 +300,8 @@ def test_overview_panel_is_exported():
 
 
 def test_importing_the_panels_makes_no_widget():
-    # §6.8: a notebook that only imports leasekit.widgets saves no widget state (a widget made
-    # at import would make nbconvert and code hosts load the widget manager for every report)
+    # docs/panels.md: a notebook that only imports leasekit.widgets saves no widget state (a widget
+    # made at import would make nbconvert and code hosts load the widget manager for every report)
     import subprocess
     import sys
 

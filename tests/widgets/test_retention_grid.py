@@ -63,7 +63,7 @@ def test_sealed_buckets_show_their_children_and_what_holds_them(conn, orders):
 
 
 def test_internal_tables_are_counted_not_listed(conn):
-    # §6.8, §6.12: leasekit's internal tables (the lag history) are in the plan (M1: retention
+    # leasekit's internal tables (the lag history) are in the plan (M1: retention
     # cleans them) but the grid of "all tables" and a run's report never list them; the summary
     # says how many items are theirs
     from leasekit import testing
@@ -90,7 +90,7 @@ def test_internal_tables_are_counted_not_listed(conn):
 
 
 def test_grids_are_headed_as_people_read_them():
-    # §6.8: human column headers, not field names (time_lag, snapshot_id)
+    # docs/panels.md: human column headers, not field names (time_lag, snapshot_id)
     from leasekit.widgets.consumers import GRID_COLUMNS
     from leasekit.widgets.leases import PIN_COLUMNS
 

@@ -1,7 +1,7 @@
-"""What a panel shows outlives its kernel (DESIGN §6.8 "Reports outlive their kernel", STYLE 21):
-``to_html()`` renders each panel and the Dashboard as static HTML (tables with the cell text
-the grids show, the lag chart as an SVG image, the freshness line), with no script and user
-text escaped, and a displayed panel carries that rendering beside its widget view."""
+"""What a panel shows outlives its kernel (docs/panels.md, "Reports that outlive the kernel",
+STYLE 21): ``to_html()`` renders each panel and the Dashboard as static HTML (tables with the
+cell text the grids show, the lag chart as an SVG image, the freshness line), with no script and
+user text escaped, and a displayed panel carries that rendering beside its widget view."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def hostile(conn, zookeeper, warehouse, namespace):
 
 def _no_script_and_escaped(html: str) -> Page:
     page = Page(html)
-    assert "script" not in page.tags  # §6.8: no <script>, and user text stays text
+    assert "script" not in page.tags  # docs/panels.md: no <script>, and user text stays text
     assert "<script" not in html.lower() and "<b>mallory" not in html
     return page
 
@@ -125,7 +125,8 @@ def _no_script_and_escaped(html: str) -> Page:
 
 
 def test_consumer_panel_renders_its_rows_chart_and_freshness(conn, hostile):
-    # §6.8 to_html: the grid's columns and cell text, the lag chart as an image, the status line
+    # docs/panels.md, to_html: the grid's columns and cell
+    # text, the lag chart as an image, the status line
     panel = ConsumerPanel(conn, "g", auto_refresh=False)
     html = panel.to_html()
     assert panel.refreshes == 1  # never shown: it loads once first, as on display
@@ -153,8 +154,8 @@ def test_consumer_panel_renders_its_rows_chart_and_freshness(conn, hostile):
 
 
 def test_lag_chart_image_draws_the_widget_line_on_its_utc_axis(conn, hostile):
-    # §6.8: the lag chart's static image holds the points the widget draws, stepping after each
-    # sample, on the widget's 24-hour UTC ticks, no label twice
+    # docs/panels.md: the lag chart's static image holds the points the widget draws, stepping after
+    # each sample, on the widget's 24-hour UTC ticks, no label twice
     panel = ConsumerPanel(conn, "g", auto_refresh=False)
     panel.refresh()
     panel.chart.range.value = timedelta(hours=6)
@@ -174,7 +175,7 @@ def test_lag_chart_image_draws_the_widget_line_on_its_utc_axis(conn, hostile):
 
 
 def test_lease_retention_and_overview_panels_render_their_tables(conn, hostile):
-    # §6.8 to_html for each panel: its tables, escaped owners, sparklines as images
+    # docs/panels.md, to_html for each panel: its tables, escaped owners, sparklines as images
     leases = LeasePanel(conn, auto_refresh=False)
     page = _no_script_and_escaped(leases.to_html())
     listed = page.table("leasekit-lease-list")
@@ -203,7 +204,7 @@ def test_lease_retention_and_overview_panels_render_their_tables(conn, hostile):
 
 
 def test_dashboard_renders_every_tab_under_its_title(conn, hostile):
-    # §6.8: the Dashboard has to_html too: the header, then each tab's rendering
+    # docs/panels.md: the Dashboard has to_html too: the header, then each tab's rendering
     dash = Dashboard(conn, auto_refresh=False)
     page = _no_script_and_escaped(dash.to_html())
     assert page.headings == ["Overview", "Leases", "Consumers", "Retention"]
@@ -215,8 +216,8 @@ def test_dashboard_renders_every_tab_under_its_title(conn, hostile):
 
 
 def test_a_shown_panel_carries_its_static_rendering_beside_its_view(conn, hostile):
-    # §6.8 "A widget output carries a static rendering beside its view": text/html is what a
-    # reader without the kernel sees (nbconvert takes it when no widget state is saved,
+    # docs/panels.md, a widget output carries a static rendering beside its view: text/html is what
+    # a reader without the kernel sees (nbconvert takes it when no widget state is saved,
     # JupyterLab when it does not trust the notebook); text/plain is short
     for panel in (
         ConsumerPanel(conn, "g", auto_refresh=False),

@@ -1,7 +1,7 @@
-"""The notebook panels headless (DESIGN §6.8, §10): built over real ZooKeeper data, every
-button clicked with ``button.click()``, assertions on widget state and on the metadata the
-click changed; live refresh from watches shows another connection's change; ``close()``
-leaves no watch or thread behind; user-supplied text is HTML-escaped."""
+"""The notebook panels headless (docs/panels.md, docs/architecture.md): built over real
+ZooKeeper data, every button clicked with ``button.click()``, assertions on widget state and on
+the metadata the click changed; live refresh from watches shows another connection's change;
+``close()`` leaves no watch or thread behind; user-supplied text is HTML-escaped."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_lease_panel_buttons_change_the_leases_in_zookeeper(conn, orders):
     panel.release.click()  # L9
     assert set(conn.leases()[0].pins) == {TB("orders", 1), TB("orders", 3)}
     assert sorted(panel.pins.data["bucket"]) == [1, 3] and panel.release_buckets.value == ()
-    panel.drop.click()  # §6.8: asks first; nothing dropped yet
+    panel.drop.click()  # docs/panels.md: asks first; nothing dropped yet
     assert panel.drop_confirm.asking and len(conn.leases()) == 1
     assert panel.drop_confirm.confirm.description == "Confirm drop of q3-report (2 pins)?"
     panel.drop_confirm.confirm.click()  # L10
@@ -176,7 +176,7 @@ def test_a_failed_refresh_shows_why_and_clears_when_reading_works_again(
     assert panel.last_error.startswith("IllegalStateError") and panel.refreshed_at == refreshed
     assert panel.stale and not panel.connected
     assert "stale" in panel.status.value and "ZooKeeper unreachable" in panel.status.value
-    # §6.8: the notice is the panel's first line, and what may be out of date is dimmed
+    # docs/panels.md: the notice is the panel's first line, and what may be out of date is dimmed
     assert panel.children[0] is panel.status and STALE_CLASS in panel._dom_classes
     panel.conn = conn
     panel.refresh()
@@ -268,7 +268,7 @@ def test_consumer_panel_shows_lag_status_owner_and_escapes_metadata(conn, orders
     panel.refresh()
     assert panel.group.options == ("g",) and panel.group.value == "g"
     rows = panel.grid.data
-    assert len(rows) == 4 and set(rows["lag"]) == {5.0}  # lag measured now (§6.6)
+    assert len(rows) == 4 and set(rows["lag"]) == {5.0}  # lag measured now (docs/consumers.md)
     assert set(rows["member"]) == {consumer.member_id} and set(rows["status"]) == {"OK"}
     assert set(rows["metadata"]) == {XSS}  # the grid draws cells as text, never as HTML
     assert (
@@ -333,7 +333,7 @@ def test_reset_form_selects_nothing_previews_then_executes_only_without_members(
     form.target.value, form.value.value = "offset", "1"
     form.buckets.value = (TB("orders", 2),)
     form.preview_button.click()
-    form.execute.click()  # §6.8: asks first
+    form.execute.click()  # docs/panels.md: asks first
     assert form.execute_confirm.asking and "Confirm reset of 1 offset of g?" == (
         form.execute_confirm.confirm.description
     )
@@ -387,7 +387,7 @@ def test_retention_panel_plans_runs_and_names_the_pinning_lease(conn, orders, sp
     panel.run.click()
     assert "Dry run" in panel.report.value and len(orders.snapshots(1)) == 3
     panel.dry_run.value = False
-    panel.run.click()  # §6.8: a real run asks first
+    panel.run.click()  # docs/panels.md: a real run asks first
     assert panel.run_confirm.asking and len(orders.snapshots(1)) == 3
     panel.run_confirm.confirm.click()
     assert "Retention ran" in panel.report.value
@@ -415,7 +415,7 @@ def test_dashboard_holds_the_four_panels_and_closes_them(conn, orders):
         "ConsumerPanel",
         "RetentionPanel",
     ]
-    assert dash.tabs.titles == ("Overview", "Leases", "Consumers", "Retention")  # §6.8
+    assert dash.tabs.titles == ("Overview", "Leases", "Consumers", "Retention")  # docs/panels.md
     assert conn.namespace in dash.header.value and conn.zookeeper in dash.header.value
     dash.leases.new_id.value = "from-dashboard"
     dash.leases.create.click()

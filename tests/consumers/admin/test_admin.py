@@ -1,4 +1,4 @@
-"""Consumer administration (DESIGN §6.6, C13): groups, describe with lag and time lag
+"""Consumer administration (C13, docs/consumers.md): groups, describe with lag and time lag
 measured now, lag health, offset resets (dry run by default), deletion."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def _commit(conn, offsets, group="g"):
 
 
 def test_describe_measures_lag_now_and_marks_never_committed_buckets_na(conn, orders):
-    # §6.6: lag = log end now - committed (a stopped consumer shows its real lag); a bucket
-    # never committed is <NA>, not huge lag; time_lag 0 when lag is 0
+    # docs/consumers.md: lag = log end now - committed (a stopped consumer shows its real lag); a
+    # bucket never committed is <NA>, not huge lag; time_lag 0 when lag is 0
     ends = orders.end_offsets()
     _commit(conn, {TB("orders", 0): 1, TB("orders", 1): ends[TB("orders", 1)]})
     orders.append([{"id": 1000 + i, "v": "b"} for i in range(30)])
@@ -56,7 +56,8 @@ def test_describe_measures_lag_now_and_marks_never_committed_buckets_na(conn, or
 
 
 def test_group_status_reports_the_worst_bucket(conn, orders):
-    # §6.6: with no live member and no commit for longer than stop_after, lagging buckets STOP
+    # docs/concepts.md: with no live member and no commit
+    # for longer than stop_after, lagging buckets STOP
     _commit(conn, {TB("orders", 0): 1, TB("orders", 1): orders.end_offsets()[TB("orders", 1)]})
     status = conn.group_status("g")
     assert status.status == "OK" and set(status.buckets) == {TB("orders", 0), TB("orders", 1)}
@@ -71,7 +72,7 @@ def test_reset_is_a_dry_run_unless_asked(conn, orders):
     # C13
     _commit(conn, {TB("orders", b): 5 for b in range(3)})
     plan = conn.reset_offsets("g", to="earliest")
-    assert list(plan.columns) == [*RESET_COLUMNS, "clamped"]  # §9: the clamp is shown
+    assert list(plan.columns) == [*RESET_COLUMNS, "clamped"]  # docs/security.md: the clamp is shown
     assert plan["clamped"].tolist() == [False, False, False]
     assert plan["new_offset"].tolist() == [0, 0, 0] and plan["current_offset"].tolist() == [5, 5, 5]
     assert conn.describe_group("g")["current_offset"].tolist() == [5, 5, 5]
@@ -82,7 +83,7 @@ def test_reset_is_a_dry_run_unless_asked(conn, orders):
 
 
 def test_reset_targets(conn, orders):
-    # §6.6: shift_by clamped to [beginning, end]; by duration = earliest offset with
+    # docs/consumers.md: shift_by clamped to [beginning, end]; by duration = earliest offset with
     # timestamp >= now - duration; to a datetime; to an offset
     ends = orders.end_offsets()
     _commit(conn, {TB("orders", b): 2 for b in range(3)})
@@ -101,7 +102,7 @@ def test_reset_targets(conn, orders):
         4,
         4,
         4,
-    ]  # §6: a Table too
+    ]  # docs/consumers.md: a Table too
 
 
 @pytest.mark.parametrize(
@@ -136,7 +137,7 @@ def test_delete_offsets_and_group(conn, orders):
 
 
 def test_a_subscribed_group_consumer_is_a_live_member(conn, orders):
-    # §6.6, C13: describe names the member owning each bucket; a reset or delete is refused
+    # C13: describe names the member owning each bucket; a reset or delete is refused
     # while it lives; it leaves on close
     ctx = testing.context(conn)
     consumer = conn.consumer("orders", group_id="live", auto_offset_reset="earliest")
@@ -164,7 +165,8 @@ def test_a_subscribed_group_consumer_is_a_live_member(conn, orders):
 
 
 def test_stall_needs_a_live_owner(conn, orders):
-    # §6.6 rules 3 and 5: the same idle lagging bucket is STALL while a member owns it, STOP after
+    # lag health's STOP and STALL (docs/concepts.md): the same idle
+    # lagging bucket is STALL while a member owns it, STOP after
     consumer = conn.consumer(
         "orders", group_id="idle", auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -222,7 +224,7 @@ def _owner_column(frame):
 
 
 def test_members_describe_and_status_show_who_owns_each_bucket_now(conn, four, pair):
-    # §6.6, C9, C10, C14: each member's own buckets (owner znodes naming it), not every bucket of
+    # C9, C10, C14: each member's own buckets (owner znodes naming it), not every bucket of
     # the tables it subscribes to; one generation; the oldest member leads
     a, b = pair(four)
     mine_a, mine_b = a.assignment(), b.assignment()
@@ -240,7 +242,7 @@ def test_members_describe_and_status_show_who_owns_each_bucket_now(conn, four, p
     frame = conn.describe_group("g")
     assert (
         list(frame.columns) == DESCRIBE_COLUMNS
-    )  # §6.6: generation and leader are attrs, not columns
+    )  # docs/consumers.md: generation and leader are attrs, not columns
     assert frame.attrs == {"generation": a.generation, "leader": a.member_id}
     assert _owner_column(frame) == {
         tb: a.member_id if tb in mine_a else b.member_id for tb in four.buckets
@@ -274,7 +276,7 @@ def test_members_describe_and_status_show_who_owns_each_bucket_now(conn, four, p
 
 
 def test_an_owner_znode_naming_a_member_that_is_gone_is_not_ownership(conn, four, pair):
-    # §6.6 rule 3, C12: a member whose session ended (its znode gone) owns nothing, though its
+    # C12, lag health's STOP: a member whose session ended (its znode gone) owns nothing, though its
     # owner znodes still name it; with no live member, no bucket is owned and none is reported
     # unowned in GroupStatus (nothing is subscribed)
     ctx = testing.context(conn)
@@ -296,14 +298,15 @@ def test_an_owner_znode_naming_a_member_that_is_gone_is_not_ownership(conn, four
 
 @pytest.mark.parametrize("group", ["bad/name", "", 5, None])
 def test_admin_reads_refuse_bad_group_ids(conn, group):
-    # §6.5: group ids follow the lease-id rule (L1)
+    # group ids follow the lease-id rule (L1)
     for call in (conn.group_members, conn.describe_group, conn.group_status):
         with pytest.raises(lk.InvalidArgumentError):
             call(group)
 
 
 def test_admin_reads_take_few_round_trips(conn, four, pair):
-    # §5 (ZooKeeper is not a log): a group is read in pipelined batches, not znode by znode
+    # docs/architecture.md (ZooKeeper is not a log): a group
+    # is read in pipelined batches, not znode by znode
     ctx = testing.context(conn)
     a, b = pair(four)
     # members, owners, offsets and the assignment listed, then read; bucket states with the clock;

@@ -1,4 +1,4 @@
-"""``leasekit.spark.read_changes`` (DESIGN §6.4): a group's change reads with Spark, from its
+"""``leasekit.spark.read_changes`` (docs/spark.md): a group's change reads with Spark, from its
 committed offsets to the end offsets at the call; ``commit()`` moves the group there."""
 
 from __future__ import annotations

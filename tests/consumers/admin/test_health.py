@@ -1,4 +1,4 @@
-"""Lag health rules of DESIGN §6.6, each in order: the first that applies decides."""
+"""Lag health rules (docs/concepts.md), each in order: the first that applies decides."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ CASES = [
 
 @pytest.mark.parametrize("rule, window, lag, owned, expected", CASES, ids=[c[0] for c in CASES])
 def test_bucket_status_rules_in_order(rule, window, lag, owned, expected):
-    # §6.6 lag health, rules 1-7
+    # lag health, rules 1-7 (docs/concepts.md)
     assert health.bucket_status(window, lag, owned, NOW) == expected
 
 
@@ -95,7 +95,8 @@ def test_thresholds_are_parameters():
 def test_group_status_is_the_worst_bucket_with_errors_as_err():
     assert health.group_status([]).status == "OK"
     assert health.group_status([(TB("t", 0), "OK"), (TB("t", 1), "WARN")]).status == "WARN"
-    for err in ("STOP", "STALL", "REWIND", "MISSING"):  # MISSING: a lost segment file (§6.6)
+    # MISSING: a lost segment file (docs/concepts.md)
+    for err in ("STOP", "STALL", "REWIND", "MISSING"):
         status = health.group_status([(TB("t", 0), "WARN"), (TB("t", 1), err)])
         assert status.status == "ERR" and status.buckets[TB("t", 1)] == err
 
@@ -152,6 +153,6 @@ BURROW = [
     "case, window_now, lag, owned, expected", BURROW, ids=[f"burrow-{c[0]}" for c in BURROW]
 )
 def test_burrow_evaluator_cases(case, window_now, lag, owned, expected):
-    # §6.6: Burrow's own cases give the same status under our rules
+    # docs/concepts.md: Burrow's own cases give the same status under our rules
     window, now = window_now
     assert health.bucket_status(window, lag, owned, now, stop_after_ms=0) == expected

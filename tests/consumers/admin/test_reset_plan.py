@@ -1,4 +1,4 @@
-"""Executing a previewed reset (DESIGN §6.8, STYLE 17): ``reset_offsets(plan=...)`` applies
+"""Executing a previewed reset (docs/consumers.md, STYLE 17): ``reset_offsets(plan=...)`` applies
 exactly the offsets a dry run showed, or refuses with ``CommitFailedError`` naming the buckets
 whose committed offset changed since, checked in the commit's own transaction; nothing is
 written then."""
@@ -47,7 +47,7 @@ def _committed(conn, group="g"):
 
 
 def test_execute_applies_exactly_the_plan_previewed_even_after_appends(conn, orders):
-    # §6.8: what was previewed is what is applied: "latest" as it was at the preview
+    # docs/consumers.md: what was previewed is what is applied: "latest" as it was at the preview
     _commit(conn, {tb: 10 for tb in orders.buckets})
     ends = orders.end_offsets()
     plan = conn.reset_offsets("g", to="latest")
