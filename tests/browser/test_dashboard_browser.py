@@ -167,7 +167,7 @@ def test_dashboard_renders_and_creates_a_lease(notebook, conn, zookeeper, wareho
 
 
 def test_dashboard_shows_a_zookeeper_outage_and_recovers(notebook, tmp_path):
-    # docs/cli.md, docs/panels.md (STYLE 17): a server of this test's own (never the session's),
+    # docs/cli.md, docs/panels.md: a server of this test's own (never the session's),
     # stopped and started again while the Dashboard is open in the browser
     from playwright.sync_api import expect
 

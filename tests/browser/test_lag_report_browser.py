@@ -1,5 +1,5 @@
 """A saved lag report read the way a reader meets it (docs/panels.md, "Reports that outlive the
-kernel", STYLE 21): the report run by papermill, converted by ``jupyter nbconvert --to html``
+kernel"): the report run by papermill, converted by ``jupyter nbconvert --to html``
 and opened from the file in Debian's headless Chromium, with no kernel and no network. The lag
 chart must show its drawn series and the table the group's buckets; the page is kept as
 ``docs/lag-report.png``."""

@@ -21,6 +21,7 @@ OUTSIDE = re.compile(
             r"shared folder",
             r"\.\./shared\b",
             r"§\s*\d",  # its section numbers
+            r"\bSTYLE\b|house style",  # a style guide kept elsewhere
         ]
     )
 )

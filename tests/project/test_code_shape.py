@@ -1,4 +1,4 @@
-"""The shape of the code (house style 2, 13): modules under 400 lines of code, functions under 60,
+"""The shape of the code: modules under 400 lines of code, functions under 60,
 ruff clean at 100 columns, and nothing outside the library reaching into a connection."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ MAX_MODULE_LINES = 400
 LONGER_MODULES = {
     "leasekit/consumers/admin/group_view.py": (
         480,
-        "one concept (house style 19): a group as ZooKeeper holds it and the rows of its "
+        "one concept: a group as ZooKeeper holds it and the rows of its "
         "buckets, which every describe, reset and reading of all groups takes together",
     ),
 }
@@ -40,8 +40,8 @@ def _rel(path: Path) -> str:
 
 def _code_lines(source: str) -> int:
     """Lines outside the docstrings of the module, its classes and functions: the Arguments,
-    Returns and Raises a public method documents (house style 16) never push one concept
-    into two files (house style 19)."""
+    Returns and Raises a public method documents never push one concept
+    into two files."""
     docs = 0
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -53,7 +53,7 @@ def _code_lines(source: str) -> int:
 
 
 def test_no_library_module_is_over_400_lines_of_code():
-    # house style 2: one concept per module, under ~400 lines (docstrings aside, style 19)
+    # one concept per module, under ~400 lines
     long = [
         f"{_rel(p)}: {n} lines of code"
         for p in _python_files(*LIBRARY)
@@ -64,7 +64,7 @@ def test_no_library_module_is_over_400_lines_of_code():
 
 
 def test_no_test_file_is_over_500_lines():
-    # house style 20: tests mirror the packages, split by concern rather than grown without end
+    # tests mirror the packages, split by concern rather than grown without end
     long = [
         f"{_rel(p)}: {n} lines"
         for p in _python_files("tests")
@@ -130,7 +130,7 @@ def _reaches_inside(source: str, where: str) -> list[str]:
 
 
 def test_nothing_outside_the_library_reaches_into_a_connection():
-    # house style 13: tests get the inside from leasekit.testing.context(conn), never from the
+    # tests get the inside from leasekit.testing.context(conn), never from the
     # connection itself
     found = [
         hit

@@ -1,4 +1,4 @@
-"""Layers import downwards only (house style 14): the one layer map of the code base, and the
+"""Layers import downwards only: the one layer map of the code base, and the
 check that every import of leasekit/ and widgets/ follows it (README "Code map" shows it too).
 
 Every ``import``/``from`` counts, wherever it is: at the top, inside a function, or under
@@ -262,13 +262,13 @@ def _ours(name: str | None) -> bool:
 
 
 def test_imports_go_only_downwards():
-    # house style 14: a module imports only its own layer and the layers below it
+    # a module imports only its own layer and the layers below it
     violations = layer_violations()
     assert not violations, f"{len(violations)} upward import(s):\n" + "\n".join(violations)
 
 
 def test_no_import_cycles():
-    # house style 14: counting lazy and TYPE_CHECKING imports, no module reaches itself
+    # counting lazy and TYPE_CHECKING imports, no module reaches itself
     cycles = import_cycles()
     assert not cycles, "import cycles:\n" + "\n".join(", ".join(c) for c in cycles)
 
@@ -304,7 +304,7 @@ def _loaded_by(statement: str) -> set[str]:
 
 
 def test_importing_the_spark_face_loads_nothing_beyond_it():
-    # house style 18: leasekit.spark is a face; its names load on first use, Spark with them
+    # leasekit.spark is a face; its names load on first use, Spark with them
     package = _loaded_by("import leasekit")
     face = _loaded_by("import leasekit.spark")
     assert face - package == {"leasekit.spark"}, (
@@ -334,7 +334,7 @@ def _leasekit_imports(source: str, where: str) -> Iterator[tuple[str, int]]:
 
 
 def test_notebooks_import_only_the_public_face():
-    # house style 13: the notebooks are the user's entry points and use what users use
+    # the notebooks are the user's entry points and use what users use
     found = [
         f"{path.relative_to(ROOT)} (code cell {number}):{line}: imports {name}"
         for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -347,7 +347,7 @@ def test_notebooks_import_only_the_public_face():
 
 
 def test_live_views_widgets_and_notebooks_never_take_a_connections_context():
-    # house style 13: a connection's context is the library's own; views use its methods
+    # a connection's context is the library's own; views use its methods
     files = [ROOT / "leasekit" / "live.py", *sorted((ROOT / "widgets").rglob("*.py"))]
     files += sorted((ROOT / "notebooks").glob("*.ipynb"))
     found = [str(p.relative_to(ROOT)) for p in files if "context_of" in p.read_text("utf-8")]
@@ -355,7 +355,7 @@ def test_live_views_widgets_and_notebooks_never_take_a_connections_context():
 
 
 def test_live_views_reach_the_library_through_the_connection():
-    # house style 14: leasekit.live stands beside the connection, not on the floors below it
+    # leasekit.live stands beside the connection, not on the floors below it
     found = [
         f"{_where('leasekit.live', line)}: imports {target}"
         for target, line in _edges()["leasekit.live"]
@@ -374,5 +374,5 @@ def _docs_floors() -> list[tuple[int, str]]:
 
 
 def test_the_architecture_page_shows_the_same_floors():
-    # house style 14: the documented layers are the tested ones, in the same order
+    # the documented layers are the tested ones, in the same order
     assert _docs_floors() == [(n, name) for n, floor in enumerate(FLOORS) for name in floor]

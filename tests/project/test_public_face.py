@@ -1,4 +1,4 @@
-"""The public face (house style 16, the guide in docs/): every public method and property of
+"""The public face (the guide in docs/): every public method and property of
 ``Consumer``, ``Table`` and ``KvSnapshotLease`` documents its Arguments, Returns and Raises;
 a consumer's keywords and defaults are written once; a bad lease id is refused first."""
 
@@ -93,7 +93,7 @@ def _faults(node: ast.FunctionDef, members: set[str]) -> list[str]:
 
 @pytest.mark.parametrize("path", sorted(FACES))
 def test_every_public_member_documents_arguments_returns_and_raises(path):
-    # house style 16: a user reads the arguments, the result and the errors to handle
+    # a user reads the arguments, the result and the errors to handle
     nodes = _public_members(path, FACES[path])
     members = {node.name for node in nodes}
     assert len(members) >= 8, "the class was not found whole"
@@ -144,7 +144,7 @@ class Face:
     assert _faults(nodes["done"], set(nodes)) == ["raises as 'missing', which is not a member"]
 
 
-def test_a_consumers_keywords_and_defaults_are_written_once_as_design_says():
+def test_a_consumers_keywords_and_defaults_are_written_once():
     # docs/consumers.md: conn.consumer's keywords are ConsumerSettings' fields, with its defaults
     keywords = [
         p

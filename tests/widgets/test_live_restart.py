@@ -1,4 +1,4 @@
-"""Panels across a ZooKeeper outage (docs/cli.md, docs/panels.md; STYLE 17), on an embedded
+"""Panels across a ZooKeeper outage (docs/cli.md, docs/panels.md), on an embedded
 server of the test's own warehouse, stopped and started with ``leasekit zookeeper stop|start``
 as a user would: the panel says within one refresh interval that ZooKeeper is unreachable and
 what it shows is stale, an action fails at once with a readable message, the server comes back

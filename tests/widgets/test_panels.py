@@ -1,4 +1,4 @@
-"""The panels' confirmations, the exact reset and their formatting (docs/panels.md, STYLE 17),
+"""The panels' confirmations, the exact reset and their formatting (docs/panels.md),
 headless: built over real ZooKeeper data, buttons clicked, assertions on widget state and on
 what the click changed (or did not)."""
 
@@ -156,7 +156,7 @@ def test_a_refresh_shows_the_preview_went_stale_before_execute(conn, orders, oth
     form = _preview_shift(panel, -10)
     other.reset_offsets("g", to="latest", buckets=[TB("orders", 3)], dry_run=False)
     panel.refresh()
-    assert form.execute.disabled  # STYLE 17: the action refuses when its preview moved
+    assert form.execute.disabled  # the action refuses when its preview moved
     assert "orders/3 changed since the preview" in form.reason.value
     form.preview_button.click()  # a new preview of the same inputs
     assert not form.execute.disabled

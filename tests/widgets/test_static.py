@@ -1,5 +1,5 @@
-"""What a panel shows outlives its kernel (docs/panels.md, "Reports that outlive the kernel",
-STYLE 21): ``to_html()`` renders each panel and the Dashboard as static HTML (tables with the
+"""What a panel shows outlives its kernel (docs/panels.md, "Reports that outlive the kernel"):
+``to_html()`` renders each panel and the Dashboard as static HTML (tables with the
 cell text the grids show, the lag chart as an SVG image, the freshness line), with no script and
 user text escaped, and a displayed panel carries that rendering beside its widget view."""
 
@@ -144,7 +144,7 @@ def test_consumer_panel_renders_its_rows_chart_and_freshness(conn, hostile):
         assert row["metadata"] == SCRIPT and row["member"] == "-"
         shown = rows[rows["bucket"] == int(row["bucket"])].iloc[0]
         assert row["time lag"] == shown["time lag"] and row["last commit"] == shown["last commit"]
-    assert "refreshed" in page.all_text() and "ZooKeeper connected" in page.all_text()  # STYLE 17
+    assert "refreshed" in page.all_text() and "ZooKeeper connected" in page.all_text()
     (image,) = [i for i in page.images if "leasekit-chart-image" in i.get("class", "")]
     svg = svg_of(image)
     ET.fromstring(svg)  # a well-formed SVG document
@@ -246,7 +246,7 @@ def test_a_grid_beyond_the_static_rows_says_how_many_more():
 
 
 def test_time_chart_is_an_svg_image_with_escaped_text_and_a_legend():
-    # STYLE 21: a chart saved as an image; user text (a title, a label) stays text
+    # a chart saved as an image; user text (a title, a label) stays text
     end = datetime(2026, 11, 25, 14, 0, tzinfo=timezone.utc)
     times = np.array(["2026-11-25T13:10", "2026-11-25T13:40"], dtype="datetime64[ms]")
     chart = TimeChart(

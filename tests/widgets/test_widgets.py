@@ -59,7 +59,7 @@ def orders(conn, compacted):
 
 
 def test_building_a_panel_reads_nothing_until_it_is_displayed(conn, orders):
-    # STYLE 7: no I/O in constructors; the first load happens on display (or on refresh())
+    # no I/O in constructors; the first load happens on display (or on refresh())
     conn.acquire_kv_snapshot_lease("held", {}, "1h")
     trips = context(conn).store.round_trips
     panels = [LeasePanel(conn), ConsumerPanel(conn), RetentionPanel(conn, "orders")]
@@ -157,7 +157,7 @@ def test_lease_panel_shows_errors_as_text_and_escapes_user_text(conn, orders, ot
 def test_a_failed_refresh_shows_why_and_clears_when_reading_works_again(
     zookeeper, warehouse, namespace, conn
 ):
-    # STYLE 17: a panel says when it last refreshed and whether ZooKeeper answers
+    # a panel says when it last refreshed and whether ZooKeeper answers
     lost = lk.connect(zookeeper, warehouse, namespace=namespace)
     panel = LeasePanel(lost, auto_refresh=False)
     assert panel.refreshed_at is None and "not refreshed yet" in panel.status.value

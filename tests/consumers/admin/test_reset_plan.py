@@ -1,4 +1,4 @@
-"""Executing a previewed reset (docs/consumers.md, STYLE 17): ``reset_offsets(plan=...)`` applies
+"""Executing a previewed reset (docs/consumers.md): ``reset_offsets(plan=...)`` applies
 exactly the offsets a dry run showed, or refuses with ``CommitFailedError`` naming the buckets
 whose committed offset changed since, checked in the commit's own transaction; nothing is
 written then."""
