@@ -1,7 +1,8 @@
-"""``format("leasekit")``: Spark's Python Data Source for leasekit tables (DESIGN §6.11, D1–D5).
-Batch reads (``batch``), the change-log stream (``stream``) and the stream sink (``sink``); no
-JVM jar, so it runs on Spark Connect and on any warehouse pyarrow reaches. ``spark_session``
-gives a session with the format registered."""
+"""``format("leasekit")``: Spark's Python Data Source for leasekit tables (D1–D5). Batch
+reads (``batch``), the change-log stream (``stream``) and the stream sink (``sink``); no JVM jar,
+so it runs on Spark Connect and on any warehouse pyarrow reaches. Options are checked when the
+read is loaded, before Spark plans anything. ``spark_session`` gives a session with the format
+registered."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
 
+from ..errors import LeasekitError
 from .options import SourceOptions, parse_options
+from .report import reported
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,28 +46,52 @@ class LeasekitDataSource(DataSource):
     def parsed(self) -> SourceOptions:
         return parse_options(self.options)
 
+    @reported
     def schema(self) -> str:
-        from .connect import table_ddl_of
+        """The rows' columns, after every check that needs no planning (Spark calls this when
+        the read is loaded: a bad option, namespace, table or lease fails ``load()`` itself).
 
+        Raises:
+            InvalidArgumentError: bad options.
+            TableNotFoundError: no such namespace or table.
+            LeaseNotFoundError, LeaseExpiredError, NotPinnedError: a lease read's lease.
+        """
         opts = self.parsed
-        ddl = table_ddl_of(opts)
-        return f"{STREAM_COLUMNS}, {ddl}" if opts.streaming else ddl
+        if opts.streaming:
+            from .connect import table_ddl_of
+            from .options import check_stream
 
+            check_stream(opts)
+            return f"{STREAM_COLUMNS}, {table_ddl_of(opts)}"
+        from .batch import batch_schema
+
+        return batch_schema(opts)
+
+    @reported
     def reader(self, schema: StructType) -> DataSourceReader:
         from .batch import batch_reader
 
         return batch_reader(self.parsed, schema)
 
+    @reported
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import batch_writer
 
         return batch_writer(self.parsed, schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .stream import stream_reader
+        """The stream reader; one that refuses at its first call when the options are bad
+        (a stream with no option but the table is told here that it needs a group). It never
+        raises: PySpark's runner then stops a reader it never made, and reports that
+        ``UnboundLocalError`` over this error."""
+        from .stream import refused_reader, stream_reader
 
-        return stream_reader(self.parsed, schema)
+        try:
+            return stream_reader(self.parsed, schema)
+        except LeasekitError as exc:
+            return refused_reader(exc)
 
+    @reported
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .sink import stream_writer
 
@@ -86,7 +113,7 @@ def register(spark: SparkSession | Any) -> None:
 
 def spark_session(app_name: str = "leasekit") -> SparkSession:
     """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise),
-    with ``format("leasekit")`` registered (§6.11).
+    with ``format("leasekit")`` registered.
 
     Arguments:
         app_name: the application name of a new session.

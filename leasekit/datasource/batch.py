@@ -35,10 +35,11 @@ from ..log.state import read_states
 from ..snapshots.catalog import snapshot_map
 from ..snapshots.cover import latest_cover, snapshot_sources
 from ..snapshots.sources import Source, narrower, plan_read
-from .connect import connection
+from .connect import check_namespace, connection, table_of
 from .files import FileSlice, conform, open_warehouse, read_slice
-from .options import BATCH_ONLY, CONNECTION, STREAM_ONLY
+from .options import BATCH_ONLY, CONNECTION, NAMING, STREAM_ONLY
 from .pushdown import key_hashes, row_filter, supported
+from .report import reported
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter
@@ -49,9 +50,7 @@ if TYPE_CHECKING:
     from ..tables.layout import ResidueClass
     from .options import SourceOptions
 
-__all__ = ["BatchRequest", "FilePart", "check_batch", "plan_parts", "batch_reader"]
-
-_NAMING = ("path", "table")
+__all__ = ["BatchRequest", "FilePart", "check_batch", "batch_schema", "plan_parts", "batch_reader"]
 
 
 class BatchRequest(NamedTuple):
@@ -93,7 +92,7 @@ def check_batch(opts: SourceOptions) -> BatchRequest:
             raise InvalidArgumentError(
                 f"option {key!r} is for streaming reads (spark.readStream), not spark.read"
             )
-        if key not in (*_NAMING, *CONNECTION, *BATCH_ONLY):
+        if key not in (*NAMING, *CONNECTION, *BATCH_ONLY):
             known = ", ".join(("table", *CONNECTION, "lease", "snapshots", "allowPartial"))
             raise InvalidArgumentError(
                 f"format('leasekit') has no option {key!r} for batch reads (options: {known})"
@@ -112,6 +111,27 @@ def check_batch(opts: SourceOptions) -> BatchRequest:
     if partial == "true" and lease is None:
         raise InvalidArgumentError("option 'allowPartial' applies to lease reads only")
     return BatchRequest(lease, snapshots, partial == "true")
+
+
+def batch_schema(opts: SourceOptions) -> str:
+    """The Spark DDL of a batch read's rows, after the checks that need no planning: the
+    options, the namespace, the table and, for a lease read, the lease (D1: as ``lease.read``
+    checks it; ``partitions`` checks it again when the query runs).
+
+    Raises:
+        InvalidArgumentError: bad options (``check_batch``).
+        TableNotFoundError: no such namespace or table.
+        LeaseNotFoundError, LeaseExpiredError, NotPinnedError: as ``lease.read``.
+    """
+    from ..sparkio.frames import table_ddl
+
+    request = check_batch(opts)
+    check_namespace(opts)
+    with connection(opts) as conn:
+        table = table_of(conn, opts)
+        if request.lease is not None:
+            lease_sources(table.context, request.lease, table, allow_partial=request.allow_partial)
+        return table_ddl(table)
 
 
 def _snapshot_ids(table: TableInfo, given: str) -> dict[int, int]:
@@ -202,11 +222,11 @@ def plan_parts(
         TableNotFoundError: no such table.
         BucketNotFoundError: ``snapshots`` names a bucket the table never had.
         SnapshotNotFoundError: a named or pinned snapshot is gone.
-        LeaseExpiredError, NotPinnedError: as ``lease.read``.
+        LeaseNotFoundError, LeaseExpiredError, NotPinnedError: as ``lease.read``.
         OffsetOutOfRangeError: a bucket's log below its end is deleted and no snapshot covers it.
     """
     request = check_batch(opts)
-    table = conn.table(opts.table)
+    table = table_of(conn, opts)
     hashes = key_hashes(table, filters)
     sources = _sources(table, request, hashes)
     sources = [s for s in sources if _holds(_classes(table, s), hashes)]
@@ -254,10 +274,12 @@ class BatchReader(DataSourceReader):
                 unsupported.append(f)
         return iter(unsupported)
 
+    @reported
     def partitions(self) -> list[InputPartition]:
         with connection(self._opts) as conn:
             return [InputPartition(p) for p in plan_parts(conn, self._opts, self._pushed)]
 
+    @reported
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         part = partition.value
         if not isinstance(part, FilePart):

@@ -30,7 +30,8 @@ from ..log.segments import OP_COLUMN, ROW_GROUP_RECORDS, log_schema
 from ..tables import schema as schemas
 from ..tables.bucketing import murmur3_hash
 from ..warehouse import Warehouse
-from .connect import connection
+from .connect import check_namespace, connection, table_of
+from .report import reported
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -232,7 +233,7 @@ def stream_writer(opts: SourceOptions, schema: StructType, overwrite: bool) -> L
 
     Raises:
         InvalidArgumentError: ``overwrite`` (complete output mode), or columns that do not fit.
-        TableNotFoundError: no such table.
+        TableNotFoundError: no such namespace or table.
     """
     return LeasekitSink(_plan(opts, schema, overwrite))
 
@@ -242,7 +243,7 @@ def batch_writer(opts: SourceOptions, schema: StructType, overwrite: bool) -> Le
 
     Raises:
         InvalidArgumentError: ``overwrite`` (mode "overwrite"), or columns that do not fit.
-        TableNotFoundError: no such table.
+        TableNotFoundError: no such namespace or table.
     """
     return LeasekitWriter(_plan(opts, schema, overwrite))
 
@@ -253,8 +254,9 @@ def _plan(opts: SourceOptions, schema: StructType, overwrite: bool) -> SinkPlan:
             f"format('leasekit') cannot overwrite table {opts.table!r}: a log is append-only; "
             "write with mode('append') (outputMode('append') or 'update' for a stream)"
         )
+    check_namespace(opts)  # before the connection, which would make it
     with connection(opts) as conn:
-        return plan_of(conn.table(opts.table), schema, opts)
+        return plan_of(table_of(conn, opts), schema, opts)
 
 
 def _task_query_id() -> str | None:
@@ -362,9 +364,11 @@ class LeasekitSink(DataSourceStreamArrowWriter):
     def __init__(self, plan: SinkPlan) -> None:
         self.plan = plan
 
+    @reported
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkFiles:
         return SinkFiles(tuple(write_files(self.plan, iterator)), _task_query_id())
 
+    @reported
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         files = _files(messages)
         ids = {m.query_id for m in messages if isinstance(m, SinkFiles) and m.files}
@@ -388,9 +392,11 @@ class LeasekitWriter(DataSourceArrowWriter):
     def __init__(self, plan: SinkPlan) -> None:
         self.plan = plan
 
+    @reported
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkFiles:
         return SinkFiles(tuple(write_files(self.plan, iterator)), None)
 
+    @reported
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         files = _files(messages)
         if files:

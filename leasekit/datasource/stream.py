@@ -23,16 +23,16 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..consumers import offsets as stored
-from ..consumers.offsets import check_group_id
 from ..consumers.rescales import group_buckets
-from ..errors import InvalidArgumentError, OffsetOutOfRangeError
+from ..errors import InvalidArgumentError, LeasekitError, OffsetOutOfRangeError
 from ..log.segments import OP_COLUMN, list_segments
 from ..log.state import read_states
 from ..structs import TableBucket
-from ..validate import check_positive_int
 from ..warehouse import io_errors
 from .files import FileGone, FileSlice, open_warehouse
 from .files import read_slice as read_rows
+from .options import STARTS, check_stream
+from .report import reported
 from .stream_member import StreamMember, Termination, leave_on_sigterm, open_connection
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "stream_reader",
+    "refused_reader",
     "LeasekitStreamReader",
     "SegmentSlice",
     "BucketRun",
@@ -54,8 +55,6 @@ __all__ = [
     "STARTS",
 ]
 
-STARTS = ("committed", "earliest", "latest")
-"""``startingOffsets`` of a new query (a restarted one resumes from its checkpoint)."""
 STREAM_COLUMNS = 4
 """``_bucket``, ``_offset``, ``_timestamp``, ``_op`` come before the table's columns."""
 
@@ -119,29 +118,41 @@ def stream_reader(opts: SourceOptions, schema: StructType) -> LeasekitStreamRead
     """The stream reader of ``opts`` (checked here, on the driver).
 
     Raises:
-        InvalidArgumentError: a bad ``group``, ``startingOffsets`` or ``maxRecordsPerTrigger``.
+        InvalidArgumentError: bad options (``check_stream``).
     """
-    start = (opts.get("startingOffsets") or "committed").strip().lower()
-    if start not in STARTS:
-        raise InvalidArgumentError(
-            f"startingOffsets must be one of {', '.join(STARTS)}, not {start!r}"
-        )
-    raw = opts.get("maxRecordsPerTrigger")
-    cap = None
-    if raw is not None:
-        try:
-            cap = check_positive_int(int(raw), "maxRecordsPerTrigger")
-        except ValueError:
-            raise InvalidArgumentError(
-                f"maxRecordsPerTrigger must be a positive integer, not {raw!r}"
-            ) from None
-    if opts.get("group") is None:
-        raise InvalidArgumentError(
-            f"a stream of format('leasekit') reads as a consumer group: give it one, e.g. "
-            f"spark.readStream.format('leasekit').option('group', 'etl').load({opts.table!r})"
-        )
-    check_group_id(opts.get("group"))
-    return LeasekitStreamReader(opts, schema, start, cap)
+    request = check_stream(opts)
+    return LeasekitStreamReader(opts, schema, request.start, request.cap)
+
+
+class RefusedStream(DataSourceStreamReader):
+    """The reader of a stream whose options were refused: its first call raises the refusal,
+    and it has nothing to stop."""
+
+    def __init__(self, refusal: LeasekitError) -> None:
+        self.refusal = refusal
+        """The error the options were refused with."""
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadAllAvailable()
+
+    @reported
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.refusal
+
+    @reported
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        raise self.refusal
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        return []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return iter(())
+
+
+def refused_reader(refusal: LeasekitError) -> RefusedStream:
+    """A reader that raises ``refusal`` when the query starts (see ``RefusedStream``)."""
+    return RefusedStream(refusal)
 
 
 class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -177,6 +188,7 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets ------------------------------------------------------------------------------
 
+    @reported
     def initialOffset(self) -> dict[str, Any]:
         """A new stream id, and per bucket the group reads now where ``startingOffsets`` says."""
         conn, group = self._connection(), self._opts.get("group") or ""
@@ -201,6 +213,7 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._until = {}  # filled at the first latestOffset, from the log ends then
 
+    @reported
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Commit ``start`` (the end of the last completed batch) to the group, follow the
         assignment, and say how far the next batch reads (at most ``limit`` records).
@@ -250,6 +263,7 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning and reading -----------------------------------------------------------------
 
+    @reported
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BucketRun]:
         """The slices of the segment files overlapping each bucket's ``[start, end)``, in offset
         order, cut into runs of one bucket (``runs_of``): planned per file, never per record (a
@@ -291,6 +305,7 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         return runs_of(out)
 
+    @reported
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of a ``BucketRun``, read from its files through the warehouse's file
         system (no ZooKeeper in executors), with exactly the schema's columns."""

@@ -227,7 +227,7 @@ def test_plans_beside_the_native_parquet_scan_of_read_snapshots(spark, fmt, orde
     ["[" * 100_000, '{"0":' * 50_000, '{"0": ' + "[" * 100_000 + "]" * 100_000 + "}"],
 )
 def test_deeply_nested_snapshots_option_is_a_typed_error(conn, opts, orders, bad):
-    # D1, §6.10: JSON nested past the parser's depth is bad input like any other, an
+    # D1: JSON nested past the parser's depth is bad input like any other, an
     # InvalidArgumentError, never Python's RecursionError
     with pytest.raises(lk.InvalidArgumentError, match="option 'snapshots'"):
         plan_parts(conn, opts(snapshots=bad))

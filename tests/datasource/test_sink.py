@@ -201,7 +201,7 @@ def test_files_of_a_bucket_sealed_before_the_commit_are_routed_again(conn, spark
     ],
 )
 def test_a_hostile_batch_marker_is_corrupt_metadata(value):
-    # D4 / §9: a marker that decoded into a huge or odd batch id would make every later batch
+    # D4: a marker that decoded into a huge or odd batch id would make every later batch
     # look like a replay and be dropped; it is refused, naming the znode
     with pytest.raises(lk.CorruptMetadataError, match="sinks/q"):
         SinkMarkRecord.decode(value, "/ns/data/t/sinks/q")
@@ -217,7 +217,7 @@ def _gone(table) -> list[str]:
 def test_orphan_cleanup_never_deletes_a_sink_file_committed_after_its_recheck(
     conn, spark, opts, monkeypatch
 ):
-    # R4, W2, §9 (orphan cleanup with orphan.min-age 0 never deletes a file that committed
+    # R4, W2 (orphan cleanup with orphan.min-age 0 never deletes a file that committed
     # metadata names): a sink task's files wait for the driver's commit. A retention pass that
     # took them for orphans and re-checked them, then paused (as a janitor may) while the batch
     # committed, must not delete a file the commit named: the commit fails cleanly instead,

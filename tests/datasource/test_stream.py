@@ -1,4 +1,4 @@
-"""The change-log stream of ``format("leasekit")`` (DESIGN §6.11, D2, D3, D5) on a real local
+"""The change-log stream of ``format("leasekit")`` (D2, D3, D5) on a real local
 Spark with real Structured Streaming queries and checkpoints."""
 
 from __future__ import annotations
