@@ -83,7 +83,7 @@ def connect(
     Arguments:
         args: the parsed global options.
         read_only: the command only reads: a local warehouse that does not exist is an error
-            (a typo must not create a warehouse or start a ZooKeeper for it, DESIGN §3).
+            (a typo must not create a warehouse or start a ZooKeeper for it; docs/cli.md).
         start_server: whether the warehouse's embedded ZooKeeper may be started when it is
             stopped (no --zookeeper nor $LEASEKIT_ZOOKEEPER); default: unless ``read_only``.
 
@@ -148,7 +148,7 @@ def refuse_missing_namespace(args: argparse.Namespace) -> None:
 def _running_server(args: argparse.Namespace) -> str | None:
     """The ZooKeeper the global options name; for the embedded default, the address of the
     warehouse's server if it runs (``ZooKeeperUnavailableError`` saying how to start it if
-    not), so that opening the connection starts nothing (DESIGN §3)."""
+    not), so that opening the connection starts nothing (docs/cli.md)."""
     from .. import embedded
     from ..errors import ZooKeeperUnavailableError
     from ..warehouse import Warehouse

@@ -210,7 +210,7 @@ def _list(args: argparse.Namespace) -> int:
                 table = conn.table(name)
             except TableNotFoundError:  # dropped meanwhile
                 continue
-            except CorruptMetadataError as exc:  # §9: shown as unreadable, the rest is listed
+            except CorruptMetadataError as exc:  # shown as unreadable, the rest is listed
                 shown = unreadable(exc)
                 rows.append({"table": name, "buckets": None, "primary_key": None,
                              "created_at": None, "state": "corrupt", "error": shown})  # fmt: skip

@@ -1,5 +1,5 @@
 """The ``leasekit`` command line and the demo, run in-process against the real ZooKeeper and
-Spark fixtures (DESIGN 6.9)."""
+Spark fixtures (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -309,7 +309,7 @@ def test_demo_run(conn, spark) -> None:
     assert all(group["read"][c]["records"] > 0 for c in (8, 9))  # batch 3's records, from 0
     assert all(group["read"][c]["by"] == [rescale["children_assigned_to"][c]] for c in (8, 9))
     assert "read once, in order (none skipped)" in summary
-    # §6.6: the demo's group read half of what was written; its describe table shows the lag
+    # the demo's group read half of what was written; its describe table shows the lag
     # measured now, the time lag and the health; R3: retention kept the log it has not read
     assert group["records_consumed"] == sum(n // 2 for n in (2_000, 2_000, 2_000))
     assert group["lag"] == sum(table.end_offsets().values()) - group["records_consumed"]
@@ -343,7 +343,7 @@ def test_demo_command_is_rerunnable(capsys, target, conn, spark) -> None:
 
 
 def test_demo_says_the_embedded_server_stays_running(capsys, tmp_path, spark, monkeypatch) -> None:
-    # §3, 6.9: the demo starts the warehouse's embedded ZooKeeper and leaves it running for
+    # the demo starts the warehouse's embedded ZooKeeper and leaves it running for
     # what comes next; its last line says so, and how to stop it
     monkeypatch.delenv("LEASEKIT_ZOOKEEPER", raising=False)
     monkeypatch.delenv("LEASEKIT_WAREHOUSE", raising=False)
@@ -426,7 +426,7 @@ def test_import_is_cheap() -> None:
 
 
 def test_tables_show_durations_and_bytes_as_people_read_them_and_json_plain_numbers():
-    # §6.8: durations (and byte sizes) read the same everywhere ("4m 40s", "1.5 KiB"); JSON
+    # durations (and byte sizes) read the same everywhere ("4m 40s", "1.5 KiB"); JSON
     # has plain numbers: seconds and bytes, never "166403ms"
     from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""``leasekit consumer list|describe|reset-offsets|delete`` (DESIGN 6.9, C13)."""
+"""``leasekit consumer list|describe|reset-offsets|delete`` (docs/cli.md, C13)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_delete(capsys, target, orders):
 
 
 def test_describe_shows_generation_leader_owners_and_members(capsys, conn, target, orders):
-    # §6.6, §6.9: the header names the generation and the leader; each bucket its live owner, "-"
+    # the header names the generation and the leader; each bucket its live owner, "-"
     # for one no live member owns (as kafka-consumer-groups --describe); --members lists the members
     a = conn.consumer("orders", group_id="g", auto_offset_reset="earliest")
     b = conn.consumer("orders", group_id="g", auto_offset_reset="earliest")

@@ -1,6 +1,6 @@
 """The command line with fuzzed durations, offsets and bucket numbers, run in-process against
 the real ZooKeeper fixture: never a Python traceback, and for bad values a non-zero exit with a
-readable error (DESIGN §9, §6.9)."""
+readable error (docs/security.md, docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _bad_int(text: str, low: int, high: int) -> bool | None:
 @example(duration="999999999999d", renew="999999999999d")
 @example(duration=str(2**70), renew="inf")
 def test_cli_fuzz_lease_durations(capsys, target, pinned, duration, renew):
-    # §9, L2: lease acquire --duration, lease renew --duration
+    # L2: lease acquire --duration, lease renew --duration
     for argv, text in (
         (["lease", "acquire", "fz", "--table", "t", f"--duration={duration}"], duration),
         (["lease", "renew", "fz", f"--duration={renew}"], renew),
@@ -120,7 +120,7 @@ def test_cli_fuzz_lease_durations(capsys, target, pinned, duration, renew):
 @example(interval=str(2**70))
 @example(interval="nan")
 def test_cli_fuzz_janitor_interval(capsys, target, interval):
-    # §9: a bad --interval fails validation before anything starts
+    # a bad --interval fails validation before anything starts
     value = _duration(interval)
     assume(value is None or value <= timedelta(0))
     started = time.monotonic()
@@ -135,7 +135,7 @@ def test_cli_fuzz_janitor_interval(capsys, target, interval):
 @example(option="--shift-by", value=str(-(2**70)))
 @example(option="--by-duration", value="999999999999d")
 def test_cli_fuzz_reset_offsets(capsys, target, pinned, option, value):
-    # §9, C13: reset-offsets dry runs with any target
+    # C13: reset-offsets dry runs with any target
     if option == "--to-offset":
         bad = _bad_int(value, 0, 2**63)
     elif option == "--shift-by":
@@ -151,7 +151,7 @@ def test_cli_fuzz_reset_offsets(capsys, target, pinned, option, value):
 @example(bucket="-1")
 @example(bucket="99")
 def test_cli_fuzz_release_bucket(capsys, target, pinned, bucket):
-    # §9, L9: lease release --bucket with any number
+    # L9: lease release --bucket with any number
     code, out, err = run(
         capsys, *target, "lease", "release", "L", "--table", "t", f"--bucket={bucket}"
     )

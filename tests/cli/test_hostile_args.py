@@ -1,7 +1,7 @@
 """Command-line strings that reach sockets and paths — addresses, ports, connect strings,
 warehouses — holding a right-to-left override, a lone surrogate (bytes not in UTF-8, as the
 shell passes them) or a control character: one readable error line and exit 2, never a
-traceback (DESIGN §6.9, §9)."""
+traceback (docs/cli.md, docs/security.md)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _one_error_line(code: int, err: str, *expected: str) -> str:
 
 @pytest.mark.parametrize("bad", HOSTILE, ids=ascii)
 def test_exporter_and_janitor_refuse_an_unusable_address(conn, target, bad):
-    # §6.9, §9: --address / --metrics-address that no socket can use: exit 2, one line
+    # --address / --metrics-address that no socket can use: exit 2, one line
     started = time.monotonic()
     code, err = _run(*target, "exporter", "--port", "0", "--address", bad)
     _one_error_line(code, err, "address", ascii(bad)[1:-1])
@@ -53,7 +53,7 @@ def test_exporter_and_janitor_refuse_an_unusable_address(conn, target, bad):
 
 @pytest.mark.parametrize("bad", HOSTILE[:3], ids=ascii)
 def test_port_zookeeper_and_warehouse_with_hostile_characters(conn, target, warehouse, bad):
-    # §6.9, §9: a port, a connect string and a warehouse path with such characters: exit 2
+    # a port, a connect string and a warehouse path with such characters: exit 2
     # with one printable line (the connect string is refused at once, not after the timeout)
     code, err = _run(*target, "exporter", "--port", bad)
     _one_error_line(code, err, "port")
@@ -68,14 +68,14 @@ def test_port_zookeeper_and_warehouse_with_hostile_characters(conn, target, ware
 
 @pytest.mark.parametrize("bad", [*HOSTILE, "a\x00b", 7], ids=ascii)
 def test_metrics_server_refuses_an_unusable_address(conn, bad):
-    # §6.12: the library refuses it as bad input, before anything is served
+    # the library refuses it as bad input, before anything is served
     error = lk.InvalidTypeError if not isinstance(bad, str) else lk.InvalidArgumentError
     with pytest.raises(error):
         MetricsServer(testing.context(conn), port=0, address=bad)
 
 
 def test_metrics_url_of_an_ipv6_address(conn):
-    # §6.12: the URL the exporter prints can be opened (an IPv6 address in brackets)
+    # the URL the exporter prints can be opened (an IPv6 address in brackets)
     server = MetricsServer(testing.context(conn), port=9999, address="::1")
     assert server.url == "http://[::1]:9999/metrics"
     assert MetricsServer(testing.context(conn), port=1, address="::").url == (
@@ -84,7 +84,7 @@ def test_metrics_url_of_an_ipv6_address(conn):
 
 
 def test_a_read_of_a_namespace_that_does_not_exist_names_those_that_do(capsys, target, conn):
-    # §6.9: a mistyped --namespace on a command that only reads creates nothing and says which
+    # a mistyped --namespace on a command that only reads creates nothing and says which
     # namespaces the warehouse holds
     import os
 

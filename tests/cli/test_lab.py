@@ -1,4 +1,4 @@
-"""``leasekit lab`` (DESIGN §6.9: JupyterLab on a working copy of notebooks/): a real JupyterLab
+"""``leasekit lab`` (docs/cli.md: JupyterLab on a working copy of notebooks/): a real JupyterLab
 started as a subprocess on loopback with a token; it serves a working copy of the shipped
 notebooks (never the package's own files), its ``python3``
 kernel runs this environment's Python, imports leasekit and connects to the command's

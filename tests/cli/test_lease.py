@@ -1,5 +1,5 @@
 """``leasekit lease list|acquire|renew|release|drop`` run in-process against the real
-ZooKeeper and Spark fixtures (DESIGN 6.9, rules L1-L10)."""
+ZooKeeper and Spark fixtures (docs/cli.md, rules L1-L10)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_list_plain_json_and_expired(capsys, target, conn, orders) -> None:
         ["both", "6", "empty,orders", "2h"],  # L15: the empty table's buckets pinned empty
         ["short", "1", "orders", "500ms"],
     ]
-    # §6.8: expires in, as people read durations; negative once expired, not yet reclaimed
+    # expires in, as people read durations; negative once expired, not yet reclaimed
     assert rows[0][6:8] in (["1h", "59m"], ["2h", rows[0][7]]) or rows[0][6] == "2h"
     assert rows[1][6].startswith("-")
 

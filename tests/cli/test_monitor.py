@@ -1,5 +1,5 @@
-"""``leasekit consumer overview|history`` (DESIGN §6.9, §6.12): text tables with durations as
-people read them, ``--json`` in exact forms."""
+"""``leasekit consumer overview|history`` (docs/cli.md, docs/monitoring.md): text tables with
+durations as people read them, ``--json`` in exact forms."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_overview_text_and_json(capsys, target, sampled):
     assert row["group"] == "billing" and row["total_lag"] == lag and row["tables"] == ["orders"]
     assert row["consume_rate"] == 0.0 and row["produce_rate"] == 0.0
     assert row["eta"] is None  # not catching up
-    # §6.8: JSON carries plain seconds, never "166403ms"
+    # JSON carries plain seconds, never "166403ms"
     assert 6 * 86400 < row["retention_headroom"] <= 7 * 86400
     assert isinstance(row["max_time_lag"], float)
     assert row["last_commit"].endswith("Z")

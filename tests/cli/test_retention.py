@@ -1,5 +1,5 @@
 """``leasekit retention plan|run`` in-process and ``leasekit janitor`` as a process, against the
-real ZooKeeper fixture (DESIGN 6.7, 6.9; rules R1, R5, R6, L11)."""
+real ZooKeeper fixture (docs/retention.md, docs/cli.md; rules R1, R5, R6, L11)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_plan_plain(capsys, target, conn, orders) -> None:
         "older than the newest 2 of bucket, not pinned; its lease(s) old expire in this pass"
     )
     assert by_item[("snapshot", "orders", "0", "3")][4:9] == ["keep", "newest", "2", "of", "bucket"]
-    size = human_bytes(orders.snapshots(0)[-1].size_bytes)  # §6.8: one byte format
+    size = human_bytes(orders.snapshots(0)[-1].size_bytes)  # one byte format
     assert " ".join(by_item[("snapshot", "orders", "0", "3")][-2:]) == size
     plan = conn.retention_plan()
     deletes = len(plan.deletes)
@@ -150,7 +150,7 @@ def test_run_deletes_plain_and_json(capsys, target, conn, orders) -> None:
 
 
 def test_internal_tables_counted_not_listed(capsys, target, conn, orders) -> None:
-    # §6.12: internal tables (the lag history) are never listed unless asked for; retention
+    # internal tables (the lag history) are never listed unless asked for; retention
     # still covers them (M1) and says how many of its items are theirs
     from leasekit.monitor.lag import history
 

@@ -1,6 +1,6 @@
-"""``leasekit settings show|set|reset`` (DESIGN §6.9, §9: the repair of corrupt settings) and
-the checks read-only commands make before connecting (§3): run in-process against the real
-ZooKeeper fixture."""
+"""``leasekit settings show|set|reset`` (docs/cli.md; docs/security.md: the repair of corrupt
+settings) and the checks read-only commands make before connecting (docs/cli.md): run
+in-process against the real ZooKeeper fixture."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def no_env(monkeypatch):
 
 
 def test_settings_show_set_and_reset(capsys, target, conn) -> None:
-    # §6.9, §6.1
+    # docs/cli.md, docs/configuration.md
     ctx = testing.context(conn)
     code, out, err = run(capsys, *target, "settings", "show")
     assert code == 0, err
@@ -88,7 +88,7 @@ def test_settings_show_set_and_reset(capsys, target, conn) -> None:
     ],
 )
 def test_settings_set_refuses_bad_values(capsys, target, conn, argv, message) -> None:
-    # §6.1: unknown keys or bad values -> one error line, nothing written
+    # unknown keys or bad values -> one error line, nothing written
     ctx = testing.context(conn)
     before = ctx.store.get(ctx.paths.settings)
     code, out, err = run(capsys, *target, "settings", "set", *argv)
@@ -98,7 +98,7 @@ def test_settings_set_refuses_bad_values(capsys, target, conn, argv, message) ->
 
 
 def test_settings_reset_repairs_corrupt_settings(capsys, target, conn, zookeeper, caplog) -> None:
-    # §9: show says the stored value is corrupt; reset repairs it; connect is clean after
+    # show says the stored value is corrupt; reset repairs it; connect is clean after
     ctx = testing.context(conn)
     conn.update_settings({"orphan.min-age": "2h"})
     write_raw(zookeeper, ctx.paths.settings, GARBAGE)
@@ -124,7 +124,7 @@ def test_settings_reset_repairs_corrupt_settings(capsys, target, conn, zookeeper
 
 
 def test_settings_set_replace_repairs_corrupt_settings(capsys, target, conn, zookeeper) -> None:
-    # §9: set without --replace reads the old value and refuses; --replace repairs
+    # set without --replace reads the old value and refuses; --replace repairs
     write_raw(zookeeper, testing.context(conn).paths.settings, GARBAGE)
     code, _, err = run(capsys, *target, "settings", "set", "orphan.min-age=2h")
     assert code == 2 and "settings reset" in err
@@ -141,7 +141,7 @@ def json_of(capsys, *argv):
     return json.loads(out)
 
 
-# -- read-only commands and a warehouse that does not exist (§3) ------------------------------
+# -- read-only commands and a warehouse that does not exist ------------------------------------
 
 READ_ONLY = [
     ["table", "list"],
@@ -161,7 +161,7 @@ READ_ONLY = [
 def test_read_only_commands_refuse_a_missing_warehouse(
     capsys, zookeeper, tmp_path, no_env, argv
 ) -> None:
-    # §3: a command that only reads never creates a warehouse: it says so (with a ZooKeeper
+    # a command that only reads never creates a warehouse: it says so (with a ZooKeeper
     # address given, so nothing would be started either way)
     missing = tmp_path / "nonexistent" / "dir"
     code, out, err = run(capsys, "--zookeeper", zookeeper, "--warehouse", str(missing), *argv)
@@ -175,7 +175,7 @@ def test_read_only_commands_refuse_a_missing_warehouse(
 
 @pytest.mark.parametrize("argv", [["table", "list"], ["zookeeper", "status"]], ids=" ".join)
 def test_a_typo_in_the_warehouse_starts_no_server(capsys, tmp_path, no_env, argv) -> None:
-    # §3: without --zookeeper the embedded server would be started: it is not
+    # without --zookeeper the embedded server would be started: it is not
     missing = tmp_path / "typo"
     try:
         code, out, err = run(capsys, "--warehouse", str(missing), *argv)
@@ -225,7 +225,7 @@ def _running(data_dir) -> bool:
 
 
 def test_read_only_commands_start_no_stopped_embedded_server(capsys, tmp_path, no_env) -> None:
-    # §3: on a warehouse that exists but whose embedded ZooKeeper is stopped, a command that
+    # on a warehouse that exists but whose embedded ZooKeeper is stopped, a command that
     # only reads starts no server: it says the server is stopped and how to start it, exit 2
     wh = tmp_path / "wh"
     data_dir = wh / "_zookeeper"
@@ -262,7 +262,7 @@ def test_read_only_commands_start_no_stopped_embedded_server(capsys, tmp_path, n
 def test_the_start_command_a_stopped_server_names_starts_it(
     capsys, tmp_path, no_env, monkeypatch
 ) -> None:
-    # §3: the command the error names, run as written, starts the server of the warehouse the
+    # the command the error names, run as written, starts the server of the warehouse the
     # read named (not the one of ./leasekit-warehouse), and the read then works
     monkeypatch.chdir(tmp_path)
     wh = tmp_path / "my warehouse"
@@ -301,7 +301,7 @@ def test_the_start_command_a_stopped_server_names_starts_it(
     ids=" ".join,
 )
 def test_a_bad_duration_is_refused_before_a_writer_connects(capsys, tmp_path, no_env, argv) -> None:
-    # §3, §9: argument errors come first: no warehouse created, no server started for them
+    # argument errors come first: no warehouse created, no server started for them
     missing = tmp_path / "typo"
     try:
         code, out, err = run(capsys, "--warehouse", str(missing), *argv)
@@ -313,7 +313,7 @@ def test_a_bad_duration_is_refused_before_a_writer_connects(capsys, tmp_path, no
 
 
 def test_the_default_warehouse_is_checked_too(capsys, tmp_path, no_env, monkeypatch) -> None:
-    # §3, with no --warehouse: ./leasekit-warehouse
+    # with no --warehouse: ./leasekit-warehouse
     monkeypatch.chdir(tmp_path)
     code, _, err = run(capsys, "--zookeeper", "127.0.0.1:1", "lease", "list")
     assert code == 2 and f"no warehouse at {tmp_path / 'leasekit-warehouse'}" in err
@@ -323,7 +323,7 @@ def test_the_default_warehouse_is_checked_too(capsys, tmp_path, no_env, monkeypa
 def test_write_commands_still_create_the_warehouse(
     capsys, zookeeper, tmp_path, namespace, no_env
 ) -> None:
-    # §3: table create makes a new warehouse
+    # table create makes a new warehouse
     fresh = tmp_path / "fresh"
     code, _, err = run(
         capsys,
@@ -363,7 +363,7 @@ def test_write_commands_still_create_the_warehouse(
 
 
 def test_describe_of_an_unknown_group_says_so(capsys, target, conn) -> None:
-    # §6.6: a group with neither offsets nor members does not exist
+    # a group with neither offsets nor members does not exist
     for extra in ([], ["--members"]):
         code, out, err = run(capsys, *target, "consumer", "describe", "nosuch", *extra)
         assert (code, out) == (2, "")

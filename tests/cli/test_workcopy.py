@@ -1,4 +1,4 @@
-"""The working copy ``leasekit lab`` serves (DESIGN §6.9): the shipped notebooks are copied in
+"""The working copy ``leasekit lab`` serves (docs/cli.md): the shipped notebooks are copied in
 when missing, an untouched copy follows a newer shipped version, an edited copy is never
 overwritten (the newer version goes beside it), and the package's own notebooks are never
 served; the notebooks ship in the wheel, so an installed leasekit finds them."""
