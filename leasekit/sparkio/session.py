@@ -42,9 +42,11 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
     A new one starts quietly: log4j2 logs warnings and errors only, without Spark's start-up
     notices (``log4j2.properties`` beside this module, unless ``SPARK_CONF_DIR`` or
     ``PYSPARK_SUBMIT_ARGS`` configure logging), and the JVM's own start-up notice is dropped,
-    so a notebook's first Spark cell shows no stderr block. Unless ``PYSPARK_PYTHON`` says
-    otherwise, its Python workers run this interpreter (on ``local[*]`` through
-    ``worker_python``'s launcher, which spares each worker compiling pyspark from source).
+    so a notebook's first Spark cell shows no stderr block; a streaming query's ``stop()``
+    logs no error for the batch it cancels (``log4j2.properties``, ``_THREAD_STACK``). Unless
+    ``PYSPARK_PYTHON`` says otherwise, its Python workers run this interpreter (on ``local[*]``
+    through ``worker_python``'s launcher, which spares each worker compiling pyspark from
+    source).
 
     Arguments:
         app_name: the application name of a new session.
@@ -85,15 +87,25 @@ def _launches_locally() -> bool:
     )
 
 
+_THREAD_STACK = "-Xss16m"
+"""The driver's thread stacks. When stop() cancels a ``foreachBatch`` whose function is running,
+Spark tells the stop from a failure by matching the function's error (a Python traceback
+quoting the cancelled job's Java stack) against a regular expression that recurses once per
+character: with the JVM's 1 MB (and with 4 MB) the stream thread died of a StackOverflowError
+printed as 1,000 lines. Only reserved address space, until a thread uses it."""
+
+
 def _quiet_logging() -> dict[str, str]:
-    """Spark settings pointing log4j2 at leasekit's configuration, unless logging or the
-    driver's Java options are configured already."""
+    """Spark settings pointing log4j2 at leasekit's configuration, with the driver's thread
+    stacks of ``_THREAD_STACK``, unless logging or the driver's Java options are configured
+    already."""
     if os.environ.get("SPARK_CONF_DIR") or any(
         word in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
         for word in ("log4j", "extraJavaOptions", "--driver-java-options")
     ):
         return {}
-    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J2}"}
+    options = f"-Dlog4j2.configurationFile=file:{_LOG4J2} {_THREAD_STACK}"
+    return {"spark.driver.extraJavaOptions": options}
 
 
 @contextlib.contextmanager
