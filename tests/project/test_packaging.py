@@ -89,3 +89,33 @@ def test_environment_yml_matches_pyproject():
     ]
     assert sorted(pip_deps) == sorted(deps)
     assert any("openjdk=17" in ln for ln in lines)
+
+
+def _dry_run(target: str, venv: Path) -> list[str]:
+    """The commands ``make TARGET`` would run for a virtualenv that does not exist yet."""
+    done = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_make_demo_installs_only_what_the_demo_needs(tmp_path):
+    # make demo: the package (and a JRE when there is no Java), never the test tools
+    installs = [line for line in _dry_run("demo", tmp_path / "venv") if "pip install" in line]
+    assert installs and not any("[dev" in line for line in installs), installs
+    assert any(line.endswith("-e '.'") or "-e '.[java]'" in line for line in installs)
+    tests = [line for line in _dry_run("test", tmp_path / "venv") if "pip install -q -e" in line]
+    assert any("[dev" in line for line in tests), tests
+
+
+def test_building_the_package_prints_no_warning(tmp_path):
+    # pyproject's license is an SPDX expression: setuptools has nothing to warn about
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w",
+         str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "default"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "deprecat" not in said.lower() and "BackendWarning" not in said, said[-3000:]
