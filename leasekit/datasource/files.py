@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 from ..errors import IllegalStateError
 from ..tables.bucketing import murmur3_hash
@@ -83,11 +83,11 @@ def read_slice(
     what = f"read {warehouse.uri(part.path)}"
     with io_errors(what):  # (any other OS or pyarrow error: IllegalStateError)
         try:
-            source = pads.dataset(path, filesystem=warehouse.fs, format="parquet")
-            if part.first == 0 and part.stop is None:
-                data = source.to_table(columns=list(columns), filter=where)
+            if part.first == 0 and part.stop is None and where is not None:
+                data = _filtered(path, warehouse, columns, where)
             else:
-                data = _row_range(source, columns, part.first, part.stop)
+                with pq.ParquetFile(path, filesystem=warehouse.fs) as parquet:
+                    data = _row_range(parquet, columns, part.first, part.stop)
                 if where is not None:
                     data = data.filter(where)
         except FileNotFoundError:
@@ -95,19 +95,29 @@ def read_slice(
     return keep_within(data, key, part.within)
 
 
-def _row_range(
-    source: pads.Dataset, columns: Sequence[str], first: int, stop: int | None
+def _filtered(
+    path: str, warehouse: Warehouse, columns: Sequence[str], where: pc.Expression
 ) -> pa.Table:
-    """Rows ``[first, stop)`` of a one-file dataset, decoding only the row groups holding them."""
-    (fragment,) = list(source.get_fragments())
-    meta = fragment.metadata
+    """The rows of a whole file matching ``where``, skipping the row groups whose statistics
+    rule it out."""
+    import pyarrow.dataset as pads  # here: it loads pandas, which a stream's workers never use
+
+    source = pads.dataset(path, filesystem=warehouse.fs, format="parquet")
+    return source.to_table(columns=list(columns), filter=where)
+
+
+def _row_range(
+    parquet: pq.ParquetFile, columns: Sequence[str], first: int, stop: int | None
+) -> pa.Table:
+    """Rows ``[first, stop)`` of a file, decoding only the row groups holding them."""
+    meta = parquet.metadata
     counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
     starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
     end = starts[-1] if stop is None else min(stop, starts[-1])
     wanted = [i for i in range(len(counts)) if starts[i] < end and starts[i + 1] > first]
     if not wanted:
-        return source.schema.empty_table().select(list(columns))
-    data = fragment.subset(row_group_ids=wanted).to_table(columns=list(columns))
+        return parquet.schema_arrow.empty_table().select(list(columns))
+    data = parquet.read_row_groups(wanted, columns=list(columns))
     return data.slice(first - starts[wanted[0]], end - first)
 
 
