@@ -1,7 +1,7 @@
 """notebooks/consumer_lag_report.ipynb run through papermill with a real kernel against the
-session's ZooKeeper (DESIGN §10): the per-bucket table goes to a CSV, one verdict line ends
+session's ZooKeeper: the per-bucket table goes to a CSV, one verdict line ends
 the run, and the run fails with ``LagAlert`` when the group is ERR or over a threshold
-(§6.6 lag and time lag measured now; Burrow's rules for the status)."""
+(lag and time lag measured now, docs/consumers.md; Burrow's rules for the status)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _by_bucket(rows) -> dict[int, dict[str, str]]:
 
 
 def test_healthy_group_passes_with_ok_verdict_csv_and_plot(tmp_path, conn, orders):
-    # §6.6: lag is measured now (log end now - committed), so a few rows appended after the
+    # lag is measured now (log end now - committed), so a few rows appended after the
     # last commit show up; under max_lag per bucket and with lag 0 at a commit (Burrow rule 4)
     # the group is OK and the run passes
     committed = orders.end_offsets()
@@ -86,7 +86,7 @@ def test_healthy_group_passes_with_ok_verdict_csv_and_plot(tmp_path, conn, order
         assert int(row["log_end_offset"]) == ends[tb]
         assert int(row["lag"]) == ends[tb] - committed[tb]
         assert row["status"] == "OK" and row["group"] == GROUP
-    # §6.8: the table as people read it: headed in words, "-" where there is no value
+    # the table as people read it: headed in words, "-" where there is no value
     (table,) = [
         o["data"]["text/html"]
         for o in next(c for c in nb.cells if c.get("id") == "buckets").outputs
@@ -99,7 +99,7 @@ def test_healthy_group_passes_with_ok_verdict_csv_and_plot(tmp_path, conn, order
     assert [o.output_type for o in history.outputs] == ["stream", "execute_result"]
     (said,) = _stream(nb, "history").splitlines()  # one line, not a line per point
     assert said.startswith(f"no lag history of {GROUP} in the last 6h: the janitor")
-    svg = chart_svg(nb)  # §6.8: the chart is saved as an image, not a widget or Figure(...)
+    svg = chart_svg(nb)  # the chart is saved as an image, not a widget or Figure(...)
     assert not history.outputs[1]["data"]["text/plain"].startswith("Figure(")
     ticks = x_ticks(svg)
     assert len(ticks) == len(set(ticks)) >= 3  # ticks a whole step apart, no label twice
@@ -138,7 +138,7 @@ def test_lag_over_threshold_fails_the_run_after_verdict_and_csv(tmp_path, conn, 
 
 
 def test_stopped_group_is_err_and_fails_the_run(tmp_path, conn, orders):
-    # §6.6 rule 3 (Burrow's STOP, ahead of the zero-lag-at-commit rule since Burrow #290): no
+    # the STOP rule (Burrow's STOP, ahead of the zero-lag-at-commit rule since Burrow #290): no
     # live member owns the lagging buckets and nothing was committed for longer than
     # max(window span, stop_after) -> STOP, reported as the group's ERR; under every
     # threshold, the status alone fails the run

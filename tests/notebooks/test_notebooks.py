@@ -1,5 +1,5 @@
 """The notebooks of notebooks/ run through papermill with a real kernel against the session's
-ZooKeeper, a test warehouse and a fresh namespace; a failing cell fails the test (DESIGN §10).
+ZooKeeper, a test warehouse and a fresh namespace; a failing cell fails the test.
 
 Each run's kernel has the test's ``tmp_path`` as its working directory, so whatever it starts
 (its Spark JVM included) can be found there afterwards: nothing may be left running."""
@@ -154,7 +154,7 @@ def _check_quickstart(nb, conn) -> None:
     for status, count in {"cancelled": 225, "new": 200, "paid": 300, "shipped": 250}.items():
         assert f"|{status:>9}|{count:>5}|" in lease_cell
 
-    # §6.3 drop_on_exit: "quickstart" went with its block; the hold is this run's, on the new table.
+    # drop_on_exit: "quickstart" went with its block; the hold is this run's, on the new table.
     (hold,) = conn.leases()
     assert hold.lease_id == "quickstart-hold" and hold.pins == {TB("orders", 0): 1}
     assert all([s.snapshot_id for s in orders.snapshots(b)] == [1, 2, 3] for b in range(4))  # S2
@@ -171,7 +171,7 @@ def _check_quickstart(nb, conn) -> None:
     # R1, R6: the plan the notebook showed keeps the pinned snapshot and says why.
     plan_cell = _text(_cell(nb, "orders.snapshot(spark)"))
     plan = conn.retention_plan("orders")
-    assert f"reclaimable: {human_bytes(plan.reclaimable_bytes)}" in plan_cell  # §6.8: one format
+    assert f"reclaimable: {human_bytes(plan.reclaimable_bytes)}" in plan_cell  # one format
     assert (
         "pinned by lease quickstart-hold until" in plan_cell and "newest 2 of bucket" in plan_cell
     )
@@ -179,7 +179,7 @@ def _check_quickstart(nb, conn) -> None:
     assert [i for i in plan.items if i.kind == "orphan"] == []  # no _SUCCESS, no .crc
 
     # The Dashboard is the last expression of its cell, its static rendering beside its view
-    # (§6.8): what the notebook shows without a kernel
+    # what the notebook shows without a kernel
     (shown,) = _cell(nb, "dash = Dashboard(conn)").outputs
     assert "application/vnd.jupyter.widget-view+json" in shown["data"]
     static = shown["data"]["text/html"]
@@ -290,7 +290,7 @@ def test_pinned_read_writes_the_query_over_the_pinned_snapshot(
     pd.testing.assert_frame_equal(written, expected, check_dtype=False)
     assert "late" not in set(written["status"])
 
-    # §6.3 drop_on_exit: the lease is gone, and the notebook stopped what it started.
+    # drop_on_exit: the lease is gone, and the notebook stopped what it started.
     assert conn.leases() == []
     out = _all_text(nb)
     assert "lease nightly-report pins {0: 1, 1: 1, 2: 1, 3: 1}" in out
@@ -299,14 +299,14 @@ def test_pinned_read_writes_the_query_over_the_pinned_snapshot(
     assert "lease:          nightly-report" in out
     assert f"rows written:   {len(expected)}\n" in out
     assert f"output:         {tmp_path.resolve() / 'by_status.parquet'} (parquet)" in out
-    assert not_static(nb) == []  # §6.8: tables saved as HTML
+    assert not_static(nb) == []  # tables saved as HTML
     _nothing_left_running(tmp_path)
 
 
 def test_pinned_read_drops_its_lease_when_the_query_fails(
     conn, spark, zookeeper, warehouse, namespace, tmp_path
 ):
-    # A failing cell fails the run (§10), and the lease is dropped all the same (§6.3 drop_on_exit)
+    # A failing cell fails the run and the lease is dropped all the same (drop_on_exit)
     _orders_with_a_snapshot(conn, spark)
     with pytest.raises(papermill.PapermillExecutionError) as failed:
         _execute(
@@ -372,7 +372,7 @@ def test_retention_audit_shows_the_plan_and_changes_nothing(
     assert [lease.lease_id for lease in conn.leases()] == ["audit-pin"]
     out = _all_text(nb)
     assert f"{len(plan.items)} items, {len(plan.deletes)} to delete" in out
-    # §6.8: one byte format in panels, CLI and notebooks
+    # one byte format in panels, CLI and notebooks
     assert f"reclaimable: {human_bytes(plan.reclaimable_bytes)}" in out
     assert plan.reclaimable_bytes > 0
     assert "newest 2 of bucket" in out and "pinned by lease audit-pin until" in out
@@ -380,7 +380,7 @@ def test_retention_audit_shows_the_plan_and_changes_nothing(
     assert "audit only: nothing was changed" in out and "retention ran" not in out
     counts = _text(_cell(nb, 'items.groupby(["kind", "action"])'))
     assert "delete" in counts and "keep" in counts and "segment" in counts
-    assert not_static(nb) == []  # §6.8: tables saved as HTML
+    assert not_static(nb) == []  # tables saved as HTML
     _nothing_left_running(tmp_path)
 
 
@@ -418,7 +418,7 @@ def test_retention_audit_executes_on_one_table(
     )
     report = _text(_cell(nb, "if execute:"))
     assert "older than the newest 2 of bucket, not pinned" in report and "events" in report
-    assert not_static(nb) == []  # §6.8: the report saved as HTML
+    assert not_static(nb) == []  # the report saved as HTML
     _nothing_left_running(tmp_path)
 
 
@@ -454,8 +454,9 @@ def test_job_notebook_runs_twice_as_is_in_its_own_namespace(name, tmp_path):
         nbs = [_run(name, tmp_path, warehouse=str(warehouse)) for _ in range(2)]
         outputs = [_all_text(nb) for nb in nbs]
         assert made in outputs[0] and made not in outputs[1]
-        # §6.8 "Reports outlive their kernel": every output reads without the kernel (tables as
-        # HTML, charts as images, a panel with its static rendering), none is only a repr
+        # "Reports that outlive the kernel" (docs/panels.md): every output reads without the
+        # kernel (tables as HTML, charts as images, a panel with its static rendering), none is
+        # only a repr
         assert [not_static(nb) for nb in nbs] == [[], []]
         assert all(every_run in out for out in outputs)
         with lk.connect(warehouse=str(warehouse)) as conn:
