@@ -37,6 +37,10 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names[:SHOWN]) + more
 
 
+_SEEN: set[tuple[str | None, str | None, str]] = set()
+"""(zookeeper, warehouse, namespace) of the namespaces this process has seen exist."""
+
+
 def check_namespace(opts: SourceOptions) -> None:
     """Refuse a namespace the warehouse holds nothing of before a connection would create it
     (a mistyped ``namespace`` option must not make a namespace), naming those it holds.
@@ -48,8 +52,12 @@ def check_namespace(opts: SourceOptions) -> None:
     from ..connection.namespaces import namespaces
     from ..connection.open import DEFAULT_WAREHOUSE
 
+    key = (opts.zookeeper, opts.warehouse, opts.namespace)
+    if key in _SEEN:
+        return  # a sink plans every micro-batch: one look per process is enough
     there = namespaces(opts.zookeeper, opts.warehouse)
     if opts.namespace in there:
+        _SEEN.add(key)
         return
     where = opts.warehouse or os.environ.get("LEASEKIT_WAREHOUSE") or DEFAULT_WAREHOUSE
     held = f"its namespaces: {_listed(there)}" if there else "it holds no namespace yet"
