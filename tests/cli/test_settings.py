@@ -224,16 +224,21 @@ def _running(data_dir) -> bool:
     return status is not None and status.running
 
 
+def _table_then_stopped(capsys, wh) -> None:
+    """A warehouse holding table ``t`` whose embedded ZooKeeper was then stopped."""
+    code, _, err = run(capsys, "--warehouse", str(wh), "table", "create", "t",
+                       "--schema", "id BIGINT", "--primary-key", "id")  # fmt: skip
+    assert code == 0, err
+    assert run(capsys, "--warehouse", str(wh), "zookeeper", "stop")[0] == 0
+
+
 def test_read_only_commands_start_no_stopped_embedded_server(capsys, tmp_path, no_env) -> None:
     # on a warehouse that exists but whose embedded ZooKeeper is stopped, a command that
     # only reads starts no server: it says the server is stopped and how to start it, exit 2
     wh = tmp_path / "wh"
     data_dir = wh / "_zookeeper"
     try:
-        code, _, err = run(capsys, "--warehouse", str(wh), "table", "create", "t",
-                           "--schema", "id BIGINT", "--primary-key", "id")  # fmt: skip
-        assert code == 0, err
-        assert run(capsys, "--warehouse", str(wh), "zookeeper", "stop")[0] == 0
+        _table_then_stopped(capsys, wh)
         results = {}
         for argv in STOPPED_READS:
             code, out, err = run(capsys, "--warehouse", str(wh), *argv)
@@ -268,10 +273,7 @@ def test_the_start_command_a_stopped_server_names_starts_it(
     wh = tmp_path / "my warehouse"
     data_dir = wh / "_zookeeper"
     try:
-        code, _, err = run(capsys, "--warehouse", str(wh), "table", "create", "t",
-                           "--schema", "id BIGINT", "--primary-key", "id")  # fmt: skip
-        assert code == 0, err
-        assert run(capsys, "--warehouse", str(wh), "zookeeper", "stop")[0] == 0
+        _table_then_stopped(capsys, wh)
         code, _, err = run(capsys, "--warehouse", str(wh), "table", "list")
         assert code == 2
         command = re.search(r"start it with `(.*)`$", err.strip()).group(1)
