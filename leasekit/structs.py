@@ -18,6 +18,7 @@ __all__ = [
     "OffsetRange",
     "Snapshot",
     "LogSegment",
+    "LogCompaction",
     "AcquireResult",
     "LeaseInfo",
     "RetentionItem",
@@ -200,11 +201,38 @@ class LogSegment(NamedTuple):
     end_offset: int
     """One past the offset of the segment's last record."""
     timestamp_ms: int
-    """Commit time of the segment (ZooKeeper clock, ms); every record carries it."""
+    """Commit time of the segment's last record (ZooKeeper clock, ms); every record of an
+    appended segment carries it."""
     size_bytes: int
     """Size of the segment file."""
     file: str
     """Absolute path or full URI of the segment file."""
+    first_timestamp_ms: int | None = None
+    """A merged segment's (R8) first record's timestamp: its records keep their own timestamps,
+    in a ``_timestamp`` column of its file; None for an appended segment."""
+
+
+class LogCompaction(NamedTuple):
+    """What one compaction of a table's log did (R8): runs of adjacent small segments merged,
+    each into one segment holding every record with its offset, timestamp and op."""
+
+    table: str
+    """The table."""
+    merged: int
+    """Segments replaced."""
+    written: int
+    """Merged segments committed."""
+    records: int
+    """Records rewritten."""
+    bytes_read: int
+    """Bytes of the replaced segment files."""
+    bytes_written: int
+    """Bytes of the merged files."""
+    lost: int
+    """Merges given up because a concurrent change (retention, a drop, another merge) took
+    one of their segments first; their files were removed, and the next pass plans again."""
+    segments: dict[TableBucket, int]
+    """Segments of each bucket looked at, after the compaction."""
 
 
 class AcquireResult(NamedTuple):

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 from .errors import IllegalStateError
 from .leases.pins import forget_table, leases_pinning
 from .log.append import append
+from .log.compaction import compact_log
 from .log.state import read_states
 from .snapshots.catalog import list_snapshots
 from .snapshots.cover import latest_cover
-from .structs import BucketLineage, OffsetRange, Snapshot, TableBucket
+from .structs import BucketLineage, LogCompaction, OffsetRange, Snapshot, TableBucket
 from .tables import catalog
 from .tables.info import TableInfo
 from .tables.rescale import merge_buckets, split_bucket
@@ -191,6 +192,34 @@ class Table(TableInfo):
             ZooKeeperUnavailableError: ZooKeeper did not answer.
         """
         return merge_buckets(self, bucket_a, bucket_b)
+
+    def compact_log(self, bucket: int | TableBucket | None = None) -> LogCompaction:
+        """Merge runs of adjacent small segments of the log into segments of up to
+        ``log.segment.target-bytes`` (R8): every record keeps its offset, timestamp and op, in
+        order. Readers carry on meanwhile; the replaced files stay for ``orphan.min-age`` for
+        readers that listed them, then retention deletes them. The janitor does this every
+        pass; call it to do it now.
+
+        Arguments:
+            bucket: one bucket (a number or a ``TableBucket``), active or sealed; ``None`` for
+                every bucket the table has had.
+
+        Returns:
+            What was merged, and the segments each bucket holds now.
+
+        Raises:
+            BucketNotFoundError: the table never had that bucket.
+            InvalidTypeError: ``bucket`` is not an int or a TableBucket.
+            InvalidArgumentError: a TableBucket of another table.
+            TableNotFoundError: the table was dropped.
+            SessionLostError: the ZooKeeper session ended during a merge (nothing of it was
+                committed; call again).
+            PermissionDeniedError: this connection's credentials may not write the namespace.
+            ZooKeeperUnavailableError: ZooKeeper did not answer.
+        """
+        self.refresh()
+        buckets = None if bucket is None else [self.bucket_number(bucket)]
+        return compact_log(self, buckets)
 
     def lineage(self) -> list[BucketLineage]:
         """Every bucket the table has had, by id: its state, parents, children and seal.

@@ -224,6 +224,30 @@ class Warehouse:
             )
             return self.fs.get_file_info(path).size
 
+    def write_parquet_parts(
+        self, rel: str, schema: pa.Schema, parts: Iterable[pa.Table], row_group_size: int
+    ) -> int:
+        """Write the rows of ``parts`` in order to ``rel`` as one file, in row groups of
+        ``row_group_size`` rows (the last may be shorter) whatever the parts' sizes, holding at
+        most about one row group in memory; its size in bytes."""
+        path = self.fs_path(rel)
+        with io_errors(f"write {self.uri(rel)}"):
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            with pq.ParquetWriter(path, schema, filesystem=self.fs, compression="snappy") as out:
+                held: list[pa.Table] = []
+                rows = 0
+                for part in parts:
+                    held.append(part)
+                    rows += part.num_rows
+                    if rows >= row_group_size:
+                        data = pa.concat_tables(held)
+                        whole = rows - rows % row_group_size
+                        out.write_table(data.slice(0, whole), row_group_size=row_group_size)
+                        held, rows = [data.slice(whole)], rows - whole
+                if rows:
+                    out.write_table(pa.concat_tables(held), row_group_size=row_group_size)
+            return self.fs.get_file_info(path).size
+
     def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
         with io_errors(f"read {self.uri(rel)}"):
             return pq.read_table(self.fs_path(rel), filesystem=self.fs, columns=columns)

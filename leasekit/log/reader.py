@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import IllegalStateError
 from ..structs import LogSegment
-from .segments import OP_COLUMN, log_schema
+from .segments import OP_COLUMN, STAMP_COLUMN, log_schema
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -45,6 +45,8 @@ class _Open(NamedTuple):
     file: pq.ParquetFile
     starts: list[int]
     """Row index of each row group's first row, and the row count at the end."""
+    columns: list[str]
+    """The columns read: the log's, and the record timestamps of a merged segment's file."""
 
 
 def record_schema(table: TableInfo) -> pa.Schema:
@@ -119,7 +121,10 @@ class SegmentReader:
             self._drop(segment.file, done)
         n = data.num_rows
         offsets = pa.array(np.arange(start, start + n, dtype=np.int64))
-        stamps = pa.array(np.full(n, segment.timestamp_ms, dtype=np.int64)).view(_TIMESTAMP)
+        if segment.first_timestamp_ms is None:  # an appended segment: one commit time
+            stamps = pa.array(np.full(n, segment.timestamp_ms, dtype=np.int64)).view(_TIMESTAMP)
+        else:  # a merged one keeps each record's own (R8)
+            stamps = data.column(STAMP_COLUMN).combine_chunks().view(_TIMESTAMP)
         columns = [
             offsets,
             stamps,
@@ -173,7 +178,7 @@ class SegmentReader:
                 self._groups.move_to_end(key)
                 return data
         try:
-            data = handle.file.read_row_group(group, columns=self._columns)
+            data = handle.file.read_row_group(group, columns=handle.columns)
         except (OSError, pa.ArrowException) as exc:
             self._forget(file)
             raise IllegalStateError(f"read {file}: {exc}") from None
@@ -207,7 +212,8 @@ class SegmentReader:
                 f"segment {segment.file} holds {starts[-1]} records, its metadata says "
                 f"{segment.end_offset - segment.base_offset}"
             )
-        handle = _Open(file, starts)
+        merged = segment.first_timestamp_ms is not None
+        handle = _Open(file, starts, [*self._columns, STAMP_COLUMN] if merged else self._columns)
         with self._lock:
             self._open[segment.file] = handle
             while len(self._open) > self._max_open:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OP_COLUMN",
+    "STAMP_COLUMN",
+    "merged_schema",
     "ROW_GROUP_RECORDS",
     "log_schema",
     "decode_segment",
@@ -29,6 +31,9 @@ __all__ = [
 ]
 
 OP_COLUMN = "_op"
+STAMP_COLUMN = "_timestamp"
+"""A merged segment file's column of record timestamps (int64, ms on the ZooKeeper clock): an
+appended segment's records all carry its commit time and its file has no such column (R8)."""
 ROW_GROUP_RECORDS = 65_536
 """Records per row group of segment files: a consumer's read decodes only the groups it needs."""
 
@@ -38,6 +43,11 @@ def log_schema(table: TableInfo) -> pa.Schema:
     ``_op``."""
     fields = [f if f.name in table.primary_key else f.with_nullable(True) for f in table.schema]
     return pa.schema([*fields, pa.field(OP_COLUMN, pa.string(), nullable=False)])
+
+
+def merged_schema(table: TableInfo) -> pa.Schema:
+    """Schema of merged segment files: the log's columns and the record timestamps."""
+    return log_schema(table).append(pa.field(STAMP_COLUMN, pa.int64(), nullable=False))
 
 
 def decode_segment(table: TableInfo, data: bytes, path: str) -> SegmentRecord:
@@ -70,9 +80,10 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
                 TableBucket(table.name, bucket),
                 base,
                 base + rec.rows,
-                max(node.stat.ctime_ms, rec.ts_floor),
+                rec.last_stamp(node.stat.ctime_ms),
                 rec.size,
                 warehouse.uri(rec.file),
+                None if rec.stamps is None else rec.stamps[0],
             )
         )
     for segs in out.values():

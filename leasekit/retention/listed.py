@@ -285,5 +285,5 @@ def _segment(
     except CorruptMetadataError as exc:
         skipped.append(str(exc))
         return None
-    time_ms = max(node.stat.ctime_ms, rec.ts_floor)
+    time_ms = rec.last_stamp(node.stat.ctime_ms)
     return SegmentMeta(base, base + rec.rows, rec.size, time_ms, rec.file)

@@ -27,17 +27,22 @@ def encode(value: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
     return data
 
 
-def decode(data: bytes, path: str, version: int = FORMAT_VERSION) -> dict[str, Any]:
-    """The value stored at ``path``; ``CorruptMetadataError`` for garbage or another version."""
+def decode(
+    data: bytes, path: str, version: int | tuple[int, ...] = FORMAT_VERSION
+) -> dict[str, Any]:
+    """The value stored at ``path``; ``CorruptMetadataError`` for garbage or another version
+    (``version`` may name several a kind reads)."""
     try:
         value = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types for garbage
         raise CorruptMetadataError(f"cannot decode metadata at {path}: {exc}", path) from None
     if not isinstance(value, dict) or "v" not in value:
         raise CorruptMetadataError(f"metadata at {path} is not a versioned record", path)
-    if value["v"] != version:
+    versions = version if isinstance(version, tuple) else (version,)
+    if value["v"] not in versions or isinstance(value["v"], bool):
+        shown = " or ".join(map(str, versions))
         raise CorruptMetadataError(
-            f"metadata at {path} has format version {value['v']!r}; this leasekit reads {version}",
+            f"metadata at {path} has format version {value['v']!r}; this leasekit reads {shown}",
             path,
         )
     return value

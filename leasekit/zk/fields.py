@@ -15,7 +15,11 @@ R = TypeVar("R")
 
 
 def load(
-    data: bytes, path: str, version: int, kind: str, build: Callable[[dict[str, Any]], R]
+    data: bytes,
+    path: str,
+    version: int | tuple[int, ...],
+    kind: str,
+    build: Callable[[dict[str, Any]], R],
 ) -> R:
     """``build`` of the value at ``path`` (format ``version``); any error it raises on a
     missing or ill-typed field becomes ``CorruptMetadataError`` naming ``kind``."""

@@ -37,6 +37,7 @@ __all__ = [
     "DroppedTable",
     "BucketState",
     "SegmentRecord",
+    "RetiredRecord",
     "SnapshotRecord",
     "LatestChunk",
     "LeaseRecord",
@@ -238,7 +239,9 @@ class BucketState(NamedTuple):
 
 
 class SegmentRecord(NamedTuple):
-    """``<ns>/data/<table_id>/<bucket>/log/<base offset>``: one immutable log segment file."""
+    """``<ns>/data/<table_id>/<bucket>/log/<base offset>``: one log segment file. An appended
+    segment's records share one timestamp (its commit time); a merged one (R8) keeps each
+    record's own in a ``_timestamp`` column of its file, and ``stamps`` says so."""
 
     file: str
     """Warehouse-relative path of the Parquet file."""
@@ -247,24 +250,74 @@ class SegmentRecord(NamedTuple):
     size: int
     """File size in bytes."""
     ts_floor: int
-    """Timestamp floor at commit; the segment's timestamp is max(this, znode ctime)."""
+    """Timestamp floor at commit; an appended segment's timestamp is max(this, znode ctime)."""
+    stamps: tuple[int, int] | None = None
+    """A merged segment's first and last record timestamps (ms); None for an appended one."""
+
+    VERSION = 1
+    MERGED_VERSION = 2
+    """Format of a merged segment's record: a reader that does not know it must not read the
+    file as if all its records had one timestamp."""
+
+    def encode(self) -> bytes:
+        value: dict[str, Any] = {"f": self.file, "n": self.rows, "s": self.size, "t": self.ts_floor}
+        if self.stamps is None:
+            return codec.encode(value, self.VERSION)
+        return codec.encode({**value, "m": list(self.stamps)}, self.MERGED_VERSION)
+
+    def last_stamp(self, ctime_ms: int) -> int:
+        """Timestamp of the segment's last record, given its znode's ctime (ms)."""
+        return max(ctime_ms, self.ts_floor) if self.stamps is None else self.stamps[1]
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> SegmentRecord:
+        def build(v: dict[str, Any]) -> SegmentRecord:
+            rows, size, floor = int(v["n"]), int(v["s"]), int(v["t"])
+            if rows < 0 or size < 0:
+                raise ValueError(f"{rows} rows, {size} bytes")
+            if v["v"] == cls.VERSION:
+                return cls(string(v["f"]), rows, size, floor)
+            first, last = ints(v["m"])
+            if not 0 <= first <= last:
+                raise ValueError(f"timestamps {first} to {last}")
+            return cls(string(v["f"]), rows, size, floor, (first, last))
+
+        versions = (cls.VERSION, cls.MERGED_VERSION)
+        return load(data, path, versions, "segment metadata", build)
+
+
+class RetiredRecord(NamedTuple):
+    """``<ns>/data/<table_id>/<bucket>/retired/<base>-<token>``: the files of segments that a
+    merge replaced (R8). Readers that listed the segments before the merge may still read
+    them, so they stay until the znode (created by the merge's transaction: its ctime is the
+    merge's time) is older than ``orphan.min-age``; then retention deletes the files, then it."""
+
+    files: tuple[str, ...]
+    """Warehouse-relative paths of the replaced segment files."""
+    size: int
+    """Their bytes."""
+    base: int
+    """First offset of the merged segment."""
+    end: int
+    """One past its last offset."""
+    merged: str
+    """Warehouse-relative path of the merged segment's file."""
 
     VERSION = 1
 
     def encode(self) -> bytes:
-        return codec.encode(
-            {"f": self.file, "n": self.rows, "s": self.size, "t": self.ts_floor}, self.VERSION
-        )
+        value = {"f": list(self.files), "s": self.size, "b": self.base, "e": self.end}
+        return codec.encode({**value, "m": self.merged}, self.VERSION)
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> SegmentRecord:
-        return load(
-            data,
-            path,
-            cls.VERSION,
-            "segment metadata",
-            lambda v: cls(string(v["f"]), int(v["n"]), int(v["s"]), int(v["t"])),
-        )
+    def decode(cls, data: bytes, path: str) -> RetiredRecord:
+        def build(v: dict[str, Any]) -> RetiredRecord:
+            rec = cls(strs(v["f"]), int(v["s"]), int(v["b"]), int(v["e"]), string(v["m"]))
+            if not 0 <= rec.base < rec.end or rec.size < 0:
+                raise ValueError(f"offsets {rec.base} to {rec.end}, {rec.size} bytes")
+            return rec
+
+        return load(data, path, cls.VERSION, "retired segments", build)
 
 
 class SnapshotRecord(NamedTuple):

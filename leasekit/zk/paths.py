@@ -75,6 +75,16 @@ class Paths:
     def snapshots(self, table_id: str, bucket: int) -> str:
         return f"{self.bucket(table_id, bucket)}/snapshots"
 
+    def retired(self, table_id: str, bucket: int) -> str:
+        """Parent of the bucket's records of segment files a merge replaced
+        (``RetiredRecord``); created by the bucket's first merge."""
+        return f"{self.bucket(table_id, bucket)}/retired"
+
+    def retired_run(self, table_id: str, bucket: int, base_offset: int, token: str) -> str:
+        """The record of one merge's replaced files: its merged segment's base offset, then the
+        merge's write token (two merges may start at the same offset)."""
+        return f"{self.retired(table_id, bucket)}/{base_offset:0{SEGMENT_DIGITS}d}-{token}"
+
     def snapshot(self, table_id: str, bucket: int, snapshot_id: int) -> str:
         # the layout of ``snapshots`` spelled out: acquire builds one path per pin
         return f"{self.data}/{table_id}/{bucket}/snapshots/{snapshot_id:0{SNAPSHOT_DIGITS}d}"

@@ -309,9 +309,10 @@ def _index(table: TableInfo) -> list[LogSegment]:
                 TableBucket(table.name, 0),
                 base,
                 base + rec.rows,
-                max(node.stat.ctime_ms, rec.ts_floor),
+                rec.last_stamp(node.stat.ctime_ms),
                 rec.size,
                 ctx.warehouse.uri(rec.file),
+                None if rec.stamps is None else rec.stamps[0],
             )
     current = {b: known[b] for b in bases if b in known}
     with _INDEX_LOCK:
