@@ -1,5 +1,6 @@
-"""The janitor: finishes table drops and runs retention (lease expiry first) every interval, and
-samples the lag history of every consumer group every ``monitor.interval`` (M1).
+"""The janitor: finishes table drops, merges small log segments (R8) and runs retention (lease
+expiry first) every interval, and samples the lag history of every consumer group every
+``monitor.interval`` (M1).
 
 One janitor acts at a time, chosen by a ZooKeeper leader election; standbys take over when the
 leader's session ends (R7, L11).
@@ -23,13 +24,15 @@ from .errors import (
     InvalidDurationError,
     LeadershipLostError,
     LeasekitError,
+    TableNotFoundError,
     ZooKeeperUnavailableError,
 )
+from .log.compaction import compact_log
 from .monitor.lag.history import sample
 from .retention.apply import run_retention
-from .structs import RetentionReport
+from .structs import LogCompaction, RetentionReport
 from .table import finish_drop
-from .tables.catalog import pending_drops
+from .tables.catalog import list_tables, load_table, pending_drops
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -63,7 +66,8 @@ def check_interval(interval: Any) -> timedelta:
 
 
 def run_once(conn: Connection) -> RetentionReport:
-    """One pass without election: finish pending table drops, then ``run_retention``
+    """One pass without election: finish pending table drops, merge small log segments of every
+    table (``compact_log``, R8), then ``run_retention``
     (which expires leases first). Logs one INFO line, and a WARNING per error or skipped znode.
 
     Arguments:
@@ -95,19 +99,41 @@ def _pass(ctx: Context) -> RetentionReport:
             raise
         except LeasekitError as exc:
             errors.append(f"dropped table {table_id}: {exc}")
+    compacted = _compact(ctx, errors)
     report = run_retention(ctx)
-    if errors:
-        report = dataclasses.replace(report, errors=errors + report.errors)
+    report = dataclasses.replace(report, errors=errors + report.errors, compacted=compacted)
     for error in report.errors:
         log.warning("janitor pass skipped: %s", error)
     log.info(
-        "janitor pass: deleted %d items, freed %d bytes, %d errors in %s",
+        "janitor pass: deleted %d items, freed %d bytes, merged %d segments into %d, "
+        "%d errors in %s",
         len(report.deleted),
         report.freed_bytes,
+        sum(c.merged for c in compacted),
+        sum(c.written for c in compacted),
         len(report.errors),
         human_duration(time.monotonic() - started),
     )
     return report
+
+
+def _compact(ctx: Context, errors: list[str]) -> list[LogCompaction]:
+    """Merge the small segments of every table (R8), internal ones too; a table that cannot be
+    read or merged now is said in ``errors`` and left for the next pass."""
+    done: list[LogCompaction] = []
+    for name in list_tables(ctx, internal=True, skipped=errors):
+        try:
+            result = compact_log(load_table(ctx, name, internal=True))
+        except LeadershipLostError:
+            raise
+        except TableNotFoundError:
+            continue  # dropped since it was listed
+        except LeasekitError as exc:
+            errors.append(f"compaction of table {name}: {exc}")
+            continue
+        if result.written or result.lost:
+            done.append(result)
+    return done
 
 
 def run(conn: Connection, interval: Any = "30s", stop_event: threading.Event | None = None) -> None:

@@ -344,6 +344,9 @@ class RetentionReport:
     """Items that could not be deleted, and why (the next pass retries them)."""
     dry_run: bool = False
     """True when nothing was changed."""
+    compacted: list[LogCompaction] = field(default_factory=list)
+    """The log compactions of a janitor's pass (R8), one per table that merged or lost a run;
+    empty from ``run_retention``, which does not compact."""
 
     def to_pandas(self) -> Any:
         """The deleted items as a DataFrame."""

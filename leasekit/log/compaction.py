@@ -124,21 +124,21 @@ def compact_log(table: TableInfo, buckets: Iterable[int] | None = None) -> LogCo
     """
     props = table.properties
     target, min_merge = props["log.segment.target-bytes"], props["log.segment.min-merge"]
-    wanted = sorted(set(range(table.layout.count) if buckets is None else buckets))
+    counts = _segment_counts(table, range(table.layout.count) if buckets is None else buckets)
+    wanted = [b for b, n in counts.items() if n >= min_merge]
     listed = list_segments(table, wanted)
     done: list[_Merge] = []
     lost_runs = 0
-    after: dict[TableBucket, int] = {}
     for bucket in wanted:
-        count = len(listed[bucket])
+        counts[bucket] = len(listed[bucket])
         for run in plan_runs(listed[bucket], target, min_merge):
             try:
                 done.append(_merge(table, bucket, run))
             except _Lost:
                 lost_runs += 1
                 continue
-            count -= len(run) - 1
-        after[TableBucket(table.name, bucket)] = count
+            counts[bucket] -= len(run) - 1
+    after = {TableBucket(table.name, b): n for b, n in counts.items()}
     return LogCompaction(
         table.name,
         sum(m.replaced for m in done),
@@ -149,6 +149,16 @@ def compact_log(table: TableInfo, buckets: Iterable[int] | None = None) -> LogCo
         lost_runs,
         after,
     )
+
+
+def _segment_counts(table: TableInfo, buckets: Iterable[int]) -> dict[int, int]:
+    """Segments of each of ``buckets`` that was ever written, by the child counts of their log
+    directories (one pipelined read): a pass lists the segments of no bucket holding fewer than
+    ``log.segment.min-merge``."""
+    ctx = table.context
+    wanted = sorted(set(buckets))
+    nodes = ctx.store.get_many([ctx.paths.log(table.table_id, b) for b in wanted])
+    return {b: n.stat.num_children for b, n in zip(wanted, nodes) if n is not None}
 
 
 def _merge(table: TableInfo, bucket: int, run: list[LogSegment]) -> _Merge:
