@@ -162,10 +162,16 @@ def run(conn: Connection, interval: Any = "30s", stop_event: threading.Event | N
 class Janitor:
     """One janitor on one context; ``run`` blocks (see ``leasekit.janitor.run``)."""
 
-    def __init__(self, ctx: Context, interval: float, stop: threading.Event) -> None:
+    def __init__(
+        self, ctx: Context, interval: float, stop: threading.Event, *, once: bool = False
+    ) -> None:
         self.ctx = ctx
         self.interval = interval
         self.stop = stop
+        self.once = once
+        """Stop after the first pass done as leader (``leasekit janitor --once``)."""
+        self.report: RetentionReport | None = None
+        """The report of the last pass that ended without an error."""
         self.path = f"{ctx.paths.janitor}/election"
         self._lost = threading.Event()
         self._connected = threading.Event()
@@ -233,15 +239,21 @@ class Janitor:
                 self.stop.wait(_POLL)
                 continue
             if time.monotonic() >= next_pass:
-                if not self._fenced(_pass, "pass"):
+                if not self._fenced(self._pass, "pass"):
                     return
                 next_pass = time.monotonic() + self.interval
             if time.monotonic() >= next_sample:  # M1: on its own interval, not the pass's
                 if not self._fenced(sample, "lag history sample"):
                     return
                 next_sample = time.monotonic() + self._sample_interval()
+            if self.once:  # the first pass and sample are done
+                self.stop.set()
+                break
             self._sleep(min(next_pass, next_sample) - time.monotonic())
         log.info("janitor %s stops", self.ctx.owner)
+
+    def _pass(self, ctx: Context) -> None:
+        self.report = _pass(ctx)
 
     def _sample_interval(self) -> float:
         """``monitor.interval`` as last seen (no I/O)."""

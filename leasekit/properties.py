@@ -115,7 +115,7 @@ TABLE_PROPERTIES: dict[str, Setting] = {
     "log.retention.bytes": Setting(None, _optional_int(0), _same),
     "log.retention.respect-consumers": Setting(False, _bool, _same),
     "log.segment.max-rows": Setting(1_000_000, _int(1), _same),
-    "log.segment.target-bytes": Setting(64 * 1024 * 1024, _int(1), _same),
+    "log.segment.target-bytes": Setting(16 * 1024 * 1024, _int(1), _same),
     "log.segment.min-merge": Setting(4, _int(2), _same),
 }
 

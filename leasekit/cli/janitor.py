@@ -1,5 +1,6 @@
-"""``leasekit janitor``: run the leader-elected janitor until Ctrl-C or SIGTERM; with
-``--metrics-port`` the process also serves the namespace's Prometheus metrics.
+"""``leasekit janitor``: run the leader-elected janitor until Ctrl-C or SIGTERM (``--once``: one
+pass as leader, then exit); with ``--metrics-port`` the process also serves the namespace's
+Prometheus metrics.
 
 Logs go to stderr with timestamps: one INFO line per pass, a WARNING per skipped item.
 """
@@ -140,6 +141,7 @@ def serving_metrics(
 
 def _janitor(args: argparse.Namespace) -> int:
     from .. import janitor
+    from ..connection import context_of
 
     interval = janitor.check_interval(duration_arg(args.interval))
     stop = threading.Event()
@@ -147,7 +149,41 @@ def _janitor(args: argparse.Namespace) -> int:
         # the janitor samples the lag history itself
         port, address = args.metrics_port, args.metrics_address
         with serving_metrics(conn, port, address, interval, sample_history=False):
-            janitor.run(conn, interval, stop)
+            worker = janitor.Janitor(context_of(conn), interval.total_seconds(), stop,
+                                     once=args.once)  # fmt: skip
+            worker.run()
+    if args.once:
+        return _once_summary(args, worker.report)
+    return 0
+
+
+def _once_summary(args: argparse.Namespace, report: Any) -> int:
+    """What ``--once``'s pass did, on stdout; exit 1 when no pass completed."""
+    from ..sizes import human_bytes
+    from .output import emit
+
+    if report is None:
+        note("no janitor pass completed (interrupted, or the pass failed: see the log above)")
+        return 1
+    merged = sum(c.merged for c in report.compacted)
+    written = sum(c.written for c in report.compacted)
+    info = {
+        "segments_merged": merged,
+        "merged_segments_written": written,
+        "deleted": len(report.deleted),
+        "freed_bytes": report.freed_bytes,
+        "errors": list(report.errors),
+    }
+
+    def render(i: dict[str, Any]) -> str:
+        lines = [
+            f"one janitor pass: merged {merged:,} log segments into {written:,}; retention "
+            f"deleted {i['deleted']:,} items and freed {human_bytes(i['freed_bytes'])}",
+            *(f"error: {e}" for e in i["errors"]),
+        ]
+        return "\n".join(lines)
+
+    emit(args, info, render)
     return 0
 
 
@@ -188,5 +224,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         default="30s",
         metavar="D",
         help="time between passes, like 10s, 5m or seconds (default: 30s)",
+    )
+    cmd.add_argument(
+        "--once",
+        action="store_true",
+        help="do one pass as the elected janitor, print what it did, and exit",
     )
     add_metrics_options(cmd, "--metrics-port", "--metrics-address", default_port=None)
