@@ -57,7 +57,9 @@ def read_log(table, since: dict[int, int] | None = None) -> dict[int, list[dict]
                 continue
             for i, rec in enumerate(pq.read_table(seg.file).to_pylist()):
                 rec["_offset"] = seg.base_offset + i
-                rec["_timestamp_ms"] = seg.timestamp_ms
+                # a merged segment's file keeps each record's own timestamp (R8)
+                own = rec.pop("_timestamp", None)
+                rec["_timestamp_ms"] = seg.timestamp_ms if own is None else own
                 rows.append(rec)
         out[bucket] = rows
     return out
