@@ -14,6 +14,7 @@ import pyarrow as pa
 from ..errors import LeasekitError
 from ..log.reader import SegmentGone, SegmentReader, find_segment
 from ..log.segments import list_segments, lost_file
+from ..log.stamps import offset_for_time
 from ..structs import LogSegment, TableBucket
 from ..zk import Node
 from ..zk.formats import BucketState
@@ -190,12 +191,21 @@ class LogView:
     # -- segments and reads ---------------------------------------------------------------
 
     def offset_for_time(self, tb: TableBucket, timestamp_ms: int, begin: int) -> int | None:
-        """The earliest stored offset (>= ``begin``) whose timestamp is >= ``timestamp_ms`` (C7)."""
+        """The earliest stored offset (>= ``begin``) whose timestamp is >= ``timestamp_ms`` (C7):
+        inside a merged segment, found in its file's record timestamps.
+
+        Raises:
+            DataFileMissingError: a merged segment's file is missing while the metadata still
+                lists it.
+        """
         segments = self.segments(tb, begin)
-        found = next(
-            (s for s in segments if s.end_offset > begin and s.timestamp_ms >= timestamp_ms), None
-        )
-        return None if found is None else max(found.base_offset, begin)
+        warehouse = self._table(tb.table).context.warehouse
+
+        def relist() -> list[LogSegment]:
+            self._segments.pop(tb, None)
+            return self.segments(tb, begin)
+
+        return offset_for_time(warehouse, segments, timestamp_ms, begin, relist)
 
     def segments(self, tb: TableBucket, offset: int) -> list[LogSegment]:
         """The bucket's segments, refreshed when none known holds ``offset``."""

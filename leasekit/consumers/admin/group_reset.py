@@ -11,7 +11,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import CommitFailedError, GroupNotEmptyError, InvalidArgumentError, InvalidTypeError
-from ...structs import TableBucket
+from ...log.segments import list_segments
+from ...log.stamps import offset_for_time
+from ...structs import LogSegment, TableBucket
 from ...tables.catalog import load_table
 from ...tables.info import TableInfo
 from ...validate import check_bool
@@ -184,14 +186,7 @@ def _targets(
             if isinstance(to, timedelta)
             else int(to.timestamp() * 1000)
         )
-        segments = segments_of(rows)
-        for r in rows:
-            found = next(
-                (s for s in segments[r.tb] if s.end_offset > r.begin and s.timestamp_ms >= since),
-                None,
-            )
-            out[r.tb] = r.end if found is None else max(found.base_offset, r.begin)
-        return out
+        return _targets_by_time(ctx, rows, since)
     for r in rows:
         current = r.record.offset if r.record is not None else None
         if shift_by is not None:
@@ -209,6 +204,26 @@ def _targets(
                 "to= must be 'earliest', 'latest', 'current', an int, a datetime or a "
                 f"timedelta, not {to!r}"
             )
+    return out
+
+
+def _targets_by_time(ctx: Context, rows: list[Row], since: int) -> dict[TableBucket, int]:
+    """Each row's earliest offset whose timestamp is >= ``since`` (inside a merged segment,
+    found in its file's record timestamps), its log end when none is.
+
+    Raises:
+        DataFileMissingError: the file of a merged segment holding ``since`` is missing while
+            the metadata still lists it.
+    """
+    segments = segments_of(rows)
+    out: dict[TableBucket, int] = {}
+    for r in rows:
+
+        def relist(r: Row = r) -> list[LogSegment]:
+            return list_segments(r.table, [r.tb.bucket])[r.tb.bucket]
+
+        found = offset_for_time(ctx.warehouse, segments[r.tb], since, r.begin, relist)
+        out[r.tb] = r.end if found is None else found
     return out
 
 

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import LeasekitError
 from ...log.segments import LogSegment, decode_segment, list_segments
+from ...log.stamps import merged_stamps
 from ...structs import MemberInfo, TableBucket
 from ...tables.info import TableInfo
 from ...validate import check_table_name
 from ...zk import GetChildren, GetData, Node, ReadResult
-from ...zk.formats import AssignmentRecord, BucketState, MemberRecord, OffsetRecord
+from ...zk.formats import AssignmentRecord, BucketState, MemberRecord, OffsetRecord, SegmentRecord
 from ...zk.paths import Paths
 from .. import offsets as stored
 from ..group import member_sequence
@@ -442,10 +443,10 @@ _Wanted = tuple[str, int, int]
 
 def record_times(ctx: Context, rows: Iterable[Row]) -> dict[_Wanted, int]:
     """``_timestamp`` (ms) of the record at each committed offset below its log end (its
-    segment's commit time), keyed (table id, bucket, offset); absent where no stored segment
-    holds it. Two pipelined round trips for all rows: the log listings of their buckets, then
-    only the segment znodes that hold the offsets (offsets below the log start count as the
-    log start)."""
+    segment's commit time; in a merged segment, read from its file), keyed (table id, bucket,
+    offset); absent where no stored segment holds it. Two pipelined round trips for all rows:
+    the log listings of their buckets, then only the segment znodes that hold the offsets
+    (offsets below the log start count as the log start)."""
     return {key: held.stamp for key, held in record_segments(ctx, rows).items()}
 
 
@@ -481,18 +482,25 @@ def record_segments(ctx: Context, rows: Iterable[Row]) -> dict[_Wanted, Held]:
             found[tid, b, offset] = base
     wanted = sorted({(tid, b, base) for (tid, b, _), base in found.items()})
     seg_paths = [paths.segment(tid, b, base) for tid, b, base in wanted]
-    segments: dict[tuple[str, int, int], tuple[int, Held]] = {}
+    segments: dict[tuple[str, int, int], tuple[SegmentRecord, Held]] = {}
     for (tid, b, base), path, node in zip(wanted, seg_paths, ctx.store.get_many(seg_paths)):
         if node is None:
             continue  # deleted by retention between listing and reading
         rec = decode_segment(tables[tid, b], node.data, path)
-        stamp = max(node.stat.ctime_ms, rec.ts_floor)
-        segments[tid, b, base] = base + rec.rows, Held(stamp, rec.file, path)
-    out = {}
+        segments[tid, b, base] = rec, Held(rec.last_stamp(node.stat.ctime_ms), rec.file, path)
+    out: dict[_Wanted, Held] = {}
+    merged: dict[_Wanted, tuple[SegmentRecord, int]] = {}
     for (tid, b, offset), base in found.items():
-        end, held = segments.get((tid, b, base), (base, None))
-        if held is not None and targets[tid, b, offset] < end:
+        if (tid, b, base) not in segments:
+            continue
+        rec, held = segments[tid, b, base]
+        row = targets[tid, b, offset] - base
+        if row < rec.rows:
             out[tid, b, offset] = held
+            if rec.stamps is not None:  # a merged segment: each record has its own (R8)
+                merged[tid, b, offset] = rec, row
+    for key, stamp in merged_stamps(ctx.warehouse, merged).items():
+        out[key] = out[key]._replace(stamp=stamp)
     return out
 
 
