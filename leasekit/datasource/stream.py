@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 from ..consumers import offsets as stored
 from ..consumers.rescales import group_buckets
 from ..errors import InvalidArgumentError, LeasekitError, OffsetOutOfRangeError
-from ..log.segments import OP_COLUMN, list_segments
+from ..log.segments import OP_COLUMN, STAMP_COLUMN, list_segments
 from ..log.state import read_states
 from ..structs import TableBucket
 from ..warehouse import io_errors
@@ -63,7 +63,15 @@ class SegmentSlice(InputPartition):
     """Records ``[start, stop)`` of one segment file of a bucket: one Spark task."""
 
     def __init__(
-        self, warehouse: str, file: str, bucket: int, base: int, start: int, stop: int, ts: int
+        self,
+        warehouse: str,
+        file: str,
+        bucket: int,
+        base: int,
+        start: int,
+        stop: int,
+        ts: int,
+        merged: bool = False,
     ) -> None:
         super().__init__((bucket, start))
         self.warehouse = warehouse
@@ -79,7 +87,10 @@ class SegmentSlice(InputPartition):
         self.stop = stop
         """One past the last offset to read."""
         self.ts = ts
-        """The segment's commit time (ZooKeeper clock, ms): every record's ``_timestamp``."""
+        """The segment's commit time (ZooKeeper clock, ms): every record's ``_timestamp`` when
+        it is an appended segment."""
+        self.merged = merged
+        """A merged segment (R8): its file holds each record's own ``_timestamp``."""
 
 
 class BucketRun(InputPartition):
@@ -292,11 +303,9 @@ class LeasekitStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     break
                 stop = min(hi, seg.end_offset)
                 rel = warehouse.relative(seg.file)
-                out.append(
-                    SegmentSlice(
-                        location, rel, bucket, seg.base_offset, covered, stop, seg.timestamp_ms
-                    )
-                )
+                merged = seg.first_timestamp_ms is not None
+                part = (location, rel, bucket, seg.base_offset, covered, stop, seg.timestamp_ms)
+                out.append(SegmentSlice(*part, merged))
                 covered = stop
             if covered < hi:
                 raise OffsetOutOfRangeError(
@@ -321,6 +330,8 @@ def read_slice(part: SegmentSlice, schema: StructType) -> Iterator[pa.RecordBatc
 
     target = to_arrow_schema(schema, timezone="UTC")
     columns = [*schema.fieldNames()[STREAM_COLUMNS:], OP_COLUMN]
+    if part.merged:
+        columns.append(STAMP_COLUMN)
     rows = FileSlice(part.file, part.start - part.base, part.stop - part.base)
     try:
         data = read_rows(open_warehouse(part.warehouse), rows, columns, ())
@@ -337,10 +348,14 @@ def _batches(
 ) -> list[pa.RecordBatch]:
     """``data`` (records from ``offset`` on) with the stream's columns, cast to ``target``."""
     n = data.num_rows
+    if part.merged:  # each record's own (R8)
+        stamps = data.column(STAMP_COLUMN).combine_chunks().cast(pa.int64())
+    else:  # an appended segment's records all carry its commit time
+        stamps = pa.array(np.full(n, part.ts, dtype=np.int64))
     arrays = [
         pa.array(np.full(n, part.bucket, dtype=np.int32)),
         pa.array(np.arange(offset, offset + n, dtype=np.int64)),
-        pa.array(np.full(n, part.ts, dtype=np.int64)).view(pa.timestamp("ms", tz="UTC")),
+        stamps.view(pa.timestamp("ms", tz="UTC")),
         data.column(OP_COLUMN),
         *(data.column(name) for name in target.names[STREAM_COLUMNS:]),
     ]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..log.segments import log_schema
+from ..log.segments import STAMP_COLUMN, log_schema
 from ..structs import LogSegment
 from ..tables import schema as schemas
 from .session import is_connect, known_files
@@ -66,7 +66,9 @@ def log_frame(
 ) -> DataFrame:
     """Log records of ``segments`` with ``start <= _offset < limit`` for each bucket's range.
 
-    Columns: ``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns.
+    Columns: ``_bucket``, ``_offset``, ``_timestamp``, ``_op`` and the table's columns. A
+    record's timestamp is its file's ``_timestamp`` where it has one (a merged segment's, R8),
+    else its segment's commit time (an appended segment's file has no such column: null).
     """
     ddl = schemas.to_ddl(log_schema(table))
     used = [
@@ -91,7 +93,9 @@ def log_frame(
     with known_files(spark):
         files = _resolved(
             spark,
-            spark.read.schema(ddl).parquet(*[_spark_path(table, seg.file) for _, seg in used]),
+            spark.read.schema(f"{ddl}, {STAMP_COLUMN} BIGINT").parquet(
+                *[_spark_path(table, seg.file) for _, seg in used]
+            ),
         )
     records = (
         files.withColumn("_file", F.substring_index(F.col("_metadata.file_path"), "/", -2))
@@ -100,9 +104,8 @@ def log_frame(
         .withColumn("_offset", F.col("_base") + F.col("_row"))
         .where((F.col("_offset") >= F.col("_start")) & (F.col("_offset") < F.col("_limit")))
     )
-    return records.select(
-        "_bucket", "_offset", F.timestamp_millis(F.col("_ts")).alias("_timestamp"), "_op", *columns
-    )
+    stamps = F.timestamp_millis(F.coalesce(F.col(STAMP_COLUMN), F.col("_ts")))
+    return records.select("_bucket", "_offset", stamps.alias("_timestamp"), "_op", *columns)
 
 
 def _file_key(location: str) -> str:
