@@ -27,7 +27,8 @@ from ...log.segments import OP_COLUMN, decode_segment, log_schema
 from ...structs import LogSegment, TableBucket
 from ...tables.catalog import create_table, load_table
 from ...validate import LAG_HISTORY_TABLE
-from ...zk import ConflictReason, Create, Node, SetData, TxnConflict
+from ...zk import ConflictReason, Create, GetChildren, GetData, Node, SetData, TxnConflict
+from ...zk.formats import BucketState
 from ...zk.monitor_formats import SamplerRecord
 from .history_files import read_files
 from .readings import GroupReading, read_all_groups
@@ -277,19 +278,25 @@ def read_rows(
 
 
 def _files(table: TableInfo, since_ms: int, until_ms: int) -> list[str]:
-    """The segment files of the history committed in [since_ms, until_ms + slack]."""
+    """The segment files of the history committed in [since_ms, until_ms + slack]: a merged
+    segment (R8) holds appends committed from its first record's timestamp to its last's."""
     segments = _index(table)
-    stamps = [s.timestamp_ms for s in segments]  # non-decreasing (W3)
-    first = bisect.bisect_left(stamps, since_ms)
-    last = bisect.bisect_right(stamps, until_ms + COMMIT_SLACK_MS)
+    lasts = [s.timestamp_ms for s in segments]  # non-decreasing (W3), and so are the firsts
+    firsts = [
+        s.timestamp_ms if s.first_timestamp_ms is None else s.first_timestamp_ms for s in segments
+    ]
+    first = bisect.bisect_left(lasts, since_ms)
+    last = bisect.bisect_right(firsts, until_ms + COMMIT_SLACK_MS)
     return [s.file for s in segments[first:last]]
 
 
 _INDEX: weakref.WeakKeyDictionary[Context, dict[str, dict[int, LogSegment]]] = (
     weakref.WeakKeyDictionary()
 )
-"""Per context, per history table id: its segments read so far by base offset. Segments are
-immutable, so a read lists the log (one round trip) and reads only the segments not seen."""
+"""Per context, per history table id: its segments read so far by base offset. A segment
+changes only when a merge (R8) replaces it and the segments after it by one at its base offset,
+so a read lists the log and the bucket's state (one round trip) and reads only the segments
+not seen, or no longer ending where the next one listed begins (or, the last, at the log end)."""
 _INDEX_LOCK = threading.Lock()
 
 
@@ -298,22 +305,31 @@ def _index(table: TableInfo) -> list[LogSegment]:
     ctx = table.context
     with _INDEX_LOCK:
         known = dict(_INDEX.setdefault(ctx, {}).get(table.table_id, {}))
-    names = ctx.store.children(ctx.paths.log(table.table_id, 0)) or []
+    log_path, state_path = ctx.paths.log(table.table_id, 0), ctx.paths.bucket(table.table_id, 0)
+    listed, state = ctx.store.read_many([GetChildren(log_path), GetData(state_path)])
+    for result in (listed, state):
+        if result.error is not None:
+            raise result.error
+    names = listed.value if isinstance(listed.value, list) else []
     bases = sorted(int(n) for n in names if n.isdigit())
-    new = [b for b in bases if b not in known]
+    end = BucketState.decode(state.value, state_path).end if isinstance(state.value, Node) else 0
+    ends = dict(zip(bases, [*bases[1:], end]))
+    new = [b for b in bases if b not in known or known[b].end_offset != ends[b]]
     paths = [ctx.paths.segment(table.table_id, 0, b) for b in new]
     for base, path, node in zip(new, paths, ctx.store.get_many(paths)):
-        if node is not None:  # else deleted by retention since the listing
-            rec = decode_segment(table, node.data, path)
-            known[base] = LogSegment(
-                TableBucket(table.name, 0),
-                base,
-                base + rec.rows,
-                rec.last_stamp(node.stat.ctime_ms),
-                rec.size,
-                ctx.warehouse.uri(rec.file),
-                None if rec.stamps is None else rec.stamps[0],
-            )
+        if node is None:  # deleted by retention since the listing
+            known.pop(base, None)
+            continue
+        rec = decode_segment(table, node.data, path)
+        known[base] = LogSegment(
+            TableBucket(table.name, 0),
+            base,
+            base + rec.rows,
+            rec.last_stamp(node.stat.ctime_ms),
+            rec.size,
+            ctx.warehouse.uri(rec.file),
+            None if rec.stamps is None else rec.stamps[0],
+        )
     current = {b: known[b] for b in bases if b in known}
     with _INDEX_LOCK:
         _INDEX.setdefault(ctx, {})[table.table_id] = current
