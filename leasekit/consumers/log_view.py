@@ -192,12 +192,14 @@ class LogView:
 
     def offset_for_time(self, tb: TableBucket, timestamp_ms: int, begin: int) -> int | None:
         """The earliest stored offset (>= ``begin``) whose timestamp is >= ``timestamp_ms`` (C7):
-        inside a merged segment, found in its file's record timestamps.
+        inside a merged segment, found in its file's record timestamps. When the segments known
+        hold none that recent, they are listed again: they may predate the records asked for.
 
         Raises:
             DataFileMissingError: a merged segment's file is missing while the metadata still
                 lists it.
         """
+        known = self._segments.get(tb)
         segments = self.segments(tb, begin)
         warehouse = self._table(tb.table).context.warehouse
 
@@ -205,7 +207,10 @@ class LogView:
             self._segments.pop(tb, None)
             return self.segments(tb, begin)
 
-        return offset_for_time(warehouse, segments, timestamp_ms, begin, relist)
+        found = offset_for_time(warehouse, segments, timestamp_ms, begin, relist)
+        if found is None and segments is known:  # listed before this call
+            found = offset_for_time(warehouse, relist(), timestamp_ms, begin, relist)
+        return found
 
     def segments(self, tb: TableBucket, offset: int) -> list[LogSegment]:
         """The bucket's segments, refreshed when none known holds ``offset``."""

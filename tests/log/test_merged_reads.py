@@ -111,6 +111,24 @@ def test_offsets_for_times_are_the_same_after_a_compaction(conn, events):
     assert lookups() == found
 
 
+def test_offsets_for_times_of_a_consumer_that_indexed_the_log_before_appends_and_a_compaction(
+    conn, events
+):
+    # C7: the segments a consumer indexed while reading predate the records appended since
+    # and the merge; its lookups of their times still find them
+    tb = TB("events", 0)
+    with conn.consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([tb])
+        assert consumer.poll("5s")  # the bucket's segments are indexed now
+        for i in range(4):
+            events.append([{"id": 1000 + 10 * i + j, "v": "late"} for j in range(10)])
+            time.sleep(0.004)
+        late = list_segments(events, [0])[0][-4:]
+        _compact(events)
+        got = [consumer.offsets_for_times({tb: s.timestamp_ms}) for s in late]
+    assert got == [{tb: s.base_offset} for s in late]
+
+
 def test_a_merged_segment_is_searched_only_in_the_row_groups_it_needs(conn, events, monkeypatch):
     # R8: a merged file of many row groups (8 records each here) answers a record's timestamp
     # and a search by time from the groups holding them, the same as before the merge
