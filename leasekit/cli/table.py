@@ -324,6 +324,39 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_rescale(actions: Any, common: argparse.ArgumentParser) -> None:
+    split = add_command(
+        actions, "split", "seal a bucket and split its keys into two new buckets", common, _split
+    )
+    split.add_argument("name", metavar="NAME")
+    split.add_argument("--bucket", required=True, type=int, metavar="B", help="bucket to split")
+    merge = add_command(
+        actions, "merge", "merge the two buckets of one split into a new bucket", common, _merge
+    )
+    merge.add_argument("name", metavar="NAME")
+    merge.add_argument(
+        "--buckets",
+        required=True,
+        type=_parse_pair,
+        metavar="A,B",
+        help="the two buckets one split made",
+    )
+
+
+def _register_compact(actions: Any, common: argparse.ArgumentParser) -> None:
+    compact = add_command(
+        actions,
+        "compact",
+        "merge runs of small log segments into segments of up to log.segment.target-bytes",
+        common,
+        _compact,
+    )
+    compact.add_argument("name", metavar="NAME")
+    compact.add_argument(
+        "--bucket", type=int, metavar="B", help="one bucket, active or sealed (default: all)"
+    )
+
+
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``table create|list|describe|snapshot|compact|split|merge`` to the top-level
     subcommands."""
@@ -372,30 +405,5 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         _snapshot,
     )
     snapshot.add_argument("name", metavar="NAME")
-    split = add_command(
-        actions, "split", "seal a bucket and split its keys into two new buckets", common, _split
-    )
-    split.add_argument("name", metavar="NAME")
-    split.add_argument("--bucket", required=True, type=int, metavar="B", help="bucket to split")
-    compact = add_command(
-        actions,
-        "compact",
-        "merge runs of small log segments into segments of up to log.segment.target-bytes",
-        common,
-        _compact,
-    )
-    compact.add_argument("name", metavar="NAME")
-    compact.add_argument(
-        "--bucket", type=int, metavar="B", help="one bucket, active or sealed (default: all)"
-    )
-    merge = add_command(
-        actions, "merge", "merge the two buckets of one split into a new bucket", common, _merge
-    )
-    merge.add_argument("name", metavar="NAME")
-    merge.add_argument(
-        "--buckets",
-        required=True,
-        type=_parse_pair,
-        metavar="A,B",
-        help="the two buckets one split made",
-    )
+    _register_compact(actions, common)
+    _register_rescale(actions, common)
