@@ -3,7 +3,7 @@ a prefix of them (znodes and the new beginning offset first, files after)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -91,12 +91,21 @@ def list_segments(table: TableInfo, buckets: Iterable[int]) -> dict[int, list[Lo
     return out
 
 
-def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tuple[list[str], int]:
+def delete_segments(
+    table: TableInfo, bucket: int, bases: Iterable[int] | Mapping[int, tuple[int, str]]
+) -> tuple[list[str], int]:
     """Delete a prefix of a bucket's segments: znodes and the new beginning offset in one
     transaction, files after (R3). Returns the deleted files and their bytes.
+
+    ``bases``: the segments' base offsets, or what the caller saw of each (base offset -> end
+    offset and warehouse-relative file), as a retention plan did. Then a segment whose znode
+    holds another extent or file now is not deleted, nor any after it (the log stays
+    contiguous): a merge replaced it meanwhile (R8), and the merged segment may hold records
+    the caller never decided on. Plain base offsets delete what their znodes hold now.
     """
     ctx = table.context
     paths, tid = ctx.paths, table.table_id
+    seen = bases if isinstance(bases, Mapping) else None
     wanted = sorted(set(bases))
     deleted: list[tuple[str, int]] = []
 
@@ -109,13 +118,15 @@ def delete_segments(table: TableInfo, bucket: int, bases: Iterable[int]) -> tupl
         state = BucketState.decode(nodes[0], paths.bucket(tid, bucket))
         ops: list[Op] = []
         begin = state.begin
-        for path, node in zip(seg_paths, nodes[1:]):
+        for base, path, node in zip(wanted, seg_paths, nodes[1:]):
             if node is None:
                 continue  # deleted by an earlier pass
             rec = decode_segment(table, node.data, path)  # before anything is deleted
+            if seen is not None and seen[base] != (base + rec.rows, rec.file):
+                break  # replaced since the caller looked: it and what follows stay
             ops.append(Delete(path, node.stat.version))
             deleted.append((rec.file, rec.size))
-            begin = max(begin, int(path.rsplit("/", 1)[1]) + rec.rows)
+            begin = max(begin, base + rec.rows)
         if not ops:
             return []
         ops.append(

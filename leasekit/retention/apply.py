@@ -189,10 +189,22 @@ def _delete_segments(
         tm = tables[name]
         if (name, bucket) in refused:
             items = _still_below_kept(meta, tm.table, bucket, items, applied.done)
-        try:
-            files, _ = delete_segments(tm.table, bucket, [int(i.item_id) for i in items])
-            file_of = {s.base_offset: s.file for s in tm.segments.get(bucket, [])}
-            applied.done += [i for i in items if file_of.get(int(i.item_id)) in set(files)]
+        seen = {s.base_offset: s for s in tm.segments.get(bucket, [])}
+        planned = {int(i.item_id) for i in items}
+        try:  # R8: a segment a merge replaced since the plan stays, and the log after it
+            files, _ = delete_segments(
+                tm.table,
+                bucket,
+                {b: (s.end_offset, s.file) for b, s in seen.items() if b in planned},
+            )
+            gone = set(files)
+            applied.done += [i for i in items if seen[int(i.item_id)].file in gone]
+            applied.errors += [
+                f"segment {i.item_id} of {name}/{bucket}: kept, as it or one before it was "
+                "replaced by a merge or deleted since the plan"
+                for i in items
+                if seen[int(i.item_id)].file not in gone
+            ]
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
