@@ -1,7 +1,8 @@
 """The retention entry points: the plan users see, and its application — expire leases, then
-delete snapshots, log segments and orphan files, metadata first and files after. Every step is
-atomic on its own, so a pass killed half way leaves consistent metadata and the next pass
-finishes the work (R7).
+delete snapshots, log segments and orphan files, metadata first and files after, and the files
+merges replaced once their grace is over, files first and their record after (the record is
+what keeps them). Every step is atomic on its own, so a pass killed half way leaves consistent
+metadata and the next pass finishes the work (R7).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from ..memory import collector_paused
 from ..snapshots.catalog import delete_snapshot
 from ..structs import RetentionItem, RetentionPlan, RetentionReport
 from ..tables.catalog import load_table
+from ..zk import ConflictReason, Delete, TxnConflict, touch
 from .gather import gather, gather_table
-from .meta import Metadata, TableMeta
+from .meta import Metadata, RetiredMeta, TableMeta
 from .planner import plan, uris
 from .references import referenced_files, unreferenced
 from .sealed import delete_sealed_snapshot
@@ -82,7 +84,8 @@ def run_retention(
     _expire_leases(ctx, meta, result.deletes, applied)
     refused = _delete_snapshots(meta, result.deletes, applied)
     _delete_segments(meta, result.deletes, refused, applied)
-    _delete_orphans(ctx, meta.orphan_min_age_ms, result.deletes, applied)
+    rest = _delete_retired(ctx, meta, result.deletes, applied)
+    _delete_orphans(ctx, meta.orphan_min_age_ms, rest, applied)
     done, errors = applied.done, applied.errors
     freed = sum(i.size_bytes for i in done)
     log.info(
@@ -210,6 +213,58 @@ def _delete_segments(
         except LeasekitError as exc:
             applied.errors.append(f"segments of {name}/{bucket}: {exc}")
         applied.step(len(items))
+
+
+def _delete_retired(
+    ctx: Context, meta: Metadata, deletes: list[RetentionItem], applied: _Applied
+) -> list[RetentionItem]:
+    """R8: delete the files of segments merges replaced whose grace the plan found over, then
+    each one's record (at the version read; gone already is fine). Files first: the record is
+    what keeps them, so a pass killed in between leaves the record, and the next pass deletes
+    its files again (a missing file is fine) and then it. Returns the other ``deletes``."""
+    records: dict[str, tuple[TableInfo, RetiredMeta]] = {}
+    for tm in meta.tables:
+        for rec in (r for recs in tm.retired.values() for r in recs):
+            records.update(dict.fromkeys(rec.files, (tm.table, rec)))
+    planned: dict[str, list[RetentionItem]] = {}
+    rest = []
+    for item in deletes:
+        found = records.get(str(item.item_id)) if item.kind == "orphan" else None
+        if found is None:
+            rest.append(item)
+        else:
+            planned.setdefault(found[1].path, []).append(item)
+    for items in planned.values():
+        table, rec = records[str(items[0].item_id)]
+        left = len(items)
+        try:
+            for start in range(0, len(items), _ORPHAN_BATCH):
+                # Fencing (docs/security.md): files have no transaction of their own
+                ctx.store.check_fence()
+                chunk = items[start : start + _ORPHAN_BATCH]
+                ctx.warehouse.delete_files(str(i.item_id) for i in chunk)
+                applied.done += chunk
+                applied.step(len(chunk))
+                left -= len(chunk)
+            if {str(i.item_id) for i in items} >= set(rec.files):
+                _forget_retired(ctx, table, rec)
+        except LeadershipLostError:
+            raise
+        except LeasekitError as exc:
+            applied.errors.append(f"files replaced by the merge recorded at {rec.path}: {exc}")
+            applied.step(left)
+    return rest
+
+
+def _forget_retired(ctx: Context, table: TableInfo, rec: RetiredMeta) -> None:
+    """Delete a retired record whose files are gone (fenced, version-checked; gone is fine)."""
+    try:
+        ctx.store.commit(
+            [Delete(rec.path, rec.version), touch(ctx.paths.table_changes(table.table_id))]
+        )
+    except TxnConflict as exc:
+        if exc.reason != ConflictReason.NONODE:
+            raise
 
 
 def _delete_orphans(

@@ -37,15 +37,18 @@ Pin = tuple[str, int, int]
 def gather_table(
     ctx: Context, table: TableInfo, skipped: list[str], *, groups: bool = False
 ) -> TableMeta:
-    """What retention needs of one table: its buckets' log starts, snapshots and segments, and
-    the groups' committed offsets (with ``log.retention.respect-consumers`` or ``groups``);
-    what cannot be read is left out and said in ``skipped``."""
-    begin, snapshots, segments = read_buckets(ctx, table, skipped)
+    """What retention needs of one table: its buckets' log starts, snapshots, segments and the
+    files merges replaced, and the groups' committed offsets (with
+    ``log.retention.respect-consumers`` or ``groups``); what cannot be read is left out and
+    said in ``skipped``."""
+    read = read_buckets(ctx, table, skipped)
     committed: dict[int, dict[str, int]] = {}
     live: frozenset[str] = frozenset()
     if groups or table.properties["log.retention.respect-consumers"]:
-        committed, live = _committed(ctx, table, sorted(begin), skipped)
-    return TableMeta(table, begin, snapshots, segments, committed, live)
+        committed, live = _committed(ctx, table, sorted(read.begin), skipped)
+    return TableMeta(
+        table, read.begin, read.snapshots, read.segments, committed, live, read.retired
+    )
 
 
 def _committed(

@@ -1,5 +1,6 @@
-"""A table's buckets as retention reads them: log starts, snapshots and segments, in pipelined
-batches; a bucket directory whose stat proves its children unchanged is not read again."""
+"""A table's buckets as retention reads them: log starts, snapshots, segments and the files
+merges replaced, in pipelined batches; a bucket directory whose stat proves its children
+unchanged is not read again."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from ..log.segments import decode_segment
 from ..snapshots.catalog import decode_snapshot
 from ..zk import GetChildren, GetData
 from ..zk.formats import BucketState
-from .meta import SegmentMeta, SnapshotMeta
+from .meta import RetiredMeta, SegmentMeta, SnapshotMeta
+from .retired import read_retired, with_retired
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -30,6 +32,8 @@ class Buckets(NamedTuple):
     """Log start of each written bucket."""
     snapshots: dict[int, list[SnapshotMeta]]
     segments: dict[int, list[SegmentMeta]]
+    retired: dict[int, list[RetiredMeta]] = {}
+    """Per bucket, the records of the files its merges replaced (R8)."""
 
 
 _Proof = tuple[int, int]
@@ -111,9 +115,10 @@ def read_buckets(
     last read gives its children as read then, except the snapshots beyond an active bucket's
     newest ``kv.snapshot.num-retained`` and every snapshot of a sealed bucket: their pin counts
     decide whether retention may delete them, so they are read again. Every other directory
-    is listed and its children read."""
+    is listed and its children read. Last, the records of files merges replaced, of the
+    buckets whose state shows a ``retired`` directory (``retention.retired``)."""
     paths, tid = ctx.paths, table.table_id
-    begin, dir_nodes = _states_and_stats(ctx, table, buckets, skipped)
+    begin, dir_nodes, states = _states_and_stats(ctx, table, buckets, skipped)
     known = _known.get(ctx.store, {}).get(table.data_dir, {})
     now: dict[str, _Known] = {}
     snapshots: dict[int, list[SnapshotMeta]] = {b: [] for b in sorted(begin)}
@@ -151,14 +156,17 @@ def read_buckets(
         _known.setdefault(ctx.store, {})[table.data_dir] = now
     else:  # the other buckets' directories stay as last read
         _known.setdefault(ctx.store, {}).setdefault(table.data_dir, {}).update(now)
-    return Buckets(begin, snapshots, segments)
+    merged = with_retired(states, dir_nodes)
+    retired = read_retired(ctx, table, merged, skipped, whole=buckets is None) if merged else {}
+    return Buckets(begin, snapshots, segments, retired)
 
 
 def _states_and_stats(
     ctx: Context, table: TableInfo, buckets: Iterable[int] | None, skipped: list[str]
-) -> tuple[dict[int, int], dict[int, tuple[Node | None, Node | None]]]:
+) -> tuple[dict[int, int], dict[int, tuple[Node | None, Node | None]], dict[int, Node]]:
     """One pipelined batch: the log start of each written bucket of ``buckets`` (None: all),
-    and the stats of its snapshot and log directories (None: no such directory)."""
+    the stats of its snapshot and log directories (None: no such directory), and its state's
+    znode."""
     paths, tid = ctx.paths, table.table_id
     chosen = list(range(table.layout.count)) if buckets is None else sorted(set(buckets))
     n = len(chosen)
@@ -172,7 +180,7 @@ def _states_and_stats(
     )
     begin = _begin(ctx, table, chosen, first[:n], skipped)
     dirs = {b: (first[n + i], first[2 * n + i]) for i, b in enumerate(chosen) if b in begin}
-    return begin, dirs
+    return begin, dirs, {b: first[i] for i, b in enumerate(chosen) if b in begin}
 
 
 def _again(

@@ -1,5 +1,6 @@
 """The metadata a retention plan is computed from, as gathered: per table its buckets'
-snapshots and segments, every lease with its pins, the unreferenced warehouse files."""
+snapshots, segments and files replaced by merges, every lease with its pins, the unreferenced
+warehouse files."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ if TYPE_CHECKING:
     from ..tables.info import TableInfo
     from ..warehouse import FileEntry
 
-__all__ = ["Metadata", "TableMeta", "LeaseMeta", "SnapshotMeta", "SegmentMeta"]
+__all__ = ["Metadata", "TableMeta", "LeaseMeta", "SnapshotMeta", "SegmentMeta", "RetiredMeta"]
 
 
 class SnapshotMeta(NamedTuple):
@@ -34,6 +35,26 @@ class SegmentMeta(NamedTuple):
     """Warehouse-relative path."""
 
 
+class RetiredMeta(NamedTuple):
+    """The files of segments one merge replaced (R8), as its record says: they stay for
+    readers that listed the segments until the record is older than ``orphan.min-age``."""
+
+    path: str
+    """The record's znode."""
+    version: int
+    """Its version as read (a record is written once: deleted at this version)."""
+    ctime_ms: int
+    """When the merge committed (the znode's ctime, ZooKeeper clock)."""
+    files: tuple[str, ...]
+    """Warehouse-relative paths of the replaced files."""
+    size_bytes: int
+    """Their bytes."""
+    base_offset: int
+    """First offset of the merged segment."""
+    end_offset: int
+    """One past its last offset."""
+
+
 class TableMeta(NamedTuple):
     table: TableInfo
     begin: dict[int, int]
@@ -46,6 +67,9 @@ class TableMeta(NamedTuple):
     for the bucket."""
     live_groups: frozenset[str] = frozenset()
     """Groups with live members subscribed to the table (for log.retention.respect-consumers)."""
+    retired: dict[int, list[RetiredMeta]] = {}
+    """Per bucket, the records of files its merges replaced (R8), by base offset; a bucket that
+    was never compacted has none."""
 
 
 class LeaseMeta(NamedTuple):

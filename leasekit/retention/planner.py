@@ -1,5 +1,6 @@
 """The retention planner: a pure function from gathered metadata and the ZooKeeper time to a
-plan that gives every lease, snapshot, segment and orphan file a keep or delete and a reason.
+plan that gives every lease, snapshot, segment, file a merge replaced and orphan file a keep or
+delete and a reason.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..structs import RetentionItem, RetentionPlan, TableBucket
 from ..validate import LAG_HISTORY_TABLE
 from ..zk import to_datetime
 from . import sealed
-from .leases import holders_of, pinned_by, plan_leases
+from .leases import holders_of, pinned_by, plan_leases, when
 from .meta import LeaseMeta, Metadata, SegmentMeta, SnapshotMeta, TableMeta
 from .references import referenced_files, unreferenced
 
@@ -242,6 +243,35 @@ def _plan_history(meta: Metadata, tm: TableMeta, tb: TableBucket) -> list[Retent
     return items
 
 
+def _plan_retired(
+    meta: Metadata, tm: TableMeta, tb: TableBucket, min_age: str
+) -> list[RetentionItem]:
+    """The files of segments merges replaced (R8), as "orphan" items of their bucket, each
+    sized a share of its record's bytes: kept while readers that listed the segments before
+    the merge may still read them, until the record is ``orphan.min-age`` old; then deleted."""
+    items = []
+    for rec in tm.retired.get(tb.bucket, ()):
+        merged = (
+            f"replaced by merged segment [{rec.base_offset:,}, {rec.end_offset:,}) "
+            f"at {when(rec.ctime_ms)}"
+        )
+        if meta.now_ms - rec.ctime_ms >= meta.orphan_min_age_ms:
+            action, reason = "delete", f"{merged}; orphan.min-age {min_age} has passed"
+        else:
+            until = when(rec.ctime_ms + meta.orphan_min_age_ms)
+            action = "keep"
+            reason = (
+                f"{merged}; kept until {until} for readers that listed it "
+                f"(orphan.min-age {min_age})"
+            )
+        share, extra = divmod(rec.size_bytes, max(len(rec.files), 1))
+        items += [
+            RetentionItem("orphan", tb, f, action, reason, share + (k < extra))
+            for k, f in enumerate(rec.files)
+        ]
+    return items
+
+
 def _bucket_of_file(path: str, tables: dict[str, str]) -> TableBucket | None:
     """The bucket a file of ``<tables dir>/<name>/<table id>/...`` belongs to (``tables``:
     table id -> name), None when its path names none."""
@@ -311,15 +341,16 @@ def _plan_orphans(meta: Metadata) -> list[RetentionItem]:
 
 
 def plan(meta: Metadata) -> RetentionPlan:
-    """Decide every keep and delete (R1, R3, R4, R5, R6, K7): a pure function of ``meta``."""
+    """Decide every keep and delete (R1, R3, R4, R5, R6, R8, K7): a pure function of ``meta``."""
     items, ending = plan_leases(meta)
     holders = holders_of(meta)
+    min_age = human_duration(timedelta(milliseconds=meta.orphan_min_age_ms))
     for tm in meta.tables:
         policy = _Policy.of(tm.table.properties)
         history = tm.table.name == LAG_HISTORY_TABLE
         layout = tm.table.layout
         rescaled = layout.rescaled  # only a split or merge seals a bucket
-        for bucket in sorted(set(tm.snapshots) | set(tm.segments)):
+        for bucket in sorted(set(tm.snapshots) | set(tm.segments) | set(tm.retired)):
             tb = TableBucket(tm.table.name, bucket)
             if history:
                 items += _plan_snapshots(tm, tb, holders, ending, policy)[0]
@@ -329,6 +360,8 @@ def plan(meta: Metadata) -> RetentionPlan:
             else:
                 snap_items, oldest = _plan_snapshots(tm, tb, holders, ending, policy)
                 items += snap_items + _plan_segments(meta, tm, tb, oldest, policy)
+            if tm.retired:
+                items += _plan_retired(meta, tm, tb, min_age)
     items += _plan_orphans(meta)
     return RetentionPlan(items, to_datetime(meta.now_ms), list(meta.skipped))
 

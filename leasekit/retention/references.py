@@ -1,5 +1,6 @@
 """Which warehouse files the metadata references: the snapshot files and log segments it
-names, and the side files Spark writes beside them (checksums, job markers)."""
+names, the files of segments merges replaced (kept for readers until retention deletes them
+with their record, R8), and the side files Spark writes beside them (checksums, job markers)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ __all__ = ["referenced_files", "is_companion", "directories", "unreferenced"]
 
 
 def referenced_files(tables: Iterable[TableMeta]) -> set[str]:
-    """Every file the tables' metadata names: snapshot files and log segments."""
+    """Every file the tables' metadata names: snapshot files, log segments, and the files of
+    segments merges replaced while their records last (never orphans: R4, R8)."""
     referenced: set[str] = set()
     for tm in tables:
         referenced.update(f for snaps in tm.snapshots.values() for s in snaps for f in s.files)
         referenced.update(s.file for segs in tm.segments.values() for s in segs)
+        referenced.update(f for recs in tm.retired.values() for r in recs for f in r.files)
     return referenced
 
 
