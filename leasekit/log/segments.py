@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..errors import DataFileMissingError
+from ..errors import DataFileMissingError, IllegalStateError
 from ..structs import LogSegment, TableBucket
 from ..warehouse import contained
-from ..zk import Delete, Op, SetData, touch
+from ..zk import ConflictReason, Delete, Op, SetData, TxnConflict, touch
 from ..zk.formats import BucketState, SegmentRecord
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ STAMP_COLUMN = "_timestamp"
 appended segment's records all carry its commit time and its file has no such column (R8)."""
 ROW_GROUP_RECORDS = 65_536
 """Records per row group of segment files: a consumer's read decodes only the groups it needs."""
+_ATTEMPTS = 100
+"""Reads of the segments to delete again after a transaction found one of them gone."""
 
 
 def log_schema(table: TableInfo) -> pa.Schema:
@@ -134,7 +136,18 @@ def delete_segments(
         )
         return [*ops, touch(paths.table_changes(tid))]
 
-    ctx.store.commit_retrying(build, what=f"delete segments of {table.name} bucket {bucket}")
+    what = f"delete segments of {table.name} bucket {bucket}"
+    for _ in range(_ATTEMPTS):
+        try:
+            ctx.store.commit_retrying(build, what=what)
+            break
+        except TxnConflict as exc:
+            if exc.reason != ConflictReason.NONODE or not isinstance(exc.op, Delete):
+                raise
+            # a merge (R8) or another pass deleted a segment between the read and the commit:
+            # read again (it is gone, or a merged segment the plan did not see is there)
+    else:
+        raise IllegalStateError(f"{what}: gave up after {_ATTEMPTS} segments deleted meanwhile")
     ctx.warehouse.delete_files(f for f, _ in deleted)
     return [f for f, _ in deleted], sum(size for _, size in deleted)
 

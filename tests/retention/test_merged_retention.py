@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import pytest
 
 import leasekit as lk
+import leasekit.log.segments as segments
 import leasekit.retention.apply as reclaim
 from leasekit import testing
 from leasekit.log.segments import list_segments
@@ -245,6 +246,37 @@ def test_a_merge_between_the_plan_and_the_deletion_keeps_the_merged_segment(conn
     assert sum("replaced by a merge" in e for e in report.errors) == 2
     report = conn.run_retention()  # the next plan sees the merged segment: it needs it
     assert not [i for i in report.deleted if i.kind == "segment"]
+
+
+def test_a_merge_between_the_read_and_the_commit_of_the_deletion_keeps_the_merged_segment(
+    conn, monkeypatch
+):
+    # R3, R8: the merge comes after the deletion read the segments, before its transaction:
+    # the transaction finds segment 10 gone, the deletion reads again and keeps the merged one
+    table = _table(conn, 4, **{"log.retention": "0s"})
+    _snapshot_at(conn, table, 1, 20)
+    real_plan, real_decode = reclaim.plan, segments.decode_segment
+    merged: list[int] = []
+
+    def decode_then_merge(*args):
+        record = real_decode(*args)
+        if not merged:
+            merged.append(0)  # once: the merge lists the segments through here too
+            merged[0] = table.compact_log().written
+        return record
+
+    def plan_then_hook(meta):
+        monkeypatch.setattr(segments, "decode_segment", decode_then_merge)
+        return real_plan(meta)
+
+    monkeypatch.setattr(reclaim, "plan", plan_then_hook)
+    report = conn.run_retention()
+    monkeypatch.undo()
+    assert merged == [1]
+    assert [(s.base_offset, s.end_offset) for s in list_segments(table, [0])[0]] == [(0, 40)]
+    assert _consume(conn, 40) == [(i, i) for i in range(40)]
+    assert [e for e in report.errors if "replaced by a merge" not in e] == []
+    assert sum("replaced by a merge" in e for e in report.errors) == 2
 
 
 class _Killed(BaseException):
