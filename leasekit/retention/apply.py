@@ -218,41 +218,34 @@ def _delete_segments(
 def _delete_retired(
     ctx: Context, meta: Metadata, deletes: list[RetentionItem], applied: _Applied
 ) -> list[RetentionItem]:
-    """R8: delete the files of segments merges replaced whose grace the plan found over, then
-    each one's record (at the version read; gone already is fine). Files first: the record is
-    what keeps them, so a pass killed in between leaves the record, and the next pass deletes
-    its files again (a missing file is fine) and then it. Returns the other ``deletes``."""
+    """R8: delete the files of the merges whose grace the plan found over (one item per merge,
+    named by its first file), then each one's record (at the version read; gone already is
+    fine). Files first: the record is what keeps them, so a pass killed in between leaves the
+    record, and the next pass deletes its files again (a missing file is fine) and then it.
+    Returns the other ``deletes``."""
     records: dict[str, tuple[TableInfo, RetiredMeta]] = {}
     for tm in meta.tables:
-        for rec in (r for recs in tm.retired.values() for r in recs):
-            records.update(dict.fromkeys(rec.files, (tm.table, rec)))
-    planned: dict[str, list[RetentionItem]] = {}
+        for rec in (r for recs in tm.retired.values() for r in recs if r.files):
+            records[rec.files[0]] = (tm.table, rec)
     rest = []
     for item in deletes:
         found = records.get(str(item.item_id)) if item.kind == "orphan" else None
         if found is None:
             rest.append(item)
-        else:
-            planned.setdefault(found[1].path, []).append(item)
-    for items in planned.values():
-        table, rec = records[str(items[0].item_id)]
-        left = len(items)
+            continue
+        table, rec = found
         try:
-            for start in range(0, len(items), _ORPHAN_BATCH):
+            for start in range(0, len(rec.files), _ORPHAN_BATCH):
                 # Fencing (docs/security.md): files have no transaction of their own
                 ctx.store.check_fence()
-                chunk = items[start : start + _ORPHAN_BATCH]
-                ctx.warehouse.delete_files(str(i.item_id) for i in chunk)
-                applied.done += chunk
-                applied.step(len(chunk))
-                left -= len(chunk)
-            if {str(i.item_id) for i in items} >= set(rec.files):
-                _forget_retired(ctx, table, rec)
+                ctx.warehouse.delete_files(rec.files[start : start + _ORPHAN_BATCH])
+            _forget_retired(ctx, table, rec)
+            applied.done.append(item)
         except LeadershipLostError:
             raise
         except LeasekitError as exc:
             applied.errors.append(f"files replaced by the merge recorded at {rec.path}: {exc}")
-            applied.step(left)
+        applied.step(1)
     return rest
 
 

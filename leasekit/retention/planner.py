@@ -246,14 +246,19 @@ def _plan_history(meta: Metadata, tm: TableMeta, tb: TableBucket) -> list[Retent
 def _plan_retired(
     meta: Metadata, tm: TableMeta, tb: TableBucket, min_age: str
 ) -> list[RetentionItem]:
-    """The files of segments merges replaced (R8), as "orphan" items of their bucket, each
-    sized a share of its record's bytes: kept while readers that listed the segments before
-    the merge may still read them, until the record is ``orphan.min-age`` old; then deleted."""
+    """The files of segments merges replaced (R8): one "orphan" item per merge, named by its
+    first file and holding the bytes of all of them, kept while readers that listed the
+    segments before the merge may still read them, until the record is ``orphan.min-age``
+    old; then deleted."""
     items = []
     for rec in tm.retired.get(tb.bucket, ()):
+        if not rec.files:
+            continue
+        others = len(rec.files) - 1
         merged = (
             f"replaced by merged segment [{rec.base_offset:,}, {rec.end_offset:,}) "
-            f"at {when(rec.ctime_ms)}"
+            f"at {when(rec.ctime_ms)}, with {others:,} other file{'s' if others != 1 else ''} "
+            "of that merge"
         )
         if meta.now_ms - rec.ctime_ms >= meta.orphan_min_age_ms:
             action, reason = "delete", f"{merged}; orphan.min-age {min_age} has passed"
@@ -261,14 +266,10 @@ def _plan_retired(
             until = when(rec.ctime_ms + meta.orphan_min_age_ms)
             action = "keep"
             reason = (
-                f"{merged}; kept until {until} for readers that listed it "
+                f"{merged}; kept until {until} for readers that listed them "
                 f"(orphan.min-age {min_age})"
             )
-        share, extra = divmod(rec.size_bytes, max(len(rec.files), 1))
-        items += [
-            RetentionItem("orphan", tb, f, action, reason, share + (k < extra))
-            for k, f in enumerate(rec.files)
-        ]
+        items.append(RetentionItem("orphan", tb, rec.files[0], action, reason, rec.size_bytes))
     return items
 
 
