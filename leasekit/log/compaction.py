@@ -172,9 +172,9 @@ def _merge(table: TableInfo, bucket: int, run: list[LogSegment]) -> _Merge:
                 size = warehouse.write_parquet_parts(
                     rel, merged_schema(table), parts, ROW_GROUP_RECORDS
                 )
-        except FileNotFoundError:
+        except _Lost:  # a segment's file went: retention took it meanwhile
             warehouse.delete_files([rel])
-            raise _Lost from None  # a segment's file went: retention took it meanwhile
+            raise
         rows = sum(s.end_offset - s.base_offset for s in run)
         first = run[0].first_timestamp_ms
         stamps = (run[0].timestamp_ms if first is None else first, run[-1].timestamp_ms)
@@ -201,7 +201,10 @@ def _parts(table: TableInfo, run: list[LogSegment]) -> Iterator[Iterator[pa.Tabl
     def read(seg: LogSegment) -> pa.Table:
         rel = warehouse.relative(seg.file)
         stored = columns if seg.first_timestamp_ms is None else [*columns, STAMP_COLUMN]
-        data = warehouse.open_parquet(rel).read(columns=stored)
+        try:
+            data = warehouse.open_parquet(rel).read(columns=stored)
+        except FileNotFoundError:  # an OSError: the writer would report it as an I/O error
+            raise _Lost from None
         if seg.first_timestamp_ms is None:
             stamps = pa.array(np.full(data.num_rows, seg.timestamp_ms, dtype=np.int64))
             data = data.append_column(schema.field(STAMP_COLUMN), stamps)

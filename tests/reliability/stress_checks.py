@@ -1,9 +1,12 @@
 """The stress run's invariants: what its checkers verify while the workers run, and what it
-verifies on quiet metadata after a ZooKeeper restart and at the end."""
+verifies on quiet metadata after a ZooKeeper restart and at the end; and what the compaction
+races (test_compaction_*.py) check of a log: its segments, and its records as a consumer reads
+them against what the appends acknowledged."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -14,6 +17,7 @@ import leasekit as lk
 from leasekit import spark as lks
 from leasekit import testing
 from leasekit.log.segments import list_segments
+from leasekit.log.state import read_states
 from leasekit.snapshots.catalog import list_snapshots, read_latest
 from leasekit.snapshots.cover import cover
 from leasekit.tables.bucketing import murmur3_hash
@@ -58,6 +62,173 @@ def missing_segment_files(table, buckets) -> list[str]:
                     f"[{seg.base_offset}, {seg.end_offset}) but its file {seg.file} is missing"
                 )
     return problems
+
+
+def log_problems(table, buckets=None, *, quiet: bool = True) -> list[str]:
+    """W1, R8: the segments of each of ``buckets`` (default: every bucket the table has had,
+    sealed ones too) follow each other with no gap and no overlap, and every listed file exists.
+    ``quiet`` (nothing writes meanwhile): they also run exactly from the bucket's beginning to
+    its end offset. Otherwise a problem counts only if a second listing shows it again: a merge
+    or a retention pass between the reads of one listing can show a passing gap, and retention
+    deletes a segment's znode first, its file after."""
+    table = table.refresh()
+    buckets = list(range(table.layout.count) if buckets is None else buckets)
+    problems = _segment_problems(table, buckets, quiet)
+    if problems and not quiet:
+        again = set(_segment_problems(table, buckets, quiet))
+        problems = [p for p in problems if p in again]
+    return problems
+
+
+def _segment_problems(table, buckets: list[int], quiet: bool) -> list[str]:
+    bounds = dict(zip(buckets, read_states(table, buckets))) if quiet else {}
+    problems = []
+    for bucket, segs in list_segments(table, buckets).items():
+        where = f"{table.name}/{bucket} ({_sealed(table, bucket)})"
+        state = bounds.get(bucket)
+        expected = state.begin if state is not None else None
+        for seg in segs:
+            extent = f"[{seg.base_offset}, {seg.end_offset})"
+            if expected is not None and seg.base_offset != expected:
+                kind = "a gap" if seg.base_offset > expected else "an overlap"
+                problems.append(f"W1, R8: {where}: {kind} before segment {extent} at {expected}")
+            expected = seg.end_offset
+            if not os.path.exists(seg.file):
+                problems.append(
+                    f"W1, R8: {where} lists segment {extent} without its file {seg.file}"
+                )
+        if state is not None and (expected if segs else state.begin) != state.end:
+            problems.append(
+                f"W1: {where}: segments end at {expected}, the end offset is {state.end}"
+            )
+        elif quiet and state is None and segs:
+            problems.append(f"W1: {where} lists segments without a state")
+    return problems
+
+
+Rec = tuple[int, int, str, int, "str | None"]
+"""A record as a consumer reads it: offset, timestamp (ms), op, id, v."""
+
+
+def records(data: pa.Table) -> list[Rec]:
+    stamps = data.column("_timestamp").cast(pa.int64()).to_pylist()
+    return list(
+        zip(
+            data.column("_offset").to_pylist(),
+            stamps,
+            data.column("_op").to_pylist(),
+            data.column("id").to_pylist(),
+            data.column("v").to_pylist(),
+        )
+    )
+
+
+def read_all(conn: lk.Connection, name: str, max_records: int = 500) -> dict[int, list[Rec]]:
+    """Every record of every bucket the table has had, as a consumer reads it from the
+    beginning (C1: its position moves past each record handed out)."""
+    table = conn.table(name).refresh()
+    tbs = [TB(name, b) for b in range(table.layout.count)]
+    ends, begins = table.end_offsets(), table.beginning_offsets()
+    got: dict[int, list[Rec]] = {tb.bucket: [] for tb in tbs}
+    reached = dict(begins)
+    consumer = conn.consumer(auto_offset_reset="earliest", parent_first=False)
+    try:
+        consumer.assign(tbs)
+        deadline = time.monotonic() + 60
+        while any(reached[tb] < ends[tb] for tb in tbs):
+            assert time.monotonic() < deadline, f"read {reached} of {ends}"
+            for tb, data in consumer.poll("100ms", max_records=max_records).items():
+                got[tb.bucket] += records(data)
+                reached[tb] = got[tb.bucket][-1][0] + 1
+    finally:
+        consumer.close()
+    return got
+
+
+def check_log(
+    conn: lk.Connection,
+    name: str,
+    appends: list[dict],
+    originals: dict[tuple[int, int], tuple[int, int]] | None = None,
+    got: dict[int, list[Rec]] | None = None,
+) -> list[str]:
+    """What users see of the table's log after everything (nothing writes meanwhile), against
+    the acknowledged ``appends``: segments contiguous with their files (W1, R8); each bucket read
+    from its beginning holds every offset to its end once, in order (W1), with non-decreasing
+    timestamps (W3); each acknowledged append that retention left is there whole, with its rows
+    and one timestamp, its commit's, taken between the call's start and end (W3); the records
+    at the offsets in ``originals`` are the very ones appended there, timestamps included (R8);
+    and nothing else is there. The rows of one append to one bucket are compared as a set: an
+    append whose bucket a rescale sealed under it routes them again in another order (keys
+    differ within an append here, so that order is no key's)."""
+    table = conn.table(name).refresh()
+    problems = log_problems(table)
+    begins, ends = table.beginning_offsets(), table.end_offsets()
+    got = read_all(conn, name) if got is None else got
+    at: dict[tuple[int, int], Rec] = {}
+    for bucket, recs in got.items():
+        tb = TB(name, bucket)
+        if [r[0] for r in recs] != list(range(begins[tb], ends[tb])):
+            problems.append(f"W1: {tb} read offsets {_extents([r[0] for r in recs])}, stored "
+                            f"[{begins[tb]}, {ends[tb]})")  # fmt: skip
+        if [r[1] for r in recs] != sorted(r[1] for r in recs):
+            problems.append(f"W3: {tb} timestamps go down")
+        at.update(((bucket, r[0]), r) for r in recs)
+    owned: set[tuple[int, int]] = set()
+    for append in appends:
+        problems += _check_append(name, append, at, begins, owned)
+    phantom = sorted(set(at) - owned)
+    if phantom:
+        problems.append(f"{len(phantom)} records no append acknowledged, e.g. {phantom[:5]}")
+    changed = [
+        (k, v, at[k][1::2]) for k, v in (originals or {}).items() if k in at and at[k][1::2] != v
+    ]
+    if changed:
+        problems.append(f"R8: {len(changed)} records moved or changed time, e.g. {changed[:5]}")
+    return problems
+
+
+def _check_append(name, append, at, begins, owned) -> list[str]:
+    problems = []
+    ids = set()
+    whole = True
+    for key, (start, end) in append["ranges"].items():
+        bucket = int(key)
+        if start < begins[TB(name, bucket)]:
+            whole = False
+            if end > begins[TB(name, bucket)]:
+                problems.append(f"R3: {name}/{bucket} [{start}, {end}) cut by the beginning")
+            continue
+        recs = [at.get((bucket, o)) for o in range(start, end)]
+        if None in recs:
+            problems.append(f"W1: {name}/{bucket} acknowledged [{start}, {end}) is not all read")
+            continue
+        owned.update((bucket, o) for o in range(start, end))
+        mine = {r[3] for r in recs}
+        ids |= mine
+        want = [tuple(row) for row in append["rows"] if row[1] in mine]
+        if sorted(r[2:] for r in recs) != sorted(want):
+            problems.append(f"R8: {name}/{bucket} [{start}, {end}) reads {recs}, appended {want}")
+        stamps = {r[1] for r in recs}
+        if len(stamps) != 1 or not append["t0"] <= min(stamps) <= append["t1"]:
+            problems.append(
+                f"W3: {name}/{bucket} [{start}, {end}) has timestamps {sorted(stamps)}, "
+                f"committed within [{append['t0']}, {append['t1']}]"
+            )
+    if whole and ids != {row[1] for row in append["rows"]}:
+        problems.append(f"W1: the rows of {append['rows']} read as {sorted(ids)}")
+    return problems
+
+
+def _extents(offsets: list[int]) -> list[tuple[int, int]]:
+    """Consecutive runs of ``offsets`` as [first, last] pairs (a short description)."""
+    out: list[list[int]] = []
+    for o in offsets:
+        if out and o == out[-1][1] + 1:
+            out[-1][1] = o
+        else:
+            out.append([o, o])
+    return [tuple(e) for e in out[:8]]  # type: ignore[misc]
 
 
 def _rows(df) -> tuple[dict[int, str], list[int]]:
