@@ -24,11 +24,17 @@ GRACE_MS = 1000
 # and a commit delayed by the outage can come several seconds after its file write (the
 # writer does not check the age itself: see test_writer_kill's stalled-writer test)
 ORPHAN_MIN_AGE = "15s"
-TABLE_PROPERTIES = {"kv.snapshot.num-retained": 1, "log.retention": "2s"}
+# log.segment.min-merge 2: buckets split off lately get few segments, and merge them too
+TABLE_PROPERTIES = {
+    "kv.snapshot.num-retained": 1,
+    "log.retention": "2s",
+    "log.segment.min-merge": 2,
+}
 SNAPSHOT_EVERY = 3.0  # seconds between Spark snapshots of one table (2 cores: keep it moderate)
 RETENTION_EVERY = 1.0
 EXPIRE_EVERY = 0.5
 RESCALE_EVERY = 2.0
+COMPACT_EVERY = 0.5  # seconds between merges of small log segments (R8) of a random bucket
 RESCALED = "orders"  # the table whose buckets split and merge
 MAX_ACTIVE = 10
 LATEST_CHECK_EVERY = 10.0  # seconds between reads of the latest snapshots (Spark: 2 cores)

@@ -1,6 +1,7 @@
 """The stress run's workload: 8 workers doing random lease calls, appends, Spark snapshots,
-retention passes, lease expiry and rescales, beside an R2 checker and a latest-snapshots
-checker; what they saw goes into the run's records and violations."""
+retention passes, lease expiry, rescales and merges of small log segments, beside an R2 and
+log checker and a latest-snapshots checker; what they saw goes into the run's records and
+violations."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import time
 import traceback
 from collections.abc import Callable
 
-from stress_checks import check_latest, missing_segment_files, uncovered_buckets
+from stress_checks import check_latest, log_problems, uncovered_buckets
 from stress_plan import (
     BUCKETS,
+    COMPACT_EVERY,
     EXPIRE_EVERY,
     GRACE_MS,
     LATEST_CHECK_EVERY,
@@ -59,6 +61,7 @@ class Stress:
         self.next_retention = 0.0
         self.next_expire = 0.0
         self.next_rescale = 0.0
+        self.next_compact = 0.0
 
     def violation(self, text: str) -> None:
         self.violations.append(text)
@@ -159,6 +162,17 @@ class Stress:
             if "another rescale" not in str(exc) and "sealed" not in str(exc):
                 raise
             self.counts.add("rescale races")  # K8: another worker's rescale came first
+
+    def op_compact(self, conn, tables, rng) -> None:
+        if not self._gate("next_compact", COMPACT_EVERY):
+            return self.op_append(conn, tables, rng)
+        table = tables[rng.choice(TABLES)]
+        count = table.refresh().layout.count
+        done = table.compact_log(None if rng.random() < 0.3 else rng.randrange(count))  # R8
+        self.counts.add("compactions")
+        self.counts.add("merged segments", done.merged)
+        self.counts.add("merged into", done.written)
+        self.counts.add("merges lost", done.lost)
 
     def _wanted(self, tables, rng) -> dict[TB, int]:
         table = tables[rng.choice(TABLES)]
@@ -308,6 +322,7 @@ class Stress:
             (self.op_retention, 6),
             (self.op_expire, 6),
             (self.op_rescale, 3),
+            (self.op_compact, 4),
         ]
         while not self.stop.is_set():
             if self.pause.is_set():
@@ -330,14 +345,15 @@ class Stress:
     # -- the R2 checker --------------------------------------------------------------------
 
     def checker(self) -> None:
-        # R2, L5: every pin of an unexpired lease names a snapshot whose files all exist
+        # R2, L5: every pin of an unexpired lease names a snapshot whose files all exist;
+        # W1, R8: every bucket's segments follow each other and every listed file exists
         conn = self.connect()
         tables = {name: conn.table(name) for name in TABLES}
         while not self.stop.is_set():
             try:
                 self._check_pins(conn, tables)
                 for table in tables.values():  # every bucket ever, sealed ones too
-                    for problem in missing_segment_files(table, range(table.layout.count)):
+                    for problem in log_problems(table, quiet=False):
                         self._seen(problem)
                 self.counts.add("invariant checks")
             except lk.ZooKeeperUnavailableError:

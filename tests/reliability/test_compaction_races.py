@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import textwrap
@@ -40,8 +39,8 @@ APPENDER = textwrap.dedent("""
     import leasekit as lk
     from leasekit import testing
 
-    zookeeper, warehouse, namespace, name, seed, out, stop = sys.argv[1:8]
-    seed = int(seed)
+    zookeeper, warehouse, namespace, name, seed, out, stop, pause = sys.argv[1:9]
+    seed, pause = int(seed), float(pause)
     rng = random.Random(seed)
     conn = lk.connect(zookeeper, warehouse, namespace=namespace, timeout="30s")
     table = conn.table(name)
@@ -65,25 +64,29 @@ APPENDER = textwrap.dedent("""
             done = {str(tb.bucket): [r.start, r.end] for tb, r in ranges.items()}
             f.write(json.dumps({"rows": rows, "ranges": done, "t0": before, "t1": after}) + "\\n")
             f.flush()
-            time.sleep(rng.uniform(0, 0.01))
+            time.sleep(rng.uniform(0, pause))
     conn.close()
 """)
 
 
 class Appenders:
-    """``count`` processes appending to (and deleting from) table ``name`` until ``stop``;
-    ``stop`` gives what they acknowledged, each append as {rows, ranges, t0, t1}: its rows
-    (op, id, v) in order, its offset range per bucket, the ZooKeeper clock around the call."""
+    """``count`` processes appending to (and deleting from) table ``name``, up to ``pause``
+    seconds apart, until ``stop``; ``stop`` gives what they acknowledged, each append as {rows,
+    ranges, t0, t1}: its rows (op, id, v) in order, its offset range per bucket, the ZooKeeper
+    clock around the call."""
 
-    def __init__(self, conn: lk.Connection, name: str, count: int, tmp: Path) -> None:
+    def __init__(
+        self, conn: lk.Connection, name: str, count: int, tmp: Path, pause: float = 0.01
+    ) -> None:
         self.stop_file = tmp / f"{name}.stop"
         self.outs = [tmp / f"{name}-{i}.jsonl" for i in range(count)]
         self.errs = [tmp / f"{name}-{i}.err" for i in range(count)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         self.procs = []
         for i, (out, err) in enumerate(zip(self.outs, self.errs)):
+            args = (name, i + 1, out, self.stop_file, pause)
             argv = [sys.executable, "-c", APPENDER, conn.zookeeper, conn.warehouse,
-                    conn.namespace, name, str(i + 1), str(out), str(self.stop_file)]  # fmt: skip
+                    conn.namespace, *map(str, args)]  # fmt: skip
             with open(err, "w") as errors:
                 self.procs.append(subprocess.Popen(argv, env=env, stderr=errors))
 
@@ -240,9 +243,9 @@ def test_compaction_racing_appends_from_processes(conn, monkeypatch, tmp_path):
             time.sleep(0.02)
         appends = appenders.stop()
     merged += table.compact_log().written
-    assert len(hits) >= 3 and merged >= 5, (len(hits), merged)  # the window was hit
     problems = check_log(conn, "t", appends, originals)
     assert not problems, "\n".join(problems[:10])
+    assert len(hits) >= 3 and merged >= 5, (len(hits), merged)  # the window was hit
 
 
 def seal_hits(monkeypatch) -> list[str]:
@@ -342,7 +345,7 @@ def test_compaction_racing_split_of_its_bucket(conn, spark, monkeypatch, tmp_pat
     with other, Appenders(conn, "t", 2, tmp_path) as appenders:
         appenders.wait_running()
         started = time.monotonic()
-        while rescales < 12 or (not hits and time.monotonic() - started < 45):
+        while rescales < 8 or (not hits and time.monotonic() - started < 45):
             if rescales == 1:  # K3: the state before a rescale, read again at the end
                 active = table.refresh().active
                 upto = {
@@ -360,7 +363,7 @@ def test_compaction_racing_split_of_its_bucket(conn, spark, monkeypatch, tmp_pat
         if not before == spark_state(spark, table, upto) == kv_state(got, upto, known):
             problems.append(f"K3: the state at {upto} changed")
     assert not problems, "\n".join(problems[:10])
-    assert hits and rescales >= 12, (hits, rescales)  # the window was hit
+    assert hits and rescales >= 8, (hits, rescales)  # the window was hit
 
 
 def newest_offsets(table) -> dict[lk.TableBucket, int]:
@@ -381,10 +384,6 @@ def below_snapshots(table) -> list[str]:
         for tb in newest
         if begins[tb] > newest[tb]
     ]
-
-
-GONE = re.compile(r"Delete \S+/log/\d+\) failed: nonode")
-"""Retention's error when a merge deleted a segment between its read and its commit."""
 
 
 def slow_deletes(monkeypatch) -> None:
@@ -458,7 +457,7 @@ def test_compaction_racing_retention_below_snapshots(conn, spark, monkeypatch, t
             report = retaining.run_retention()
         counts.update(i.kind for i in report.deleted)
         for error in report.errors:  # R8: a segment a merge replaced since the plan is kept
-            assert "replaced by a merge" in error or GONE.search(error), error
+            assert "replaced by a merge" in error, error
             counts["kept"] += 1
 
     def check() -> None:
@@ -469,7 +468,7 @@ def test_compaction_racing_retention_below_snapshots(conn, spark, monkeypatch, t
     with contextlib.ExitStack() as stack:
         opened = connections(stack, conn, 3)
         merging, checking, retaining = opened[0].table("t"), opened[1].table("t"), opened[2]
-        appenders = stack.enter_context(Appenders(conn, "t", 2, tmp_path))
+        appenders = stack.enter_context(Appenders(conn, "t", 2, tmp_path, pause=0.1))
         loops = stack.enter_context(Loops())
         appenders.wait_running()
         for body in (merge, retain, check):

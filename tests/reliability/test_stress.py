@@ -1,6 +1,7 @@
 """Stress (docs/security.md): 8 workers do random acquire / renew / release / drop, appends, Spark
-snapshots, retention passes, lease expiry and splits and merges of buckets (K1-K8) on 2 tables
-while a checker verifies R2 and that every listed segment has its file without pause, another
+snapshots, retention passes, lease expiry, splits and merges of buckets (K1-K8) and merges of
+small log segments (R8) on 2 tables while a checker verifies R2, that every bucket's segments
+follow each other and that every listed segment has its file without pause, another
 thread compares the rows of the latest snapshots with ``read_at`` at their offsets every few
 seconds, and ZooKeeper is killed with SIGKILL and restarted in the middle. Afterwards every
 acknowledged write is still there and, after a janitor pass, no orphan pin (sealed buckets'
@@ -22,7 +23,7 @@ from leasekit import janitor, testing
 
 
 def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, capsys):
-    # R2, L3-L11, W1, W2, S2, R1, R4, R5: concurrent everything, a kill -9 mid-run
+    # R2, L3-L11, W1, W2, S2, R1, R4, R5, R8: concurrent everything, a kill -9 mid-run
     seconds = stress_seconds
     conn = connect()
     conn.update_settings({"lease.expiry-grace": GRACE, "orphan.min-age": ORPHAN_MIN_AGE})
@@ -134,6 +135,8 @@ def test_stress_with_zookeeper_kill(connect, spark, own_zk, stress_seconds, caps
         f"segments={c['deleted segments']} "
         f"orphans={c['deleted orphans']} leases={c['deleted leases']}) expired "
         f"leases={c['expired leases']} splits={c['splits']} merges={c['merges']} "
+        f"compactions={c['compactions']} (merged {c['merged segments']} segments into "
+        f"{c['merged into']}, lost={c['merges lost']}) "
         f"invariant checks={c['invariant checks']} (pins={c['pins checked']}) "
         f"latest checks={c['latest checks']} (skipped={c['latest checks skipped']}, "
         f"{c['latest check ms'] / 1000:.1f}s; at the end {c['end check ms'] / 1000:.1f}s) "
