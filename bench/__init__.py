@@ -29,6 +29,8 @@ REGISTRY: dict[str, str] = {
     "B12": "bench.b12",
     "B13": "bench.b13",
     "B13-SCRAPE": "bench.b13_scrape",
+    "B19": "bench.b19",
+    "B20": "bench.b20",
 }
 
 
