@@ -8,7 +8,7 @@ and the load average. A merged segment is read exactly as an appended one of the
 (plus its ``_timestamp`` column), so the size at which throughput stops growing is the largest
 target worth rewriting records for.
 
-    .venv/bin/python -m bench.segment_sizes     # writes bench/results/segment_sizes.json
+    .venv/bin/python -m bench.segment_sizes     # writes bench/results/sizes/segment_sizes.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from .common import load_average, log, median, spread, temp_warehouse
 RECORDS = 2_000_000
 SIZES = (2_000, 20_000, 200_000, 500_000)
 RUNS = 5
-RESULT = Path(__file__).parent / "results" / "segment_sizes.json"
+RESULT = Path(__file__).parent / "results" / "sizes" / "segment_sizes.json"
+"""Beside the benchmark results, not among them: the results table lists only benchmarks."""
 
 
 def _table(conn: Any, rows: int) -> tuple[str, float, int]:
@@ -78,6 +79,7 @@ def main() -> None:
         result["sizes"].append(row)
         log(f"segments of {rows:>7,} records ({mib:6.2f} MiB, {count:4} files): "
             f"{median(rates) / 1e6:5.2f} M records/s")  # fmt: skip
+    RESULT.parent.mkdir(exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
     log(f"load average {loads}; written {RESULT}")
 
