@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import IllegalStateError
 from ..log.markers import in_flight
+from ..log.segments import list_segments
 from ..log.state import read_states
 from ..progress import progress
 from ..snapshots.register import Written, register
@@ -64,17 +66,61 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
         return {}
     bar = progress(total=3, desc=f"snapshot {table.name}", unit="step", leave=False)
     try:
-        sources = plan_read(table, ends)
-        bar.update(1)
         with in_flight(table.context) as token:
             rel = f"{table.data_dir}/snapshots/{token}"
-            _compact(spark, table, layout, sources, rel)
+            for attempt in range(1, ATTEMPTS + 1):
+                sources = plan_read(table, ends)
+                bar.update(1 if attempt == 1 else 0)
+                planned = _log_files(table, sources)
+                try:
+                    _compact(spark, table, layout, sources, f"{rel}/{attempt}")
+                    break
+                except IllegalStateError:
+                    if not _replanned(table, planned, rel, attempt):
+                        raise
             bar.update(1)
-            result = register(table, _written(table, ends, rel), token)
+            result = register(table, _written(table, ends, f"{rel}/{attempt}"), token)
         bar.update(1)
     finally:
         bar.close()
     return result
+
+
+ATTEMPTS = 3
+"""Plans of one snapshot: a merge (R8) may replace log files the job planned on, and retention
+delete them once ``orphan.min-age`` has passed; the job then plans again on the new files."""
+
+
+def _log_files(table: TableInfo, sources: list[Source]) -> list[str]:
+    """Warehouse-relative paths of the log files a snapshot of ``sources`` reads."""
+    ranges = {s.bucket: (s.start, s.end) for s in sources if s.end > s.start}
+    warehouse = table.context.warehouse
+    return [
+        warehouse.relative(seg.file)
+        for b, segs in list_segments(table, ranges).items()
+        for seg in segs
+        if seg.base_offset < ranges[b][1] and seg.end_offset > ranges[b][0]
+    ]
+
+
+def _replanned(table: TableInfo, planned: list[str], rel: str, attempt: int) -> bool:
+    """After a failed job: whether to plan again (a log file it planned on is gone, and
+    attempts are left), its partial output deleted. Raises ``IllegalStateError`` naming the file
+    when the attempts are used up."""
+    warehouse = table.context.warehouse
+    there = {e.path for e in warehouse.stat(planned)}
+    gone = [f for f in planned if f not in there]
+    if not gone:
+        return False  # not a replaced file: the job's own error stands
+    warehouse.delete_dir(f"{rel}/{attempt}")
+    if attempt < ATTEMPTS:
+        return True
+    raise IllegalStateError(
+        f"snapshot {table.name}: the log file {warehouse.uri(gone[0])} was deleted while the job "
+        f"read it, in each of {ATTEMPTS} attempts: merges replace log files, and retention "
+        "deletes the replaced ones once orphan.min-age has passed; set orphan.min-age longer "
+        "than a snapshot job takes"
+    )
 
 
 def _compact(
