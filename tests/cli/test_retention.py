@@ -210,7 +210,8 @@ def test_janitor_rejects_a_bad_interval(capsys, target) -> None:
 
 LOG_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO leasekit\.janitor: janitor pass: "
-    r"deleted \d+ items, freed \d+ bytes, \d+ errors in (\d+ms|\d+(\.\d)?s|\d+m( \d+s)?)$"
+    r"deleted \d+ items, freed \d+ bytes, merged \d+ segments into \d+, \d+ errors in "
+    r"(\d+ms|\d+(\.\d)?s|\d+m( \d+s)?)$"
 )
 
 

@@ -33,6 +33,8 @@ def test_create_describe_list_drop(conn):
         "log.retention.bytes": None,
         "log.retention.respect-consumers": False,
         "log.segment.max-rows": 1_000_000,
+        "log.segment.target-bytes": 16 * 1024 * 1024,
+        "log.segment.min-merge": 4,
     }
     assert conn.table("orders") == table
     assert conn.table(table).name == "orders"
