@@ -46,8 +46,10 @@ __all__ = ["MAX_RUN", "plan_runs", "compact_log"]
 MAX_RUN = 1000
 """Segments one merge replaces at most: its transaction deletes each one's znode, and its
 retired record names each one's file, well inside ZooKeeper's request limit."""
-READ_AHEAD = 4
-"""Segment files of a run read at one time while the merged file is written."""
+READ_AHEAD = 8
+"""Segment files of a run read ahead of the one being written, from an object store."""
+READERS = 2
+"""Threads reading them from an object store (a local warehouse's are read in turn)."""
 
 
 def plan_runs(
@@ -192,13 +194,16 @@ def _merge(table: TableInfo, bucket: int, run: list[LogSegment]) -> _Merge:
 
 @contextlib.contextmanager
 def _parts(table: TableInfo, run: list[LogSegment]) -> Iterator[Iterator[pa.Table]]:
-    """The records of ``run`` in order, each segment's with its timestamps, read a few files
-    ahead on threads (Parquet decoding releases the interpreter)."""
+    """The records of ``run`` in order with their timestamps, in pieces of about a row group
+    each (one column of timestamps built per piece, not per file). A local warehouse's files
+    are read in turn: a small file's read is all decoding, and a thread would only add hand-
+    offs; an object store's are read a few ahead on threads, to hide its latency."""
     warehouse = table.context.warehouse
     columns = [f.name for f in log_schema(table)]
     schema = merged_schema(table)
+    plain = log_schema(table)
 
-    def read(seg: LogSegment) -> pa.Table:
+    def read(seg: LogSegment) -> tuple[pa.Table, np.ndarray]:
         rel = warehouse.relative(seg.file)
         stored = columns if seg.first_timestamp_ms is None else [*columns, STAMP_COLUMN]
         try:
@@ -206,13 +211,33 @@ def _parts(table: TableInfo, run: list[LogSegment]) -> Iterator[Iterator[pa.Tabl
         except FileNotFoundError:  # an OSError: the writer would report it as an I/O error
             raise _Lost from None
         if seg.first_timestamp_ms is None:
-            stamps = pa.array(np.full(data.num_rows, seg.timestamp_ms, dtype=np.int64))
-            data = data.append_column(schema.field(STAMP_COLUMN), stamps)
-        return data.cast(schema)
+            return data, np.full(data.num_rows, seg.timestamp_ms, dtype=np.int64)
+        stamps = data.column(STAMP_COLUMN).to_numpy()
+        return data.drop_columns([STAMP_COLUMN]), stamps
 
-    pool = ThreadPoolExecutor(max_workers=READ_AHEAD, thread_name_prefix="leasekit-merge")
+    def piece(held: list[tuple[pa.Table, np.ndarray]]) -> pa.Table:
+        data = pa.concat_tables([d if d.schema.equals(plain) else d.cast(plain) for d, _ in held])
+        stamps = pa.array(np.concatenate([t for _, t in held]))
+        return data.append_column(schema.field(STAMP_COLUMN), stamps)
 
-    def ordered() -> Iterator[pa.Table]:
+    def pieces(tables: Iterator[tuple[pa.Table, np.ndarray]]) -> Iterator[pa.Table]:
+        held: list[tuple[pa.Table, np.ndarray]] = []
+        rows = 0
+        for data, stamps in tables:
+            held.append((data, stamps))
+            rows += data.num_rows
+            if rows >= ROW_GROUP_RECORDS:
+                yield piece(held)
+                held, rows = [], 0
+        if held:
+            yield piece(held)
+
+    if warehouse.is_local:
+        yield pieces(read(seg) for seg in run)
+        return
+    pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="leasekit-merge")
+
+    def ordered() -> Iterator[tuple[pa.Table, np.ndarray]]:
         pending = [pool.submit(read, seg) for seg in run[:READ_AHEAD]]
         for i in range(len(run)):
             data = pending[i].result()
@@ -222,7 +247,7 @@ def _parts(table: TableInfo, run: list[LogSegment]) -> Iterator[Iterator[pa.Tabl
             yield data
 
     try:
-        yield ordered()
+        yield pieces(ordered())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
