@@ -47,9 +47,10 @@ MAX_RUN = 1000
 """Segments one merge replaces at most: its transaction deletes each one's znode, and its
 retired record names each one's file, well inside ZooKeeper's request limit."""
 READ_AHEAD = 8
-"""Segment files of a run read ahead of the one being written, from an object store."""
-READERS = 2
-"""Threads reading them from an object store (a local warehouse's are read in turn)."""
+"""Segment files of a run read ahead of the one being written."""
+READERS = 4
+"""Threads reading them: decoding releases the interpreter, so they use every core (and hide
+an object store's latency)."""
 
 
 def plan_runs(
@@ -195,9 +196,8 @@ def _merge(table: TableInfo, bucket: int, run: list[LogSegment]) -> _Merge:
 @contextlib.contextmanager
 def _parts(table: TableInfo, run: list[LogSegment]) -> Iterator[Iterator[pa.Table]]:
     """The records of ``run`` in order with their timestamps, in pieces of about a row group
-    each (one column of timestamps built per piece, not per file). A local warehouse's files
-    are read in turn: a small file's read is all decoding, and a thread would only add hand-
-    offs; an object store's are read a few ahead on threads, to hide its latency."""
+    each (one column of timestamps built per piece, not per file), the files read a few ahead
+    on threads."""
     warehouse = table.context.warehouse
     columns = [f.name for f in log_schema(table)]
     schema = merged_schema(table)
@@ -232,9 +232,6 @@ def _parts(table: TableInfo, run: list[LogSegment]) -> Iterator[Iterator[pa.Tabl
         if held:
             yield piece(held)
 
-    if warehouse.is_local:
-        yield pieces(read(seg) for seg in run)
-        return
     pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="leasekit-merge")
 
     def ordered() -> Iterator[tuple[pa.Table, np.ndarray]]:
