@@ -180,9 +180,10 @@ def test_internal_tables_counted_not_listed(capsys, target, conn, orders) -> Non
     assert listed["internal"]["items"] == 0
 
     data = run_json(capsys, *target, "retention", "run")
-    assert data["internal"]["deletes"] == sum(i.action == "delete" for i in internal), (
-        "the old lag history segments go, counted but not listed"
-    )
+    # the old lag history segments go, counted but not listed; with monitor.retention 1s, a
+    # busy machine may let the next sample age past it between the plan above and this run
+    planned = sum(i.action == "delete" for i in internal)
+    assert planned >= 1 and data["internal"]["deletes"] >= planned
     assert all(not (d["table"] or "").startswith("__") for d in data["deleted"])
 
 
