@@ -39,9 +39,7 @@ def _table(conn: Any, rows: int) -> tuple[str, float, int]:
                               properties={"log.segment.max-rows": rows})  # fmt: skip
     rng = np.random.default_rng(rows)
     ids = np.arange(RECORDS, dtype=np.int64)
-    data = pa.table(
-        {"id": ids, "a": rng.random(RECORDS), "b": pa.array((ids % 1000).astype(str))}
-    )
+    data = pa.table({"id": ids, "a": rng.random(RECORDS), "b": pa.array((ids % 1000).astype(str))})
     for start in range(0, RECORDS, 500_000):
         table.append(data.slice(start, 500_000))
     segments = list_segments(table, [0])[0]
