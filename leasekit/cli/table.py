@@ -8,10 +8,9 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..durations import human_duration
 from ..errors import InvalidArgumentError
-from ..sizes import human_bytes
 from ..structs import TableBucket
+from . import table_compact
 from .common import add_command, connect, spark
 from .output import emit, format_fields, format_table, listing, unreadable, value_text
 
@@ -295,35 +294,6 @@ def _snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compact(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
-        table = conn.table(args.name)
-        done = table.compact_log(args.bucket)
-        grace = conn.settings()["orphan.min-age"]
-    rows = [{"bucket": tb.bucket, "segments": n} for tb, n in sorted(done.segments.items())]
-    info = {**done._asdict(), "segments": rows, "replaced_files_kept_for": grace}
-
-    def render(i: dict[str, Any]) -> str:
-        counts = [r["segments"] for r in rows]
-        low, high = min(counts, default=0), max(counts, default=0)
-        each = f"{low} segment(s) each" if low == high else f"{low} to {high} segments"
-        if not done.written:
-            lost = f"; {done.lost} merge(s) lost to a concurrent change: run it again"
-            return f"no run of small segments to merge in {args.name} (its buckets hold {each})" + (
-                lost if done.lost else ""
-            )
-        return (
-            f"merged {done.merged:,} segments of {args.name} into {done.written:,} "
-            f"({done.records:,} records, {human_bytes(done.bytes_read)} -> "
-            f"{human_bytes(done.bytes_written)}); its buckets now hold {each}\n"
-            "the replaced files stay for readers that listed them until orphan.min-age "
-            f"({human_duration(grace)}) has passed; retention deletes them then"
-        )
-
-    emit(args, info, render)
-    return 0
-
-
 def _register_rescale(actions: Any, common: argparse.ArgumentParser) -> None:
     split = add_command(
         actions, "split", "seal a bucket and split its keys into two new buckets", common, _split
@@ -340,20 +310,6 @@ def _register_rescale(actions: Any, common: argparse.ArgumentParser) -> None:
         type=_parse_pair,
         metavar="A,B",
         help="the two buckets one split made",
-    )
-
-
-def _register_compact(actions: Any, common: argparse.ArgumentParser) -> None:
-    compact = add_command(
-        actions,
-        "compact",
-        "merge runs of small log segments into segments of up to log.segment.target-bytes",
-        common,
-        _compact,
-    )
-    compact.add_argument("name", metavar="NAME")
-    compact.add_argument(
-        "--bucket", type=int, metavar="B", help="one bucket, active or sealed (default: all)"
     )
 
 
@@ -405,5 +361,5 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         _snapshot,
     )
     snapshot.add_argument("name", metavar="NAME")
-    _register_compact(actions, common)
+    table_compact.register(actions, common)
     _register_rescale(actions, common)
