@@ -15,7 +15,7 @@ TEST_WORKERS ?= 3
 CHROMIUM := /usr/bin/chromium
 PROMETHEUS := /usr/bin/prometheus
 
-.PHONY: install install-demo browser prometheus demo test bench lab lint clean
+.PHONY: install install-demo browser prometheus peers demo test bench lab lint clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit("leasekit needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -90,13 +90,19 @@ prometheus:
 		$$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; \
 	fi
 
+# The Kafka broker of the parity tests and side-by-side benchmarks, and Spark's Kafka source:
+# their jars come from Maven Central through Maven, into a cache outside the repository
+# (~/.cache/leasekit/peers); once there, this runs no Maven and downloads nothing.
+peers: install
+	$(BIN)/python -m peers.maven kafka spark-kafka
+
 # Byte-compiled first: the suite starts hundreds of Python processes (Spark workers, kernels, CLI
 # runs), and with PYTHONDONTWRITEBYTECODE set none of them would keep what it compiled. For the
 # same reason pytest runs with it unset: each worker imports every test module, and pytest keeps
 # its assertion-rewritten modules only where Python may write bytecode (a worker's collection
 # takes 21 CPU-s without them, 12 with them, from the second run on).
-test: install browser prometheus
-	$(BIN)/python -m compileall -q leasekit widgets tests bench
+test: install browser prometheus peers
+	$(BIN)/python -m compileall -q leasekit widgets tests bench peers
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: install
@@ -109,7 +115,7 @@ lab: install
 	$(BIN)/leasekit lab $(LAB_ARGS)
 
 lint: install
-	$(BIN)/ruff check leasekit widgets tests bench
+	$(BIN)/ruff check leasekit widgets tests bench peers
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -18,7 +18,7 @@ _JVM_NOTE = pytest.StashKey[str]()
 _OWN_ZK_FLAGS = "LEASEKIT_TEST_OWN_ZK_FLAGS"
 """SERVER_JVMFLAGS of each worker's own ZooKeeper (set with the others before workers start)."""
 
-GROUPED_FIXTURES = ("zk_ensemble", "lag_report_with_history")
+GROUPED_FIXTURES = ("zk_ensemble", "lag_report_with_history", "kafka_broker")
 """Session fixtures too costly to start once per worker: their tests share one worker."""
 
 SERVER_JOBS = ("tests/scale/test_spark_", "tests/scale/test_s3")

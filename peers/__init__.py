@@ -1,0 +1,7 @@
+"""What leasekit is measured and checked against: real peers run beside it.
+
+``peers.maven`` copies a peer's jars from Maven Central into a cache outside the repository
+(once; a second run downloads nothing), and ``peers.kafka_broker`` runs an Apache Kafka broker
+(KRaft, one combined broker and controller on loopback) from them. The parity tests
+(tests/peers/) and the side-by-side benchmarks (bench/, B14-B18 and B12-peer) use them.
+"""
