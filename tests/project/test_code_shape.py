@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ("leasekit", "widgets")
-NOT_TESTS = ("leasekit", "widgets", "bench")
+NOT_TESTS = ("leasekit", "widgets", "bench", "peers")
 CALLERS = ("widgets", "notebooks", "bench", "tests")
 MAX_MODULE_LINES = 400
 LONGER_MODULES = {
