@@ -31,6 +31,15 @@ REGISTRY: dict[str, str] = {
     "B13-SCRAPE": "bench.b13_scrape",
     "B19": "bench.b19",
     "B20": "bench.b20",
+    # Against the real peer: a Kafka broker on loopback (peers.kafka_broker), same records.
+    "B14": "bench.b14",
+    "B15": "bench.b15",
+    "B16": "bench.b16",
+    "B17": "bench.b17",
+    "B18": "bench.b18",
+    "B12-peer": "bench.b12_peer",
+    # B1 on an S3 warehouse (SeaweedFS on loopback) through Spark's s3a reader.
+    "B1-S3": "bench.b1_s3",
 }
 
 
