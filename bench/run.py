@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "id",
         nargs="?",
-        type=str.upper,
+        type=_registered,
         choices=sorted(REGISTRY),
         metavar="ID",
         help=f"benchmark id: {', '.join(sorted(REGISTRY, key=natural))}",
@@ -183,11 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     return _run_one(args.id, args.quick, args.runs)
 
 
+def _registered(name: str) -> str:
+    """The registered id ``name`` stands for, in any case (``b12-peer`` is ``B12-peer``)."""
+    return {key.upper(): key for key in REGISTRY}.get(name.upper(), name)
+
+
 def _run_one(bench_id: str, quick: bool, runs_given: int | None) -> int:
     bench = load(bench_id)
     runs = bench.default_runs if runs_given is None else runs_given
     log(f"{bench.id}: {bench.what} ({'quick' if quick else 'full size'}, {runs} runs)")
-    spark = bench_spark() if bench.spark else None
+    jars = bench.spark_jars() if bench.spark_jars is not None else []
+    spark = bench_spark(jars) if bench.spark else None
     try:
         machine = machine_info(spark)
         outcome = bench.run(spark, quick, runs)
