@@ -11,6 +11,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka import errors as aioerrors
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
@@ -66,7 +67,7 @@ class _Listener(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: Any) -> None:
         self.reader.calls.append(("revoked", frozenset(tp.partition for tp in revoked)))
         meta, consumer = self.reader.commit_on_revoke, self.reader.consumer
-        if meta is not None and revoked:
+        if meta is not None and revoked and consumer is not None:
             wanted = {tp: (await consumer.position(tp), meta) for tp in revoked}
             await consumer.commit(wanted)
 
@@ -80,6 +81,7 @@ class AioReader:
     def __init__(self, side: KafkaSide, topic: str, group: str | None, **options: Any) -> None:
         self.topic, self.calls = topic, []
         self.commit_on_revoke = options.pop("commit_on_revoke", None)
+        self.consumer: Any = None
         self._own_loop = options.pop("zombie", False)
         self.loop = Loop(detached=True) if self._own_loop else side.loop
         self._closed = False
@@ -193,6 +195,7 @@ class KafkaSide:
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
         self.loop = Loop()
+        self.aioadmin: Any = None
         self.readers: list[Any] = []
 
     def topic(self, partitions: int) -> str:
@@ -242,12 +245,20 @@ class KafkaSide:
         return made
 
     def _group_offsets(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
-        future = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-        result = future[group].result(TIMEOUT)
+        """The group's committed offsets with their metadata, read by aiokafka's admin client
+        (confluent-kafka's list_consumer_group_offsets decodes a metadata string past its end
+        at times: a UnicodeDecodeError, or bytes that were never committed)."""
+
+        async def listed() -> Any:
+            if self.aioadmin is None:
+                self.aioadmin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+                await self.aioadmin.start()
+            return await self.aioadmin.list_consumer_group_offsets(group)
+
         return {
-            tp.partition: (tp.offset, tp.metadata or "")
-            for tp in result.topic_partitions
-            if tp.topic == topic and tp.offset >= 0
+            tp.partition: (om.offset, om.metadata or "")
+            for tp, om in self.loop.run(listed()).items()
+            if tp.topic == topic and om.offset >= 0
         }
 
     def committed_metadata(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
@@ -294,5 +305,7 @@ class KafkaSide:
                 reader.close()
             except Exception:  # noqa: BLE001 - closing what a test left open, best effort
                 pass
+        if self.aioadmin is not None:
+            self.loop.run(self.aioadmin.close())
         self.loop.close()
         self.producer = self.admin = None  # their librdkafka threads end with them

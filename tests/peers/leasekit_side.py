@@ -217,7 +217,7 @@ class LeasekitSide:
 
     def reset_offsets(self, group: str, topic: str, offset: int, partitions: list[int]) -> None:
         buckets = [TB(topic, p) for p in partitions]
-        self.conn.reset_offsets(group, to=offset, buckets=buckets, dry_run=False)
+        self.conn.reset_offsets(group, to=offset, tables=[topic], buckets=buckets, dry_run=False)
 
     def members(self, group: str) -> list[set[int]]:
         return [{tb.bucket for tb in m.assigned} for m in self.conn.group_members(group)]
