@@ -174,6 +174,13 @@ class AioReader:
     def resume(self, *partitions: int) -> None:
         self._call(self.consumer.resume, *map(self._tp, partitions))
 
+    def silence(self) -> None:
+        """A zombie's loop runs only inside its calls: left alone, it sends no heartbeat."""
+        assert self._own_loop, "only a zombie reader can be silenced"
+
+    def unsilence(self) -> None:
+        assert self._own_loop, "only a zombie reader can be silenced"
+
     def close(self) -> None:
         if self._closed:
             return
@@ -281,6 +288,9 @@ class KafkaSide:
             if tp.error is not None:
                 raise KafkaException(tp.error)
 
+    def delete_group(self, group: str) -> None:
+        self.admin.delete_consumer_groups([group])[group].result(TIMEOUT)
+
     def members(self, group: str) -> list[set[int]]:
         described = self.admin.describe_consumer_groups([group])[group].result(TIMEOUT)
         return [{tp.partition for tp in m.assignment.topic_partitions} for m in described.members]
@@ -298,6 +308,12 @@ class KafkaSide:
         if isinstance(error, KafkaException) and error.args[0].code() in GROUP_NOT_EMPTY:
             return "group-not-empty"
         return None
+
+    def error_name(self, error: BaseException) -> str:
+        """The class name; for confluent-kafka's KafkaException, with the broker's error code."""
+        if isinstance(error, KafkaException):
+            return f"KafkaException({error.args[0].name()})"
+        return type(error).__name__
 
     def close(self) -> None:
         for reader in self.readers:

@@ -13,7 +13,7 @@ import leasekit as lk
 from leasekit import errors
 from leasekit.tables.bucketing import bucket_ids
 
-from .sides import Records, unique
+from .sides import Records, unique, wait_until
 
 TB = lk.TableBucket
 KINDS = {
@@ -136,8 +136,13 @@ class LeasekitReader:
         self.proxy.cut()
 
     def unsilence(self) -> None:
+        """Restore the connection and wait until the member is connected again (its session
+        found expired if it was cut longer than its timeout): a refusal after this is the
+        expired membership's, not the cut connection's (C16)."""
         assert self.proxy is not None, "only a zombie reader can be silenced"
         self.proxy.restore()
+        coordinator = self.consumer._coordinator
+        wait_until("the zombie's reconnection", lambda: not coordinator.suspended)
 
     def close(self) -> None:
         if self._closed:
@@ -219,11 +224,17 @@ class LeasekitSide:
         buckets = [TB(topic, p) for p in partitions]
         self.conn.reset_offsets(group, to=offset, tables=[topic], buckets=buckets, dry_run=False)
 
+    def delete_group(self, group: str) -> None:
+        assert self.conn.delete_group(group)
+
     def members(self, group: str) -> list[set[int]]:
         return [{tb.bucket for tb in m.assigned} for m in self.conn.group_members(group)]
 
     def kind_of(self, error: BaseException) -> str | None:
         return KINDS.get(type(error))  # the exact class: a subclass is another refusal
+
+    def error_name(self, error: BaseException) -> str:
+        return type(error).__name__
 
     def close(self) -> None:
         for reader in self.readers:
