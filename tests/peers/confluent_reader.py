@@ -6,6 +6,7 @@ leasekit's do."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException
@@ -45,6 +46,8 @@ class ConfluentReader:
         assert not options, f"options {sorted(options)} are not known"
         self.consumer = Consumer(settings)
         self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
+        self._pending: list[Any] = []
+        """Records fetched by ``position`` to learn where a partition stands, not handed out."""
         self._closed = False
 
     def _assigned(self, consumer: Consumer, partitions: list[CTP]) -> None:
@@ -62,29 +65,46 @@ class ConfluentReader:
             if wanted:
                 consumer.commit(offsets=wanted, asynchronous=False)
 
-    def poll(self, timeout: float = 0.2, max_records: int | None = None) -> Records:
-        out: Records = {}
-        for message in self.consumer.consume(max_records or 500, timeout):
+    def _fetch(self, limit: int, timeout: float) -> list[Any]:
+        messages = self.consumer.consume(limit, timeout)
+        for message in messages:
             if message.error() is not None:
                 raise KafkaException(message.error())
+        return messages
+
+    def poll(self, timeout: float = 0.2, max_records: int | None = None) -> Records:
+        limit = max_records or 500
+        messages, self._pending = self._pending[:limit], self._pending[limit:]
+        if not messages:
+            messages = self._fetch(limit, timeout)
+        out: Records = {}
+        for message in messages:
             out.setdefault(message.partition(), []).append(
                 (message.offset(), message.value().decode())
             )
         return out
 
     def getone(self, timeout: float = 10.0) -> tuple[int, int, str] | None:
-        message = self.consumer.poll(timeout)
-        if message is None:
-            return None
-        if message.error() is not None:
-            raise KafkaException(message.error())
-        return message.partition(), message.offset(), message.value().decode()
+        got = self.poll(timeout, max_records=1)
+        return next(((p, o, v) for p, records in got.items() for o, v in records), None)
 
     def assignment(self) -> set[int]:
         return {tp.partition for tp in self.consumer.assignment()}
 
     def position(self, partition: int) -> int:
-        return self.consumer.position([CTP(self.topic, partition)])[0].offset
+        """librdkafka knows a position only once a record of the partition was consumed after
+        its assignment: until then this fetches (and keeps, for the next poll) records, and the
+        first of the partition is where it stands."""
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            kept = [m.offset() for m in self._pending if m.partition() == partition]
+            if kept:
+                return kept[0]
+            at = self.consumer.position([CTP(self.topic, partition)])[0].offset
+            if at >= 0:
+                return at
+            assert time.monotonic() < deadline, f"no position for partition {partition}"
+            self._pending += self._fetch(500, 0.1)
 
     def committed(self, partition: int) -> int | None:
         tp = self.consumer.committed([CTP(self.topic, partition)], timeout=TIMEOUT)[0]

@@ -262,8 +262,8 @@ class KafkaSide:
                 await self.aioadmin.start()
             return await self.aioadmin.list_consumer_group_offsets(group)
 
-        return {
-            tp.partition: (om.offset, om.metadata or "")
+        return {  # confluent-kafka commits metadata with its C string's terminator: cut it
+            tp.partition: (om.offset, (om.metadata or "").removesuffix("\x00"))
             for tp, om in self.loop.run(listed()).items()
             if tp.topic == topic and om.offset >= 0
         }

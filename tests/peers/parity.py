@@ -31,4 +31,9 @@ def on_both(sides: list[Side], scenario: Callable[[Side], Any]) -> tuple[Any, An
 def agree(kafka: Any, leasekit: Any, expected: Any) -> None:
     """Both sides observed the same, and it is the value expected (so that the two cannot
     agree by being wrong the same way); a failure names the side that differs."""
-    assert {"kafka": kafka, "leasekit": leasekit} == {"kafka": expected, "leasekit": expected}
+    wrong = [
+        (name, seen)
+        for name, seen in (("kafka", kafka), ("leasekit", leasekit))
+        if seen != expected
+    ]
+    assert not wrong, "\n".join([f"expected {expected!r}", *(f"{n} saw {s!r}" for n, s in wrong)])
