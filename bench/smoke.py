@@ -94,6 +94,21 @@ def quick_figure(bench: Benchmark, outcome: Outcome) -> float:
     return float(value)
 
 
+def _all_spark_jars() -> list[str]:
+    """The jars every benchmark asks for (``Benchmark.spark_jars``), for the one session the
+    smoke shares: Spark takes jars only when its JVM starts. A benchmark whose jars are missing
+    is left to fail on its own, with its message."""
+    jars: list[str] = []
+    for bench_id in sorted(REGISTRY, key=natural):
+        try:
+            bench = load(bench_id)
+            if bench.spark and bench.spark_jars is not None:
+                jars.extend(j for j in bench.spark_jars() if j not in jars)
+        except Exception:  # noqa: BLE001 - reported when that benchmark runs
+            continue
+    return jars
+
+
 def run_all(runs: int | None = None) -> int:
     """Run the smoke of every benchmark and print the table; ``runs`` overrides each
     benchmark's ``quick_runs``."""
@@ -103,7 +118,7 @@ def run_all(runs: int | None = None) -> int:
         for bench_id in sorted(REGISTRY, key=natural):
             bench = load(bench_id)
             if bench.spark and spark is None:
-                spark = bench_spark()
+                spark = bench_spark(jars=_all_spark_jars())
             rows.append(_smoke(bench, spark, bench.quick_runs if runs is None else runs))
     finally:
         if spark is not None:
