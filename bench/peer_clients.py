@@ -13,6 +13,7 @@ Parquet pages without verifying their checksums on leasekit's side).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -74,6 +75,7 @@ async def aiokafka_consumer(bootstrap: str, group_id: str | None = None, **extra
     """A started ``AIOKafkaConsumer`` with ``AIOKAFKA_CONSUMER`` (and ``extra``) settings."""
     from aiokafka import AIOKafkaConsumer
 
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # not a coordinator's first retries
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group_id, **{**AIOKAFKA_CONSUMER, **extra}
     )
