@@ -211,9 +211,21 @@ class KafkaSide:
             future.result(TIMEOUT)
         return name
 
-    def add_partitions(self, topic: str, total: int) -> None:
-        for future in self.admin.create_partitions([NewPartitions(topic, total)]).values():
+    def grow(self, topic: str) -> list[int]:
+        """Add one partition (Kafka's only way to rescale a topic): its id."""
+        count = len(self.end_offsets(topic))
+        for future in self.admin.create_partitions([NewPartitions(topic, count + 1)]).values():
             future.result(TIMEOUT)
+        self.producer.list_topics(topic, timeout=TIMEOUT)  # the producer learns of it now
+        return [count]
+
+    def shrink(self, topic: str, partitions: list[int]) -> int:
+        """Ask for fewer partitions: Kafka refuses (INVALID_PARTITIONS)."""
+        count = len(self.end_offsets(topic))
+        asked = [NewPartitions(topic, count - len(partitions) + 1)]
+        for future in self.admin.create_partitions(asked).values():
+            future.result(TIMEOUT)
+        raise AssertionError("Kafka took fewer partitions")
 
     def write(
         self, topic: str, values: dict[int, list[str]], timestamp_ms: int | None = None

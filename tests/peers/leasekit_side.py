@@ -11,7 +11,7 @@ from helpers import TcpProxy, read_log
 
 import leasekit as lk
 from leasekit import errors
-from leasekit.tables.bucketing import bucket_ids
+from leasekit.tables.bucketing import murmur3_hash
 
 from .sides import Records, unique, wait_until
 
@@ -167,16 +167,35 @@ class LeasekitSide:
         self.warehouse, self.namespace = warehouse, namespace
         self.readers: list[LeasekitReader] = []
         self._keys: dict[str, dict[int, list[int]]] = {}
+        self._used: dict[str, set[int]] = {}
 
     def topic(self, partitions: int) -> str:
         name = unique("parity").replace("-", "_")
         self.conn.create_table(name, "id BIGINT, v STRING", "id", buckets=partitions)
-        ids = bucket_ids(pa.table({"id": pa.array(range(50_000), pa.int64())}), ["id"], partitions)
-        keys: dict[int, list[int]] = {}
-        for key, bucket in enumerate(ids.tolist()):
-            keys.setdefault(bucket, []).append(key)
-        self._keys[name] = keys
+        self._used[name] = set()
+        self._route(name)
         return name
+
+    def _route(self, name: str) -> None:
+        """The keys not written yet, by the active bucket each routes to now."""
+        keys = [k for k in range(50_000) if k not in self._used[name]]
+        hashes = murmur3_hash(pa.table({"id": pa.array(keys, pa.int64())}), ["id"])
+        routed: dict[int, list[int]] = {}
+        for key, bucket in zip(keys, self.conn.table(name).layout.route(hashes).tolist()):
+            routed.setdefault(bucket, []).append(key)
+        self._keys[name] = routed
+
+    def grow(self, topic: str) -> list[int]:
+        """Split bucket 0 (sealed at its end, K1): the two new buckets."""
+        low, high = self.conn.table(topic).split_bucket(0)
+        self._route(topic)
+        return [low.bucket, high.bucket]
+
+    def shrink(self, topic: str, buckets: list[int]) -> int:
+        """Merge the two buckets of a split back into one new bucket."""
+        merged = self.conn.table(topic).merge_buckets(*buckets)
+        self._route(topic)
+        return merged.bucket
 
     def write(
         self, topic: str, values: dict[int, list[str]], timestamp_ms: int | None = None
@@ -189,6 +208,7 @@ class LeasekitSide:
         for bucket, vals in values.items():
             keys = self._keys[topic][bucket]
             rows += [{"id": keys.pop(0), "v": v} for v in vals]
+            self._used[topic].update(row["id"] for row in rows)
         table.append(rows)
         since = {tb.bucket: o for tb, o in before.items()}
         log = read_log(table, since)
