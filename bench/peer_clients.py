@@ -28,6 +28,7 @@ __all__ = [
     "aiokafka_consumer",
     "confluent_consumer",
     "create_wide_topic",
+    "commit_when_ready",
 ]
 
 PEERS = ("aiokafka", "confluent")
@@ -115,3 +116,32 @@ def create_wide_topic(bootstrap: str, name: str, partitions: int, timeout: float
         if time.monotonic() >= deadline:
             raise TimeoutError(f"topic {name}: partitions without a leader after {timeout} s")
         time.sleep(0.2)
+
+
+def commit_when_ready(consumer: Any, offsets: list[Any], timeout: float = 120.0) -> None:
+    """A synchronous confluent-kafka commit of ``offsets``, retried (the partitions that failed)
+    while the group's coordinator is not ready: a new broker creates ``__consumer_offsets`` on
+    the first group's first request and answers NOT_COORDINATOR until it has loaded, for the
+    request or for some of its partitions."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    waiting = {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+    deadline = time.monotonic() + timeout
+    while offsets:
+        try:
+            done = consumer.commit(offsets=offsets, asynchronous=False)
+            failed = [tp for tp in done if tp.error is not None]
+            errors = {tp.error.code() for tp in failed}
+        except KafkaException as e:
+            failed, errors = offsets, {e.args[0].code()}
+        if failed and (not errors <= waiting or time.monotonic() >= deadline):
+            raise RuntimeError(f"commit of {len(failed)} offsets failed: {sorted(errors)}")
+        if failed:
+            time.sleep(0.2)
+        wanted = {(tp.topic, tp.partition) for tp in failed}
+        offsets = [tp for tp in offsets if (tp.topic, tp.partition) in wanted]
