@@ -94,7 +94,7 @@ prometheus:
 # their jars come from Maven Central through Maven, into a cache outside the repository
 # (~/.cache/leasekit/peers); once there, this runs no Maven and downloads nothing.
 peers: install
-	$(BIN)/python -m peers.maven kafka spark-kafka
+	$(BIN)/python -m peers.maven kafka spark-kafka hadoop-aws
 
 # Byte-compiled first: the suite starts hundreds of Python processes (Spark workers, kernels, CLI
 # runs), and with PYTHONDONTWRITEBYTECODE set none of them would keep what it compiled. For the

@@ -26,7 +26,7 @@ from pathlib import Path
 __all__ = ["PEERS", "PeerMissingError", "cache_dir", "fetch", "jars", "classpath", "main"]
 
 HERE = Path(__file__).resolve().parent
-PEERS = ("kafka", "spark-kafka")
+PEERS = ("kafka", "spark-kafka", "hadoop-aws")
 """The Maven projects under peers/: the Kafka broker, and Spark's Kafka source for B12-peer."""
 
 
