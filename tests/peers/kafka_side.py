@@ -314,6 +314,7 @@ class KafkaSide:
             aioerrors.IllegalOperation: "no-group",
             aioerrors.NoOffsetForPartitionError: "no-offset",
             aioerrors.OffsetOutOfRangeError: "out-of-range",
+            ValueError: "invalid-argument",
         }
         if type(error) in kinds:  # the exact class: a subclass is another refusal
             return kinds[type(error)]

@@ -21,7 +21,7 @@ KINDS = {
     errors.IllegalStateError: "not-assigned",
     errors.IllegalOperationError: "no-group",
     errors.GroupNotEmptyError: "group-not-empty",
-    errors.InvalidArgumentError: "invalid-offset",
+    errors.InvalidArgumentError: "invalid-argument",
     errors.NoOffsetForBucketError: "no-offset",
     errors.OffsetOutOfRangeError: "out-of-range",
 }

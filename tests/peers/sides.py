@@ -5,7 +5,7 @@ leasekit (``LeasekitSide``, leasekit_side.py).
 Partitions and buckets are plain ints, record values are str, a reader's records are
 ``{partition: [(offset, value), ...]}``. An error is compared through ``attempt``: an
 ``Outcome`` that names the error's class and the kind of refusal both sides agree on
-("commit-failed", "not-assigned", "no-group", "group-not-empty", "invalid-offset",
+("commit-failed", "not-assigned", "no-group", "group-not-empty", "invalid-argument",
 "no-offset", "out-of-range")."""
 
 from __future__ import annotations

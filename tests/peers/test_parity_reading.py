@@ -8,7 +8,7 @@ import time
 
 from . import parity
 from .parity import agree, on_both
-from .sides import Side, count, merge, read, values
+from .sides import Side, attempt, count, merge, read, values
 
 sides = parity.sides  # the fixture: [KafkaSide, LeasekitSide]
 
@@ -46,13 +46,16 @@ def test_poll_and_getone_hand_out_each_record_once_and_move_positions(sides):
 
 
 def test_seek_seek_to_beginning_and_seek_to_end(sides):
-    # C6: seek makes an offset the next record handed out; seek_to_beginning and seek_to_end
-    # move to the log's first offset and its end; a record written later is next after the end
+    # C6: seek makes an offset the next record handed out, and takes no negative offset
+    # (Kafka: ValueError; leasekit: InvalidArgumentError, a ValueError too); seek_to_beginning
+    # and seek_to_end move to the log's first offset and its end; a record written later is
+    # next after the end
     def scenario(side: Side):
         topic = side.topic(2)
         side.write(topic, {0: [f"a{i}" for i in range(5)], 1: [f"b{i}" for i in range(3)]})
         reader = side.reader(topic)
         read(reader, 8)
+        negative = attempt(side, reader.seek, 0, -1)
         reader.seek(0, 2)
         after_seek = (reader.position(0), values(read(reader, 3)))
         reader.seek_to_beginning(1)
@@ -61,9 +64,10 @@ def test_seek_seek_to_beginning_and_seek_to_end(sides):
         reader.seek_to_end(0)
         at_end = reader.position(0)
         side.write(topic, {0: ["a5"]})
-        return after_seek, after_beginning, at_end, values(read(reader, 1))
+        return negative.kind, after_seek, after_beginning, at_end, values(read(reader, 1))
 
     expected = (
+        "invalid-argument",
         (2, {0: ["a2", "a3", "a4"]}),
         (0, {1: ["b0", "b1", "b2"]}),
         5,
@@ -74,7 +78,8 @@ def test_seek_seek_to_beginning_and_seek_to_end(sides):
 
 def test_offsets_for_times_between_two_writes_and_after_the_end(sides):
     # C7: the earliest offset whose timestamp is at or after the time asked, None when no
-    # record is that recent; asking moves no position. Kafka's records carry the timestamps the
+    # record is that recent; a negative time is refused (Kafka: ValueError; leasekit:
+    # InvalidArgumentError); asking moves no position. Kafka's records carry the timestamps the
     # producer gave (two writes 1 s apart); leasekit's are their commit times (W3), so the time
     # asked is taken from the records' own timestamps on each side: just after the first
     # write's last record
@@ -91,11 +96,17 @@ def test_offsets_for_times_between_two_writes_and_after_the_end(sides):
             "zero": reader.offsets_for_times({0: 0, 1: 0}),
             "between": reader.offsets_for_times({0: between, 1: between}),
             "after": reader.offsets_for_times({0: now + 3_600_000, 1: now + 3_600_000}),
+            "negative": attempt(side, reader.offsets_for_times, {0: -1}).kind,
         }
         return asked, values(read(reader, 6))  # nothing moved: every record from the start
 
     expected = (
-        {"zero": {0: 0, 1: 0}, "between": {0: 2, 1: 1}, "after": {0: None, 1: None}},
+        {
+            "zero": {0: 0, 1: 0},
+            "between": {0: 2, 1: 1},
+            "after": {0: None, 1: None},
+            "negative": "invalid-argument",
+        },
         {0: ["a0", "a1", "a2"], 1: ["b0", "b1", "b2"]},
     )
     agree(*on_both(sides, scenario), expected)

@@ -170,4 +170,4 @@ def test_commits_of_negative_offsets_and_offsets_past_the_end(sides):
     kafka, leasekit = on_both(sides, scenario)
     agree(kafka[2:], leasekit[2:], ({0: (10, "past the end")}, {0: ["a0", "a1", "a2"]}))
     assert kafka[:2] == (("ok", None), -5)  # stored as given
-    assert leasekit[:2] == (("invalid-offset", "InvalidArgumentError"), None)  # nothing stored
+    assert leasekit[:2] == (("invalid-argument", "InvalidArgumentError"), None)  # nothing stored
