@@ -111,24 +111,36 @@ def register(spark: SparkSession | Any) -> None:
     spark.conf.set(PUSHDOWN, "true")
 
 
-def spark_session(app_name: str = "leasekit") -> SparkSession:
+def spark_session(
+    app_name: str = "leasekit", *, warehouse: Any = None, s3a: bool | None = None
+) -> SparkSession:
     """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise),
-    with ``format("leasekit")`` registered.
+    with ``format("leasekit")`` registered. A new one for an S3 warehouse reads it with Spark's
+    ``s3a`` file system (docs/scale.md).
 
     Arguments:
         app_name: the application name of a new session.
+        warehouse: the ``Connection`` (or warehouse path or URI) the session reads; None: the
+            warehouse ``LEASEKIT_WAREHOUSE`` names, if any.
+        s3a: True: put ``s3a``'s jars and settings in a new session whatever the warehouse;
+            False: never; None: when the warehouse is ``s3://``.
 
     Returns:
         The SparkSession.
 
     Raises:
+        InvalidTypeError: a bad ``warehouse`` or ``s3a``.
         JavaNotFoundError: no Java was found to start Spark with.
-        IllegalStateError: Spark failed to start.
+        IllegalStateError: Spark failed to start, or ``s3a``'s jars are not there (run
+            ``make peers``).
     """
+    from ..connection import Connection, context_of
     from ..sparkio.session import spark_errors
     from ..sparkio.session import spark_session as new_session
 
-    spark = new_session(app_name)
+    if isinstance(warehouse, Connection):
+        warehouse = context_of(warehouse).warehouse
+    spark = new_session(app_name, warehouse=warehouse, s3a=s3a)
     with spark_errors("register format('leasekit')"):
         register(spark)
     return spark

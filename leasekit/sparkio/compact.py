@@ -58,7 +58,7 @@ def take_snapshots(table: TableInfo, spark: Any = None) -> dict[TableBucket, Sna
         TableNotFoundError: the table was dropped meanwhile.
         IllegalStateError: Spark failed, or the files could not be registered.
     """
-    spark = session(spark)
+    spark = session(spark, table.context.warehouse)
     layout = table.refresh().layout
     active = list(layout.active)
     ends = advanced(table, dict(zip(active, read_states(table, active))))

@@ -52,7 +52,7 @@ def read_snapshots(
         SnapshotNotFoundError: a snapshot is gone (retention deleted it: pin it with a lease).
     """
     table = check_table(table).refresh()
-    spark = session(spark)
+    spark = session(spark, table.context.warehouse)
     sources = snapshot_sources(table, snapshot_map(table, snapshot_ids))
     with spark_errors(f"read snapshots of {table.name}"):
         return snapshot_rows(spark, table, sources, depth=False)
@@ -84,7 +84,7 @@ def read_at(
             log retention already deleted.
     """
     table = check_table(table)
-    spark = session(spark)
+    spark = session(spark, table.context.warehouse)
     table.refresh()  # another client's rescale changes which buckets there are
     targets = _targets(table, offsets)
     sources = plan_read(table, targets)

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from ..errors import IllegalStateError, InvalidTypeError, LeasekitError
+from .s3a import s3a_conf
 from .worker_python import worker_python
 
 __all__ = [
@@ -36,7 +37,9 @@ _TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
 _LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
-def spark_session(app_name: str = "leasekit") -> SparkSession:
+def spark_session(
+    app_name: str = "leasekit", *, warehouse: object = None, s3a: bool | None = None
+) -> SparkSession:
     """The active SparkSession, or a new one (``local[*]`` unless spark-submit says otherwise).
 
     A new one starts quietly: log4j2 logs warnings and errors only, without Spark's start-up
@@ -46,21 +49,31 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
     logs no error for the batch it cancels (``log4j2.properties``, ``_THREAD_STACK``). Unless
     ``PYSPARK_PYTHON`` says otherwise, its Python workers run this interpreter (on ``local[*]``
     through ``worker_python``'s launcher, which spares each worker compiling pyspark from
-    source).
+    source). A new session that reads an S3 warehouse gets Spark's ``s3a`` file system: the
+    ``hadoop-aws`` jars on its classpath and the warehouse's endpoint, region and credentials
+    as Hadoop settings (``s3a.s3a_conf``); an active session is returned as it is.
 
     Arguments:
         app_name: the application name of a new session.
+        warehouse: the warehouse the session reads (a path or URI); None: the one
+            ``LEASEKIT_WAREHOUSE`` names, if any.
+        s3a: True: set up ``s3a`` whatever the warehouse; False: never; None: when the
+            warehouse is ``s3://``.
 
     Returns:
         The SparkSession.
 
     Raises:
+        InvalidTypeError: a bad ``warehouse`` or ``s3a``.
         JavaNotFoundError: no Java was found to start Spark with.
-        IllegalStateError: Spark failed to start.
+        IllegalStateError: Spark failed to start, or ``s3a``'s jars are not there (run
+            ``make peers``).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    remote = any(os.environ.get(name) for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"))
+    s3a_settings = {} if remote else s3a_conf(warehouse, s3a)
     if not os.environ.get("JAVA_HOME"):
         from ..embedded.java import java_home
 
@@ -69,7 +82,7 @@ def spark_session(app_name: str = "leasekit") -> SparkSession:
         os.environ["PYSPARK_PYTHON"] = worker_python() if _launches_locally() else sys.executable
     # Spark's console progress bar would draw over leasekit's own progress bars.
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
-    for key, value in _quiet_logging().items():
+    for key, value in {**_quiet_logging(), **s3a_settings}.items():
         builder = builder.config(key, value)
     with spark_errors("start Spark"), _without_jvm_notices():
         return builder.getOrCreate()
@@ -152,9 +165,11 @@ def _relay(read: int, out: int) -> None:
         os.close(out)
 
 
-def session(spark: SparkSession | None) -> SparkSession:
+def session(spark: SparkSession | None, warehouse: object = None) -> SparkSession:
+    """``spark``, checked; None: the active session, or a new one for ``warehouse`` (with
+    ``s3a`` when it is an S3 warehouse)."""
     if spark is None:
-        return spark_session()
+        return spark_session(warehouse=warehouse)
     if not isinstance(spark, SparkSession) and not is_connect(spark):
         raise InvalidTypeError(f"spark must be a SparkSession, not {type(spark).__name__}")
     return spark
