@@ -15,7 +15,8 @@ creates its offset znodes; Kafka creates ``__consumer_offsets`` and finds the co
   the server).
 - aiokafka: ``await consumer.commit({tp: offset, ...})`` of all 1,000 partitions (one
   OffsetCommit request to the group coordinator).
-- confluent-kafka: ``consumer.commit(offsets=[...], asynchronous=False)``, the same request.
+- confluent-kafka: ``consumer.commit(offsets=[...], asynchronous=False)``, the same request
+  (the partitions' errors in its answer checked).
 
 Every commit moves every offset on by one, so each writes all 1,000. A run measures each side
 in two blocks of 10 commits, the blocks in counterbalanced order (``peer_runs``), each after a
@@ -141,13 +142,18 @@ def _committers(conn: Any, bootstrap: str, loop: AioLoop, n: int) -> dict[str, _
             lambda: loop.run(aio.stop()),
         ),
         "confluent": _Committer(
-            lambda o: conf.commit(
-                offsets=[TopicPartition(TOPIC, p, o) for p in range(n)], asynchronous=False
-            ),
+            lambda o: _confluent_commit(conf, [TopicPartition(TOPIC, p, o) for p in range(n)]),
             lambda: [tp.offset for tp in conf.committed(ends, 30)],
             conf.close,
         ),
     }
+
+
+def _confluent_commit(consumer: Any, offsets: list[Any]) -> None:
+    """A synchronous commit, its partitions' errors checked (it raises for the request's own)."""
+    failed = [tp for tp in consumer.commit(offsets=offsets, asynchronous=False) if tp.error]
+    if failed:
+        raise RuntimeError(f"commit of {len(failed)} offsets failed: {failed[0].error}")
 
 
 async def _aio_assigned(bootstrap: str, tps: list[Any]) -> Any:
