@@ -32,6 +32,7 @@ class ConfluentReader:
             "group.id": group or unique("no-group"),
             "auto.offset.reset": options.pop("reset", "earliest"),
             "enable.auto.commit": options.pop("auto_commit", False),
+            "auto.commit.interval.ms": int(options.pop("auto_commit_s", 5) * 1000),
             "fetch.wait.max.ms": 100,
             "topic.metadata.refresh.interval.ms": 1000,
         }

@@ -34,7 +34,7 @@ TIMEOUT = 60.0
 
 
 class Loop:
-    """A private asyncio loop: run on a thread of its own (background tasks such as heartbeats
+    """A private asyncio loop: run on a thread of its own (background work such as heartbeats
     go on between calls, as in Kafka's Java client), or ``detached``, run only inside calls, so
     that a consumer left alone sends no heartbeat at all (a stopped process, a zombie)."""
 
@@ -91,6 +91,7 @@ class AioReader:
             "group_id": group,
             "auto_offset_reset": options.pop("reset", "earliest"),
             "enable_auto_commit": options.pop("auto_commit", False),
+            "auto_commit_interval_ms": int(options.pop("auto_commit_s", 5) * 1000),
             "session_timeout_ms": session_ms,
             "heartbeat_interval_ms": min(200, session_ms // 4),
             "metadata_max_age_ms": 1000,

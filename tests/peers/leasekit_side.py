@@ -64,6 +64,7 @@ class LeasekitReader:
             "group_id": group,
             "auto_offset_reset": options.pop("reset", "earliest"),
             "enable_auto_commit": options.pop("auto_commit", False),
+            "auto_commit_interval": f"{options.pop('auto_commit_s', 5)}s",
             "session_timeout": f"{options.pop('session_s', 6)}s",
         }
         if "assignor" in options:

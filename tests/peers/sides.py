@@ -50,6 +50,8 @@ class Reader(Protocol):
     def offsets_for_times(self, times: dict[int, int]) -> dict[int, int | None]: ...
     def pause(self, *partitions: int) -> None: ...
     def resume(self, *partitions: int) -> None: ...
+    def silence(self) -> None: ...
+    def unsilence(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -65,7 +67,15 @@ class Side(Protocol):
     def end_offsets(self, topic: str) -> dict[int, int]: ...
     def grow(self, topic: str) -> list[int]: ...
     def shrink(self, topic: str, partitions: list[int]) -> int: ...
-    def reader(self, topic: str, group: str | None = None, **options: Any) -> Reader: ...
+    def reader(self, topic: str, group: str | None = None, **options: Any) -> Reader:
+        """A consumer subscribed to ``topic`` (in ``group``, or without a group: every
+        partition). Options: ``reset`` ("earliest", the default, "latest" or "none"),
+        ``auto_commit`` (False) and ``auto_commit_s``, ``session_s`` (6), ``assignor``,
+        ``commit_on_revoke`` (a metadata string: commit the revoked partitions' positions with
+        it inside the revoke callback), ``zombie`` (a reader ``silence`` can make fall silent);
+        on Kafka's side ``client``: "aiokafka" (the default), "cooperative" or "consumer"."""
+        ...
+
     def committed_metadata(self, group: str, topic: str) -> dict[int, tuple[int, str]]: ...
     def lag(self, group: str, topic: str) -> dict[int, tuple[int | None, int, int | None]]: ...
     def reset_offsets(self, group: str, topic: str, offset: int, partitions: list[int]) -> None: ...
@@ -126,7 +136,8 @@ def poll_until(
 
 
 def read(reader: Reader, total: int, seconds: float = WAIT) -> Records:
-    """Poll until ``total`` records were handed out; then check that no more come."""
+    """Poll until ``total`` records were handed out, then once more: a record handed out twice
+    or beyond the ``total`` shows in the result (which the scenario compares whole)."""
     got: Records = {}
     deadline = time.monotonic() + seconds
     while count(got) < total:
@@ -136,19 +147,8 @@ def read(reader: Reader, total: int, seconds: float = WAIT) -> Records:
     return got
 
 
-def assigned(reader: Reader, partitions: set[int], seconds: float = WAIT) -> None:
-    """Poll until ``reader`` is assigned exactly ``partitions``, handing out nothing (a reader
-    that would get records here has them counted by the scenario instead)."""
-    got = poll_until([reader], lambda: reader.assignment() == partitions, seconds)[0]
-    assert got == {}, f"records handed out while joining: {got}"
-
-
 def values(records: Records) -> dict[int, list[str]]:
     return {p: [v for _, v in r] for p, r in sorted(records.items())}
-
-
-def offsets(records: Records) -> dict[int, list[int]]:
-    return {p: [o for o, _ in r] for p, r in sorted(records.items())}
 
 
 @contextlib.contextmanager

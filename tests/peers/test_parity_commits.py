@@ -46,10 +46,10 @@ def test_committed_offsets_and_metadata_outlive_the_consumer(sides):
         read(first, 8)
         first.commit({0: (2, "up to a1"), 1: (1, "up to b0")})
         first.close()
-        second = side.reader(topic, group, auto_commit=True)
+        second = side.reader(topic, group, auto_commit=True, auto_commit_s=3600)
         got = values(read(second, 3 + 2))
         kept = side.committed_metadata(group, topic)
-        second.close()  # auto-commit: its positions, 5 and 3
+        second.close()  # auto-commit on close: its positions, 5 and 3
         return got, kept, side.committed_metadata(group, topic)
 
     expected = (
