@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
@@ -35,7 +36,7 @@ TIMEOUT = 60.0
 
 class Loop:
     """A private asyncio loop: run on a thread of its own (background work such as heartbeats
-    go on between calls, as in Kafka's Java client), or ``detached``, run only inside calls, so
+    goes on between calls, as in Kafka's Java client), or ``detached``, run only inside calls, so
     that a consumer left alone sends no heartbeat at all (a stopped process, a zombie)."""
 
     def __init__(self, detached: bool = False) -> None:
@@ -294,18 +295,23 @@ class KafkaSide:
 
     def reset_offsets(self, group: str, topic: str, offset: int, partitions: list[int]) -> None:
         tps = [CTP(topic, p, offset) for p in partitions]
-        asked = [ConsumerGroupTopicPartitions(group, tps)]
-        futures = self.admin.alter_consumer_group_offsets(asked)
-        result = futures[group].result(TIMEOUT)
-        for tp in result.topic_partitions:
-            if tp.error is not None:
-                raise KafkaException(tp.error)
+
+        def alter() -> None:
+            asked = [ConsumerGroupTopicPartitions(group, tps)]
+            result = self.admin.alter_consumer_group_offsets(asked)[group].result(TIMEOUT)
+            for tp in result.topic_partitions:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+
+        _retrying(alter)
 
     def delete_group(self, group: str) -> None:
-        self.admin.delete_consumer_groups([group])[group].result(TIMEOUT)
+        _retrying(lambda: self.admin.delete_consumer_groups([group])[group].result(TIMEOUT))
 
     def members(self, group: str) -> list[set[int]]:
-        described = self.admin.describe_consumer_groups([group])[group].result(TIMEOUT)
+        described = _retrying(
+            lambda: self.admin.describe_consumer_groups([group])[group].result(TIMEOUT)
+        )
         return [{tp.partition for tp in m.assignment.topic_partitions} for m in described.members]
 
     def kind_of(self, error: BaseException) -> str | None:
@@ -316,6 +322,7 @@ class KafkaSide:
             aioerrors.NoOffsetForPartitionError: "no-offset",
             aioerrors.OffsetOutOfRangeError: "out-of-range",
             ValueError: "invalid-argument",
+            aioerrors.OffsetMetadataTooLargeError: "metadata-too-large",
         }
         if type(error) in kinds:  # the exact class: a subclass is another refusal
             return kinds[type(error)]
@@ -339,3 +346,23 @@ class KafkaSide:
             self.loop.run(self.aioadmin.close())
         self.loop.close()
         self.producer = self.admin = None  # their librdkafka threads end with them
+
+
+COORDINATOR_NOT_READY = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+def _retrying(call: Any) -> Any:
+    """An admin call, again while the group's coordinator is not ready (a broker that has
+    just created its offsets topic answers NOT_COORDINATOR for a moment)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            return call()
+        except KafkaException as error:
+            if error.args[0].code() not in COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)

@@ -4,9 +4,10 @@ leasekit (``LeasekitSide``, leasekit_side.py).
 
 Partitions and buckets are plain ints, record values are str, a reader's records are
 ``{partition: [(offset, value), ...]}``. An error is compared through ``attempt``: an
-``Outcome`` that names the error's class and the kind of refusal both sides agree on
-("commit-failed", "not-assigned", "no-group", "group-not-empty", "invalid-argument",
-"no-offset", "out-of-range")."""
+``Outcome`` that names the error's class and its kind of refusal ("commit-failed",
+"not-assigned", "no-group", "group-not-empty", "invalid-argument", "no-offset",
+"out-of-range"; Kafka's "metadata-too-large" has no leasekit counterpart: leasekit refuses
+such metadata as an invalid argument)."""
 
 from __future__ import annotations
 

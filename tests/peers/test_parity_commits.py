@@ -99,3 +99,28 @@ def test_a_new_group_with_reset_none_is_refused_a_position(sides):
     agree(kafka[0], leasekit[0], "no-offset")
     assert (kafka[1], leasekit[1]) == ("NoOffsetForPartitionError", "NoOffsetForBucketError")
     agree(kafka[2], leasekit[2], {0: ["a1"]})
+
+
+def test_a_fresh_commit_and_metadata_of_up_to_4096_bytes(sides):
+    # C3: commit() by a member that has handed out nothing commits the position its reset
+    # policy gave ("latest": the end). C2: metadata of up to 4 KB is committed and read back;
+    # 4097 bytes are refused and nothing is written. The refusals differ in class: Kafka's
+    # coordinator answers OFFSET_METADATA_TOO_LARGE (offset.metadata.max.bytes, 4096 by
+    # default), leasekit raises InvalidArgumentError before writing anything
+    def scenario(side: Side):
+        topic, group = side.topic(1), unique("g")
+        side.write(topic, {0: ["a0", "a1", "a2"]})
+        member = side.reader(topic, group, reset="latest")
+        poll_until([member], lambda: member.assignment() == {0})
+        member.position(0)  # set by the reset policy (Kafka's is set in the background)
+        member.commit()
+        fresh = side.committed_metadata(group, topic)
+        member.commit({0: (1, "m" * 4096)})
+        whole = side.committed_metadata(group, topic) == {0: (1, "m" * 4096)}
+        refused = attempt(side, member.commit, {0: (2, "m" * 4097)})[:2]
+        return fresh, whole, refused, member.committed(0)
+
+    kafka, leasekit = on_both(sides, scenario)
+    agree((kafka[:2], kafka[3]), (leasekit[:2], leasekit[3]), (({0: (3, "")}, True), 1))
+    assert kafka[2] == ("metadata-too-large", "OffsetMetadataTooLargeError")
+    assert leasekit[2] == ("invalid-argument", "InvalidArgumentError")

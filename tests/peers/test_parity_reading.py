@@ -135,3 +135,27 @@ def test_paused_partitions_hand_out_nothing_until_resumed(sides):
         {1: ["1-0", "1-1", "1-2"]},
     )
     agree(*on_both(sides, scenario), expected)
+
+
+def test_a_position_outside_the_log_follows_the_reset_policy(sides):
+    # C5: a position past the log end (a seek to 100 in a log of 3) is reset by the policy:
+    # "earliest" reads from the beginning, "latest" waits at the end; with "none" the read
+    # raises OffsetOutOfRangeError (the same class on both sides), the position stays where
+    # it was, and a seek back into the log reads on
+    def scenario(side: Side):
+        topic = side.topic(1)
+        side.write(topic, {0: ["a0", "a1", "a2"]})
+        early, late, strict = (side.reader(topic, reset=r) for r in ("earliest", "latest", "none"))
+        for reader in (early, late, strict):
+            reader.seek(0, 100)
+        reset = (values(read(early, 3)), early.position(0), late.poll(timeout=1), late.position(0))
+        refused = attempt(side, strict.poll, 1.0)[:2], strict.position(0)
+        strict.seek(0, 1)
+        return reset, refused, values(read(strict, 2))
+
+    expected = (
+        ({0: ["a0", "a1", "a2"]}, 3, {}, 3),
+        (("out-of-range", "OffsetOutOfRangeError"), 100),
+        {0: ["a1", "a2"]},
+    )
+    agree(*on_both(sides, scenario), expected)
