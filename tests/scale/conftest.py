@@ -1,8 +1,10 @@
 """Fixtures for the scale tests: a 3-server ZooKeeper ensemble on loopback (started once for
-the session, stopped at its end) and the ``--ensemble-seconds`` option of its failover stress."""
+the session, stopped at its end), the ``--ensemble-seconds`` option of its failover stress, and
+an S3 server on loopback (``s3``: SeaweedFS, once per module)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -71,3 +73,20 @@ def ensemble_connect(ensemble, warehouse):
     yield open_connection
     for connection in opened:
         connection.close()
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory) -> Iterator[str]:
+    """Endpoint (host:port) of a SeaweedFS S3 server (``seaweed.seaweed_s3``) with the bucket
+    ``seaweed.BUCKET``; the AWS environment points at it while the module runs."""
+    from seaweed import SeaweedMissingError, aws_environment, seaweed_s3
+
+    with contextlib.ExitStack() as stack:
+        try:
+            endpoint = stack.enter_context(seaweed_s3(tmp_path_factory.mktemp("seaweedfs")))
+        except (SeaweedMissingError, RuntimeError) as exc:
+            pytest.fail(str(exc))
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in aws_environment(endpoint).items():
+                env.setenv(key, value)
+            yield endpoint
