@@ -193,7 +193,8 @@ class GroupMethods:
                 long ago); exactly one of ``to`` and ``shift_by``.
             shift_by: move every offset by this many records.
             tables: only these tables (default: every table the group committed).
-            buckets: only these ``TableBucket`` values.
+            buckets: only these ``TableBucket`` values; without ``tables``, their tables,
+                whether the group committed to them or not.
             dry_run: compute the plan and write nothing.
             plan: a dry run's result to carry out exactly: each of its buckets gets its
                 ``new_offset`` provided its committed offset is still the plan's

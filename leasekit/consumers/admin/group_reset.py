@@ -62,7 +62,9 @@ def reset_offsets(
             timedelta (the earliest offset whose timestamp is >= now - it); not with shift_by.
         shift_by: move the committed offsets by this many (from the beginning where none).
         tables: the tables to reset (names or Table objects; default: the group's tables).
-        buckets: only these buckets.
+        buckets: only these buckets; without ``tables``, their tables, whether the group
+            committed to them or not. A bucket outside its table's layout (or sealed and
+            drained) is an ``InvalidArgumentError``.
         dry_run: only plan (the default).
         plan: a dry run's result, carried out exactly while each committed offset is still its
             ``current_offset`` (see ``apply_plan``); alone, without ``to`` & co.
@@ -82,6 +84,10 @@ def reset_offsets(
     if plan is not None:
         return apply_plan(ctx, group_id, plan, dry_run, (to, shift_by, tables, buckets))
     tables, chosen = _check_reset(to, shift_by, dry_run, tables, buckets)
+    if tables is None and chosen is not None:
+        # the buckets name their tables, committed to by the group or not (as Kafka's tool
+        # resets a partition the group never committed)
+        tables = sorted({tb.table for tb in chosen})
     view = read_group(ctx, group_id)
     if view.members:
         raise GroupNotEmptyError(
@@ -119,6 +125,12 @@ def _rows(
     if chosen is None:
         return rows
     wanted = frozenset(chosen)
+    missing = sorted(wanted - {r.tb for r in rows})
+    if missing:
+        raise InvalidArgumentError(
+            f"{missing[0]} is not a bucket of its table's layout that a reset can move"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
     return [r for r in rows if r.tb in wanted]
 
 

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 
+import pandas as pd
 import pytest
 
 import leasekit as lk
@@ -199,3 +200,19 @@ def test_a_commit_between_the_last_read_and_the_transaction_refuses_it(
         TB("orders", 1): 11,
         TB("orders", 2): 10,
     }
+
+
+def test_buckets_alone_reset_a_table_the_group_never_committed(conn, orders):
+    # C13: buckets= names its tables, as kafka-consumer-groups --topic orders:0 does; before,
+    # a group without offsets of the table got an empty plan and nothing written
+    other_table = conn.create_table("other", "id BIGINT, v STRING", "id", buckets=1)
+    other_table.append([{"id": 1, "v": "a"}])
+    _commit(conn, {TB("other", 0): 1})
+    plan = conn.reset_offsets("g", to=5, buckets=[TB("orders", 0)], dry_run=False)
+    assert list(zip(plan["table"], plan["bucket"], plan["new_offset"])) == [("orders", 0, 5)]
+    committed = {tb: o for tb, o in _committed(conn).items() if o is not pd.NA}
+    assert committed == {TB("other", 0): 1, TB("orders", 0): 5}
+    with pytest.raises(lk.errors.InvalidArgumentError, match="orders:7|orders.*7"):
+        conn.reset_offsets("g", to=5, buckets=[TB("orders", 7)])
+    with pytest.raises(lk.errors.TableNotFoundError):
+        conn.reset_offsets("g", to=5, buckets=[TB("missing", 0)])
