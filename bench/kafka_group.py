@@ -58,10 +58,6 @@ class Variant:
     name: str
     protocol: str
     """``"classic"`` or ``"consumer"`` (KIP-848)."""
-    heartbeat_s: float
-    """The heartbeat interval the members use: how late a member may learn of a rebalance."""
-    session_s: float
-    """The session timeout: how long a silent member stays in the group."""
     client: dict[str, Any] = field(default_factory=dict)
     group: dict[str, str] = field(default_factory=dict)
 
@@ -88,7 +84,7 @@ def classic(
         client["session.timeout.ms"] = session_ms
     if fetch_wait_ms != 500:
         client["fetch.wait.max.ms"] = fetch_wait_ms
-    return Variant(name, "classic", heartbeat_ms / 1000, session_ms / 1000, client)
+    return Variant(name, "classic", client)
 
 
 def kip848(
@@ -112,7 +108,7 @@ def kip848(
     client: dict[str, Any] = {"group.protocol": "consumer"}
     if fetch_wait_ms != 500:
         client["fetch.wait.max.ms"] = fetch_wait_ms
-    return Variant(name, "consumer", heartbeat_ms / 1000, session_ms / 1000, client, group)
+    return Variant(name, "consumer", client, group)
 
 
 def configure_group(bootstrap: str, group: str, configs: dict[str, str]) -> None:
