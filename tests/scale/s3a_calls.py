@@ -258,6 +258,10 @@ def executors_reading(target: dict[str, str]) -> dict[str, Any]:
         _time.sleep(0.5)  # keep the task's executor busy: the next task goes to the other
         yield (_os.getcwd(), count)
 
+    tracker, deadline = _spark.sparkContext.statusTracker(), time.monotonic() + 180
+    while len(tracker.getExecutorInfos()) < 3:  # the driver and both workers' executors
+        assert time.monotonic() < deadline, "the executors did not both register"
+        time.sleep(0.5)
     with _connect(target) as conn:
         src = conn.table("src")
         latest = {s.table_bucket: s.snapshot_id for s in src.snapshots()}
