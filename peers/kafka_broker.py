@@ -138,7 +138,7 @@ class KafkaBroker:
         java = find_java()
         self.root.mkdir(parents=True, exist_ok=True)
         self.port, self.controller_port = _free_ports(2)
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = _cluster_id()
         config = self._write_config()
         base = [java, *JVM_FLAGS, f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}"]
         self._format(base, cp, config, timeout)
@@ -240,6 +240,16 @@ class KafkaBroker:
                 tail = log_tail(self.log_path)
                 raise BrokerError(f"the Kafka broker did not answer in time:\n{tail}")
             time.sleep(0.2)
+
+
+def _cluster_id() -> str:
+    """A random cluster id as Kafka writes them (a UUID in URL-safe base64 without padding),
+    never starting with "-", which the storage tool would take for an option (Kafka's own
+    ``Uuid.randomUuid`` draws again in that case too)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _free_ports(count: int) -> list[int]:
