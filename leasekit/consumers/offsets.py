@@ -17,6 +17,7 @@ with an empty member list.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -84,14 +85,19 @@ def check_offsets(offsets: object) -> dict[TableBucket, OffsetAndMetadata]:
         raise InvalidArgumentError("no offsets to commit: give at least one bucket")
     out: dict[TableBucket, OffsetAndMetadata] = {}
     for tb, value in offsets.items():
-        if not isinstance(tb, TableBucket):
+        if type(tb) is not TableBucket and not isinstance(tb, TableBucket):
             raise InvalidTypeError(f"offset keys must be TableBucket, not {type(tb).__name__}")
+        if type(value) is int and 0 <= value < OFFSET_LIMIT:  # the common case, checked
+            out[tb] = OffsetAndMetadata(value, "")
+            continue
         value = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
         offset, metadata = value
-        check_offset(offset, f"offset of {tb}")
+        offset = check_offset(offset, f"offset of {tb}")
         if not isinstance(metadata, str):
             raise InvalidTypeError(f"metadata of {tb} must be a str, not {type(metadata).__name__}")
-        if len(metadata.encode("utf-8", "surrogatepass")) > MAX_METADATA_BYTES:
+        if len(metadata) * 4 > MAX_METADATA_BYTES and (
+            len(metadata.encode("utf-8", "surrogatepass")) > MAX_METADATA_BYTES
+        ):
             raise InvalidArgumentError(f"metadata of {tb} exceeds {MAX_METADATA_BYTES} UTF-8 bytes")
         out[tb] = OffsetAndMetadata(offset, metadata)
     return out
@@ -106,15 +112,44 @@ def check_offset(value: object, what: str) -> int:
     return value
 
 
+class _Decoded:
+    """Records decoded before, by their stored bytes (the oldest dropped past ``limit``): a
+    member commits the same buckets again and again, and reads back each time the records it
+    wrote the time before, so a commit of 1,000 offsets need not decode 1,000 histories.
+    Equal bytes are an equal record; only the znode's stat differs, and it is set again."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._records: dict[bytes, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, data: bytes) -> Any:
+        return self._records.get(data)
+
+    def put(self, data: bytes, record: Any) -> None:
+        with self._lock:
+            self._records[data] = record
+            while len(self._records) > self._limit:
+                del self._records[next(iter(self._records))]
+
+
+_OFFSETS = _Decoded(16_384)
+_ENDS = _Decoded(16_384)
+
+
 def decode(node: Any, path: str) -> OffsetRecord:
     """The committed offset stored at ``path``; ``CorruptMetadataError`` naming the path for
     garbage, and for numbers no int64 holds (an older version's or a hostile client's)."""
+    known = _OFFSETS.get(node.data)
+    if known is not None:
+        return known._replace(stat=node.stat)
     record = OffsetRecord.decode(node, path)
     numbers = [record.offset, *(n for c in record.history for n in (c.offset, c.log_end))]
     if any(not 0 <= n < OFFSET_LIMIT for n in numbers) or any(
         not 0 <= c.time_ms <= MAX_TIME_MS for c in record.history
     ):
         raise CorruptMetadataError(f"committed offset at {path} holds a number out of range", path)
+    _OFFSETS.put(node.data, record._replace(stat=None))
     return record
 
 
@@ -152,10 +187,17 @@ def fetch_group(ctx: Context, group_id: str) -> dict[tuple[str, int], OffsetReco
 
 def log_ends(states: Sequence[Any], paths: Sequence[str]) -> list[int]:
     """Log end offsets from bucket-state nodes (0 for a bucket never written)."""
-    return [
-        0 if node is None else BucketState.decode(node, path).end
-        for node, path in zip(states, paths)
-    ]
+    ends = []
+    for node, path in zip(states, paths):
+        if node is None:
+            ends.append(0)
+            continue
+        end = _ENDS.get(node.data)
+        if end is None:
+            end = BucketState.decode(node, path).end
+            _ENDS.put(node.data, end)
+        ends.append(end)
+    return ends
 
 
 _RETRIED = (ConflictReason.VERSION, ConflictReason.EXISTS, ConflictReason.NONODE)
@@ -283,10 +325,12 @@ def _commit_once(
         base = old if old is not None else OffsetRecord.empty(tb.table)
         record = base.committed(offset, metadata, tb.table, now, end, reset=reset)
         records[path] = (tb, record)
+        data = record.encode()
+        _OFFSETS.put(data, record)  # what the next commit of this bucket reads back
         ops.append(
-            Create(path, record.encode())
+            Create(path, data)
             if old is None or old.stat is None
-            else SetData(path, record.encode(), old.stat.version)
+            else SetData(path, data, old.stat.version)
         )
     if not records:
         if fence:  # C11: a fenced member is refused even when nothing changes
