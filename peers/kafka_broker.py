@@ -233,7 +233,7 @@ class KafkaBroker:
                 if metadata.cluster_id != self.cluster_id:
                     raise BrokerError(
                         f"{self.bootstrap} answers as cluster {metadata.cluster_id}, not the "
-                        f"{self.cluster_id} this helper formatted: another broker holds the port"
+                        f"{self.cluster_id} this launcher formatted: another broker holds the port"
                     )
                 return
             if time.monotonic() >= deadline:

@@ -76,7 +76,7 @@ def test_crashed_runs_broker_is_killed_not_reused(tmp_path):
 
 def test_another_cluster_on_the_port_is_refused(kafka_broker, tmp_path):
     """The readiness check compares cluster ids: a broker that answers on the port but was not
-    formatted by this helper is an error, not a broker to use."""
+    formatted by this launcher is an error, not a broker to use."""
     impostor = KafkaBroker(tmp_path)
     impostor.port = kafka_broker.port
     impostor.cluster_id = "not-the-one-it-formatted"
