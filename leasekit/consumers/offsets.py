@@ -303,8 +303,7 @@ def _commit_once(
             *empty,
         ]
     )
-    group_node, parent_node = nodes[0], nodes[1]
-    stored = nodes[2 : 2 + len(keys)]
+    group_node, parent_node, stored = nodes[0], nodes[1], nodes[2 : 2 + len(keys)]
     ends = log_ends(nodes[2 + len(keys) : 2 + 2 * len(keys)], state_paths)
     guard = list(fence)
     ops: list[Op] = []

@@ -62,9 +62,7 @@ def reset_offsets(
             timedelta (the earliest offset whose timestamp is >= now - it); not with shift_by.
         shift_by: move the committed offsets by this many (from the beginning where none).
         tables: the tables to reset (names or Table objects; default: the group's tables).
-        buckets: only these buckets; without ``tables``, their tables, whether the group
-            committed to them or not. A bucket outside its table's layout (or sealed and
-            drained) is an ``InvalidArgumentError``.
+        buckets: only these (without ``tables``: of their tables, committed or not).
         dry_run: only plan (the default).
         plan: a dry run's result, carried out exactly while each committed offset is still its
             ``current_offset`` (see ``apply_plan``); alone, without ``to`` & co.
@@ -84,10 +82,6 @@ def reset_offsets(
     if plan is not None:
         return apply_plan(ctx, group_id, plan, dry_run, (to, shift_by, tables, buckets))
     tables, chosen = _check_reset(to, shift_by, dry_run, tables, buckets)
-    if tables is None and chosen is not None:
-        # the buckets name their tables, committed to by the group or not (as Kafka's tool
-        # resets a partition the group never committed)
-        tables = sorted({tb.table for tb in chosen})
     view = read_group(ctx, group_id)
     if view.members:
         raise GroupNotEmptyError(
@@ -154,6 +148,10 @@ def _check_reset(
         ):
             raise InvalidTypeError(f"{what} must be a collection, not {type(given).__name__}")
     chosen = None if buckets is None else list(buckets)
+    if tables is None and chosen is not None:
+        # the buckets name their tables, committed to by the group or not (as Kafka's tool
+        # resets a partition the group never committed)
+        tables = sorted({tb.table for tb in chosen if isinstance(tb, TableBucket)})
     for tb in chosen or ():
         if not isinstance(tb, TableBucket):
             raise InvalidTypeError(f"buckets must be TableBucket, not {type(tb).__name__}")
