@@ -3,7 +3,7 @@ aggregation over a leased snapshot read (``lease.read``) vs the floor,
 ``spark.read.schema(schema).parquet(*files)`` of the same ``s3a://`` files (target ratio
 <= 1.05).
 
-The S3 server is SeaweedFS on loopback (``tests/scale/seaweed.py``), its bucket reached by
+The S3 server is SeaweedFS on loopback (``peers.seaweedfs``), its bucket reached by
 leasekit through pyarrow (appends) and by Spark through ``s3a``: the session is built with the
 ``hadoop-aws`` jars of ``make peers`` (``spark_jars``), and once the server is up its
 endpoint, path-style access and credentials go into the session's Hadoop configuration
@@ -64,7 +64,7 @@ def s3_warehouse(spark: SparkSession, label: str) -> Iterator[Connection]:
     from leasekit import embedded
     from leasekit.sparkio.s3a import s3a_settings
     from leasekit.warehouse import Warehouse
-    from tests.scale.seaweed import BUCKET, aws_environment, seaweed_s3
+    from peers.seaweedfs import BUCKET, aws_environment, seaweed_s3
 
     root = Path(tempfile.mkdtemp(prefix=f"leasekit-bench-{label.lower()}-"))
     saved: dict[str, str | None] = {}

@@ -1,6 +1,6 @@
 """Fixtures for the scale tests: a 3-server ZooKeeper ensemble on loopback (started once for
 the session, stopped at its end), the ``--ensemble-seconds`` option of its failover stress, and
-an S3 server on loopback (``s3``: SeaweedFS, once per module)."""
+an S3 server on loopback (``s3``: SeaweedFS, ``peers.seaweedfs``, once per module)."""
 
 from __future__ import annotations
 
@@ -77,14 +77,14 @@ def ensemble_connect(ensemble, warehouse):
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory) -> Iterator[str]:
-    """Endpoint (host:port) of a SeaweedFS S3 server (``seaweed.seaweed_s3``) with the bucket
-    ``seaweed.BUCKET``; the AWS environment points at it while the module runs."""
-    from seaweed import SeaweedMissingError, aws_environment, seaweed_s3
+    """Endpoint (host:port) of a SeaweedFS S3 server (``peers.seaweedfs.seaweed_s3``) with the
+    bucket ``peers.seaweedfs.BUCKET``; the AWS environment points at it while the module runs."""
+    from peers.seaweedfs import SeaweedError, SeaweedMissingError, aws_environment, seaweed_s3
 
     with contextlib.ExitStack() as stack:
         try:
             endpoint = stack.enter_context(seaweed_s3(tmp_path_factory.mktemp("seaweedfs")))
-        except (SeaweedMissingError, RuntimeError) as exc:
+        except (SeaweedMissingError, SeaweedError) as exc:
             pytest.fail(str(exc))
         with pytest.MonkeyPatch.context() as env:
             for key, value in aws_environment(endpoint).items():

@@ -21,11 +21,11 @@ import pyspark
 import pytest
 import s3a_calls
 from s3a_driver import Driver
-from seaweed import BUCKET, client
 
 from leasekit.errors import IllegalStateError, InvalidTypeError
 from leasekit.sparkio import s3a
 from leasekit.warehouse import Warehouse
+from peers.seaweedfs import BUCKET, client
 
 S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 

