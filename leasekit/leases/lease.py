@@ -282,7 +282,8 @@ class KvSnapshotLease:
         rescale made before its first snapshot). No key is read twice.
 
         Arguments:
-            spark: the SparkSession to read with; None uses the active one (or starts one).
+            spark: the SparkSession to read with; None uses the active one, or starts one for
+                the connection's warehouse (with Spark's ``s3a`` for an S3 one).
             table: a table name (or Table).
             allow_partial: read only what the pins cover when some active buckets are covered
                 neither by a pin of their own nor by their ancestors'.
@@ -306,7 +307,7 @@ class KvSnapshotLease:
         from ..sparkio.snapshot_frames import snapshot_rows
 
         self._check()
-        spark = session(spark)
+        spark = session(spark, self._ctx.warehouse)
         table = load_table(self._ctx, table)
         try:
             sources = lease_sources(self._ctx, self.lease_id, table, allow_partial=allow_partial)

@@ -6,7 +6,8 @@ from the AWS environment (``s3a_driver``, ``s3a_calls``).
 leasekit's Spark calls on the S3 warehouse give the same rows as on a local one, each read a
 native Parquet scan of ``s3a://`` files; a lease's snapshot survives a retention pass that runs
 while a Spark job reads it; a standalone cluster's executors read S3 through the same jars.
-Without the jars the session is refused with an error naming ``make peers``.
+Without the jars the session is refused with an error naming ``make peers``. A read given no
+session asks for one for its own table's warehouse, so a new one gets the s3a jars and settings.
 """
 
 from __future__ import annotations
@@ -185,6 +186,48 @@ def test_the_s3a_settings_follow_the_uri_and_the_aws_environment(tmp_path, monke
         s3a.s3a_conf(42)
     with pytest.raises(InvalidTypeError):
         s3a.s3a_conf(None, s3a="yes")
+
+
+class _Started(Exception):
+    """Raised in place of starting a session; its argument is what that session would carry."""
+
+
+def test_reads_without_a_session_start_one_for_their_own_warehouse(
+    s3, zookeeper, namespace, tmp_path, monkeypatch
+):
+    """``spark=None`` with no active session: ``lease.read``, ``read_changes`` (and ``read_at``,
+    ``read_snapshots``) ask for a session for the connection's S3 warehouse, not for the
+    local one ``LEASEKIT_WAREHOUSE`` names, so it would carry the s3a jars and settings."""
+    import leasekit as lk
+    from leasekit import spark as lks
+    from leasekit.sparkio import session as sessions
+
+    def new_session(*_: object, warehouse: object = None) -> None:
+        raise _Started(s3a.s3a_conf(warehouse))
+
+    monkeypatch.setattr(sessions, "spark_session", new_session)
+    monkeypatch.setenv("LEASEKIT_WAREHOUSE", str(tmp_path / "local"))
+    uri = f"s3://{BUCKET}/{namespace}"
+    asked = {}
+    with lk.connect(zookeeper, uri, namespace=namespace) as conn:
+        table = conn.create_table("t", "id BIGINT, v STRING", "id", buckets=1)
+        reads = {
+            "lease.read": lambda: conn.lease("r", "1h", drop_on_exit=False).read(None, "t"),
+            "read_changes": lambda: lks.read_changes(None, table, "g"),
+            "read_at": lambda: lks.read_at(None, table),
+            "read_snapshots": lambda: lks.read_snapshots(None, table, {}),
+        }
+        for name, read in reads.items():
+            with pytest.raises(_Started) as started:
+                read()
+            asked[name] = started.value.args[0]
+    expected = s3a.s3a_conf(uri)
+    assert expected["spark.hadoop.fs.s3a.endpoint"] == f"http://{s3}"
+    assert "hadoop-aws-3.5.0.jar" in {
+        os.path.basename(j) for j in expected["spark.jars"].split(",")
+    }
+    assert asked == dict.fromkeys(reads, expected)
+    assert s3a.s3a_conf() == {}  # what LEASEKIT_WAREHOUSE alone would have given
 
 
 @pytest.mark.slow

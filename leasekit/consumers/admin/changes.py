@@ -70,7 +70,8 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
     none) to the end offsets now, read by Spark over the segment files (docs/spark.md).
 
     Arguments:
-        spark: the SparkSession; ``None`` uses the active one.
+        spark: the SparkSession; ``None`` uses the active one, or starts one for the table's
+            warehouse (with Spark's ``s3a`` for an S3 one).
         table: the Table (from ``conn.table``).
         group_id: the consumer group whose offsets it starts from; ``commit()`` moves them.
 
@@ -91,7 +92,7 @@ def read_changes(spark: SparkSession | None, table: TableInfo, group_id: str) ->
 
     table = check_table(table)
     group_id = stored_offsets.check_group_id(group_id)
-    spark = session(spark)
+    spark = session(spark, table.context.warehouse)
     ctx = table.context
     _refuse_live_members(ctx, group_id)
     table.refresh()
