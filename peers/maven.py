@@ -27,7 +27,8 @@ __all__ = ["PEERS", "PeerMissingError", "cache_dir", "fetch", "jars", "classpath
 
 HERE = Path(__file__).resolve().parent
 PEERS = ("kafka", "spark-kafka", "hadoop-aws")
-"""The Maven projects under peers/: the Kafka broker, and Spark's Kafka source for B12-peer."""
+"""The Maven projects under peers/: the Kafka broker, Spark's Kafka source for B12-peer, and
+Spark's ``s3a`` file system (hadoop-aws and the AWS SDK modules it needs) for S3 warehouses."""
 
 
 class PeerMissingError(RuntimeError):

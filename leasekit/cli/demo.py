@@ -73,7 +73,7 @@ def run(
     check_int(batches, "batches", minimum=1)
     if batches > rows:
         raise InvalidArgumentError(f"batches ({batches}) must not exceed rows ({rows})")
-    spark = session(spark)
+    spark = session(spark, conn.warehouse)
     started = time.perf_counter()
     out(demo_report.opening(table, rows, batches))
     outcome = demo_scenario.play(
