@@ -40,6 +40,7 @@ REGISTRY: dict[str, str] = {
     "B12-peer": "bench.b12_peer",
     # B1 on an S3 warehouse (SeaweedFS on loopback) through Spark's s3a reader.
     "B1-S3": "bench.b1_s3",
+    "B7-S3": "bench.b7_s3",
 }
 
 

@@ -208,7 +208,7 @@ def _one_run(
 
     build_s, table = timed(lambda: build(conn, f"orders_{label}", work, p["buckets"]))
     log_ddl = to_ddl(log_schema(table))  # the schema leasekit reads segments with
-    out_dir = ctx.warehouse.uri(f"bench/{label}/handwritten")
+    out_dir = ctx.warehouse.to_spark(ctx.warehouse.uri(f"bench/{label}/handwritten"))
     figures: dict[str, Any] = {
         "build_s": build_s,
         "order": alternate(index, ("leasekit", "baseline")),
@@ -237,7 +237,7 @@ def _one_run(
     figures["leasekit_rows"] = sum(s.row_count for s in snaps.values())
     figures["leasekit_files"] = sum(len(s.files) for s in snaps.values())
     figures["baseline_files"] = sum(
-        1 for _, _, names in os.walk(out_dir) for n in names if n.endswith(".parquet")
+        1 for e in ctx.warehouse.list(f"bench/{label}/handwritten") if e.path.endswith(".parquet")
     )
     figures["segment_files"] = sum(
         len(segs) for segs in list_segments(table, range(table.num_buckets)).values()
@@ -254,13 +254,15 @@ def _one_run(
     return figures
 
 
-def run(spark: SparkSession, quick: bool, runs: int) -> Outcome:
+def run(spark: SparkSession, quick: bool, runs: int, warehouse: Any = None) -> Outcome:
+    """B7 on a temporary local warehouse, or on the connection ``warehouse(spark)`` gives
+    (B7-S3: an S3 warehouse)."""
     p = QUICK if quick else FULL
     log(f"B7: generating {p['records']:,} log records over {p['keys']:,} keys")
     work = workload(p["records"], p["keys"], p["delete_fraction"], p["batch_rows"], p["seed"])
     log(f"B7: {len(work.batches)} write batches; {work.live_rows:,} live keys expected")
     results: list[dict[str, Any]] = []
-    with temp_warehouse("B7") as conn:
+    with temp_warehouse("B7") if warehouse is None else warehouse(spark) as conn:
         log("B7: warm-up run (untimed)")
         warm = _one_run(spark, conn, work, p, 0, "warmup")
         log(f"B7: warm-up leasekit {warm['leasekit_s']:.2f}s, baseline {warm['baseline_s']:.2f}s")
