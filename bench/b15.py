@@ -64,11 +64,8 @@ from . import b9
 from .common import (
     Benchmark,
     Outcome,
-    alternate,
-    load_average,
     log,
     median,
-    settle,
     spread,
     temp_warehouse,
 )
@@ -77,6 +74,7 @@ from .kafka_group import (
     QUIET_S,
     KafkaMember,
     Variant,
+    alternating_runs,
     classic,
     configure_group,
     group_stable,
@@ -118,29 +116,18 @@ def run(spark: SparkSession | None, quick: bool, runs: int) -> Outcome:
     assert (lk_p["buckets"], lk_p["members"]) == (p["partitions"], p["members"])
     sides = ["leasekit", *(v.name for v in VARIANTS)]
     variants = {v.name: v for v in VARIANTS}
-    results: list[dict[str, Any]] = []
-    checks: dict[str, bool] = {}
     with temp_warehouse("B15") as conn, kafka_broker("B15", BROKER_SETTINGS) as broker:
         create_topic(broker.bootstrap, TOPIC, p["partitions"])
         n = p["partitions"]
         rows = ((q, None, b"%d" % k) for q in range(n) for k in range(p["records_per_partition"]))
         produce(broker.bootstrap, TOPIC, rows)
-        for i in range(runs + 1):  # run 0 warms every side up, untimed
-            row: dict[str, Any] = {"order": alternate(i, sides), "load_average": load_average()}
-            for side in row["order"]:
-                settle(None)
-                started = time.perf_counter()
-                if side == "leasekit":
-                    result, ok = _leasekit(conn, lk_p, i)
-                else:
-                    result, ok = _kafka(broker.bootstrap, p, variants[side], i)
-                row[side] = {**result, "side_wall_s": time.perf_counter() - started}
-                for name, passed in ok.items():
-                    key = name if side == "leasekit" else f"{side}_{name}"
-                    checks[key] = checks.get(key, True) and (passed or i == 0)
-            _log_run(row, i, runs)
-            if i > 0:
-                results.append(row)
+
+        def measure(side: str, i: int) -> tuple[dict[str, Any], dict[str, bool]]:
+            if side == "leasekit":
+                return _leasekit(conn, lk_p, i)
+            return _kafka(broker.bootstrap, p, variants[side], i)
+
+        results, checks = alternating_runs(runs, sides, measure, _log_run)
     figures = _figures(results)
     parameters = {**p, "runs": runs, "quick": quick, "peers": [v.describe() for v in VARIANTS]}
     return Outcome(figures["ratio"], figures, results, parameters, checks)

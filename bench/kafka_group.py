@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "alternating_runs",
     "BROKER_SETTINGS",
     "Variant",
     "classic",
@@ -370,3 +371,33 @@ def wait_settled(
         if stable():
             return assignments
     raise RuntimeError(f"the Kafka group of {len(members)} did not settle within {timeout:g} s")
+
+
+def alternating_runs(
+    runs: int,
+    sides: Sequence[str],
+    measure: Callable[[str, int], tuple[dict[str, Any], dict[str, bool]]],
+    log_run: Callable[[dict[str, Any], int, int], None],
+) -> tuple[list[dict[str, Any]], dict[str, bool]]:
+    """Run 0 (every side warmed up, untimed) and ``runs`` timed runs, each measuring every
+    side once in alternating order after ``settle``: ``measure(side, run)`` gives the side's
+    figures and checks. Returns the timed runs' rows and the checks (a peer's prefixed with
+    its name; the warm-up's failures do not count)."""
+    from .common import alternate, load_average, settle
+
+    results: list[dict[str, Any]] = []
+    checks: dict[str, bool] = {}
+    for i in range(runs + 1):
+        row: dict[str, Any] = {"order": alternate(i, sides), "load_average": load_average()}
+        for side in row["order"]:
+            settle(None)
+            started = time.perf_counter()
+            result, ok = measure(side, i)
+            row[side] = {**result, "side_wall_s": time.perf_counter() - started}
+            for name, passed in ok.items():
+                key = name if side == "leasekit" else f"{side}_{name}"
+                checks[key] = checks.get(key, True) and (passed or i == 0)
+        log_run(row, i, runs)
+        if i > 0:
+            results.append(row)
+    return results, checks
